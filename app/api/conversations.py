@@ -1,0 +1,165 @@
+"""Conversations and messages: /v1/conversations."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, status
+
+from app.api.deps import CorrelationDep, ResourcesDep, SessionDep, UserDep, after_commit
+from app.models import Message
+from app.schemas.conversation import (
+    ConversationCreate,
+    ConversationOut,
+    ConversationPage,
+    MessageBulkCreate,
+    MessageCreate,
+    MessageList,
+    MessageOut,
+    MessagePage,
+    SessionOut,
+)
+from app.services.conversation import ConversationService
+
+router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
+
+
+def _session_entry(message: Message) -> dict[str, Any]:
+    return {
+        "id": str(message.id),
+        "role": message.role,
+        "content": message.content,
+        "created_at": message.created_at.isoformat(),
+    }
+
+
+async def _store(
+    resources: ResourcesDep,
+    session: SessionDep,
+    user_id: str,
+    conversation_id: uuid.UUID,
+    messages: list[MessageCreate],
+    correlation: uuid.UUID,
+) -> list[MessageOut]:
+    service = ConversationService(session, resources.embeddings)
+    stored = await service.append(user_id, conversation_id, messages, correlation)
+    entries = [_session_entry(m) for m in stored.messages]
+    cache = resources.cache
+
+    async def refresh_cache() -> None:
+        await cache.append_session_messages(
+            user_id, str(conversation_id), entries, keep=resources.session_messages
+        )
+        await cache.invalidate_user(user_id)
+
+    after_commit(session, refresh_cache)
+    return [MessageOut.model_validate(m) for m in stored.messages]
+
+
+@router.post("", status_code=status.HTTP_201_CREATED, response_model=ConversationOut)
+async def create_conversation(
+    body: ConversationCreate, user_id: UserDep, session: SessionDep, resources: ResourcesDep
+) -> ConversationOut:
+    """Start a conversation owned by the calling user."""
+    conversation = await ConversationService(session, resources.embeddings).create(user_id, body.title)
+    return ConversationOut.model_validate(conversation)
+
+
+@router.get("", response_model=ConversationPage)
+async def list_conversations(
+    user_id: UserDep,
+    session: SessionDep,
+    resources: ResourcesDep,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+) -> ConversationPage:
+    """The caller's conversations, most recently updated first."""
+    rows = await ConversationService(session, resources.embeddings).list(
+        user_id, limit=limit + 1, offset=offset
+    )
+    items = [ConversationOut.model_validate(c) for c in rows[:limit]]
+    return ConversationPage(items=items, next_offset=offset + limit if len(rows) > limit else None)
+
+
+@router.get("/{conversation_id}", response_model=ConversationOut)
+async def get_conversation(
+    conversation_id: uuid.UUID, user_id: UserDep, session: SessionDep, resources: ResourcesDep
+) -> ConversationOut:
+    """One of the caller's conversations (404 for anyone else's)."""
+    conversation = await ConversationService(session, resources.embeddings).get(user_id, conversation_id)
+    return ConversationOut.model_validate(conversation)
+
+
+@router.post(
+    "/{conversation_id}/messages", status_code=status.HTTP_201_CREATED, response_model=MessageOut
+)
+async def append_message(
+    conversation_id: uuid.UUID,
+    body: MessageCreate,
+    user_id: UserDep,
+    session: SessionDep,
+    resources: ResourcesDep,
+    correlation: CorrelationDep,
+) -> MessageOut:
+    """Store one message with its embedding; 201 only once it is committed."""
+    (stored,) = await _store(resources, session, user_id, conversation_id, [body], correlation)
+    return stored
+
+
+@router.post(
+    "/{conversation_id}/messages:bulk",
+    status_code=status.HTTP_201_CREATED,
+    response_model=MessageList,
+)
+async def append_messages_bulk(
+    conversation_id: uuid.UUID,
+    body: MessageBulkCreate,
+    user_id: UserDep,
+    session: SessionDep,
+    resources: ResourcesDep,
+    correlation: CorrelationDep,
+) -> MessageList:
+    """Import up to 1000 messages in order, all or nothing (history imports)."""
+    items = await _store(resources, session, user_id, conversation_id, body.messages, correlation)
+    return MessageList(items=items)
+
+
+@router.get("/{conversation_id}/messages", response_model=MessagePage)
+async def list_messages(
+    conversation_id: uuid.UUID,
+    user_id: UserDep,
+    session: SessionDep,
+    resources: ResourcesDep,
+    after: Annotated[int | None, Query(ge=0, description="seq of the last message seen")] = None,
+    limit: Annotated[int, Query(ge=1, le=500)] = 100,
+) -> MessagePage:
+    """The conversation's messages in order, paginated by `seq`."""
+    rows = await ConversationService(session, resources.embeddings).messages(
+        user_id, conversation_id, after=after, limit=limit + 1
+    )
+    items = [MessageOut.model_validate(m) for m in rows[:limit]]
+    return MessagePage(items=items, next_after=items[-1].seq if len(rows) > limit else None)
+
+
+@router.get("/{conversation_id}/session", response_model=SessionOut)
+async def get_session_state(
+    conversation_id: uuid.UUID, user_id: UserDep, session: SessionDep, resources: ResourcesDep
+) -> SessionOut:
+    """Session state (last N messages, goal) from Redis, rebuilt from Postgres when missing."""
+    service = ConversationService(session, resources.embeddings)
+    await service.get(user_id, conversation_id)
+    cached = await resources.cache.get_session(user_id, str(conversation_id))
+    if cached is not None:
+        return SessionOut(
+            conversation_id=conversation_id,
+            messages=cached.messages,
+            goal=cached.goal,
+            source="cache",
+        )
+    recent = await service.recent(user_id, conversation_id, resources.session_messages)
+    entries = [_session_entry(m) for m in recent]
+    await resources.cache.set_session(
+        user_id, str(conversation_id), entries, goal=None, keep=resources.session_messages
+    )
+    return SessionOut(conversation_id=conversation_id, messages=entries, goal=None, source="database")

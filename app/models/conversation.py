@@ -1,0 +1,78 @@
+"""Conversations and their messages."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    String,
+    Text,
+    Uuid,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.models.base import EMBEDDING_DIMENSION, USER_ID_LENGTH, Base, CreatedAtMixin
+
+
+class Conversation(CreatedAtMixin, Base):
+    __tablename__ = "conversations"
+    __table_args__ = (
+        Index("idx_conversations_user_id", "user_id"),
+        Index("idx_conversations_updated_at", text("updated_at DESC")),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), nullable=False)
+    title: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+
+
+class Message(CreatedAtMixin, Base):
+    __tablename__ = "messages"
+    __table_args__ = (
+        CheckConstraint("role IN ('user', 'assistant', 'system')", name="role"),
+        Index("idx_messages_conversation_id", "conversation_id", "seq"),
+        Index("idx_messages_user_id", "user_id"),
+        Index("idx_messages_correlation_id", "correlation_id"),
+        Index(
+            "idx_messages_embedding",
+            "embedding",
+            postgresql_using="ivfflat",
+            postgresql_with={"lists": 100},
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
+        Index(
+            "idx_messages_content_fts",
+            text("to_tsvector('english'::regconfig, content)"),
+            postgresql_using="gin",
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    conversation_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("conversations.id", ondelete="CASCADE"), nullable=False
+    )
+    user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), nullable=False)
+    role: Mapped[str] = mapped_column(String(20), nullable=False)
+    content: Mapped[str] = mapped_column(Text, nullable=False)
+    embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIMENSION), nullable=True)
+    embedding_model: Mapped[str | None] = mapped_column(String(100), nullable=True)
+    correlation_id: Mapped[uuid.UUID] = mapped_column(Uuid, nullable=False)
+    seq: Mapped[int] = mapped_column(BigInteger, Identity(always=True), nullable=False)
+    metadata_: Mapped[dict[str, Any]] = mapped_column(
+        "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )

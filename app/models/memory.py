@@ -1,0 +1,103 @@
+"""Curated memory items, and the keyword index shared by memories and messages."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Any
+
+from pgvector.sqlalchemy import Vector
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    SmallInteger,
+    String,
+    Text,
+    Uuid,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.models.base import EMBEDDING_DIMENSION, USER_ID_LENGTH, Base, CreatedAtMixin
+
+
+class MemoryItem(CreatedAtMixin, Base):
+    __tablename__ = "memory_items"
+    __table_args__ = (
+        CheckConstraint("type IN ('fact', 'preference', 'decision', 'note')", name="type"),
+        CheckConstraint("importance >= 0 AND importance <= 1", name="importance_range"),
+        Index("idx_memory_items_user_id", "user_id", postgresql_where=text("deleted_at IS NULL")),
+        Index(
+            "idx_memory_items_type", "user_id", "type", postgresql_where=text("deleted_at IS NULL")
+        ),
+        Index("uq_memory_items_user_content_hash", "user_id", "content_hash", unique=True),
+        Index(
+            "idx_memory_items_embedding",
+            "embedding",
+            postgresql_using="ivfflat",
+            postgresql_with={"lists": 100},
+            postgresql_ops={"embedding": "vector_cosine_ops"},
+        ),
+        Index(
+            "idx_memory_items_content_fts",
+            text("to_tsvector('english'::regconfig, content)"),
+            postgresql_using="gin",
+        ),
+    )
+
+    id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
+    user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), nullable=False)
+    content: Mapped[str] = mapped_column(Text, nullable=False)
+    content_hash: Mapped[str] = mapped_column(String(64), nullable=False)
+    type: Mapped[str] = mapped_column(String(20), nullable=False)
+    embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIMENSION), nullable=False)
+    embedding_model: Mapped[str] = mapped_column(String(100), nullable=False)
+    source_message_id: Mapped[uuid.UUID | None] = mapped_column(
+        Uuid, ForeignKey("messages.id", ondelete="SET NULL"), nullable=True
+    )
+    source: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    importance: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("0.5"))
+    updated_at: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    metadata_: Mapped[dict[str, Any]] = mapped_column(
+        "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+
+
+class SearchPosting(Base):
+    """One (user, lexeme, item) posting: the inverted index BM25 is computed from, in SQL.
+
+    `source` is 0 for a memory item, 1 for a message; `dl` is the item's length in lexemes.
+    """
+
+    __tablename__ = "search_postings"
+    __table_args__ = (
+        Index("idx_search_postings_item", "item_id"),
+    )
+
+    user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), primary_key=True)
+    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
+    item_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    source: Mapped[int] = mapped_column(SmallInteger, nullable=False)
+    tf: Mapped[int] = mapped_column(Integer, nullable=False)
+    dl: Mapped[int] = mapped_column(Integer, nullable=False)
+
+
+class SearchStats(Base):
+    """Per-user corpus statistics for BM25 (document count and total length in lexemes)."""
+
+    __tablename__ = "search_stats"
+
+    user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), primary_key=True)
+    doc_count: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))
+    total_length: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))

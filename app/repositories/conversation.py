@@ -1,0 +1,131 @@
+"""Conversations and messages."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.models import Conversation, Message
+
+
+@dataclass(frozen=True)
+class NewMessage:
+    id: uuid.UUID
+    role: str
+    content: str
+    embedding: Any
+    embedding_model: str | None
+    correlation_id: uuid.UUID
+    created_at: datetime | None
+    metadata: dict[str, Any]
+
+
+class ConversationRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def create(self, user_id: str, title: str | None) -> Conversation:
+        conversation = Conversation(id=uuid.uuid4(), user_id=user_id, title=title)
+        self.session.add(conversation)
+        await self.session.flush()
+        await self.session.refresh(conversation)
+        return conversation
+
+    async def get(self, user_id: str, conversation_id: uuid.UUID, *, lock: bool = False) -> Conversation | None:
+        """The conversation if it belongs to this user; `lock` serialises appends to it."""
+        stmt = select(Conversation).where(
+            Conversation.id == conversation_id, Conversation.user_id == user_id
+        )
+        if lock:
+            stmt = stmt.with_for_update()
+        return (await self.session.execute(stmt)).scalar_one_or_none()
+
+    async def list(self, user_id: str, *, limit: int, offset: int) -> Sequence[Conversation]:
+        stmt = (
+            select(Conversation)
+            .where(Conversation.user_id == user_id)
+            .order_by(Conversation.updated_at.desc(), Conversation.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        return (await self.session.execute(stmt)).scalars().all()
+
+    async def touch(self, conversation_id: uuid.UUID, user_id: str) -> None:
+        await self.session.execute(
+            update(Conversation)
+            .where(Conversation.id == conversation_id, Conversation.user_id == user_id)
+            .values(updated_at=func.now())
+        )
+
+    async def last_message_content(self, user_id: str, conversation_id: uuid.UUID) -> str | None:
+        stmt = (
+            select(Message.content)
+            .where(Message.conversation_id == conversation_id, Message.user_id == user_id)
+            .order_by(Message.seq.desc())
+            .limit(1)
+        )
+        return (await self.session.execute(stmt)).scalar_one_or_none()
+
+    async def insert_messages(
+        self, user_id: str, conversation_id: uuid.UUID, messages: Sequence[NewMessage]
+    ) -> Sequence[Message]:
+        """Insert in order (seq follows list order) and return the stored rows."""
+        rows = [
+            {
+                "id": m.id,
+                "conversation_id": conversation_id,
+                "user_id": user_id,
+                "role": m.role,
+                "content": m.content,
+                "embedding": m.embedding,
+                "embedding_model": m.embedding_model,
+                "correlation_id": m.correlation_id,
+                "metadata_": m.metadata,
+                **({"created_at": m.created_at} if m.created_at is not None else {}),
+            }
+            for m in messages
+        ]
+        # Rows with and without an explicit created_at need separate statements (column sets differ).
+        with_time = [r for r in rows if "created_at" in r]
+        without_time = [r for r in rows if "created_at" not in r]
+        if with_time and without_time:
+            for row in rows:
+                await self.session.execute(insert(Message).values(**row))
+        elif rows:
+            await self.session.execute(insert(Message), rows)
+        stmt = (
+            select(Message)
+            .where(Message.user_id == user_id, Message.id.in_([m.id for m in messages]))
+            .order_by(Message.seq)
+        )
+        return (await self.session.execute(stmt)).scalars().all()
+
+    async def list_messages(
+        self, user_id: str, conversation_id: uuid.UUID, *, after: int | None, limit: int
+    ) -> Sequence[Message]:
+        stmt = select(Message).where(
+            Message.conversation_id == conversation_id, Message.user_id == user_id
+        )
+        if after is not None:
+            stmt = stmt.where(Message.seq > after)
+        stmt = stmt.order_by(Message.seq).limit(limit)
+        return (await self.session.execute(stmt)).scalars().all()
+
+    async def recent_messages(
+        self, user_id: str, conversation_id: uuid.UUID, limit: int
+    ) -> Sequence[Message]:
+        """The last `limit` messages, oldest first (to rebuild session state)."""
+        stmt = (
+            select(Message)
+            .where(Message.conversation_id == conversation_id, Message.user_id == user_id)
+            .order_by(Message.seq.desc())
+            .limit(limit)
+        )
+        rows = (await self.session.execute(stmt)).scalars().all()
+        return list(reversed(rows))

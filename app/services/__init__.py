@@ -1,0 +1,1 @@
+"""Services coordinate repositories and adapters. They flush, never commit."""

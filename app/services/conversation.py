@@ -1,0 +1,102 @@
+"""Conversation persistence: messages are stored with their embedding and keyword postings."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.errors import NotFoundError
+from app.models import Conversation, Message
+from app.repositories.conversation import ConversationRepository, NewMessage
+from app.repositories.search_index import SearchIndexRepository, Source
+from app.schemas.conversation import MessageCreate
+from app.services.embedding import EmbeddingService
+
+
+def keyword_text(previous: str | None, content: str) -> str:
+    """A turn's keyword document includes the turn before it.
+
+    Answers in a dialogue often only make sense with the question that prompted them
+    ("Yes, last Tuesday" after "Did you visit the museum?"). Measured on LoCoMo this lifted the
+    keyword arm's Recall@5 noticeably (docs/retrieval.md); the vector text stays the turn alone.
+    """
+    return content if previous is None else f"{previous}\n{content}"
+
+
+@dataclass(frozen=True)
+class StoredMessages:
+    conversation: Conversation
+    messages: Sequence[Message]
+
+
+class ConversationService:
+    def __init__(self, session: AsyncSession, embeddings: EmbeddingService) -> None:
+        self.repo = ConversationRepository(session)
+        self.index = SearchIndexRepository(session)
+        self.embeddings = embeddings
+
+    async def create(self, user_id: str, title: str | None) -> Conversation:
+        """Start a conversation for this user."""
+        return await self.repo.create(user_id, title)
+
+    async def get(self, user_id: str, conversation_id: uuid.UUID) -> Conversation:
+        """The user's conversation, or NotFoundError (also for other users' ids)."""
+        conversation = await self.repo.get(user_id, conversation_id)
+        if conversation is None:
+            raise NotFoundError("conversation not found")
+        return conversation
+
+    async def list(self, user_id: str, *, limit: int, offset: int) -> Sequence[Conversation]:
+        """The user's conversations, most recently updated first."""
+        return await self.repo.list(user_id, limit=limit, offset=offset)
+
+    async def append(
+        self,
+        user_id: str,
+        conversation_id: uuid.UUID,
+        messages: Sequence[MessageCreate],
+        correlation_id: uuid.UUID,
+    ) -> StoredMessages:
+        """Embed, then store the messages in order with their keyword postings."""
+        # Embed before taking the row lock: the lock is held only for the inserts.
+        await self.get(user_id, conversation_id)
+        vectors = await self.embeddings.embed([m.content for m in messages])
+        conversation = await self.repo.get(user_id, conversation_id, lock=True)
+        if conversation is None:
+            raise NotFoundError("conversation not found")
+        previous = await self.repo.last_message_content(user_id, conversation_id)
+        new = [
+            NewMessage(
+                id=uuid.uuid4(),
+                role=m.role,
+                content=m.content,
+                embedding=vectors[i],
+                embedding_model=self.embeddings.model,
+                correlation_id=correlation_id,
+                created_at=m.created_at,
+                metadata=m.metadata,
+            )
+            for i, m in enumerate(messages)
+        ]
+        stored = await self.repo.insert_messages(user_id, conversation_id, new)
+        postings = []
+        for m in new:
+            postings.append((m.id, Source.MESSAGE, keyword_text(previous, m.content)))
+            previous = m.content
+        await self.index.index(user_id, postings)
+        await self.repo.touch(conversation_id, user_id)
+        return StoredMessages(conversation, stored)
+
+    async def messages(
+        self, user_id: str, conversation_id: uuid.UUID, *, after: int | None, limit: int
+    ) -> Sequence[Message]:
+        """A page of the conversation's messages in order."""
+        await self.get(user_id, conversation_id)
+        return await self.repo.list_messages(user_id, conversation_id, after=after, limit=limit)
+
+    async def recent(self, user_id: str, conversation_id: uuid.UUID, limit: int) -> Sequence[Message]:
+        """The last `limit` messages, oldest first."""
+        return await self.repo.recent_messages(user_id, conversation_id, limit)

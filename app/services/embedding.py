@@ -1,0 +1,55 @@
+"""Embedding with the Redis cache in front: every embedding call of the service goes here."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from app.adapters.embedder import Embedder, Vectors
+
+if TYPE_CHECKING:
+    from app.adapters.cache import Cache
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddingService:
+    """Looks texts up in the cache, embeds the misses in one batch, stores them back."""
+
+    def __init__(self, embedder: Embedder, cache: Cache | None = None) -> None:
+        self.embedder = embedder
+        self.cache = cache
+
+    @property
+    def model(self) -> str:
+        return self.embedder.model
+
+    @property
+    def dimension(self) -> int:
+        return self.embedder.dimension
+
+    async def cached(self, texts: Sequence[str]) -> list[Vectors | None]:
+        """Cached vectors only (None where missing): the fallback when the embedder fails."""
+        if self.cache is None or not texts:
+            return [None] * len(texts)
+        return list(await self.cache.get_embeddings(self.model, texts))
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        """Unit vectors for `texts`, from the cache where possible; raises EmbeddingError."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        found = await self.cached(texts)
+        missing = [i for i, vec in enumerate(found) if vec is None]
+        result = np.empty((len(texts), self.dimension), dtype=np.float32)
+        for i, vec in enumerate(found):
+            if vec is not None:
+                result[i] = vec
+        if missing:
+            fresh = await self.embedder.embed([texts[i] for i in missing])
+            result[missing] = fresh
+            if self.cache is not None:
+                await self.cache.set_embeddings(self.model, [texts[i] for i in missing], fresh)
+        return result

@@ -1,0 +1,1 @@
+"""Offline evaluation of pgrecall's retrieval quality (metrics, datasets, reports)."""

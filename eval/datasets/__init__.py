@@ -1,0 +1,1 @@
+"""Loaders that turn public benchmark files into conversations, turns and queries."""

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Create .venv (Python >= 3.11) and install pgrecall with its dev tools; safe to re-run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+pick_python() {
+  for candidate in python3.13 python3.12 python3.11 python3; do
+    if command -v "$candidate" >/dev/null 2>&1 &&
+       "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      echo "$candidate"; return 0
+    fi
+  done
+  echo "pgrecall needs Python >= 3.11" >&2; return 1
+}
+
+stamp=.venv/.installed
+if [ ! -x .venv/bin/python ]; then
+  "$(pick_python)" -m venv .venv
+fi
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -e '.[dev]'
+  touch "$stamp"
+fi
