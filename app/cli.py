@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import fcntl
 import logging
+import signal
 import sys
+from types import FrameType
 from typing import Annotated
 
 import typer
@@ -56,10 +58,16 @@ def serve(
         except BlockingIOError:
             typer.echo(f"pgrecall: another `pgrecall serve` uses {settings.data_dir}", err=True)
             raise typer.Exit(1) from None
-        embedded = EmbeddedPostgres(settings.data_dir)
-        settings = settings.model_copy(update={"database_url": embedded.start()})
-        log.info("embedded postgres ready in %s", embedded.pgdata)
+    # uvicorn shuts down gracefully on SIGINT/SIGTERM and then re-raises the signal with the
+    # handler that was installed before it: with Python's defaults SIGTERM would kill the
+    # process before the `finally` below stops Postgres, and SIGINT would end as "Aborted!".
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, _exit_cleanly)
     try:
+        if lock is not None:
+            embedded = EmbeddedPostgres(settings.data_dir)
+            settings = settings.model_copy(update={"database_url": embedded.start()})
+            log.info("embedded postgres ready in %s", embedded.pgdata)
         uvicorn.run(
             create_app(settings),
             host=settings.host,
@@ -69,10 +77,18 @@ def serve(
             timeout_graceful_shutdown=10,
         )
     finally:
+        # A second signal must not interrupt the database's clean stop.
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
         if embedded is not None:
             embedded.stop()
         if lock is not None:
             lock.close()
+
+
+def _exit_cleanly(signum: int, _frame: FrameType | None) -> None:
+    """A stop request (before uvicorn runs, or re-raised by it after its shutdown): exit 0."""
+    raise SystemExit(0)
 
 
 @db_app.command("upgrade")
@@ -94,6 +110,16 @@ def db_url() -> None:
 
     settings = settings_or_exit()
     typer.echo(settings.database_url or EmbeddedPostgres(settings.data_dir).start())
+
+
+# Admin commands (app/cli_admin.py); imported last because they use settings_or_exit above.
+from app.cli_admin import memories_app, purge_user, reembed, reindex, seed  # noqa: E402
+
+app.command()(seed)
+app.command()(reindex)
+app.command()(reembed)
+app.command("purge-user")(purge_user)
+app.add_typer(memories_app, name="memories")
 
 
 def main() -> None:

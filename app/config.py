@@ -101,8 +101,8 @@ class Settings(BaseSettings):
         if self.embedding_provider is EmbeddingProvider.LOCAL:
             if self.embedding_model != LOCAL_MODEL or self.embedding_dimension != LOCAL_DIMENSION:
                 raise ValueError(
-                    f"embedding_provider=local serves only {LOCAL_MODEL} with dimension "
-                    f"{LOCAL_DIMENSION}"
+                    "PGRECALL_EMBEDDING_MODEL/PGRECALL_EMBEDDING_DIMENSION: the local provider "
+                    f"serves only {LOCAL_MODEL} with dimension {LOCAL_DIMENSION}"
                 )
         return self
 
@@ -110,7 +110,8 @@ class Settings(BaseSettings):
     def _check_exposure(self) -> Settings:
         if self.api_key is None and self.host not in {"127.0.0.1", "localhost", "::1"}:
             raise ValueError(
-                f"host {self.host} without PGRECALL_API_KEY: set a key or bind to 127.0.0.1"
+                f"PGRECALL_HOST: {self.host} without PGRECALL_API_KEY; set a key or bind to "
+                "127.0.0.1"
             )
         return self
 
@@ -143,9 +144,12 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         lines = []
         for err in exc.errors():
-            loc = ".".join(str(p) for p in err["loc"]) or "settings"
-            name = f"PGRECALL_{loc.upper()}" if err["loc"] else "settings"
-            lines.append(f"invalid setting {name}: {err['msg']}")
+            message = err["msg"].removeprefix("Value error, ")
+            if err["loc"]:
+                loc = ".".join(str(p) for p in err["loc"])
+                lines.append(f"invalid setting PGRECALL_{loc.upper()}: {message}")
+            else:  # cross-field checks name their settings at the start of the message
+                lines.append(f"invalid setting {message}")
         raise SettingsError("; ".join(lines)) from None
 
 

@@ -38,6 +38,11 @@ class ValidationFailedError(ServiceError):
 
     status_code = 422
 
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        # Where the bad input is ("header.X-User-Id"), reported like schema errors are.
+        self.field = field
+
 
 class PayloadTooLargeError(ServiceError):
     """Request body over the configured limit."""

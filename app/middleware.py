@@ -63,12 +63,12 @@ class CorrelationIdMiddleware:
             correlation_id_var.reset(token)
 
 
-class _TooLarge(Exception):
-    pass
-
-
 class BodySizeLimitMiddleware:
-    """413 for bodies over the limit, by Content-Length or while streaming."""
+    """413 for bodies over the limit, by Content-Length or while streaming.
+
+    The body is read here, up to the limit, before the app sees it: an error raised from inside
+    the app's `receive` would surface as FastAPI's generic 400 "error parsing the body".
+    """
 
     def __init__(self, app: ASGIApp, max_bytes: int) -> None:
         self.app = app
@@ -78,31 +78,36 @@ class BodySizeLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        detail = {"error": "PayloadTooLargeError", "detail": f"request body over {self.max_bytes} bytes"}
+        detail = {
+            "error": "PayloadTooLargeError",
+            "detail": f"request body over {self.max_bytes} bytes",
+        }
         length = dict(scope["headers"]).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             await _send_json(send, 413, detail, [])
             return
+        chunks: list[bytes] = []
         seen = 0
-        started = False
-
-        async def limited_receive() -> Message:
-            nonlocal seen
+        while True:
             message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > self.max_bytes:
-                    raise _TooLarge
-            return message
-
-        async def tracking_send(message: Message) -> None:
-            nonlocal started
-            if message["type"] == "http.response.start":
-                started = True
-            await send(message)
-
-        try:
-            await self.app(scope, limited_receive, tracking_send)
-        except _TooLarge:
-            if not started:
+            if message["type"] != "http.request":
+                # The client went away mid-body: nothing to answer.
+                return
+            chunk = message.get("body", b"")
+            seen += len(chunk)
+            if seen > self.max_bytes:
                 await _send_json(send, 413, detail, [])
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        replayed = False
+
+        async def buffered_receive() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()  # after the body: wait for the disconnect as usual
+
+        await self.app(scope, buffered_receive, send)

@@ -10,7 +10,15 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-ROOT = Path(__file__).resolve().parent.parent
+def _project_root() -> Path:
+    """The checkout (editable install) or the working directory (image: /srv/pgrecall)."""
+    for candidate in (Path(__file__).resolve().parent.parent, Path.cwd()):
+        if (candidate / "alembic.ini").is_file() and (candidate / "migrations").is_dir():
+            return candidate
+    raise FileNotFoundError("alembic.ini and migrations/ not found next to app/ or in the cwd")
+
+
+ROOT = _project_root()
 
 
 def alembic_config(database_url: str | None = None) -> Config:

@@ -364,8 +364,14 @@ class Cache:
         conversation_id: str,
         messages: Sequence[Mapping[str, Any]],
         keep: int,
+        *,
+        create: bool = True,
     ) -> None:
-        """Append messages to the session, keep the last `keep`, refresh the TTL."""
+        """Append messages to the session, keep the last `keep`, refresh the TTL.
+
+        With `create=False` a missing session stays missing: appending only the new messages
+        to an expired session would cache a partial history that readers then trust.
+        """
         if keep < 1:
             raise ValueError("keep must be at least 1")
         key = _session_key(user_id, conversation_id)
@@ -373,20 +379,28 @@ class Cache:
             return
         added = json.loads(_dump_messages(messages))  # normalised records, as they are stored
         done = await self._guarded(
-            "append_session_messages", lambda r: self._append(r, key, added, keep), True
+            "append_session_messages",
+            lambda r: self._append(r, key, added, keep, create),
+            True,
         )
         if not done:
             # The cached list may now lack messages; drop it so readers rebuild from Postgres.
             logger.warning("session append kept losing WATCH races; dropping cached session")
             await self._guarded("append_session_messages", lambda r: r.delete(key), 0)
 
-    async def _append(self, r: Redis, key: str, added: list[dict[str, Any]], keep: int) -> bool:
+    async def _append(
+        self, r: Redis, key: str, added: list[dict[str, Any]], keep: int, create: bool
+    ) -> bool:
         """Optimistic read-modify-write; False when every attempt lost to a concurrent write."""
         async with r.pipeline(transaction=True) as pipe:
             for _ in range(_MAX_WATCH_ATTEMPTS):
                 try:
                     await pipe.watch(key)
-                    current = _load_messages(await pipe.hget(key, "messages")) or []
+                    stored = _load_messages(await pipe.hget(key, "messages"))
+                    if stored is None and not create:
+                        await pipe.unwatch()
+                        return True
+                    current = stored or []
                     pipe.multi()
                     pipe.hset(
                         key,

@@ -1,7 +1,161 @@
-"""Admin routes (admin key): memory item management. Filled in by the admin issue."""
+"""Admin routes (admin key): memory item management under /v1/admin."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Response, status
+from pydantic import AfterValidator, AwareDatetime
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.api.deps import AdminDep, ResourcesDep, SessionDep, after_commit
+from app.repositories.admin import MemoryFilter
+from app.schemas.admin import (
+    AdminBulkResult,
+    AdminMemoryBulkCreate,
+    AdminMemoryCreate,
+    AdminMemoryOut,
+    AdminMemoryPage,
+    AdminMemoryUpdate,
+    DuplicateOut,
+    check_user_id,
+)
+from app.schemas.memory import MemoryType
+from app.services.admin import AdminMemoryService
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
+
+UserQuery = Annotated[
+    str, Query(description="the user the memory belongs to"), AfterValidator(check_user_id)
+]
+
+
+def _service(session: AsyncSession, resources: ResourcesDep) -> AdminMemoryService:
+    return AdminMemoryService(session, resources.embeddings)
+
+
+def _invalidate(session: AsyncSession, resources: ResourcesDep, users: set[str]) -> None:
+    """Cached query results of these users are stale once the write commits."""
+    cache = resources.cache
+
+    async def hook() -> None:
+        for user in users:
+            await cache.invalidate_user(user)
+
+    after_commit(session, hook)
+
+
+@router.post("/memories", response_model=AdminMemoryOut, status_code=status.HTTP_201_CREATED)
+async def create_memory(
+    body: AdminMemoryCreate,
+    _: AdminDep,
+    session: SessionDep,
+    resources: ResourcesDep,
+    response: Response,
+) -> AdminMemoryOut:
+    """Create one memory; 201, or 200 with the stored item when the user already has this text."""
+    items, duplicates = await _service(session, resources).create_many([body])
+    if duplicates:
+        response.status_code = status.HTTP_200_OK
+        existing = await _service(session, resources).get(body.user_id, duplicates[0][1])
+        return AdminMemoryOut.model_validate(existing)
+    _invalidate(session, resources, {body.user_id})
+    return AdminMemoryOut.model_validate(items[0])
+
+
+@router.post("/memories:bulk", response_model=AdminBulkResult, status_code=status.HTTP_201_CREATED)
+async def create_memories(
+    body: AdminMemoryBulkCreate, _: AdminDep, session: SessionDep, resources: ResourcesDep
+) -> AdminBulkResult:
+    """Create up to 1000 memories in one transaction; texts a user already has are reported."""
+    items, duplicates = await _service(session, resources).create_many(body.items)
+    _invalidate(session, resources, {m.user_id for m in items})
+    return AdminBulkResult(
+        items=[AdminMemoryOut.model_validate(m) for m in items],
+        duplicates=[DuplicateOut(index=i, id=item_id) for i, item_id in duplicates],
+    )
+
+
+@router.get("/memories", response_model=AdminMemoryPage)
+async def list_memories(
+    _: AdminDep,
+    session: SessionDep,
+    resources: ResourcesDep,
+    user_id: UserQuery,
+    type_: Annotated[MemoryType | None, Query(alias="type")] = None,
+    q: Annotated[str | None, Query(max_length=1000, description="full-text search")] = None,
+    created_after: AwareDatetime | None = None,
+    created_before: AwareDatetime | None = None,
+    include_deleted: bool = False,
+    limit: Annotated[int, Query(ge=1, le=500)] = 50,
+    offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
+) -> AdminMemoryPage:
+    """One user's memories, newest first, filtered by type, text and creation time."""
+    filters = MemoryFilter(
+        user_id=user_id, type=type_, q=q or None,
+        created_after=created_after, created_before=created_before,
+        include_deleted=include_deleted,
+    )
+    items, total = await _service(session, resources).list(filters, limit=limit, offset=offset)
+    return AdminMemoryPage(
+        items=[AdminMemoryOut.model_validate(m) for m in items],
+        total=total,
+        next_offset=offset + limit if offset + limit < total else None,
+    )
+
+
+@router.get("/memories/{item_id}", response_model=AdminMemoryOut)
+async def get_memory(
+    item_id: uuid.UUID,
+    user_id: UserQuery,
+    _: AdminDep,
+    session: SessionDep,
+    resources: ResourcesDep,
+) -> AdminMemoryOut:
+    """One memory of the user, deleted or not (404 for another user's id)."""
+    item = await _service(session, resources).get(user_id, item_id)
+    return AdminMemoryOut.model_validate(item)
+
+
+@router.patch("/memories/{item_id}", response_model=AdminMemoryOut)
+async def update_memory(
+    item_id: uuid.UUID,
+    body: AdminMemoryUpdate,
+    user_id: UserQuery,
+    _: AdminDep,
+    session: SessionDep,
+    resources: ResourcesDep,
+) -> AdminMemoryOut:
+    """Change content, type, importance or expiry; new content is re-embedded and re-indexed."""
+    item = await _service(session, resources).update(user_id, item_id, body)
+    _invalidate(session, resources, {user_id})
+    return AdminMemoryOut.model_validate(item)
+
+
+@router.delete("/memories/{item_id}", status_code=status.HTTP_204_NO_CONTENT)
+async def delete_memory(
+    item_id: uuid.UUID,
+    user_id: UserQuery,
+    _: AdminDep,
+    session: SessionDep,
+    resources: ResourcesDep,
+) -> Response:
+    """Soft-delete: the memory stops being retrieved and can be restored."""
+    await _service(session, resources).set_deleted(user_id, item_id, True)
+    _invalidate(session, resources, {user_id})
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/memories/{item_id}/restore", response_model=AdminMemoryOut)
+async def restore_memory(
+    item_id: uuid.UUID,
+    user_id: UserQuery,
+    _: AdminDep,
+    session: SessionDep,
+    resources: ResourcesDep,
+) -> AdminMemoryOut:
+    """Undo a soft delete."""
+    item = await _service(session, resources).set_deleted(user_id, item_id, False)
+    _invalidate(session, resources, {user_id})
+    return AdminMemoryOut.model_validate(item)

@@ -46,10 +46,13 @@ async def _store(
     stored = await service.append(user_id, conversation_id, messages, correlation)
     entries = [_session_entry(m) for m in stored.messages]
     cache = resources.cache
+    # Only a conversation's first messages may start a cached session; later ones extend an
+    # existing one, or the next read rebuilds it from Postgres (never a partial history).
+    create = not stored.continued
 
     async def refresh_cache() -> None:
         await cache.append_session_messages(
-            user_id, str(conversation_id), entries, keep=resources.session_messages
+            user_id, str(conversation_id), entries, keep=resources.session_messages, create=create
         )
         await cache.invalidate_user(user_id)
 

@@ -116,7 +116,10 @@ async def require_admin_key(
 def validate_user_id(value: str, field: str = "X-User-Id") -> str:
     """User ids are 1-255 printable ASCII characters without spaces."""
     if not _USER_ID.fullmatch(value):
-        raise ValidationFailedError(f"{field}: must be 1-255 printable ASCII characters, no spaces")
+        raise ValidationFailedError(
+            f"header.{field}: must be 1-255 printable ASCII characters, no spaces",
+            field=f"header.{field}",
+        )
     return value
 
 

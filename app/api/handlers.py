@@ -10,7 +10,12 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 
-from app.errors import ConflictError, DatabaseUnavailableError, ServiceError
+from app.errors import (
+    ConflictError,
+    DatabaseUnavailableError,
+    ServiceError,
+    ValidationFailedError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +36,13 @@ def database_error(exc: BaseException) -> ServiceError | None:
 
 
 def _render(error: ServiceError) -> JSONResponse:
+    content: dict[str, object] = {"error": type(error).__name__, "detail": error.message}
+    if isinstance(error, ValidationFailedError):
+        # Every 422 lists its fields, whether the schema or a service rule rejected the input.
+        content["fields"] = [{"field": error.field or "request", "reason": error.message}]
     return JSONResponse(
         status_code=error.status_code,
-        content={"error": type(error).__name__, "detail": error.message},
+        content=content,
         headers={"Retry-After": "1"} if error.status_code == 503 else None,
     )
 

@@ -39,3 +39,19 @@ async def ready(resources: ResourcesDep) -> JSONResponse:
     else:
         checks["redis"] = "disabled"
     return JSONResponse(status_code=200 if ok else 503, content={"ready": ok, "checks": checks})
+
+
+@router.get("/metrics")
+async def metrics(resources: ResourcesDep) -> dict[str, object]:
+    """Process counters: cache hits and misses (embedding and query caches), Redis state."""
+    stats = resources.cache.stats
+    return {
+        "redis": {"enabled": resources.cache.enabled, "available": resources.cache.available},
+        "embedding_cache": {
+            "hits": stats.embedding_hits,
+            "misses": stats.embedding_misses,
+            "hit_ratio": round(stats.embedding_hit_ratio(), 4),
+        },
+        "query_cache": {"hits": stats.query_hits, "misses": stats.query_misses},
+        "cache_errors": stats.errors,
+    }

@@ -14,7 +14,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Index,
-    Integer,
+    REAL,
     SmallInteger,
     String,
     Text,
@@ -77,7 +77,8 @@ class MemoryItem(CreatedAtMixin, Base):
 class SearchPosting(Base):
     """One (user, lexeme, item) posting: the inverted index BM25 is computed from, in SQL.
 
-    `source` is 0 for a memory item, 1 for a message; `dl` is the item's length in lexemes.
+    `source` is 0 for a memory item, 1 for a message; `tf` and `dl` are weighted counts (context
+    lexemes count CONTEXT_WEIGHT_* each, app/repositories/search_index.py).
     """
 
     __tablename__ = "search_postings"
@@ -89,8 +90,8 @@ class SearchPosting(Base):
     lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
     item_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     source: Mapped[int] = mapped_column(SmallInteger, nullable=False)
-    tf: Mapped[int] = mapped_column(Integer, nullable=False)
-    dl: Mapped[int] = mapped_column(Integer, nullable=False)
+    tf: Mapped[float] = mapped_column(REAL, nullable=False)
+    dl: Mapped[float] = mapped_column(REAL, nullable=False)
 
 
 class SearchStats(Base):
@@ -100,4 +101,4 @@ class SearchStats(Base):
 
     user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), primary_key=True)
     doc_count: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))
-    total_length: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))
+    total_length: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("0"))

@@ -63,14 +63,17 @@ class ConversationRepository:
             .values(updated_at=func.now())
         )
 
-    async def last_message_content(self, user_id: str, conversation_id: uuid.UUID) -> str | None:
+    async def last_messages(
+        self, user_id: str, conversation_id: uuid.UUID, count: int
+    ) -> Sequence[Any]:
+        """(id, content) of the conversation's last `count` messages, newest first."""
         stmt = (
-            select(Message.content)
+            select(Message.id, Message.content)
             .where(Message.conversation_id == conversation_id, Message.user_id == user_id)
             .order_by(Message.seq.desc())
-            .limit(1)
+            .limit(count)
         )
-        return (await self.session.execute(stmt)).scalar_one_or_none()
+        return (await self.session.execute(stmt)).all()
 
     async def insert_messages(
         self, user_id: str, conversation_id: uuid.UUID, messages: Sequence[NewMessage]

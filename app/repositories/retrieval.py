@@ -131,6 +131,7 @@ class RetrievalRepository:
         messages: bool,
         types: Sequence[str] | None,
         exact: bool,
+        model: str,
     ) -> dict[tuple[Source, uuid.UUID], float]:
         """Top items by cosine similarity, per source.
 
@@ -144,14 +145,20 @@ class RetrievalRepository:
         params: dict[str, Any] = {"user_id": user_id, "q": vector_literal(embedding), "limit": limit}
         if types:
             params["types"] = list(types)
+        params["model"] = model
         statements: list[tuple[Source, str]] = []
+        # Vectors of another model (mid re-embed) live in another space: never compare them.
         if memories:
             visible = _memory_visible(types).replace("m.", "t.")
-            statements.append((Source.MEMORY, f"SELECT t.id, t.embedding FROM memory_items AS t WHERE {visible}"))
+            statements.append(
+                (Source.MEMORY, "SELECT t.id, t.embedding FROM memory_items AS t "
+                 f"WHERE {visible} AND t.embedding_model = :model")
+            )
         if messages:
             statements.append(
                 (Source.MESSAGE, "SELECT t.id, t.embedding FROM messages AS t "
-                 "WHERE t.user_id = :user_id AND t.embedding IS NOT NULL")
+                 "WHERE t.user_id = :user_id AND t.embedding IS NOT NULL "
+                 "AND t.embedding_model = :model")
             )
         for source, base in statements:
             sql = text(
@@ -199,6 +206,30 @@ class RetrievalRepository:
                     f"conversation:{r.conversation_id}#{r.seq}", r.conversation_id, r.role,
                 )
         return out
+
+    async def neighbours(
+        self, user_id: str, message_ids: Sequence[uuid.UUID]
+    ) -> dict[uuid.UUID, tuple[uuid.UUID | None, uuid.UUID | None]]:
+        """(previous, next) message of each given message in its own conversation."""
+        if not message_ids:
+            return {}
+        rows = await self.session.execute(
+            text(
+                """
+                SELECT c.id,
+                       (SELECT p.id FROM messages AS p
+                         WHERE p.conversation_id = c.conversation_id AND p.user_id = :user_id
+                           AND p.seq < c.seq ORDER BY p.seq DESC LIMIT 1) AS previous_id,
+                       (SELECT n.id FROM messages AS n
+                         WHERE n.conversation_id = c.conversation_id AND n.user_id = :user_id
+                           AND n.seq > c.seq ORDER BY n.seq LIMIT 1) AS next_id
+                FROM messages AS c
+                WHERE c.user_id = :user_id AND c.id = ANY(CAST(:ids AS uuid[]))
+                """
+            ),
+            {"user_id": user_id, "ids": list(message_ids)},
+        )
+        return {r.id: (r.previous_id, r.next_id) for r in rows}
 
     async def item_count(self, user_id: str) -> int:
         """Indexed items of this user (memories + messages): picks exact vs ANN search."""

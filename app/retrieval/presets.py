@@ -6,6 +6,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
 Fusion = Literal["convex", "rrf"]
+Normalisation = Literal["minmax", "max", "zscore"]
 
 
 @dataclass(frozen=True)
@@ -14,21 +15,27 @@ class RetrievalPreset:
 
     name: str
     fusion: Fusion = "convex"
-    keyword_weight: float = 0.5
-    vector_weight: float = 0.5
+    keyword_weight: float = 0.6
+    vector_weight: float = 0.4
+    normalisation: Normalisation = "minmax"  # per-list score scaling before a convex fusion
     rrf_k: int = 60
     candidates: int = 50  # per arm and source
     use_keyword: bool = True
     use_vector: bool = True
     bm25_k1: float = 1.2
-    bm25_b: float = 0.75
+    bm25_b: float = 0.5
     # Cosine similarity mapped to semantic relevance: <= floor -> 0, >= ceiling -> 1.
-    vector_floor: float = 0.25
-    vector_ceiling: float = 0.65
+    vector_floor: float = 0.15
+    vector_ceiling: float = 0.5
     # Share of the query's keyword information (sum of idf) that counts as a full match.
     keyword_saturation: float = 0.6
+    # Dialogue neighbours: the turn after a matching turn inherits `next_turn_weight` of its
+    # score (answers follow questions), the turn before inherits `previous_turn_weight`.
+    next_turn_weight: float = 0.5
+    previous_turn_weight: float = 0.0
+    neighbour_seeds: int = 20  # how many top-ranked messages pass score to their neighbours
     # Drop results whose relevance is under this share of the best result's (0 = off).
-    relative_cutoff: float = 0.0
+    relative_cutoff: float = 0.6
 
     def as_params(self) -> dict[str, object]:
         """Flat name -> value, for logs and MLflow."""

@@ -6,7 +6,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from app.retrieval.fusion import convex, min_max, rrf
+from app.retrieval.fusion import convex, max_scaled, min_max, rrf, z_scored
 from app.retrieval.presets import RetrievalPreset
 
 K = TypeVar("K", bound=Hashable)
@@ -26,6 +26,18 @@ def keyword_relevance(bm25: float, max_bm25: float, saturation: float) -> float:
     if max_bm25 <= 0.0 or bm25 <= 0.0:
         return 0.0
     return clamp01(bm25 / (max_bm25 * saturation))
+
+
+def combine_relevance(keyword: float, semantic: float, wk: float, wv: float) -> float:
+    """Weighted noisy-OR: either signal alone can make an item relevant, both make it more so.
+
+    1 - (1 - kw)^(wk/w_max) * (1 - sem)^(wv/w_max); with equal weights the plain noisy-OR.
+    """
+    top = max(wk, wv)
+    if top <= 0.0:
+        return 0.0
+    miss = (1.0 - keyword) ** (wk / top) * (1.0 - semantic) ** (wv / top)
+    return clamp01(1.0 - miss)
 
 
 @dataclass(frozen=True)
@@ -64,15 +76,16 @@ def rank(
         by_vec = sorted((k for k in keys if k in cosines), key=lambda k: -cosines[k])
         fused = dict(rrf([by_kw, by_vec], [wk, wv], k=preset.rrf_k))
     else:
-        kw_norm = min_max({k: keyword_scores[k] for k in keys if k in keyword_scores})
-        vec_norm = min_max({k: cosines[k] for k in keys if k in cosines})
+        scale = {"minmax": min_max, "max": max_scaled, "zscore": z_scored}[preset.normalisation]
+        kw_norm = scale({k: keyword_scores[k] for k in keys if k in keyword_scores})
+        vec_norm = scale({k: cosines[k] for k in keys if k in cosines})
         fused = dict(convex([kw_norm, vec_norm], [wk / total, wv / total]))
 
     results = [
         Ranked(
             key=k,
             fused=fused.get(k, 0.0),
-            relevance=(wk * kw_rel.get(k, 0.0) + wv * vec_rel.get(k, 0.0)) / total,
+            relevance=combine_relevance(kw_rel.get(k, 0.0), vec_rel.get(k, 0.0), wk, wv),
             keyword=kw_rel.get(k, 0.0),
             semantic=vec_rel.get(k, 0.0),
         )
@@ -86,9 +99,64 @@ def rank(
 def apply_thresholds(
     ranked: list[Ranked[K]], min_score: float, relative_cutoff: float
 ) -> list[Ranked[K]]:
-    """Keep items at or above min_score and within `relative_cutoff` of the best relevance."""
+    """Keep items at or above min_score and within `relative_cutoff` of the best relevance.
+
+    min_score = 0 asks for the plain ranking: no absolute and no relative filter.
+    """
+    if min_score <= 0.0:
+        return list(ranked)
     kept = [r for r in ranked if r.relevance >= min_score]
     if relative_cutoff > 0.0 and kept:
         best = max(r.relevance for r in kept)
         kept = [r for r in kept if r.relevance >= relative_cutoff * best]
     return kept
+
+
+def propagate(
+    ranked: list[Ranked[K]],
+    neighbours: Mapping[K, tuple[K | None, K | None]],
+    *,
+    next_weight: float,
+    previous_weight: float,
+) -> list[Ranked[K]]:
+    """Let ranked turns pass a share of their score to the turns around them.
+
+    `neighbours[key] = (previous, next)` for the seed turns. A neighbour's score becomes the
+    larger of its own and the inherited share (never a sum, so nothing rises above the turn that
+    matched and a turn matched twice is not counted twice).
+    """
+    if not neighbours or (next_weight <= 0.0 and previous_weight <= 0.0):
+        return ranked
+    by_key = {r.key: r for r in ranked}
+    inherited: dict[K, Ranked[K]] = {}
+    for seed in ranked:
+        pair = neighbours.get(seed.key)
+        if pair is None:
+            continue
+        for neighbour, weight in ((pair[0], previous_weight), (pair[1], next_weight)):
+            if neighbour is None or weight <= 0.0:
+                continue
+            candidate = Ranked(
+                key=neighbour,
+                fused=weight * seed.fused,
+                relevance=weight * seed.relevance,
+                keyword=weight * seed.keyword,
+                semantic=weight * seed.semantic,
+            )
+            best = inherited.get(neighbour)
+            if best is None or candidate.fused > best.fused:
+                inherited[neighbour] = candidate
+    merged: list[Ranked[K]] = []
+    for key in {**by_key, **inherited}:
+        own, got = by_key.get(key), inherited.get(key)
+        if own is None:
+            merged.append(got)  # type: ignore[arg-type]
+        elif got is None:
+            merged.append(own)
+        else:
+            merged.append(
+                Ranked(key, max(own.fused, got.fused), max(own.relevance, got.relevance),
+                       own.keyword, own.semantic)
+            )
+    merged.sort(key=lambda r: (-r.fused, -r.relevance))
+    return merged

@@ -11,25 +11,29 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.errors import NotFoundError
 from app.models import Conversation, Message
 from app.repositories.conversation import ConversationRepository, NewMessage
-from app.repositories.search_index import SearchIndexRepository, Source
+from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.schemas.conversation import MessageCreate
 from app.services.embedding import EmbeddingService
 
 
-def keyword_text(previous: str | None, content: str) -> str:
-    """A turn's keyword document includes the turn before it.
+def turn_document(
+    message_id: uuid.UUID, content: str, previous: str | None, following: str | None
+) -> Document:
+    """A turn's keyword document: its own words plus (weighted) the turns either side of it.
 
     Answers in a dialogue often only make sense with the question that prompted them
     ("Yes, last Tuesday" after "Did you visit the museum?"). Measured on LoCoMo this lifted the
     keyword arm's Recall@5 noticeably (docs/retrieval.md); the vector text stays the turn alone.
     """
-    return content if previous is None else f"{previous}\n{content}"
+    return Document(message_id, Source.MESSAGE, content, previous or "", following or "")
 
 
 @dataclass(frozen=True)
 class StoredMessages:
     conversation: Conversation
     messages: Sequence[Message]
+    # False when these are the conversation's first messages (they may start a cached session).
+    continued: bool = True
 
 
 class ConversationService:
@@ -67,7 +71,7 @@ class ConversationService:
         conversation = await self.repo.get(user_id, conversation_id, lock=True)
         if conversation is None:
             raise NotFoundError("conversation not found")
-        previous = await self.repo.last_message_content(user_id, conversation_id)
+        tail = await self.repo.last_messages(user_id, conversation_id, 2)
         new = [
             NewMessage(
                 id=uuid.uuid4(),
@@ -82,13 +86,26 @@ class ConversationService:
             for i, m in enumerate(messages)
         ]
         stored = await self.repo.insert_messages(user_id, conversation_id, new)
-        postings = []
-        for m in new:
-            postings.append((m.id, Source.MESSAGE, keyword_text(previous, m.content)))
-            previous = m.content
-        await self.index.index(user_id, postings)
+        contents = [m.content for m in new]
+        previous = tail[0].content if tail else None
+        documents = [
+            turn_document(
+                m.id,
+                m.content,
+                previous if i == 0 else contents[i - 1],
+                contents[i + 1] if i + 1 < len(contents) else None,
+            )
+            for i, m in enumerate(new)
+        ]
+        await self.index.index(user_id, documents)
+        if tail:
+            # The conversation's last turn now has a following turn: refresh its context.
+            before = tail[1].content if len(tail) > 1 else None
+            await self.index.reindex(
+                user_id, [turn_document(tail[0].id, tail[0].content, before, contents[0])]
+            )
         await self.repo.touch(conversation_id, user_id)
-        return StoredMessages(conversation, stored)
+        return StoredMessages(conversation, stored, continued=bool(tail))
 
     async def messages(
         self, user_id: str, conversation_id: uuid.UUID, *, after: int | None, limit: int

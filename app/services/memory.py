@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.repositories.memory import MemoryRepository, NewMemory
-from app.repositories.search_index import SearchIndexRepository, Source
+from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.services.embedding import EmbeddingService
 
 
@@ -45,6 +45,10 @@ class MemoryService:
         if not items:
             return []
         vectors = await self.embeddings.embed([m.content for m in items])
+        return await self.store(items, vectors)
+
+    async def store(self, items: Sequence[MemoryInput], vectors: Any) -> list[uuid.UUID]:
+        """Store memories whose vectors are already computed (batched imports); as create_many."""
         new = [
             NewMemory(
                 id=uuid.uuid4(), user_id=m.user_id, content=m.content,
@@ -56,10 +60,10 @@ class MemoryService:
             for i, m in enumerate(items)
         ]
         inserted = set(await self.repo.insert_many(new))
-        by_user: dict[str, list[tuple[uuid.UUID, Source, str]]] = {}
+        by_user: dict[str, list[Document]] = {}
         for m in new:
             if m.id in inserted:
-                by_user.setdefault(m.user_id, []).append((m.id, Source.MEMORY, m.content))
+                by_user.setdefault(m.user_id, []).append(Document(m.id, Source.MEMORY, m.content))
         for user_id, postings in by_user.items():
             await self.index.index(user_id, postings)
         return [m.id for m in new if m.id in inserted]

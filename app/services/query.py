@@ -24,7 +24,7 @@ from app.repositories.retrieval import Candidate, RetrievalRepository
 from app.repositories.search_index import Source
 from app.retrieval.budget import pack
 from app.retrieval.presets import RetrievalPreset
-from app.retrieval.scoring import apply_thresholds, rank
+from app.retrieval.scoring import apply_thresholds, propagate, rank
 from app.services.embedding import EmbeddingService
 
 if TYPE_CHECKING:
@@ -239,9 +239,22 @@ class QueryService:
                 )
                 cosines = await repo.vector(
                     request.user_id, vector, limit=n, memories=memories, messages=messages,
-                    types=request.types, exact=exact,
+                    types=request.types, exact=exact, model=self.embeddings.model,
                 )
             ranked = rank(keyword_scores, max_bm25, cosines, preset)
+            if messages and (preset.next_turn_weight > 0 or preset.previous_turn_weight > 0):
+                seeds = [r.key for r in ranked if r.key[0] is Source.MESSAGE][: preset.neighbour_seeds]
+                around = await repo.neighbours(request.user_id, [i for _, i in seeds])
+                neighbours = {
+                    (Source.MESSAGE, i): (
+                        (Source.MESSAGE, p) if p else None, (Source.MESSAGE, n) if n else None
+                    )
+                    for i, (p, n) in around.items()
+                }
+                ranked = propagate(
+                    ranked, neighbours, next_weight=preset.next_turn_weight,
+                    previous_weight=preset.previous_turn_weight,
+                )
             keep = [r.key for r in ranked[: max(request.limit * 3, 30)]]
             candidates = await repo.fetch(request.user_id, keep)
         return candidates, ranked

@@ -120,8 +120,8 @@ def upgrade() -> None:
         sa.Column("lexeme", sa.Text(), nullable=False),
         sa.Column("item_id", sa.Uuid(), nullable=False),
         sa.Column("source", sa.SmallInteger(), nullable=False),
-        sa.Column("tf", sa.Integer(), nullable=False),
-        sa.Column("dl", sa.Integer(), nullable=False),
+        sa.Column("tf", sa.REAL(), nullable=False),
+        sa.Column("dl", sa.REAL(), nullable=False),
         sa.PrimaryKeyConstraint("user_id", "lexeme", "item_id", name=op.f("pk_search_postings")),
     )
     op.create_index("idx_search_postings_item", "search_postings", ["item_id"])
@@ -129,7 +129,7 @@ def upgrade() -> None:
         "search_stats",
         sa.Column("user_id", sa.String(255), nullable=False),
         sa.Column("doc_count", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
-        sa.Column("total_length", sa.BigInteger(), server_default=sa.text("0"), nullable=False),
+        sa.Column("total_length", sa.Float(), server_default=sa.text("0"), nullable=False),
         sa.PrimaryKeyConstraint("user_id", name=op.f("pk_search_stats")),
     )
 

@@ -1,0 +1,339 @@
+"""Admin SQL: memory listing and edits, near-duplicate lookup, index and embedding maintenance,
+and the GDPR purge.
+
+Per-user statements filter by `user_id` like every other repository. The maintenance statements
+(re-embed batches, index rebuilds, row counts) deliberately span all users: they rewrite each
+row in place and never hand one user's data to another.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from sqlalchemy import ColumnElement, func, literal_column, select, text, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.db import vector_literal
+from app.models import MemoryItem
+
+Table = Literal["memory_items", "messages"]
+# Fixed identifiers (never user input), so they may be formatted into DDL.
+EMBEDDING_INDEXES: dict[Table, str] = {
+    "memory_items": "idx_memory_items_embedding",
+    "messages": "idx_messages_embedding",
+}
+_BUILT_ON = re.compile(r"built on (\d+) rows")
+_ENGLISH = literal_column("'english'::regconfig")
+
+
+@dataclass(frozen=True)
+class MemoryFilter:
+    user_id: str
+    type: str | None = None
+    q: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    include_deleted: bool = False
+
+
+@dataclass(frozen=True)
+class IndexState:
+    lists: int | None
+    built_rows: int | None  # rows when `pgrecall reindex` built it; None = built by a migration
+
+
+@dataclass(frozen=True)
+class StaleRow:
+    id: uuid.UUID
+    content: str
+    content_hash: str | None  # memory items only: guards against a concurrent content edit
+
+
+@dataclass
+class PurgedRows:
+    counts: dict[str, int]
+    texts: dict[str, list[str]] = field(default_factory=dict)  # embedding model -> texts
+
+
+class AdminMemoryRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    @staticmethod
+    def _where(f: MemoryFilter) -> list[ColumnElement[bool]]:
+        where: list[ColumnElement[bool]] = [MemoryItem.user_id == f.user_id]
+        if not f.include_deleted:
+            where.append(MemoryItem.deleted_at.is_(None))
+        if f.type is not None:
+            where.append(MemoryItem.type == f.type)
+        if f.q:
+            # Same expression as the GIN index idx_memory_items_content_fts, so it can serve it.
+            where.append(
+                func.to_tsvector(_ENGLISH, MemoryItem.content).bool_op("@@")(
+                    func.websearch_to_tsquery(_ENGLISH, f.q)
+                )
+            )
+        if f.created_after is not None:
+            where.append(MemoryItem.created_at >= f.created_after)
+        if f.created_before is not None:
+            where.append(MemoryItem.created_at < f.created_before)
+        return where
+
+    async def list(
+        self, f: MemoryFilter, *, limit: int, offset: int
+    ) -> tuple[Sequence[MemoryItem], int]:
+        """A page of the user's memories, newest first, and the total matching the filter."""
+        where = self._where(f)
+        page = (
+            select(MemoryItem)
+            .where(*where)
+            .order_by(MemoryItem.created_at.desc(), MemoryItem.id.desc())
+            .limit(limit)
+            .offset(offset)
+        )
+        items = (await self.session.execute(page)).scalars().all()
+        count = select(func.count()).select_from(MemoryItem).where(*where)
+        total = (await self.session.execute(count)).scalar_one()
+        return items, int(total)
+
+    async def get(self, user_id: str, item_id: uuid.UUID) -> MemoryItem | None:
+        """The user's memory, deleted or not (admins see both)."""
+        stmt = select(MemoryItem).where(MemoryItem.id == item_id, MemoryItem.user_id == user_id)
+        return (await self.session.execute(stmt)).scalar_one_or_none()
+
+    async def get_many(self, user_id: str, ids: Sequence[uuid.UUID]) -> Sequence[MemoryItem]:
+        """The user's memories with these ids (any order)."""
+        stmt = select(MemoryItem).where(MemoryItem.user_id == user_id, MemoryItem.id.in_(list(ids)))
+        return (await self.session.execute(stmt)).scalars().all()
+
+    async def ids_by_hash(self, user_id: str, hashes: Sequence[str]) -> dict[str, uuid.UUID]:
+        """Stored memory ids of the user by content hash (deleted ones included)."""
+        if not hashes:
+            return {}
+        stmt = select(MemoryItem.content_hash, MemoryItem.id).where(
+            MemoryItem.user_id == user_id, MemoryItem.content_hash.in_(list(set(hashes)))
+        )
+        return {h: i for h, i in (await self.session.execute(stmt)).all()}
+
+    async def update(
+        self, user_id: str, item_id: uuid.UUID, values: dict[str, Any]
+    ) -> MemoryItem | None:
+        """Change columns of the user's memory; None if it is not this user's."""
+        stmt = (
+            update(MemoryItem)
+            .where(MemoryItem.id == item_id, MemoryItem.user_id == user_id)
+            .values(**values, updated_at=func.now())
+            .returning(MemoryItem)
+            .execution_options(populate_existing=True)
+        )
+        return (await self.session.execute(stmt)).scalar_one_or_none()
+
+    async def set_deleted(
+        self, user_id: str, item_id: uuid.UUID, deleted: bool
+    ) -> MemoryItem | None:
+        """Soft-delete (keeping the first deletion time) or restore; None if not this user's."""
+        when = func.coalesce(MemoryItem.deleted_at, func.now()) if deleted else None
+        return await self.update(user_id, item_id, {"deleted_at": when})
+
+    async def nearest(
+        self, user_id: str, model: str, vectors: Sequence[Any], *, min_cosine: float, k: int
+    ) -> list[list[tuple[uuid.UUID, float]]]:
+        """Per vector, up to k of the user's live memories with cosine >= min_cosine, best first.
+
+        One statement for the whole batch. `+ 0` keeps the ivfflat index out (it filters by
+        user only after the scan, so it can miss rows); the user_id index makes this an exact
+        scan of the user's rows. Only vectors of the same model are comparable.
+        """
+        result: list[list[tuple[uuid.UUID, float]]] = [[] for _ in vectors]
+        if not vectors:
+            return result
+        sql = text(
+            """
+            WITH q AS MATERIALIZED (
+                SELECT u.ord, CAST(u.v AS vector) AS vec
+                FROM unnest(CAST(:vectors AS text[])) WITH ORDINALITY AS u(v, ord)
+            )
+            SELECT q.ord, c.id, 1 - c.distance AS cosine
+            FROM q CROSS JOIN LATERAL (
+                SELECT m.id, m.embedding <=> q.vec AS distance
+                FROM memory_items AS m
+                WHERE m.user_id = :user_id AND m.deleted_at IS NULL
+                  AND m.embedding_model = :model
+                ORDER BY (m.embedding <=> q.vec) + 0
+                LIMIT :k
+            ) AS c
+            WHERE c.distance <= :max_distance
+            ORDER BY q.ord, c.distance
+            """
+        )
+        params = {
+            "vectors": [vector_literal(v) for v in vectors],
+            "user_id": user_id,
+            "model": model,
+            "k": k,
+            "max_distance": 1.0 - min_cosine,
+        }
+        for row in (await self.session.execute(sql, params)).all():
+            result[int(row.ord) - 1].append((row.id, float(row.cosine)))
+        return result
+
+
+def lists_for(rows: int) -> int:
+    """ivfflat `lists` for a table size: rows/1000 (pgvector's advice), within 10..4000."""
+    return min(4000, max(10, round(rows / 1000)))
+
+
+class MaintenanceRepository:
+    """Whole-table work: ivfflat rebuilds and re-embedding."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def embedding_rows(self, table: Table) -> int:
+        sql = text(f"SELECT count(*) FROM {table} WHERE embedding IS NOT NULL")
+        return int((await self.session.execute(sql)).scalar_one())
+
+    async def index_state(self, table: Table) -> IndexState:
+        """`lists` of the table's ivfflat index and the row count recorded when it was built."""
+        sql = text(
+            "SELECT c.reloptions, obj_description(c.oid, 'pg_class') AS note FROM pg_class AS c "
+            "WHERE c.relname = :name AND c.relkind = 'i'"
+        )
+        row = (await self.session.execute(sql, {"name": EMBEDDING_INDEXES[table]})).one_or_none()
+        if row is None:
+            return IndexState(None, None)
+        lists = None
+        for option in row.reloptions or []:
+            key, _, value = option.partition("=")
+            if key == "lists":
+                lists = int(value)
+        built = _BUILT_ON.search(row.note or "")
+        return IndexState(lists, int(built.group(1)) if built else None)
+
+    async def rebuild_index(self, table: Table, lists: int, rows: int, dimension: int) -> None:
+        """Drop and create the ivfflat index under its own name (one transaction: the table is
+        locked while it builds), and note the row count it was built on."""
+        name = EMBEDDING_INDEXES[table]
+        # k-means samples up to 50 vectors per list and needs them in maintenance_work_mem.
+        sample_mb = math.ceil(min(rows, lists * 50) * (dimension * 4 + 64) / 2**20)
+        await self.session.execute(text("SET LOCAL lock_timeout = '30s'"))
+        await self.session.execute(text("SET LOCAL statement_timeout = 0"))
+        current = (await self.session.execute(text("SHOW maintenance_work_mem"))).scalar_one()
+        if _megabytes(str(current)) < sample_mb + 64:
+            budget = f"{sample_mb + 64}MB"
+            await self.session.execute(text(f"SET LOCAL maintenance_work_mem = '{budget}'"))
+        await self.session.execute(text(f"DROP INDEX IF EXISTS {name}"))
+        await self.session.execute(
+            text(
+                f"CREATE INDEX {name} ON {table} USING ivfflat (embedding vector_cosine_ops) "
+                f"WITH (lists = {int(lists)})"
+            )
+        )
+        await self.session.execute(
+            text(f"COMMENT ON INDEX {name} IS 'pgrecall reindex: built on {int(rows)} rows'")
+        )
+
+    async def column_dimension(self, table: Table) -> int:
+        """The width of the table's vector column (atttypmod of vector(n) is n)."""
+        sql = text(
+            "SELECT atttypmod FROM pg_attribute "
+            "WHERE attrelid = CAST(:table AS regclass) AND attname = 'embedding'"
+        )
+        return int((await self.session.execute(sql, {"table": table})).scalar_one())
+
+    async def model_counts(self, table: Table) -> dict[str | None, int]:
+        """Rows per embedding model (None: a message stored without a vector)."""
+        sql = text(f"SELECT embedding_model, count(*) FROM {table} GROUP BY embedding_model")
+        return {m: int(n) for m, n in (await self.session.execute(sql)).all()}
+
+    async def stale_batch(
+        self, table: Table, model: str, after: uuid.UUID | None, limit: int
+    ) -> list[StaleRow]:
+        """The next rows (by id) whose vector is not from `model`."""
+        hash_column = "content_hash" if table == "memory_items" else "NULL"
+        sql = text(
+            f"SELECT id, content, {hash_column} AS content_hash FROM {table} "
+            "WHERE embedding_model IS DISTINCT FROM :model "
+            "AND (CAST(:after AS uuid) IS NULL OR id > CAST(:after AS uuid)) "
+            "ORDER BY id LIMIT :limit"
+        )
+        rows = await self.session.execute(sql, {"model": model, "after": after, "limit": limit})
+        return [StaleRow(r.id, r.content, r.content_hash) for r in rows]
+
+    async def write_embeddings(
+        self, table: Table, model: str, rows: Sequence[StaleRow], vectors: Any
+    ) -> int:
+        """Store new vectors; a memory whose content changed meanwhile is left for the next run."""
+        if not rows:
+            return 0
+        guard = "AND t.content_hash = u.hash" if table == "memory_items" else ""
+        sql = text(
+            f"UPDATE {table} AS t SET embedding = CAST(u.vec AS vector), embedding_model = :model "
+            "FROM unnest(CAST(:ids AS uuid[]), CAST(:vecs AS text[]), CAST(:hashes AS text[])) "
+            "AS u(id, vec, hash) "
+            f"WHERE t.id = u.id AND t.embedding_model IS DISTINCT FROM :model {guard}"
+        )
+        params = {
+            "model": model,
+            "ids": [r.id for r in rows],
+            "vecs": [vector_literal(v) for v in vectors],
+            "hashes": [r.content_hash for r in rows],
+        }
+        result = await self.session.execute(sql, params)
+        return int(result.rowcount)  # type: ignore[attr-defined]
+
+
+def _megabytes(setting: str) -> float:
+    """Postgres memory setting ('256MB', '1GB', '65536kB') in MB."""
+    match = re.fullmatch(r"(\d+)\s*(kB|MB|GB|TB)?", setting.strip())
+    if match is None:
+        return 0.0
+    factor = {"kB": 1 / 1024, "MB": 1, "GB": 1024, "TB": 1024 * 1024}[match.group(2) or "kB"]
+    return int(match.group(1)) * factor
+
+
+class PurgeRepository:
+    """Hard deletes of everything one user owns."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def counts(self, user_id: str) -> dict[str, int]:
+        """Rows the user owns, per table."""
+        sql = text(
+            "SELECT (SELECT count(*) FROM conversations WHERE user_id = :u) AS conversations, "
+            "(SELECT count(*) FROM messages WHERE user_id = :u) AS messages, "
+            "(SELECT count(*) FROM memory_items WHERE user_id = :u) AS memory_items, "
+            "(SELECT count(*) FROM search_postings WHERE user_id = :u) AS search_postings, "
+            "(SELECT count(*) FROM search_stats WHERE user_id = :u) AS search_stats"
+        )
+        row = (await self.session.execute(sql, {"u": user_id})).one()
+        return {k: int(v) for k, v in row._mapping.items()}
+
+    async def delete_user(self, user_id: str) -> PurgedRows:
+        """Delete every row of the user; return counts and the embedded texts (cache keys)."""
+        purged = PurgedRows(counts={})
+        # Memory items first: they may point at the user's messages.
+        for table in ("memory_items", "messages"):
+            rows = await self.session.execute(
+                text(f"DELETE FROM {table} WHERE user_id = :u RETURNING content, embedding_model"),
+                {"u": user_id},
+            )
+            n = 0
+            for content, model in rows:
+                n += 1
+                if model is not None:
+                    purged.texts.setdefault(model, []).append(content)
+            purged.counts[table] = n
+        for table in ("conversations", "search_postings", "search_stats"):
+            result = await self.session.execute(
+                text(f"DELETE FROM {table} WHERE user_id = :u"), {"u": user_id}
+            )
+            purged.counts[table] = int(result.rowcount)  # type: ignore[attr-defined]
+        return purged

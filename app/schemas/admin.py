@@ -1,0 +1,114 @@
+"""Admin contracts: memory rows (HTTP and seed files), updates, listings."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from datetime import datetime
+from typing import Annotated
+
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    model_validator,
+)
+
+from app.schemas.common import Content, Metadata
+from app.schemas.memory import MemoryType
+
+# The same rule as app.api.deps.validate_user_id (tests/admin pin the two together); repeated
+# here because schemas sit below the API layer and must not import from it.
+USER_ID_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
+MAX_BULK_MEMORIES = 1000
+MAX_SOURCE_CHARS = 500
+
+
+def check_user_id(value: str) -> str:
+    """1-255 printable ASCII characters, no spaces."""
+    if not USER_ID_PATTERN.fullmatch(value):
+        raise ValueError("must be 1-255 printable ASCII characters, no spaces")
+    return value
+
+
+UserId = Annotated[str, AfterValidator(check_user_id)]
+Importance = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class AdminMemoryCreate(BaseModel):
+    """One curated memory: an admin API item and one row of a seed file."""
+
+    model_config = ConfigDict(extra="forbid")
+    user_id: UserId
+    content: Content
+    type: MemoryType
+    importance: Importance = 0.5
+    created_at: AwareDatetime | None = None
+    expires_at: AwareDatetime | None = None
+    source: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
+    metadata: Metadata = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _expiry_after_creation(self) -> AdminMemoryCreate:
+        if self.created_at and self.expires_at and self.expires_at <= self.created_at:
+            raise ValueError("expires_at must be later than created_at")
+        return self
+
+
+class AdminMemoryBulkCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    items: list[AdminMemoryCreate] = Field(min_length=1, max_length=MAX_BULK_MEMORIES)
+
+
+class AdminMemoryUpdate(BaseModel):
+    """Fields to change; a new content is re-embedded and re-indexed. `expires_at: null` clears."""
+
+    model_config = ConfigDict(extra="forbid")
+    content: Content | None = None
+    type: MemoryType | None = None
+    importance: Importance | None = None
+    expires_at: AwareDatetime | None = None
+
+    @model_validator(mode="after")
+    def _something_to_change(self) -> AdminMemoryUpdate:
+        if not self.model_fields_set:
+            raise ValueError("give at least one of content, type, importance, expires_at")
+        for name in ("content", "type", "importance"):
+            if name in self.model_fields_set and getattr(self, name) is None:
+                raise ValueError(f"{name} must not be null")
+        return self
+
+
+class AdminMemoryOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: uuid.UUID
+    user_id: str
+    content: str
+    type: str
+    importance: float
+    source: str | None
+    source_message_id: uuid.UUID | None
+    embedding_model: str
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    deleted_at: datetime | None
+    metadata: dict[str, object] = Field(validation_alias="metadata_")
+
+
+class DuplicateOut(BaseModel):
+    index: int = Field(description="position of the skipped item in the request")
+    id: uuid.UUID = Field(description="the stored memory with the same content")
+
+
+class AdminBulkResult(BaseModel):
+    items: list[AdminMemoryOut]
+    duplicates: list[DuplicateOut]
+
+
+class AdminMemoryPage(BaseModel):
+    items: list[AdminMemoryOut]
+    total: int
+    next_offset: int | None

@@ -1,0 +1,144 @@
+"""Admin management of memory items: create, edit, soft-delete, restore, list."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.errors import ConflictError, NotFoundError
+from app.models import MemoryItem
+from app.repositories.admin import AdminMemoryRepository, MemoryFilter
+from app.repositories.search_index import Document, SearchIndexRepository, Source
+from app.schemas.admin import AdminMemoryCreate, AdminMemoryUpdate
+from app.services.embedding import EmbeddingService
+from app.services.memory import MemoryInput, MemoryService, content_hash
+
+
+def memory_input(row: AdminMemoryCreate) -> MemoryInput:
+    """The service's input for one validated admin row."""
+    return MemoryInput(
+        user_id=row.user_id, content=row.content, type=row.type, importance=row.importance,
+        created_at=row.created_at, expires_at=row.expires_at, source=row.source,
+        metadata=row.metadata,
+    )
+
+
+class AdminMemoryService:
+    def __init__(self, session: AsyncSession, embeddings: EmbeddingService | None) -> None:
+        """`embeddings` may be None for callers that only read, delete or restore."""
+        self.repo = AdminMemoryRepository(session)
+        self.index = SearchIndexRepository(session)
+        self.session = session
+        self._embeddings = embeddings
+
+    @property
+    def embeddings(self) -> EmbeddingService:
+        if self._embeddings is None:
+            raise RuntimeError("this AdminMemoryService was built without an embedder")
+        return self._embeddings
+
+    @property
+    def memories(self) -> MemoryService:
+        return MemoryService(self.session, self.embeddings)
+
+    async def create_many(
+        self, rows: Sequence[AdminMemoryCreate]
+    ) -> tuple[list[MemoryItem], list[tuple[int, uuid.UUID]]]:
+        """Store new memories; returns them and (index, stored id) of each duplicate skipped."""
+        created = set(await self.memories.create_many([memory_input(r) for r in rows]))
+        stored: dict[tuple[str, str], uuid.UUID] = {}
+        for user in dict.fromkeys(r.user_id for r in rows):
+            hashes = [content_hash(r.content) for r in rows if r.user_id == user]
+            for digest, item_id in (await self.repo.ids_by_hash(user, hashes)).items():
+                stored[(user, digest)] = item_id
+        new_ids: dict[str, list[uuid.UUID]] = {}
+        order: list[uuid.UUID] = []
+        duplicates: list[tuple[int, uuid.UUID]] = []
+        for index, row in enumerate(rows):
+            item_id = stored.get((row.user_id, content_hash(row.content)))
+            if item_id is None:  # purged by a concurrent transaction: neither new nor a duplicate
+                continue
+            if item_id in created:
+                created.discard(item_id)  # a repeat later in the request is a duplicate
+                new_ids.setdefault(row.user_id, []).append(item_id)
+                order.append(item_id)
+            else:
+                duplicates.append((index, item_id))
+        found: dict[uuid.UUID, MemoryItem] = {}
+        for user, ids in new_ids.items():
+            found.update((m.id, m) for m in await self.repo.get_many(user, ids))
+        return [found[i] for i in order if i in found], duplicates
+
+    async def get(self, user_id: str, item_id: uuid.UUID) -> MemoryItem:
+        """The user's memory (deleted ones too); NotFoundError otherwise."""
+        return await self._get(user_id, item_id)
+
+    async def _get(self, user_id: str, item_id: uuid.UUID) -> MemoryItem:
+        item = await self.repo.get(user_id, item_id)
+        if item is None:
+            raise NotFoundError("memory not found")
+        return item
+
+    async def list(
+        self, filters: MemoryFilter, *, limit: int, offset: int
+    ) -> tuple[Sequence[MemoryItem], int]:
+        """A page of the user's memories matching the filters, and the total."""
+        return await self.repo.list(filters, limit=limit, offset=offset)
+
+    async def update(
+        self, user_id: str, item_id: uuid.UUID, changes: AdminMemoryUpdate
+    ) -> MemoryItem:
+        """Change fields; a new content is re-embedded and its keyword postings rebuilt."""
+        item = await self._get(user_id, item_id)
+        fields = changes.model_fields_set
+        values: dict[str, Any] = {}
+        if changes.content is not None and changes.content != item.content:
+            (vector,) = await self.embeddings.embed([changes.content])
+            values |= await self._content_values(item, changes.content, vector)
+        if changes.type is not None:
+            values["type"] = changes.type
+        if changes.importance is not None:
+            values["importance"] = changes.importance
+        if "expires_at" in fields:
+            values["expires_at"] = changes.expires_at
+        return await self._write(user_id, item_id, values)
+
+    async def replace(self, item: MemoryItem, row: AdminMemoryCreate, vector: Any) -> MemoryItem:
+        """Overwrite a memory with a near-duplicate row whose vector is already computed."""
+        values = await self._content_values(item, row.content, vector)
+        values["type"] = row.type
+        for name in ("importance", "expires_at", "source"):
+            if name in row.model_fields_set:
+                values[name] = getattr(row, name)
+        return await self._write(item.user_id, item.id, values)
+
+    async def set_deleted(self, user_id: str, item_id: uuid.UUID, deleted: bool) -> MemoryItem:
+        """Soft-delete or restore one of the user's memories."""
+        item = await self.repo.set_deleted(user_id, item_id, deleted)
+        if item is None:
+            raise NotFoundError("memory not found")
+        return item
+
+    async def _content_values(self, item: MemoryItem, content: str, vector: Any) -> dict[str, Any]:
+        new_hash = content_hash(content)
+        if new_hash != item.content_hash:
+            clash = (await self.repo.ids_by_hash(item.user_id, [new_hash])).get(new_hash)
+            if clash is not None and clash != item.id:
+                raise ConflictError(f"memory {clash} of this user already has this content")
+        # Postings hold the old text's lexemes: replace them.
+        await self.index.reindex(item.user_id, [Document(item.id, Source.MEMORY, content)])
+        return {
+            "content": content, "content_hash": new_hash, "embedding": vector,
+            "embedding_model": self.embeddings.model,
+        }
+
+    async def _write(self, user_id: str, item_id: uuid.UUID, values: dict[str, Any]) -> MemoryItem:
+        if not values:
+            return await self._get(user_id, item_id)
+        item = await self.repo.update(user_id, item_id, values)
+        if item is None:
+            raise NotFoundError("memory not found")
+        return item

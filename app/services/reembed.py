@@ -1,0 +1,122 @@
+"""Re-embedding: move every stored vector to the current embedding model.
+
+Rows are selected by `embedding_model`, so the work left is always "rows not on the current
+model": each batch commits on its own, and a run that is interrupted simply resumes on the next
+start. Texts are embedded outside any transaction; the write re-checks that the row still needs
+it (and, for a memory, that its content did not change meanwhile).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from tqdm import tqdm
+
+from app.repositories.admin import MaintenanceRepository, Table
+from app.services.embedding import EmbeddingService
+from app.services.reindex import TABLES, ReindexResult, reindex
+
+
+class ReembedError(Exception):
+    """The store cannot take the current model's vectors (dimension mismatch)."""
+
+
+@dataclass
+class ReembedReport:
+    model: str
+    models: dict[Table, dict[str | None, int]] = field(default_factory=dict)
+    moved: dict[Table, int] = field(default_factory=dict)
+    dry_run: bool = False
+    elapsed_s: float = 0.0
+    reindexed: list[ReindexResult] = field(default_factory=list)
+
+    def pending(self, table: Table) -> int:
+        """Rows of the table that were not on the current model when the run started."""
+        return sum(n for m, n in self.models.get(table, {}).items() if m != self.model)
+
+    def summary(self) -> str:
+        """Counts per table, and what was moved."""
+        parts = []
+        for table in TABLES:
+            models = ", ".join(
+                f"{m or '(no vector)'}: {n}" for m, n in sorted(
+                    self.models.get(table, {}).items(), key=lambda kv: kv[0] or ""
+                )
+            ) or "empty"
+            moved = "" if self.dry_run else f", moved {self.moved.get(table, 0)}"
+            parts.append(f"{table}: to move {self.pending(table)} ({models}){moved}")
+        head = f"target model {self.model}" + (" (dry run)" if self.dry_run else "")
+        return f"{head}; " + "; ".join(parts) + f"; {self.elapsed_s:.1f} s"
+
+
+async def reembed(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    embeddings: EmbeddingService,
+    *,
+    batch_size: int = 256,
+    dry_run: bool = False,
+    progress: bool = False,
+    rebuild_indexes: bool = True,
+) -> ReembedReport:
+    """Re-embed rows whose vector is from another model, in committed batches."""
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    model = embeddings.model
+    report = ReembedReport(model=model, dry_run=dry_run)
+    started = time.perf_counter()
+    async with sessionmaker() as session:
+        repo = MaintenanceRepository(session)
+        for table in TABLES:
+            width = await repo.column_dimension(table)
+            if width != embeddings.dimension:
+                raise ReembedError(
+                    f"{table}.embedding holds {width} dimensions but {model} makes "
+                    f"{embeddings.dimension}: a new dimension needs a migration, not a re-embed"
+                )
+            report.models[table] = await repo.model_counts(table)
+    if dry_run:
+        report.elapsed_s = time.perf_counter() - started
+        return report
+    total = sum(report.pending(t) for t in TABLES)
+    with tqdm(total=total, unit="row", disable=not progress, file=sys.stderr) as bar:
+        for table in TABLES:
+            moved = await _move_table(sessionmaker, embeddings, table, batch_size, bar)
+            report.moved[table] = moved
+    report.elapsed_s = time.perf_counter() - started
+    if rebuild_indexes:
+        # The old model's centroids mean nothing for the new vectors.
+        for table in TABLES:
+            if report.moved.get(table):
+                async with sessionmaker() as session, session.begin():
+                    report.reindexed.append(await reindex(session, table))
+    return report
+
+
+async def _move_table(
+    sessionmaker: async_sessionmaker[AsyncSession],
+    embeddings: EmbeddingService,
+    table: Table,
+    batch_size: int,
+    bar: tqdm,  # type: ignore[type-arg]
+) -> int:
+    moved = 0
+    after = None
+    # Keyset walk by id: each run visits a row at most once, so it always ends; a row skipped
+    # because it changed meanwhile is picked up by the next run.
+    while True:
+        async with sessionmaker() as session:
+            rows = await MaintenanceRepository(session).stale_batch(
+                table, embeddings.model, after, batch_size
+            )
+        if not rows:
+            return moved
+        vectors = await embeddings.embed([r.content for r in rows])
+        async with sessionmaker() as session, session.begin():
+            moved += await MaintenanceRepository(session).write_embeddings(
+                table, embeddings.model, rows, vectors
+            )
+        after = rows[-1].id
+        bar.update(len(rows))

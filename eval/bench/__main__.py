@@ -1,0 +1,124 @@
+"""`python -m eval.bench` (or `python scripts/bench.py`, `make bench`): the performance benchmark.
+
+Defaults: stores of 10k and 100k memory items, concurrency 1/8/32, results and logs under
+bench/out/. Setting overrides go to the server and to the recall measurement alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from app.observability import configure_logging
+from eval.bench.report import load_baselines, plot, table
+from eval.bench.run import BenchConfig, run_size
+
+log = logging.getLogger("eval.bench")
+cli = typer.Typer(add_completion=False, help=__doc__)
+ROOT = Path(__file__).resolve().parents[2]
+_SIZE = re.compile(r"^(\d+)([km]?)$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """10k -> 10000, 1m -> 1000000, 2500 -> 2500."""
+    match = _SIZE.match(text.strip())
+    if not match:
+        raise typer.BadParameter(f"not a size: {text!r} (examples: 10k, 100k, 1m, 2500)")
+    return int(match.group(1)) * {"": 1, "k": 1000, "m": 1_000_000}[match.group(2).lower()]
+
+
+def parse_levels(text: str) -> list[tuple[int, int]]:
+    """'1:300,8:1000' -> [(1, 300), (8, 1000)] (concurrency:requests)."""
+    levels = []
+    for part in text.split(","):
+        concurrency, _, requests = part.partition(":")
+        levels.append((int(concurrency), int(requests or 300)))
+    return levels
+
+
+def parse_settings(pairs: list[str]) -> dict[str, str]:
+    """KEY=VALUE pairs (Settings field names, e.g. ivfflat_probes=20)."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}")
+        out[key.strip().lower()] = value.strip()
+    return out
+
+
+async def _main(sizes: list[int], cfg: BenchConfig, database_url: str | None, threads: int) -> None:
+    from app.adapters.embedder import LocalEmbedder
+    from app.embedded import EmbeddedPostgres
+
+    embedder = LocalEmbedder(threads=threads)
+    pg = None
+    server_url = database_url
+    if server_url is None:
+        pg = EmbeddedPostgres(cfg.out_dir / "pg")
+        server_url = await asyncio.to_thread(pg.start)
+    try:
+        for items in sizes:
+            await run_size(server_url, items, embedder.embed_sync, cfg)
+    finally:
+        if pg is not None and pg.started_here:
+            await asyncio.to_thread(pg.stop)
+
+
+@cli.command()
+def main(
+    sizes: Annotated[str, typer.Option(help="store sizes, comma-separated")] = "10k,100k",
+    levels: Annotated[
+        str, typer.Option(help="concurrency:requests, comma-separated")
+    ] = "1:300,8:1000,32:1000",
+    time_cap: Annotated[float, typer.Option(help="seconds per concurrency level, at most")] = 120.0,
+    recall_queries: Annotated[int, typer.Option(help="queries in the recall measurement")] = 300,
+    timing_samples: Annotated[
+        int, typer.Option(help="/v1/memory/query calls for the breakdown")
+    ] = 100,
+    big_share: Annotated[float, typer.Option(help="share of queries from the big users")] = 0.2,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="setting override KEY=VALUE")
+    ] = None,
+    workers: Annotated[int, typer.Option(help="uvicorn workers (1 = `pgrecall serve`)")] = 1,
+    tag: Annotated[str | None, typer.Option(help="results-<size>-<tag>.json (tuning runs)")] = None,
+    rebuild: Annotated[
+        bool, typer.Option(help="reload stores even if a loaded one matches")
+    ] = False,
+    database_url: Annotated[
+        str | None, typer.Option(help="a Postgres server to create bench_<size> databases in")
+    ] = None,
+    out: Annotated[Path, typer.Option(help="results, logs, caches, embedded Postgres")] = ROOT
+    / "bench/out",
+    seed: Annotated[int, typer.Option()] = 42,
+    load_threads: Annotated[int, typer.Option(help="onnxruntime threads for corpus embedding")] = 2,
+) -> None:
+    """Build stores, drive query_memory over HTTP, report latency, throughput, recall, RSS."""
+    configure_logging("INFO", "text")
+    cfg = BenchConfig(
+        out_dir=out,
+        levels=parse_levels(levels),
+        time_cap_s=time_cap,
+        recall_queries=recall_queries,
+        timing_samples=timing_samples,
+        big_share=big_share,
+        seed=seed,
+        reuse=not rebuild,
+        workers=workers,
+        settings=parse_settings(set_ or []),
+        tag=tag,
+    )
+    asyncio.run(_main([parse_size(s) for s in sizes.split(",")], cfg, database_url, load_threads))
+    baselines = load_baselines(out)
+    if tag is None and plot(baselines, out / "latency-vs-size.png"):
+        log.info("plot written to %s", out / "latency-vs-size.png")
+    typer.echo(table(baselines))
+
+
+if __name__ == "__main__":
+    cli()

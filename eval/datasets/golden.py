@@ -1,0 +1,132 @@
+"""Loader for the hand-written memory golden set (eval/memory_golden_dataset.json).
+
+Format: the Memory v1 spec's (`version`, `description`, `cases[]`), with the fields
+documented in tests/eval/test_golden_dataset.py. Timestamps are relative to the dataset's
+reference date ("today" for expiry), named in its description.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "DEFAULT_PATH",
+    "GoldenCase",
+    "GoldenDataset",
+    "GoldenMemory",
+    "GoldenMessage",
+    "OtherUser",
+    "load_golden",
+]
+
+DEFAULT_PATH = Path(__file__).resolve().parents[1] / "memory_golden_dataset.json"
+# Used when the file names no reference date.
+DEFAULT_REFERENCE = datetime(2026, 11, 26, tzinfo=UTC)
+_REFERENCE_IN_TEXT = re.compile(r"reference date[^0-9]{0,40}(\d{4}-\d{2}-\d{2})", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class GoldenMemory:
+    content: str
+    type: str
+    importance: float | None = None
+    created_at: datetime | None = None
+    expires_at: datetime | None = None
+    deleted: bool = False
+
+
+@dataclass(frozen=True)
+class GoldenMessage:
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class OtherUser:
+    memories: tuple[GoldenMemory, ...]
+    messages: tuple[GoldenMessage, ...]
+
+
+@dataclass(frozen=True)
+class GoldenCase:
+    id: str
+    category: str
+    query: str
+    types: tuple[str, ...] | None
+    expected: tuple[str, ...]
+    memories: tuple[GoldenMemory, ...]
+    messages: tuple[GoldenMessage, ...]
+    other_users: tuple[OtherUser, ...]
+    rubric: str
+
+
+@dataclass(frozen=True)
+class GoldenDataset:
+    path: Path
+    version: str
+    description: str
+    reference: datetime
+    cases: tuple[GoldenCase, ...]
+
+
+def _timestamp(value: str | None) -> datetime | None:
+    if value is None:
+        return None
+    parsed = datetime.fromisoformat(value)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _memory(raw: Mapping[str, Any]) -> GoldenMemory:
+    return GoldenMemory(
+        content=raw["content"], type=raw["type"], importance=raw.get("importance"),
+        created_at=_timestamp(raw.get("created_at")), expires_at=_timestamp(raw.get("expires_at")),
+        deleted=bool(raw.get("deleted", False)),
+    )
+
+
+def _messages(raw: Sequence[Mapping[str, Any]]) -> tuple[GoldenMessage, ...]:
+    return tuple(GoldenMessage(m["role"], m["content"]) for m in raw)
+
+
+def _case(raw: Mapping[str, Any]) -> GoldenCase:
+    types = raw.get("types")
+    return GoldenCase(
+        id=raw["id"], category=raw["category"], query=raw["query"],
+        types=tuple(types) if types else None,
+        expected=tuple(raw["expected_retrievals"]),
+        memories=tuple(_memory(m) for m in raw["setup_memories"]),
+        messages=_messages(raw.get("setup_messages", [])),
+        other_users=tuple(
+            OtherUser(
+                tuple(_memory(m) for m in o.get("memories", [])), _messages(o.get("messages", []))
+            )
+            for o in raw.get("other_users", [])
+        ),
+        rubric=raw["rubric"],
+    )
+
+
+def _reference(data: Mapping[str, Any]) -> datetime:
+    explicit = data.get("reference_date")
+    found = _REFERENCE_IN_TEXT.search(data.get("description", ""))
+    text = explicit or (found.group(1) if found else None)
+    if text is None:
+        return DEFAULT_REFERENCE
+    parsed = datetime.fromisoformat(text)
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def load_golden(path: Path | str = DEFAULT_PATH) -> GoldenDataset:
+    """Parse the golden dataset file into typed cases."""
+    path = Path(path)
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return GoldenDataset(
+        path=path, version=str(data["version"]), description=data.get("description", ""),
+        reference=_reference(data), cases=tuple(_case(c) for c in data["cases"]),
+    )

@@ -1,0 +1,400 @@
+"""`python -m eval`: run a dataset through the real service, gate, report, log to MLflow.
+
+Exit codes: 0 = thresholds met (warnings allowed; LoCoMo is report-only), 1 = a blocking
+threshold missed, 2 = bad arguments or settings, 130 = interrupted (Ctrl-C), 143 = SIGTERM.
+Either way the throwaway database is stopped and removed before the process exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from app.config import Settings, SettingsError, load_settings
+from app.retrieval.presets import PRESETS, get_preset
+from eval import golden_run, locomo_run
+from eval.datasets.locomo import Conversation
+from eval.harness import running_service
+from eval.metrics import (
+    MEMORY_THRESHOLDS,
+    CaseResult,
+    Summary,
+    Threshold,
+    ThresholdResult,
+    check_thresholds,
+    summarise,
+)
+from eval.report import (
+    log_to_mlflow,
+    plot_latency_histogram,
+    plot_recall_curve,
+    render_table,
+    write_case_csv,
+    write_failures,
+)
+
+K = 5
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_OUT_ROOT = Path("eval") / "out"
+# The golden gate: the spec's thresholds, plus "no errors": a fail-closed (empty) answer
+# would otherwise score as a correct "nothing relevant".
+MEMORY_GATE: tuple[Threshold, ...] = (*MEMORY_THRESHOLDS, Threshold("errors", maximum=0.0))
+# /work/shared/datasets/locomo/README.md: same protocol, development half, 760 queries.
+LOCOMO_REFERENCES: tuple[tuple[str, float, float, float, float], ...] = (
+    ("BM25 (rank-bm25 Okapi, stop words removed)", 0.509, 0.559, 0.573, 0.425),
+    ("dense all-MiniLM-L6-v2 cosine", 0.416, 0.471, 0.508, 0.321),
+    ("equal-weight RRF (k=60) of the two", 0.476, 0.529, 0.548, 0.387),
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    dataset: str
+    path: Path
+    preset: str | None
+    out: Path | None
+    mlflow: bool
+    limit: int | None
+    min_score: float
+    tracking_uri: str | None
+    progress: bool = True
+
+
+@dataclass
+class DatasetRun:
+    """What a dataset runner hands back for gating and reporting."""
+
+    name: str
+    results: list[CaseResult]
+    thresholds: tuple[Threshold, ...]
+    params: dict[str, object]
+    breakdown: str = ""  # printed after the table
+    failure_details: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be >= 1")
+    return value
+
+
+def _unit_float(text: str) -> float:
+    value = float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError("must be within [0, 1]")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of `python -m eval`."""
+    parser = argparse.ArgumentParser(
+        prog="python -m eval",
+        description="Evaluate pgrecall's retrieval on a dataset, through the real service.",
+    )
+    parser.add_argument("--dataset", choices=("memory", "locomo"), default="memory",
+                        help="memory = the golden set (gated); locomo = LoCoMo (report only)")
+    parser.add_argument("--path", type=Path,
+                        help="dataset file (memory default: eval/memory_golden_dataset.json)")
+    parser.add_argument("--preset", choices=sorted(PRESETS),
+                        help="retrieval preset (default: PGRECALL_RETRIEVAL_PRESET or 'default')")
+    parser.add_argument("--out", type=Path,
+                        help="artifacts directory (default: eval/out/<dataset>-<timestamp>)")
+    parser.add_argument("--no-mlflow", dest="mlflow", action="store_false",
+                        help="do not log the run to MLflow")
+    parser.add_argument("--tracking-uri",
+                        help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else "
+                             "sqlite:///./mlruns/mlflow.db)")
+    parser.add_argument("--limit", type=_positive_int,
+                        help="only the first N cases (LoCoMo: questions), for quick runs")
+    parser.add_argument("--min-score", type=_unit_float,
+                        help="LoCoMo only: min_score of each query (default 0.0, so the full "
+                             "ranking is measured, not the relevance cut-off)")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bars")
+    return parser
+
+
+def parse_args(argv: Sequence[str] | None = None) -> Options:
+    """Validated options; argparse exits with status 2 on bad arguments."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.dataset == "locomo" and args.path is None:
+        parser.error("--dataset locomo needs --path FILE "
+                     "(e.g. ../shared/datasets/locomo/locomo-dev.json)")
+    if args.dataset == "memory" and args.min_score is not None:
+        parser.error("--min-score applies to --dataset locomo only (the golden set uses the "
+                     "service's own min_relevance, as agents do)")
+    path = args.path or golden_run.DEFAULT_PATH
+    if not path.is_file():
+        parser.error(f"dataset file not found: {path}")
+    return Options(
+        dataset=args.dataset, path=path, preset=args.preset, out=args.out, mlflow=args.mlflow,
+        limit=args.limit, min_score=args.min_score if args.min_score is not None else 0.0,
+        tracking_uri=args.tracking_uri, progress=args.progress,
+    )
+
+
+def eval_settings(preset: str | None) -> Settings:
+    """Service settings for a run: the environment's, but always a throwaway embedded
+    database, no Redis (no shared cache or rate limit to skew results) and migrations on."""
+    overrides: dict[str, object] = {
+        "database_url": None, "redis_url": None, "migrate_on_start": True,
+    }
+    if preset is not None:
+        overrides["retrieval_preset"] = preset
+    return load_settings(**overrides)
+
+
+def _git(*args: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip()
+
+
+def git_commit() -> str:
+    """HEAD of the repository, or "unknown" outside a git checkout."""
+    return _git("rev-parse", "HEAD") or "unknown"
+
+
+def git_dirty() -> str:
+    """Whether tracked files differ from HEAD ("True"/"False"), or "unknown"."""
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return "unknown" if status is None else str(bool(status))
+
+
+def _file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+
+
+def base_params(options: Options, settings: Settings) -> dict[str, object]:
+    """Parameters every run logs: preset fields, embedder, service limits, code version."""
+    preset = get_preset(settings.retrieval_preset)
+    return {
+        "dataset": options.dataset,
+        "dataset_path": str(options.path),
+        "dataset_sha256": _file_digest(options.path),
+        **preset.as_params(),
+        "embedder_provider": settings.embedding_provider.value,
+        "embedder_model": settings.embedding_model,
+        "embedding_dimension": settings.embedding_dimension,
+        "max_results": settings.max_results,
+        "git_commit": git_commit(),
+        "git_dirty": git_dirty(),
+        "limit": options.limit if options.limit is not None else "all",
+    }
+
+
+# --------------------------------------------------------------------------- datasets
+
+
+async def run_memory(options: Options, settings: Settings) -> DatasetRun:
+    """The golden set through POST /v1/tools/query_memory, gated by MEMORY_GATE."""
+    dataset = golden_run.load_golden(options.path)
+    cases = dataset.cases[: options.limit] if options.limit else dataset.cases
+    async with running_service(settings) as harness:
+        outcomes = await golden_run.run_cases(
+            harness, dataset, cases, token_budget=settings.token_budget, progress=options.progress
+        )
+    failing = [o for o in outcomes if golden_run.failure_reasons(o, K)]
+    return DatasetRun(
+        name="memory", results=[o.result for o in outcomes], thresholds=MEMORY_GATE,
+        params={
+            "dataset_version": dataset.version,
+            "cases": len(cases),
+            "endpoint": golden_run.TOOL_PATH,
+            "token_budget": settings.token_budget,
+            "min_relevance": settings.min_relevance,
+        },
+        breakdown=golden_run.render_breakdown(outcomes, K),
+        failure_details={o.case.id: golden_run.failure_details(o, K) for o in failing},
+    )
+
+
+def _limit_questions(
+    conversations: Sequence[Conversation], limit: int | None
+) -> list[Conversation]:
+    """The first `limit` questions, keeping only the conversations they come from."""
+    if limit is None:
+        return list(conversations)
+    kept = []
+    for conversation in conversations:
+        if limit <= 0:
+            break
+        kept.append(replace(conversation, questions=conversation.questions[:limit]))
+        limit -= len(kept[-1].questions)
+    return kept
+
+
+def render_locomo_references() -> str:
+    """The README's reference lines, to read beside this run's table."""
+    title = "LoCoMo references (development half, 760 queries, same protocol)"
+    lines = [title, "=" * len(title),
+             f"  {'method':<45} {'recall@5':>8} {'hit@5':>6} {'recall@10':>9} {'mrr@10':>6}"]
+    for name, r5, h5, r10, mrr in LOCOMO_REFERENCES:
+        lines.append(f"  {name:<45} {r5:>8.3f} {h5:>6.3f} {r10:>9.3f} {mrr:>6.3f}")
+    lines.append(
+        "  LoCoMo paper (Table 3), DRAGON over dialog turns, all categories: recall@5 0.567"
+    )
+    return "\n".join(lines) + "\n"
+
+
+async def run_locomo(options: Options, settings: Settings) -> DatasetRun:
+    """LoCoMo through POST /v1/memory/query; report only (no blocking gate)."""
+    conversations = _limit_questions(locomo_run.load(options.path), options.limit)
+    questions = sum(len(c.questions) for c in conversations)
+    async with running_service(settings) as harness:
+        id_to_dia = await locomo_run.load_into(harness, conversations)
+        results = await locomo_run.ask_all(
+            harness, conversations, id_to_dia, min_score=options.min_score,
+            progress=options.progress,
+        )
+    return DatasetRun(
+        name="locomo", results=results, thresholds=(),
+        params={
+            "dataset_version": _file_digest(options.path),
+            "cases": questions,
+            "conversations": len(conversations),
+            "endpoint": "/v1/memory/query",
+            "token_budget": locomo_run.TOKEN_BUDGET_FOR_RANKING,
+            "min_relevance": options.min_score,
+        },
+        breakdown=render_locomo_references(),
+    )
+
+
+# --------------------------------------------------------------------------- reporting
+
+
+def write_artifacts(
+    run: DatasetRun, summary: Summary, checks: Sequence[ThresholdResult], table: str,
+    params: dict[str, object], out: Path,
+) -> list[Path]:
+    """Per-case CSV, plots, failures, summary and the printed report, under `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    failures = write_failures(run.results, out / "failures.json", k=K)
+    if run.failure_details:
+        records = json.loads(failures.read_text(encoding="utf-8"))
+        for record in records:
+            record.update(run.failure_details.get(record["case_id"], {}))
+        text = json.dumps(records, indent=2, ensure_ascii=False) + "\n"
+        failures.write_text(text, encoding="utf-8")
+    summary_path = out / "summary.json"
+    summary_path.write_text(
+        json.dumps(
+            {
+                "params": {key: str(value) for key, value in params.items()},
+                "overall": summary.overall,
+                "by_category": summary.by_category,
+                "recall_curve": summary.recall_curve,
+                "thresholds": [
+                    {"metric": c.threshold.metric, "minimum": c.threshold.minimum,
+                     "maximum": c.threshold.maximum, "blocking": c.threshold.blocking,
+                     "value": c.value, "status": c.status}
+                    for c in checks
+                ],
+                "passed": all(c.status != "FAIL" for c in checks),
+            },
+            indent=2,
+        ) + "\n",
+        encoding="utf-8",
+    )
+    report = out / "report.txt"
+    report.write_text(table + "\n" + run.breakdown, encoding="utf-8")
+    return [
+        write_case_csv(run.results, out / "cases.csv", k=K),
+        plot_recall_curve(summary, out / "recall_at_k.png"),
+        plot_latency_histogram(run.results, out / "latency_histogram.png"),
+        failures,
+        summary_path,
+        report,
+    ]
+
+
+async def run(options: Options, settings: Settings) -> int:
+    """Run, gate and report one dataset; returns the exit code."""
+    preset = settings.retrieval_preset
+    print(
+        f"eval {options.dataset}: {options.path} | preset {preset} | "
+        f"token budget {settings.token_budget} | min relevance "
+        f"{options.min_score if options.dataset == 'locomo' else settings.min_relevance}",
+        file=sys.stderr,
+    )
+    started = time.perf_counter()
+    runner = run_memory if options.dataset == "memory" else run_locomo
+    dataset_run = await runner(options, settings)
+    wall_s = time.perf_counter() - started
+
+    summary = summarise(dataset_run.results, k=K)
+    checks = check_thresholds(summary, dataset_run.thresholds)
+    title = f"pgrecall eval: {dataset_run.name} (preset {preset}, {len(dataset_run.results)} cases)"
+    table = render_table(summary, checks, title)
+    print()
+    print(table)
+    failed = [c for c in checks if c.status == "FAIL"]
+    print(dataset_run.breakdown)
+    print(f"wall time: {wall_s:.1f} s")
+
+    params = {
+        **base_params(options, settings), **dataset_run.params, "wall_time_s": round(wall_s, 1),
+    }
+    stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+    out = options.out or DEFAULT_OUT_ROOT / f"{dataset_run.name}-{stamp}"
+    artifacts = write_artifacts(dataset_run, summary, checks, table, params, out)
+    print(f"artifacts: {out}")
+    if options.mlflow:
+        run_id = log_to_mlflow(
+            experiment=f"pgrecall-eval-{dataset_run.name}",
+            run_name=f"{dataset_run.name}-{preset}-{out.name}",
+            params=params, summary=summary, artifacts=artifacts, tracking_uri=options.tracking_uri,
+        )
+        print(f"mlflow run: {run_id}")
+    if failed:
+        names = ", ".join(c.threshold.metric for c in failed)
+        print(f"FAIL: blocking threshold(s) missed: {names}")
+        return 1
+    return 0
+
+
+async def _run_until_terminated(options: Options, settings: Settings) -> int:
+    # SIGTERM (a cancelled CI job) cancels the run like Ctrl-C does, so cleanup still runs.
+    task = asyncio.current_task()
+    if task is not None:
+        with contextlib.suppress(NotImplementedError, RuntimeError):  # no signals here
+            asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+    return await run(options, settings)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of `python -m eval`; returns the process exit code."""
+    options = parse_args(argv)
+    try:
+        settings = eval_settings(options.preset)
+    except SettingsError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        # asyncio.run cancels the run on Ctrl-C, so running_service stops its database.
+        return asyncio.run(_run_until_terminated(options, settings))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except asyncio.CancelledError:
+        print("terminated", file=sys.stderr)
+        return 143

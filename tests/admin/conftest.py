@@ -1,0 +1,75 @@
+"""Admin test fixtures: a private database for whole-store operations, sessions, a cache.
+
+Seeding with reindex, re-embedding and index rebuilds act on every row of a table, so they run
+in their own database (same embedded server): the shared one keeps the migration's indexes
+that other tests inspect, and other tests' rows stay on their model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+
+from app.adapters.cache import Cache
+from app.db import create_engine, create_sessionmaker
+from app.embedded import EmbeddedPostgres
+from app.migrate import upgrade_head
+from tests.redis_server import RedisServer
+
+
+def database_url(pg: EmbeddedPostgres, name: str) -> str:
+    return pg.url.replace("@/postgres?", f"@/{name}?")
+
+
+@pytest.fixture(scope="module")
+async def private_db(pg: EmbeddedPostgres) -> AsyncIterator[str]:
+    """URL of a fresh, migrated database used by one test module."""
+    name = f"pgr_admin_{uuid.uuid4().hex[:12]}"
+    admin = create_async_engine(pg.url, isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(text(f'CREATE DATABASE "{name}"'))
+        url = database_url(pg, name)
+        await asyncio.to_thread(upgrade_head, url)
+        yield url
+        async with admin.connect() as conn:
+            await conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    finally:
+        await admin.dispose()
+
+
+async def _sessions(url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    engine = create_engine(url, pool_size=2, statement_timeout_ms=600_000)
+    try:
+        yield create_sessionmaker(engine)
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+async def shared_sessions(pg: EmbeddedPostgres) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    """Sessions on the shared test database (per-user work only: never rebuild indexes here)."""
+    async for maker in _sessions(pg.url):
+        yield maker
+
+
+@pytest.fixture
+async def private_sessions(private_db: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
+    """Sessions on this module's private database."""
+    async for maker in _sessions(private_db):
+        yield maker
+
+
+@pytest.fixture
+async def cache(redis_srv: RedisServer) -> AsyncIterator[Cache]:
+    """A cache on the shared redis-server."""
+    c = Cache.from_url(redis_srv.url)
+    try:
+        yield c
+    finally:
+        await c.aclose()

@@ -1,0 +1,138 @@
+"""Re-embedding: batches commit, an interruption loses nothing, a restart finishes the job."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.adapters.embedder import LocalEmbedder
+from app.errors import EmbeddingError
+from app.repositories.admin import MaintenanceRepository, StaleRow
+from app.schemas.conversation import MessageCreate
+from app.services.conversation import ConversationService
+from app.services.embedding import EmbeddingService
+from app.services.memory import MemoryInput, MemoryService, content_hash
+from app.services.reembed import ReembedError, reembed
+from tests.admin.fakes import FakeEmbedder, fake_vector
+
+Sessions = async_sessionmaker[AsyncSession]
+FAKE = FakeEmbedder.model
+
+
+async def _store_with_local_model(
+    sessions: Sessions, embedder: LocalEmbedder, users: list[str]
+) -> None:
+    """30 memories and 10 messages per user, embedded by the real local model."""
+    embeddings = EmbeddingService(embedder)
+    async with sessions() as session, session.begin():
+        memories = MemoryService(session, embeddings)
+        conversations = ConversationService(session, embeddings)
+        for user in users:
+            await memories.create_many(
+                [
+                    MemoryInput(user_id=user, content=f"{user} remembers fact {i}", type="fact")
+                    for i in range(30)
+                ]
+            )
+            conversation = await conversations.create(user, None)
+            await conversations.append(
+                user,
+                conversation.id,
+                [MessageCreate(role="user", content=f"{user} says line {i}") for i in range(10)],
+                uuid.uuid4(),
+            )
+
+
+async def _models(sessions: Sessions) -> dict[tuple[str, str | None], int]:
+    async with sessions() as s:
+        out: dict[tuple[str, str | None], int] = {}
+        for table in ("memory_items", "messages"):
+            for model, n in await s.execute(
+                text(f"SELECT embedding_model, count(*) FROM {table} GROUP BY 1")
+            ):
+                out[(table, model)] = int(n)
+        return out
+
+
+class _Narrow:
+    model, dimension = "narrow-8", 8
+
+    async def embed(self, texts: Any) -> Any:
+        raise AssertionError("must not be called")
+
+
+async def test_interrupted_reembed_resumes_and_finishes(
+    private_sessions: Sessions, embedder: LocalEmbedder
+) -> None:
+    users = [f"user-{uuid.uuid4()}" for _ in range(2)]
+    await _store_with_local_model(private_sessions, embedder, users)
+    local = embedder.model
+    assert await _models(private_sessions) == {("memory_items", local): 60, ("messages", local): 20}
+
+    counted = await reembed(private_sessions, EmbeddingService(FakeEmbedder()), dry_run=True)
+    assert (counted.pending("memory_items"), counted.pending("messages")) == (60, 20)
+    assert await _models(private_sessions) == {("memory_items", local): 60, ("messages", local): 20}
+
+    # The embedder dies on its third batch: two batches of 16 are committed, nothing else moved.
+    with pytest.raises(EmbeddingError):
+        await reembed(
+            private_sessions, EmbeddingService(FakeEmbedder(fail_after_calls=2)), batch_size=16
+        )
+    assert await _models(private_sessions) == {
+        ("memory_items", FAKE): 32,
+        ("memory_items", local): 28,
+        ("messages", local): 20,
+    }
+
+    finished = await reembed(private_sessions, EmbeddingService(FakeEmbedder()), batch_size=16)
+    assert finished.moved == {"memory_items": 28, "messages": 20}
+    assert await _models(private_sessions) == {("memory_items", FAKE): 60, ("messages", FAKE): 20}
+    assert sorted(r.table for r in finished.reindexed) == ["memory_items", "messages"]
+    async with private_sessions() as s:
+        rows = (
+            await s.execute(
+                text(
+                    "SELECT content, embedding::text AS vec FROM memory_items UNION ALL "
+                    "SELECT content, embedding::text FROM messages"
+                )
+            )
+        ).all()
+    assert len(rows) == 80
+    for row in rows:
+        assert np.allclose(np.array(json.loads(row.vec)), fake_vector(row.content), atol=1e-6)
+
+    nothing = await reembed(private_sessions, EmbeddingService(FakeEmbedder()))
+    assert nothing.moved == {"memory_items": 0, "messages": 0} and nothing.reindexed == []
+
+
+async def test_reembed_refuses_another_dimension(private_sessions: Sessions) -> None:
+    with pytest.raises(ReembedError, match="384 dimensions but narrow-8 makes 8"):
+        await reembed(private_sessions, EmbeddingService(_Narrow()))  # type: ignore[arg-type]
+
+
+async def test_a_memory_edited_meanwhile_is_left_for_the_next_run(
+    private_sessions: Sessions,
+) -> None:
+    user = f"user-{uuid.uuid4()}"
+    async with private_sessions() as session, session.begin():
+        (item_id,) = await MemoryService(session, EmbeddingService(FakeEmbedder())).create_many(
+            [MemoryInput(user_id=user, content="original text", type="note")]
+        )
+    stale = StaleRow(item_id, "original text", content_hash("text read before an edit"))
+    async with private_sessions() as session, session.begin():
+        repo = MaintenanceRepository(session)
+        assert (
+            await repo.write_embeddings("memory_items", "other-model", [stale], [fake_vector("x")])
+            == 0
+        )
+        fresh = StaleRow(item_id, "original text", content_hash("original text"))
+        assert (
+            await repo.write_embeddings("memory_items", "other-model", [fresh], [fake_vector("x")])
+            == 1
+        )

@@ -1,0 +1,431 @@
+"""The Alembic schema as it really is in Postgres: columns, constraints, indexes, round trip."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from alembic import command
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from app.embedded import EmbeddedPostgres
+from app.migrate import alembic_config, head_revision, upgrade_head
+
+VECTOR_ZERO = "[" + ",".join(["0.1"] * 384) + "]"
+
+
+@pytest.fixture
+async def engine(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
+    engine = create_async_engine(pg.url)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+async def conn(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+    """A connection inside a transaction that is always rolled back: nothing is left behind."""
+    async with engine.connect() as connection:
+        transaction = await connection.begin()
+        try:
+            yield connection
+        finally:
+            await transaction.rollback()
+
+
+async def _columns(conn: AsyncConnection, table: str) -> dict[str, tuple[str, bool, str | None]]:
+    rows = await conn.execute(
+        text(
+            "SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull,"
+            " pg_get_expr(d.adbin, d.adrelid)"
+            " FROM pg_attribute a LEFT JOIN pg_attrdef d"
+            "   ON d.adrelid = a.attrelid AND d.adnum = a.attnum"
+            " WHERE a.attrelid = CAST(:t AS regclass) AND a.attnum > 0 AND NOT a.attisdropped"
+        ),
+        {"t": table},
+    )
+    return {name: (kind, notnull, default) for name, kind, notnull, default in rows}
+
+
+async def _indexes(conn: AsyncConnection) -> dict[str, str]:
+    rows = await conn.execute(
+        text("SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public'")
+    )
+    return {name: definition for name, definition in rows}
+
+
+async def test_vector_extension_installed(conn: AsyncConnection) -> None:
+    version = await conn.scalar(
+        text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+    )
+    assert version is not None
+
+
+async def test_tables_exist(conn: AsyncConnection) -> None:
+    rows = await conn.scalars(text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'"))
+    assert {
+        "conversations",
+        "messages",
+        "memory_items",
+        "search_postings",
+        "search_stats",
+        "alembic_version",
+    } <= set(rows)
+    assert await conn.scalar(text("SELECT version_num FROM alembic_version")) == head_revision()
+
+
+async def test_conversations_columns(conn: AsyncConnection) -> None:
+    cols = await _columns(conn, "conversations")
+    assert cols["id"][:2] == ("uuid", True)
+    assert cols["user_id"][:2] == ("character varying(255)", True)
+    assert cols["title"][:2] == ("character varying(500)", False)
+    for name in ("created_at", "updated_at"):
+        assert cols[name] == ("timestamp with time zone", True, "now()")
+
+
+async def test_messages_columns(conn: AsyncConnection) -> None:
+    cols = await _columns(conn, "messages")
+    assert cols["id"][:2] == ("uuid", True)
+    assert cols["conversation_id"][:2] == ("uuid", True)
+    assert cols["user_id"][:2] == ("character varying(255)", True)
+    assert cols["role"][:2] == ("character varying(20)", True)
+    assert cols["content"][:2] == ("text", True)
+    # Dimension 384 is the local MiniLM model's (the settings default).
+    assert cols["embedding"][:2] == ("vector(384)", False)
+    assert cols["embedding_model"][:2] == ("character varying(100)", False)
+    assert cols["correlation_id"][:2] == ("uuid", True)
+    assert cols["seq"][:2] == ("bigint", True)
+    assert cols["metadata"] == ("jsonb", True, "'{}'::jsonb")
+    assert cols["created_at"] == ("timestamp with time zone", True, "now()")
+    identity = await conn.scalar(
+        text(
+            "SELECT attidentity::text FROM pg_attribute"
+            " WHERE attrelid = 'messages'::regclass AND attname = 'seq'"
+        )
+    )
+    assert identity == "a"  # GENERATED ALWAYS: clients cannot forge the order
+    storage = await conn.scalar(
+        text(
+            "SELECT attstorage::text FROM pg_attribute"
+            " WHERE attrelid = 'messages'::regclass AND attname = 'embedding'"
+        )
+    )
+    assert storage == "p"
+
+
+async def test_memory_items_columns(conn: AsyncConnection) -> None:
+    cols = await _columns(conn, "memory_items")
+    expected = {
+        "id": ("uuid", True),
+        "user_id": ("character varying(255)", True),
+        "content": ("text", True),
+        "content_hash": ("character varying(64)", True),
+        "type": ("character varying(20)", True),
+        "embedding": ("vector(384)", True),
+        "embedding_model": ("character varying(100)", True),
+        "source_message_id": ("uuid", False),
+        "source": ("character varying(500)", False),
+        "importance": ("double precision", True),
+        "created_at": ("timestamp with time zone", True),
+        "updated_at": ("timestamp with time zone", True),
+        "expires_at": ("timestamp with time zone", False),
+        "deleted_at": ("timestamp with time zone", False),
+        "metadata": ("jsonb", True),
+    }
+    assert {name: cols[name][:2] for name in expected} == expected
+    assert cols["importance"][2] == "0.5"
+    assert cols["created_at"][2] == "now()"
+    assert cols["updated_at"][2] == "now()"
+    assert cols["deleted_at"][2] is None
+
+
+async def test_foreign_keys_in_catalog(conn: AsyncConnection) -> None:
+    rows = await conn.execute(
+        text(
+            "SELECT conrelid::regclass::text, confrelid::regclass::text, confdeltype::text,"
+            " pg_get_constraintdef(oid) FROM pg_constraint WHERE contype = 'f'"
+        )
+    )
+    fks = {(src, dst): (action, definition) for src, dst, action, definition in rows}
+    action, definition = fks[("messages", "conversations")]
+    assert action == "c" and "(conversation_id)" in definition
+    action, definition = fks[("memory_items", "messages")]
+    assert action == "n" and "(source_message_id)" in definition
+
+
+async def test_check_constraints_in_catalog(conn: AsyncConnection) -> None:
+    rows = await conn.execute(
+        text(
+            "SELECT conrelid::regclass::text, pg_get_constraintdef(oid)"
+            " FROM pg_constraint WHERE contype = 'c'"
+        )
+    )
+    checks = [(table, definition) for table, definition in rows]
+    messages = " ".join(d for t, d in checks if t == "messages")
+    memories = " ".join(d for t, d in checks if t == "memory_items")
+    for role in ("user", "assistant", "system"):
+        assert f"'{role}'" in messages
+    for kind in ("fact", "preference", "decision", "note"):
+        assert f"'{kind}'" in memories
+    assert "importance >= (0)" in memories and "importance <= (1)" in memories
+
+
+async def _conversation(conn: AsyncConnection) -> uuid.UUID:
+    cid = uuid.uuid4()
+    await conn.execute(
+        text("INSERT INTO conversations (id, user_id) VALUES (:id, 'schema-test')"), {"id": cid}
+    )
+    return cid
+
+
+async def _message(conn: AsyncConnection, cid: uuid.UUID, role: str = "user") -> uuid.UUID:
+    mid = uuid.uuid4()
+    await conn.execute(
+        text(
+            "INSERT INTO messages (id, conversation_id, user_id, role, content, correlation_id)"
+            " VALUES (:id, :cid, 'schema-test', :role, 'hello', :corr)"
+        ),
+        {"id": mid, "cid": cid, "role": role, "corr": uuid.uuid4()},
+    )
+    return mid
+
+
+async def _memory(
+    conn: AsyncConnection,
+    *,
+    kind: str = "fact",
+    importance: float | None = None,
+    source_message: uuid.UUID | None = None,
+) -> uuid.UUID:
+    mid = uuid.uuid4()
+    await conn.execute(
+        text(
+            "INSERT INTO memory_items (id, user_id, content, content_hash, type, embedding,"
+            " embedding_model, source_message_id, importance)"
+            " VALUES (:id, 'schema-test', 'c', :hash, :type, CAST(:emb AS vector), 'm', :src,"
+            " COALESCE(CAST(:imp AS double precision), 0.5))"
+        ),
+        {
+            "id": mid,
+            "hash": uuid.uuid4().hex,
+            "type": kind,
+            "emb": VECTOR_ZERO,
+            "src": source_message,
+            "imp": importance,
+        },
+    )
+    return mid
+
+
+async def _expect_violation(conn: AsyncConnection, coro_factory, sqlstate: str) -> None:  # type: ignore[no-untyped-def]
+    """Run one insert in a savepoint; it must fail with the given SQLSTATE."""
+    savepoint = await conn.begin_nested()
+    with pytest.raises(sa_exc.IntegrityError) as info:
+        await coro_factory()
+    await savepoint.rollback()
+    assert getattr(info.value.orig, "sqlstate", None) == sqlstate, info.value
+
+
+async def test_defaults_applied(conn: AsyncConnection) -> None:
+    cid = await _conversation(conn)
+    mid = await _message(conn, cid)
+    row = (
+        await conn.execute(
+            text("SELECT metadata, created_at, seq FROM messages WHERE id = :id"), {"id": mid}
+        )
+    ).one()
+    assert row.metadata == {} and row.created_at is not None and row.seq > 0
+    memory = await _memory(conn)
+    imp = await conn.scalar(
+        text("SELECT importance FROM memory_items WHERE id = :id"), {"id": memory}
+    )
+    assert imp == 0.5
+
+
+async def test_role_check_rejects_unknown_role(conn: AsyncConnection) -> None:
+    cid = await _conversation(conn)
+    await _message(conn, cid, role="assistant")
+    await _expect_violation(conn, lambda: _message(conn, cid, role="robot"), "23514")
+
+
+async def test_type_check_rejects_unknown_type(conn: AsyncConnection) -> None:
+    await _memory(conn, kind="preference")
+    await _expect_violation(conn, lambda: _memory(conn, kind="opinion"), "23514")
+
+
+@pytest.mark.parametrize("importance", [-0.01, 1.01])
+async def test_importance_range_enforced(conn: AsyncConnection, importance: float) -> None:
+    await _memory(conn, importance=0.0)
+    await _memory(conn, importance=1.0)
+    await _expect_violation(conn, lambda: _memory(conn, importance=importance), "23514")
+
+
+async def test_not_null_enforced(conn: AsyncConnection) -> None:
+    cid = await _conversation(conn)
+
+    async def no_correlation() -> None:
+        await conn.execute(
+            text(
+                "INSERT INTO messages (id, conversation_id, user_id, role, content)"
+                " VALUES (:id, :cid, 'u', 'user', 'x')"
+            ),
+            {"id": uuid.uuid4(), "cid": cid},
+        )
+
+    async def no_embedding() -> None:
+        await conn.execute(
+            text(
+                "INSERT INTO memory_items (id, user_id, content, content_hash, type,"
+                " embedding_model) VALUES (:id, 'u', 'c', 'h', 'fact', 'm')"
+            ),
+            {"id": uuid.uuid4()},
+        )
+
+    await _expect_violation(conn, no_correlation, "23502")
+    await _expect_violation(conn, no_embedding, "23502")
+
+
+async def test_message_needs_existing_conversation(conn: AsyncConnection) -> None:
+    await _expect_violation(conn, lambda: _message(conn, uuid.uuid4()), "23503")
+
+
+async def test_delete_conversation_cascades_and_memory_source_set_null(
+    conn: AsyncConnection,
+) -> None:
+    cid = await _conversation(conn)
+    message = await _message(conn, cid)
+    memory = await _memory(conn, source_message=message)
+    await conn.execute(text("DELETE FROM conversations WHERE id = :id"), {"id": cid})
+    left = await conn.scalar(
+        text("SELECT count(*) FROM messages WHERE conversation_id = :id"), {"id": cid}
+    )
+    assert left == 0
+    source = await conn.execute(
+        text("SELECT source_message_id FROM memory_items WHERE id = :id"), {"id": memory}
+    )
+    assert source.one() == (None,)  # the memory survives, its source link is cleared
+
+
+async def test_embedding_dimension_enforced(conn: AsyncConnection) -> None:
+    savepoint = await conn.begin_nested()
+    with pytest.raises(sa_exc.DBAPIError, match="expected 384 dimensions"):
+        await conn.execute(
+            text(
+                "INSERT INTO memory_items (id, user_id, content, content_hash, type, embedding,"
+                " embedding_model) VALUES (:id, 'u', 'c', 'h', 'fact', '[1,2,3]', 'm')"
+            ),
+            {"id": uuid.uuid4()},
+        )
+    await savepoint.rollback()
+
+
+async def test_vector_indexes(conn: AsyncConnection) -> None:
+    indexes = await _indexes(conn)
+    for table in ("messages", "memory_items"):
+        definition = indexes[f"idx_{table}_embedding"]
+        assert f"ON public.{table} USING ivfflat (embedding vector_cosine_ops)" in definition
+        assert "WITH (lists='100')" in definition
+
+
+async def test_full_text_indexes_index_the_column(conn: AsyncConnection) -> None:
+    indexes = await _indexes(conn)
+    for table in ("messages", "memory_items"):
+        definition = indexes[f"idx_{table}_content_fts"]
+        # The literal-'content' trap would read to_tsvector('english'::regconfig, 'content'::text).
+        assert definition.endswith(
+            f"ON public.{table} USING gin (to_tsvector('english'::regconfig, content))"
+        ), definition
+
+
+async def test_full_text_index_serves_english_queries(conn: AsyncConnection) -> None:
+    cid = await _conversation(conn)
+    await _message(conn, cid)
+    await conn.execute(text("SET LOCAL enable_seqscan = off"))
+    plan = "\n".join(
+        await conn.scalars(
+            text(
+                "EXPLAIN SELECT id FROM messages"
+                " WHERE to_tsvector('english', content) @@ to_tsquery('english', 'hello')"
+            )
+        )
+    )
+    assert "idx_messages_content_fts" in plan
+    found = await conn.scalar(
+        text(
+            "SELECT count(*) FROM messages WHERE conversation_id = :cid"
+            " AND to_tsvector('english', content) @@ to_tsquery('english', 'hellos')"
+        ),
+        {"cid": cid},
+    )
+    assert found == 1  # stemmed English, not the literal word "content"
+
+
+async def test_partial_and_conversation_indexes(conn: AsyncConnection) -> None:
+    indexes = await _indexes(conn)
+    assert indexes["idx_memory_items_user_id"].endswith(
+        "USING btree (user_id) WHERE (deleted_at IS NULL)"
+    )
+    assert indexes["idx_memory_items_type"].endswith(
+        "USING btree (user_id, type) WHERE (deleted_at IS NULL)"
+    )
+    assert indexes["idx_conversations_user_id"].endswith("USING btree (user_id)")
+    assert indexes["idx_conversations_updated_at"].endswith("USING btree (updated_at DESC)")
+    assert indexes["idx_messages_conversation_id"].endswith("USING btree (conversation_id, seq)")
+    assert indexes["idx_messages_user_id"].endswith("USING btree (user_id)")
+    assert "UNIQUE" in indexes["uq_memory_items_user_content_hash"]
+
+
+# -- migrations round trip, on a throwaway server (the shared one must stay at head) ----------
+
+
+@pytest.fixture(scope="module")
+def scratch_pg() -> Iterator[EmbeddedPostgres]:
+    directory = Path(tempfile.mkdtemp(prefix="pgr-mig-"))
+    server = EmbeddedPostgres(directory)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+async def _public_tables(url: str) -> set[str]:
+    engine = create_async_engine(url)
+    try:
+        async with engine.connect() as connection:
+            rows = await connection.scalars(
+                text("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")
+            )
+            return set(rows)
+    finally:
+        await engine.dispose()
+
+
+async def test_upgrade_downgrade_reupgrade_and_no_drift(scratch_pg: EmbeddedPostgres) -> None:
+    url = scratch_pg.url
+    cfg = alembic_config(url)
+    # env.py runs its own event loop, so Alembic commands go to a worker thread.
+    await asyncio.to_thread(upgrade_head, url)
+    assert {"conversations", "messages", "memory_items"} <= await _public_tables(url)
+    await asyncio.to_thread(command.downgrade, cfg, "base")
+    assert await _public_tables(url) == {"alembic_version"}
+    await asyncio.to_thread(upgrade_head, url)
+    tables = await _public_tables(url)
+    assert {
+        "conversations",
+        "messages",
+        "memory_items",
+        "search_postings",
+        "search_stats",
+    } <= tables
+    # Raises AutogenerateDiffsDetected when the models and the migrated schema disagree.
+    await asyncio.to_thread(command.check, cfg)
