@@ -8,6 +8,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, status
 
 from app.api.deps import CorrelationDep, ResourcesDep, SessionDep, UserDep, after_commit
+from app.errors import ServiceError
 from app.models import Message
 from app.schemas.conversation import (
     ConversationCreate,
@@ -18,6 +19,7 @@ from app.schemas.conversation import (
     MessageList,
     MessageOut,
     MessagePage,
+    SessionGoal,
     SessionOut,
 )
 from app.services.conversation import ConversationService
@@ -166,3 +168,18 @@ async def get_session_state(
         user_id, str(conversation_id), entries, goal=None, keep=resources.session_messages
     )
     return SessionOut(conversation_id=conversation_id, messages=entries, goal=None, source="database")
+
+
+@router.put("/{conversation_id}/session", response_model=SessionOut)
+async def set_session_goal(
+    conversation_id: uuid.UUID,
+    body: SessionGoal,
+    user_id: UserDep,
+    session: SessionDep,
+    resources: ResourcesDep,
+) -> SessionOut:
+    """Set or clear the session's current goal (session state lives in Redis, 24 h)."""
+    state = await get_session_state(conversation_id, user_id, session, resources)
+    if not await resources.cache.set_goal(user_id, str(conversation_id), body.goal):
+        raise ServiceError("session state needs Redis (PGRECALL_REDIS_URL), which is unavailable", 503)
+    return state.model_copy(update={"goal": body.goal})

@@ -80,3 +80,8 @@ class SessionOut(BaseModel):
     messages: list[dict[str, object]]
     goal: str | None
     source: Literal["cache", "database"]
+
+
+class SessionGoal(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    goal: str | None = Field(max_length=2000, description="the session's current goal; null clears it")

@@ -37,8 +37,20 @@ SHARED_MESSAGES = ["I adopted a greyhound named Pixel", "Pixel loves long walks 
 SHARED_QUERIES = [c for c, _ in SHARED_MEMORIES] + SHARED_MESSAGES + ["greyhound", "teal colour"]
 
 # Names that trip naive matching: prefixes, case, glob/regex/LIKE characters, key separators.
-NAMES = ["alice", "alice2", "Bob", "bob", "a*b", "a.b", "axb", "a%b", "a_b", "a\\b", "alice:0",
-         "a?b"]
+NAMES = [
+    "alice",
+    "alice2",
+    "Bob",
+    "bob",
+    "a*b",
+    "a.b",
+    "axb",
+    "a%b",
+    "a_b",
+    "a\\b",
+    "alice:0",
+    "a?b",
+]
 
 
 @dataclass
@@ -70,7 +82,9 @@ async def world(
 ) -> AsyncIterator[World]:
     """One app (Redis query cache on) and a dozen users holding identical content."""
     settings = Settings(
-        database_url=pg.url, redis_url=redis_srv.url, migrate_on_start=False,
+        database_url=pg.url,
+        redis_url=redis_srv.url,
+        migrate_on_start=False,
         rate_limit_per_minute=0,
     )
     app = create_app(settings, embedder=embedder)
@@ -90,7 +104,9 @@ async def world(
                 user.memories = {str(i): c for i, (c, _) in zip(ids, memories, strict=True)}
                 user.conversation = await new_conversation(client, user.id)
                 stored = await add_messages(
-                    client, user.id, [*SHARED_MESSAGES, f"my secret is {user.secret}"],
+                    client,
+                    user.id,
+                    [*SHARED_MESSAGES, f"my secret is {user.secret}"],
                     conversation=user.conversation,
                 )
                 user.messages = {m["id"]: m["content"] for m in stored}
@@ -183,8 +199,9 @@ async def test_crafted_queries_return_nothing_foreign(world: World, endpoint: st
         # above (the other's secret asked for by this user) would have seen a leak.
         data = await ask(world, other, endpoint, other.secret)
         found = check_own(world, other, data, "own secret")
-        assert {i for i, c in {**other.memories, **other.messages}.items()
-                if other.secret in c} & found
+        assert {
+            i for i, c in {**other.memories, **other.messages}.items() if other.secret in c
+        } & found
 
 
 async def test_nul_in_the_query_is_rejected(world: World) -> None:
@@ -207,8 +224,11 @@ async def test_foreign_ids_in_every_field(world: World) -> None:
         ("GET", f"/v1/conversations/{cid}/messages", None),
         ("GET", f"/v1/conversations/{cid}/session", None),
         ("POST", f"/v1/conversations/{cid}/messages", {"role": "user", "content": "hi"}),
-        ("POST", f"/v1/conversations/{cid}/messages:bulk",
-         {"messages": [{"role": "user", "content": "hi"}]}),
+        (
+            "POST",
+            f"/v1/conversations/{cid}/messages:bulk",
+            {"messages": [{"role": "user", "content": "hi"}]},
+        ),
     ]:
         response = await client.request(method, path, json=body, headers=h)
         assert response.status_code == 404, (method, path, response.text)
@@ -223,20 +243,26 @@ async def test_foreign_ids_in_every_field(world: World) -> None:
 
     # Ids where the contract has no field for them: unknown fields are rejected, not obeyed.
     for endpoint in (QUERY, TOOL):
-        for extra in ({"user_id": other.id}, {"conversation_id": cid},
-                      {"ids": list(other.memories)}, {"X-User-Id": other.id}):
+        for extra in (
+            {"user_id": other.id},
+            {"conversation_id": cid},
+            {"ids": list(other.memories)},
+            {"X-User-Id": other.id},
+        ):
             response = await client.post(endpoint, json={"query": "teal", **extra}, headers=h)
             assert response.status_code == 422, (endpoint, extra)
         # Query-string parameters are not part of the contract and change nothing.
         response = await client.post(
             f"{endpoint}?user_id={other.id}&X-User-Id={other.id}",
-            json={"query": "My favourite colour is teal"}, headers=h,
+            json={"query": "My favourite colour is teal"},
+            headers=h,
         )
         assert response.status_code == 200
         assert check_own(world, user, response.json(), "query string")
         # Two identity headers: never a mix of both users' data.
         response = await client.post(
-            endpoint, json={"query": "My favourite colour is teal"},
+            endpoint,
+            json={"query": "My favourite colour is teal"},
             headers=[("X-User-Id", user.id), ("X-User-Id", other.id)],
         )
         if response.status_code == 200:

@@ -48,8 +48,9 @@ async def store(
     async with res.sessionmaker() as session, session.begin():
         ids = await MemoryService(session, res.embeddings).create_many(
             [
-                MemoryInput(user_id=user, content=c, type=t, expires_at=expires_at,
-                            importance=importance)
+                MemoryInput(
+                    user_id=user, content=c, type=t, expires_at=expires_at, importance=importance
+                )
                 for c, t in items
             ]
         )
@@ -140,7 +141,8 @@ async def test_item_matching_both_signals_ranks_above_single_signal_items(
     vector_only = "I love making homemade loaves with a starter culture"  # no shared lexeme
     async with make_client() as (client, app):
         await store(
-            app, user_id,
+            app,
+            user_id,
             [(both, "preference"), (vector_only, "preference")]
             + [(c, "note") for c in keyword_only]
             + [("The quarterly tax payment is due on the 15th of April", "note")],
@@ -189,11 +191,15 @@ async def test_deleted_and_expired_memories_are_never_returned(
     async with make_client() as (client, app):
         (deleted,) = await store(app, user_id, [("The marmot colony lives near the ridge", "fact")])
         (expired,) = await store(
-            app, user_id, [("The marmot survey was cancelled", "note")],
+            app,
+            user_id,
+            [("The marmot survey was cancelled", "note")],
             expires_at=datetime.now(UTC) - timedelta(minutes=1),
         )
         (future,) = await store(
-            app, user_id, [("The marmot census is next spring", "note")],
+            app,
+            user_id,
+            [("The marmot census is next spring", "note")],
             expires_at=datetime.now(UTC) + timedelta(days=30),
         )
 
@@ -221,17 +227,24 @@ async def test_types_filter_returns_only_those_types_and_no_messages(
 ) -> None:
     async with make_client() as (client, app):
         await store(
-            app, user_id,
-            [("Kestrel is the codename of the fact project", "fact"),
-             ("I prefer the Kestrel dashboard in dark mode", "preference"),
-             ("We decided to ship Kestrel in May", "decision"),
-             ("Kestrel standup notes: nothing blocked", "note")],
+            app,
+            user_id,
+            [
+                ("Kestrel is the codename of the fact project", "fact"),
+                ("I prefer the Kestrel dashboard in dark mode", "preference"),
+                ("We decided to ship Kestrel in May", "decision"),
+                ("Kestrel standup notes: nothing blocked", "note"),
+            ],
         )
         await add_messages(client, user_id, ["How is the Kestrel launch going?"])
 
         everything = await query(client, user_id, query="Kestrel", min_score=0.0)
         assert {i["type"] for i in everything["items"]} == {
-            "fact", "preference", "decision", "note", "message"
+            "fact",
+            "preference",
+            "decision",
+            "note",
+            "message",
         }
         for types in (["fact"], ["note", "decision"], ["preference", "fact", "note", "decision"]):
             data = await query(client, user_id, query="Kestrel", types=types, min_score=0.0)
@@ -277,23 +290,26 @@ async def test_min_score_limit_and_score_range(
     items += [(f"Wombat fact number {n}: they are marsupials", "fact") for n in range(7)]
     async with make_client() as (client, app):
         await store(app, user_id, items)
-        everything = await query(client, user_id, query="wombat sanctuary feeding", min_score=0.0,
-                                 limit=100)
+        everything = await query(
+            client, user_id, query="wombat sanctuary feeding", min_score=0.0, limit=100
+        )
         scores = [i["relevance_score"] for i in everything["items"]]
         assert len(scores) == len(items) == everything["total_count"]
         assert all(0.0 <= s <= 1.0 for s in scores)
 
         threshold = sorted(scores)[len(scores) // 2]
-        above = await query(client, user_id, query="wombat sanctuary feeding", min_score=threshold,
-                            limit=100)
+        above = await query(
+            client, user_id, query="wombat sanctuary feeding", min_score=threshold, limit=100
+        )
         assert above["items"]
         assert all(i["relevance_score"] >= threshold for i in above["items"])
         assert {i["id"] for i in above["items"]} == {
             i["id"] for i in everything["items"] if i["relevance_score"] >= threshold
         }
 
-        limited = await query(client, user_id, query="wombat sanctuary feeding", min_score=0.0,
-                              limit=5)
+        limited = await query(
+            client, user_id, query="wombat sanctuary feeding", min_score=0.0, limit=5
+        )
         assert len(limited["items"]) == 5
         assert limited["total_count"] == len(items)
         assert [i["id"] for i in limited["items"]] == [i["id"] for i in everything["items"][:5]]
@@ -307,8 +323,14 @@ async def test_token_budget_is_respected_and_the_last_item_cut(
     async with make_client() as (client, app):
         await store(app, user_id, items)
         for budget in (150, 777):
-            data = await query(client, user_id, query="capybara enclosure", min_score=0.0,
-                               limit=12, token_budget=budget)
+            data = await query(
+                client,
+                user_id,
+                query="capybara enclosure",
+                min_score=0.0,
+                limit=12,
+                token_budget=budget,
+            )
             assert data["items"]
             assert data["token_count"] <= budget
             assert data["truncated"] is True
@@ -333,20 +355,34 @@ async def test_token_budget_is_respected_and_the_last_item_cut(
 
 async def test_memory_query_response_fields(make_client: Callable[..., Any], user_id: str) -> None:
     async with make_client() as (client, app):
-        (memory_id,) = await store(app, user_id, [("The axolotl tank is 22 degrees", "fact")],
-                                   importance=0.9)
+        (memory_id,) = await store(
+            app, user_id, [("The axolotl tank is 22 degrees", "fact")], importance=0.9
+        )
         (message,) = await add_messages(client, user_id, ["My axolotl is called Pink"])
         data = await query(client, user_id, query="axolotl", min_score=0.0)
-        assert {"items", "total_count", "query_embedding_ms", "retrieval_ms", "token_count",
-                "truncated"} <= set(data)
+        assert {
+            "items",
+            "total_count",
+            "query_embedding_ms",
+            "retrieval_ms",
+            "token_count",
+            "truncated",
+        } <= set(data)
         assert isinstance(data["query_embedding_ms"], int) and data["query_embedding_ms"] >= 0
         assert isinstance(data["retrieval_ms"], int) and data["retrieval_ms"] >= 0
         assert data["total_count"] == 2 and data["truncated"] is False
         by_id = {i["id"]: i for i in data["items"]}
         assert set(by_id) == {memory_id, message["id"]}
         for item in data["items"]:
-            assert {"id", "content", "type", "relevance_score", "source", "created_at",
-                    "importance"} <= set(item)
+            assert {
+                "id",
+                "content",
+                "type",
+                "relevance_score",
+                "source",
+                "created_at",
+                "importance",
+            } <= set(item)
             datetime.fromisoformat(item["created_at"])
             assert 0.0 <= item["relevance_score"] <= 1.0
         memory = by_id[memory_id]
@@ -383,8 +419,9 @@ async def test_tool_response_shape_and_formatted_block(
     make_client: Callable[..., Any], user_id: str
 ) -> None:
     async with make_client() as (client, app):
-        await store(app, user_id, [("I prefer window seats on long narwhal-watching flights",
-                                    "preference")])
+        await store(
+            app, user_id, [("I prefer window seats on long narwhal-watching flights", "preference")]
+        )
         await add_messages(client, user_id, ["Book the narwhal cruise for August"])
         body = await tool(client, user_id, query="narwhal trip")
         assert set(body) == {"memories", "metadata", "formatted"}
@@ -416,8 +453,13 @@ async def test_long_query_is_cut_with_a_warning(
         for endpoint in (QUERY, TOOL):
             response = await client.post(endpoint, json={"query": text}, headers=headers(user_id))
             assert response.status_code == 200, response.text
-    warnings = [r for r in caplog.records if r.name == "app.services.query"
-                and r.levelno == logging.WARNING and "cut" in r.getMessage()]
+    warnings = [
+        r
+        for r in caplog.records
+        if r.name == "app.services.query"
+        and r.levelno == logging.WARNING
+        and "cut" in r.getMessage()
+    ]
     assert len(warnings) == 2
     assert all("8192" in r.getMessage() for r in warnings)
 

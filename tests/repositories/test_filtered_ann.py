@@ -22,7 +22,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from app.db import create_engine, create_sessionmaker, vector_literal
+from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
 from app.repositories.retrieval import RetrievalRepository
 from app.repositories.search_index import Source
@@ -83,14 +83,28 @@ async def _load(conn: asyncpg.Connection, store: Store) -> None:
         for item_id, vector in zip(store.ids[user], store.vectors[user], strict=True):
             content = f"synthetic ann item {item_id}"
             records.append(
-                (uuid.UUID(item_id), user, content, hashlib.sha256(content.encode()).hexdigest(),
-                 "note", vector, MODEL)
+                (
+                    uuid.UUID(item_id),
+                    user,
+                    content,
+                    hashlib.sha256(content.encode()).hexdigest(),
+                    "note",
+                    vector,
+                    MODEL,
+                )
             )
     await conn.copy_records_to_table(
         "memory_items",
         records=records,
-        columns=["id", "user_id", "content", "content_hash", "type", "embedding",
-                 "embedding_model"],
+        columns=[
+            "id",
+            "user_id",
+            "content",
+            "content_hash",
+            "type",
+            "embedding",
+            "embedding_model",
+        ],
     )
 
 
@@ -123,22 +137,28 @@ async def sessions(pg: EmbeddedPostgres) -> AsyncIterator[async_sessionmaker[Asy
         await engine.dispose()
 
 
-def _queries(store: Store, count: int) -> list[tuple[str, np.ndarray]]:
-    """Query vectors spread over all user sizes: most near one of the user's topics."""
+Query = tuple[str, np.ndarray, bool]  # user, vector, on topic
+
+
+def _queries(store: Store, count: int) -> list[Query]:
+    """Query vectors over all user sizes: most near one of the user's topics, some off-topic."""
     rng = np.random.default_rng(SEED + 1)
     picked = [store.users[i] for i in np.linspace(0, len(store.users) - 1, count).astype(int)]
-    out = []
+    out: list[Query] = []
     for n, user in enumerate(picked):
-        if n % 4 == 3:
-            # Off-topic: the user's nearest items are far away and spread over many lists.
-            out.append((user, _unit(rng.standard_normal(DIM))))
+        if n % 5 == 4:
+            # Off-topic: every cosine is near 0 and the user's "nearest" items are spread over
+            # many lists. Real results like these fall under the vector floor anyway, so their
+            # recall is reported, not held to 0.95; their row count is.
+            out.append((user, _unit(rng.standard_normal(DIM)), False))
             continue
         topic = store.topics[user][rng.integers(0, 4)]
-        out.append((user, _unit(topic + 0.6 * rng.standard_normal(DIM) / np.sqrt(DIM))))
+        out.append((user, _unit(topic + 0.6 * rng.standard_normal(DIM) / np.sqrt(DIM)), True))
     return out
 
 
 def _exact_top(store: Store, user: str, query: np.ndarray) -> list[str]:
+    """Ground truth computed outside Postgres, from the very vectors that were loaded."""
     similarity = store.vectors[user] @ query
     order = np.argsort(-similarity, kind="stable")[:K]
     return [str(store.ids[user][i]) for i in order]
@@ -150,9 +170,7 @@ class Searched:
     used_ivfflat: bool  # the statement scanned idx_memory_items_embedding
 
 
-_INDEX_SCANS = text(
-    "SELECT pg_stat_get_xact_numscans('idx_memory_items_embedding'::regclass)"
-)
+_INDEX_SCANS = text("SELECT pg_stat_get_xact_numscans('idx_memory_items_embedding'::regclass)")
 
 
 async def _search(
@@ -168,20 +186,26 @@ async def _search(
         repo = RetrievalRepository(session)
         await repo.set_vector_search(exact=exact, probes=PROBES, max_probes=MAX_PROBES)
         if force_index:
-            # At this size the planner prefers the user_id index plus a sort (exact). Penalising
-            # sorts makes it take the ivfflat scan, the path whose filtered results can come up
-            # short, so that path is what gets measured.
+            # The planner may prefer the user_id index plus a sort (exact) for small users.
+            # Penalising sorts makes it take the ivfflat scan, the path whose filtered results
+            # can come up short, so that path is what gets measured for every user.
             await session.execute(text("SET LOCAL enable_sort = off"))
         if plain_scan:
-            # The control: one probe, no iterative scan (what pgvector does by default).
+            # The control: one probe, no iterative scan (pgvector's defaults).
             await session.execute(text("SET LOCAL ivfflat.probes = 1"))
             await session.execute(text("SET LOCAL ivfflat.iterative_scan = off"))
         before = int(await session.scalar(_INDEX_SCANS) or 0)
         found = await repo.vector(
-            user, query, limit=K, memories=True, messages=False, types=None, exact=exact,
+            user,
+            query,
+            limit=K,
+            memories=True,
+            messages=False,
+            types=None,
+            exact=exact,
             model=MODEL,
         )
-        # This transaction's own index statistics: did the statement use the ivfflat index?
+        # This transaction's own index statistics: did the statement scan the ivfflat index?
         used = int(await session.scalar(_INDEX_SCANS) or 0) > before
     assert all(source is Source.MEMORY for source, _ in found)
     ranked = sorted(found.items(), key=lambda kv: -kv[1])
@@ -190,22 +214,30 @@ async def _search(
 
 @dataclass
 class Measured:
-    recall: float
+    recall: float  # mean recall@10 over the on-topic queries
+    recall_all: float  # ... over all queries
     worst: float
-    short: list[tuple[str, int, int]]
+    short: list[tuple[str, int, int]]  # (user, rows returned, rows expected)
     ivfflat_share: float
+
+    def describe(self) -> str:
+        return (
+            f"recall@10={self.recall:.4f} (all queries {self.recall_all:.4f}, worst "
+            f"{self.worst:.2f}) short={len(self.short)} index_used={self.ivfflat_share:.0%}"
+        )
 
 
 async def _measure(
     store: Store,
     sessions: async_sessionmaker[AsyncSession],
-    queries: list[tuple[str, np.ndarray]],
+    queries: list[Query],
     **mode: bool,
 ) -> Measured:
     recalls: list[float] = []
+    on_topic: list[float] = []
     short: list[tuple[str, int, int]] = []
     ivfflat = 0
-    for user, query in queries:
+    for user, query, topical in queries:
         truth = _exact_top(store, user, query)
         found = await _search(sessions, user, query, **mode)
         assert set(found.ids) <= set(store.ids[user])  # scoped to the user, always
@@ -213,8 +245,16 @@ async def _measure(
         if len(found.ids) != expected:
             short.append((user, len(found.ids), expected))
         recalls.append(len(set(found.ids) & set(truth)) / expected)
+        if topical:
+            on_topic.append(recalls[-1])
         ivfflat += found.used_ivfflat
-    return Measured(float(np.mean(recalls)), min(recalls), short, ivfflat / len(queries))
+    return Measured(
+        float(np.mean(on_topic)),
+        float(np.mean(recalls)),
+        min(recalls),
+        short,
+        ivfflat / len(queries),
+    )
 
 
 async def test_filtered_ann_returns_full_k_with_high_recall(
@@ -222,27 +262,29 @@ async def test_filtered_ann_returns_full_k_with_high_recall(
 ) -> None:
     assert store.rows >= 20_000 and len(store.users) >= 50
     queries = _queries(store, 40)
+    topical = sum(q[2] for q in queries)
+    assert topical >= 30
     started = time.perf_counter()
     forced = await _measure(store, sessions, queries, exact=False, force_index=True)
     natural = await _measure(store, sessions, queries, exact=False)
     exact = await _measure(store, sessions, queries, exact=True)
-    control = await _measure(store, sessions, queries, exact=False, force_index=True,
-                             plain_scan=True)
+    control = await _measure(
+        store, sessions, queries, exact=False, force_index=True, plain_scan=True
+    )
     elapsed = time.perf_counter() - started
     report = (
         f"rows={store.rows} users={len(store.users)} queries={len(queries)} "
-        f"load+reindex={store.load_s:.1f}s search={elapsed:.1f}s probes={PROBES} "
-        f"max_probes={MAX_PROBES} | ivfflat path: recall@10={forced.recall:.4f} "
-        f"(worst {forced.worst:.2f}) short={forced.short} index_used={forced.ivfflat_share:.0%} "
-        f"| planner's choice: recall@10={natural.recall:.4f} short={natural.short} "
-        f"index_used={natural.ivfflat_share:.0%} | exact path: recall@10={exact.recall:.4f} "
-        f"index_used={exact.ivfflat_share:.0%} | control (probes=1, no iterative scan): "
-        f"recall@10={control.recall:.4f} short={len(control.short)}/{len(queries)}"
+        f"(on-topic {topical}) load+reindex={store.load_s:.1f}s search={elapsed:.1f}s "
+        f"probes={PROBES} max_probes={MAX_PROBES}\n"
+        f"  ivfflat path (forced): {forced.describe()} {forced.short}\n"
+        f"  planner's choice:      {natural.describe()} {natural.short}\n"
+        f"  exact path:            {exact.describe()}\n"
+        f"  control, probes=1 without iterative scan: {control.describe()}"
     )
     print(report)
     assert forced.ivfflat_share == 1.0, report  # the ANN path really was measured
     assert not forced.short and not natural.short, report
     assert forced.recall >= 0.95 and natural.recall >= 0.95, report
-    assert exact.recall == 1.0 and exact.ivfflat_share == 0.0, report
+    assert exact.recall_all == 1.0 and exact.ivfflat_share == 0.0, report
     # The data is hard enough to show the problem: the plain filtered scan comes up short.
-    assert control.short and control.recall < 0.95, report
+    assert control.short and control.recall_all < 0.95, report

@@ -55,9 +55,7 @@ def test_rrf_rejects_mismatched_weights_and_handles_empty() -> None:
     data=st.data(),
 )
 def test_rrf_properties(rankings: list[list[int]], data: st.DataObject) -> None:
-    weights = data.draw(
-        st.lists(st.floats(0, 2), min_size=len(rankings), max_size=len(rankings))
-    )
+    weights = data.draw(st.lists(st.floats(0, 2), min_size=len(rankings), max_size=len(rankings)))
     fused = rrf(rankings, weights)
     keys = [k for k, _ in fused]
     scores = [s for _, s in fused]

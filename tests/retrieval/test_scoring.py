@@ -19,8 +19,14 @@ from app.retrieval.scoring import (
 
 # Fixed calibration numbers, so these tests do not move when the default preset is retuned.
 PRESET = RetrievalPreset(
-    name="test", fusion="convex", keyword_weight=0.6, vector_weight=0.4, normalisation="minmax",
-    vector_floor=0.25, vector_ceiling=0.65, keyword_saturation=0.6,
+    name="test",
+    fusion="convex",
+    keyword_weight=0.6,
+    vector_weight=0.4,
+    normalisation="minmax",
+    vector_floor=0.25,
+    vector_ceiling=0.65,
+    keyword_saturation=0.6,
 )
 
 
@@ -179,8 +185,10 @@ def test_propagate_never_lifts_a_neighbour_above_its_seed_nor_sums() -> None:
 
 def test_propagate_keeps_a_stronger_own_score() -> None:
     ranked = [r("seed", 0.4), r("next", 0.9)]
-    out = {x.key: x for x in propagate(ranked, {"seed": (None, "next")}, next_weight=0.5,
-                                       previous_weight=0.0)}
+    out = {
+        x.key: x
+        for x in propagate(ranked, {"seed": (None, "next")}, next_weight=0.5, previous_weight=0.0)
+    }
     assert out["next"].fused == pytest.approx(0.9)
 
 
