@@ -33,7 +33,9 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None, description="Postgres DSN; unset = embedded Postgres in data_dir"
     )
-    redis_url: str | None = Field(default=None, description="Redis URL; unset = no cache, no rate limit")
+    redis_url: str | None = Field(
+        default=None, description="Redis URL; unset = no cache, no rate limit"
+    )
     data_dir: Path = Field(default=Path(".data"), description="embedded database and local state")
     host: str = "127.0.0.1"
     port: Annotated[int, Field(ge=1, le=65535)] = 8000

@@ -8,10 +8,17 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
 
 
-def create_engine(url: str, *, pool_size: int = 10, statement_timeout_ms: int = 5000) -> AsyncEngine:
+def create_engine(
+    url: str, *, pool_size: int = 10, statement_timeout_ms: int = 5000
+) -> AsyncEngine:
     """An asyncpg engine with a server-side statement timeout."""
     engine = create_async_engine(
         url,

@@ -76,7 +76,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         )
         cache = Cache.from_url(settings.redis_url)
         if not cache.enabled:
-            log.info("no PGRECALL_REDIS_URL: embedding cache, session cache and rate limits are off")
+            log.info(
+                "no PGRECALL_REDIS_URL: embedding cache, session cache and rate limits are off"
+            )
         the_embedder = embedder or await asyncio.to_thread(embedder_from_settings, settings)
         if not settings.auth_enabled:
             log.warning("no PGRECALL_API_KEY: authentication is off (listening on loopback only)")
@@ -87,7 +89,9 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             cache=cache,
             query_config=query_config(settings),
             api_key=settings.api_key.get_secret_value() if settings.api_key else None,
-            admin_api_key=settings.admin_api_key.get_secret_value() if settings.admin_api_key else None,
+            admin_api_key=settings.admin_api_key.get_secret_value()
+            if settings.admin_api_key
+            else None,
             session_messages=settings.session_messages,
         )
         try:

@@ -13,13 +13,19 @@ from app.observability import correlation_id_var
 HEADER = b"x-correlation-id"
 
 
-async def _send_json(send: Send, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]]) -> None:
+async def _send_json(
+    send: Send, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]]
+) -> None:
     payload = json.dumps(body).encode()
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode()), *headers],
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(payload)).encode()),
+                *headers,
+            ],
         }
     )
     await send({"type": "http.response.body", "body": payload})
@@ -43,9 +49,15 @@ class CorrelationIdMiddleware:
                 value = str(uuid.UUID(raw.decode("latin-1").strip()))
             except ValueError:
                 await _send_json(
-                    send, 422,
-                    {"error": "ValidationError", "detail": "header.X-Correlation-ID: must be a UUID",
-                     "fields": [{"field": "header.X-Correlation-ID", "reason": "must be a UUID"}]},
+                    send,
+                    422,
+                    {
+                        "error": "ValidationError",
+                        "detail": "header.X-Correlation-ID: must be a UUID",
+                        "fields": [
+                            {"field": "header.X-Correlation-ID", "reason": "must be a UUID"}
+                        ],
+                    },
                     [],
                 )
                 return

@@ -10,6 +10,7 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+
 def _project_root() -> Path:
     """The checkout (editable install) or the working directory (image: /srv/pgrecall)."""
     for candidate in (Path(__file__).resolve().parent.parent, Path.cwd()):

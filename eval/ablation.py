@@ -54,8 +54,12 @@ PLAN: list[tuple[str, float, float, list[RetrievalPreset]]] = [
             PRESETS["vector_only"].with_(next_turn_weight=0.0),
             PRESETS["rrf_equal"].with_(next_turn_weight=0.0),
             PRESETS["rrf_equal"],
-            DEFAULT.with_(name="rrf keyword 1 / vector 0.3", fusion="rrf", keyword_weight=1.0,
-                          vector_weight=0.3),
+            DEFAULT.with_(
+                name="rrf keyword 1 / vector 0.3",
+                fusion="rrf",
+                keyword_weight=1.0,
+                vector_weight=0.3,
+            ),
             DEFAULT.with_(name="convex 0.5 / 0.5", keyword_weight=0.5, vector_weight=0.5),
             DEFAULT.with_(name="convex, BM25 b=0.75", bm25_b=0.75),
             DEFAULT.with_(name="convex, max-scaled", normalisation="max"),
@@ -100,7 +104,9 @@ async def run(path: Path) -> list[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--path", type=Path, required=True, help="LoCoMo JSON file")
     args = parser.parse_args(argv)
     rows = asyncio.run(run(args.path))

@@ -41,14 +41,18 @@ class Harness:
 
     async def set_deleted(self, user_id: str, item_id: uuid.UUID) -> None:
         async with self.resources.sessionmaker() as session, session.begin():
-            await MemoryService(session, self.resources.embeddings).set_deleted(user_id, item_id, True)
+            await MemoryService(session, self.resources.embeddings).set_deleted(
+                user_id, item_id, True
+            )
 
     async def add_conversation(
         self, user_id: str, messages: Sequence[dict[str, Any]], title: str | None = None
     ) -> list[dict[str, Any]]:
         """Create a conversation and bulk-append messages over HTTP; returns the stored rows."""
         headers = {"X-User-Id": user_id}
-        response = await self.client.post("/v1/conversations", json={"title": title}, headers=headers)
+        response = await self.client.post(
+            "/v1/conversations", json={"title": title}, headers=headers
+        )
         response.raise_for_status()
         cid = response.json()["id"]
         stored: list[dict[str, Any]] = []

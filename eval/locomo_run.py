@@ -15,8 +15,10 @@ from eval.metrics import CaseResult
 TOKEN_BUDGET_FOR_RANKING = 4000  # ten dialogue turns fit easily; the budget is not what is measured
 
 
-async def load_into(harness: Harness, conversations: Sequence[Conversation]) -> dict[str, dict[str, str]]:
-    """Store each session as one conversation of the sample's user; message id -> dia_id per user."""
+async def load_into(
+    harness: Harness, conversations: Sequence[Conversation]
+) -> dict[str, dict[str, str]]:
+    """Store each session as a conversation of the sample's user; message id -> dia_id by user."""
     id_to_dia: dict[str, dict[str, str]] = {}
     for conv in tqdm(conversations, desc="loading conversations", unit="conv"):
         mapping: dict[str, str] = {}
@@ -29,10 +31,16 @@ async def load_into(harness: Harness, conversations: Sequence[Conversation]) -> 
             for turn in turns:
                 role = speakers.setdefault(turn.speaker, "user" if not speakers else "assistant")
                 messages.append(
-                    {"role": role, "content": turn.content, "created_at": turn.created_at.isoformat(),
-                     "metadata": {"dia_id": turn.dia_id}}
+                    {
+                        "role": role,
+                        "content": turn.content,
+                        "created_at": turn.created_at.isoformat(),
+                        "metadata": {"dia_id": turn.dia_id},
+                    }
                 )
-            stored = await harness.add_conversation(conv.user_id, messages, title=f"session {session}")
+            stored = await harness.add_conversation(
+                conv.user_id, messages, title=f"session {session}"
+            )
             for row, turn in zip(stored, turns, strict=True):
                 mapping[row["id"]] = turn.dia_id
         id_to_dia[conv.user_id] = mapping
@@ -56,7 +64,10 @@ async def ask_all(
         for q in conv.questions:
             t0 = time.perf_counter()
             body = await harness.query(
-                conv.user_id, q.question, limit=10, min_score=min_score,
+                conv.user_id,
+                q.question,
+                limit=10,
+                min_score=min_score,
                 token_budget=TOKEN_BUDGET_FOR_RANKING,
             )
             latency = (time.perf_counter() - t0) * 1000

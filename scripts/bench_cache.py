@@ -24,13 +24,28 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.config import Settings  # noqa: E402
-from app.services.memory import MemoryInput  # noqa: E402
-from eval.harness import running_service  # noqa: E402
-from eval.metrics import percentile  # noqa: E402
+from app.config import Settings
+from app.services.memory import MemoryInput
+from eval.harness import running_service
+from eval.metrics import percentile
 
-SUBJECTS = ["hiking", "pottery", "running", "chess", "sourdough", "kayaking", "python", "rust",
-            "gardening", "jazz", "photography", "climbing", "yoga", "painting", "cycling"]
+SUBJECTS = [
+    "hiking",
+    "pottery",
+    "running",
+    "chess",
+    "sourdough",
+    "kayaking",
+    "python",
+    "rust",
+    "gardening",
+    "jazz",
+    "photography",
+    "climbing",
+    "yoga",
+    "painting",
+    "cycling",
+]
 PLACES = ["Lisbon", "Kyoto", "Denver", "Oslo", "Austin", "Porto", "Seoul", "Lyon"]
 TEMPLATES = [
     "User has been into {s} since moving to {p} and practises it on weekends.",
@@ -42,7 +57,9 @@ TEMPLATES = [
 
 def texts(n: int, rng: random.Random) -> list[str]:
     out = {
-        rng.choice(TEMPLATES).format(s=rng.choice(SUBJECTS), t=rng.choice(SUBJECTS), p=rng.choice(PLACES))
+        rng.choice(TEMPLATES).format(
+            s=rng.choice(SUBJECTS), t=rng.choice(SUBJECTS), p=rng.choice(PLACES)
+        )
         + f" (#{i})"
         for i in range(n)
     }
@@ -52,8 +69,19 @@ def texts(n: int, rng: random.Random) -> list[str]:
 def start_redis(directory: Path) -> subprocess.Popen[bytes]:
     sock = directory / "redis.sock"
     proc = subprocess.Popen(
-        ["redis-server", "--port", "0", "--unixsocket", str(sock), "--save", "", "--appendonly", "no"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            "redis-server",
+            "--port",
+            "0",
+            "--unixsocket",
+            str(sock),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     for _ in range(100):
         if sock.exists():
@@ -79,24 +107,34 @@ async def run(memories: int, queries: int, redis_url: str | None) -> dict[str, l
     rng = random.Random(7)
     settings = Settings(redis_url=redis_url, rate_limit_per_minute=0)
     user = "bench-cache-user"
-    asks = [f"what does the user think about {rng.choice(SUBJECTS)} in {rng.choice(PLACES)}? ({i})"
-            for i in range(queries)]
+    asks = [
+        f"what does the user think about {rng.choice(SUBJECTS)} in {rng.choice(PLACES)}? ({i})"
+        for i in range(queries)
+    ]
     async with running_service(settings) as harness:
-        await harness.add_memories([MemoryInput(user_id=user, content=t, type="note") for t in texts(memories, rng)])
-        await timed(harness, user, asks[:5], limit=9)  # warm the process (JIT-free, but pools, plans)
+        await harness.add_memories(
+            [MemoryInput(user_id=user, content=t, type="note") for t in texts(memories, rng)]
+        )
+        await timed(
+            harness, user, asks[:5], limit=9
+        )  # warm the process (JIT-free, but pools, plans)
         if redis_url is None:
             return {"no-redis": await timed(harness, user, asks, limit=10)}
         cold = await timed(harness, user, asks, limit=10)
         embed_warm = await timed(harness, user, asks, limit=11)
         result_warm = await timed(harness, user, asks, limit=11)
         stats = harness.resources.cache.stats
-        print(f"embedding cache hit ratio {stats.embedding_hit_ratio():.3f}, "
-              f"query cache hits {stats.query_hits} misses {stats.query_misses}")
+        print(
+            f"embedding cache hit ratio {stats.embedding_hit_ratio():.3f}, "
+            f"query cache hits {stats.query_hits} misses {stats.query_misses}"
+        )
         return {"cold": cold, "embed-warm": embed_warm, "result-warm": result_warm}
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--memories", type=int, default=2000)
     parser.add_argument("--queries", type=int, default=200)
     args = parser.parse_args()
@@ -104,7 +142,9 @@ def main() -> None:
     directory = Path(tempfile.mkdtemp(prefix="pgr-bc-"))
     proc = start_redis(directory)
     try:
-        results.update(asyncio.run(run(args.memories, args.queries, f"unix://{directory}/redis.sock")))
+        results.update(
+            asyncio.run(run(args.memories, args.queries, f"unix://{directory}/redis.sock"))
+        )
     finally:
         proc.terminate()
         proc.wait(10)

@@ -81,9 +81,7 @@ def base_settings(pg: EmbeddedPostgres, redis_srv: RedisServer) -> Settings:
 
 
 @pytest.fixture
-def make_client(
-    base_settings: Settings, embedder: LocalEmbedder
-) -> Callable[..., Any]:
+def make_client(base_settings: Settings, embedder: LocalEmbedder) -> Callable[..., Any]:
     """`async with make_client(**setting_overrides) as (client, app):` a running app."""
 
     @asynccontextmanager

@@ -28,5 +28,3 @@ async def add_messages(
     )
     assert response.status_code == 201, response.text
     return list(response.json()["items"])
-
-

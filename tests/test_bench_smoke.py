@@ -55,6 +55,8 @@ async def test_bench_smoke_run_writes_the_report(
     assert set(level["latency_ms"]) == LATENCY_KEYS and level["latency_ms"]["p50"] > 0
     assert level["big_user_latency_ms"]["n"] + level["small_user_latency_ms"]["n"] == 12
     assert level["throughput_rps"] > 0 and level["rss_mb_peak"] > 50
+    cpu = level["cpu_ms_per_request"]
+    assert cpu["service"] > 0 and cpu["postgres"] > 0  # both process sets were found
     assert level["mean_memories_returned"] > 0  # questions about the user's own memories match
     share = result["breakdown_c1"]["share"]
     assert set(share) == {"embedding", "database", "packing_and_other"}

@@ -93,8 +93,11 @@ async def list_memories(
 ) -> AdminMemoryPage:
     """One user's memories, newest first, filtered by type, text and creation time."""
     filters = MemoryFilter(
-        user_id=user_id, type=type_, q=q or None,
-        created_after=created_after, created_before=created_before,
+        user_id=user_id,
+        type=type_,
+        q=q or None,
+        created_after=created_after,
+        created_before=created_before,
         include_deleted=include_deleted,
     )
     items, total = await _service(session, resources).list(filters, limit=limit, offset=offset)

@@ -67,7 +67,9 @@ async def create_conversation(
     body: ConversationCreate, user_id: UserDep, session: SessionDep, resources: ResourcesDep
 ) -> ConversationOut:
     """Start a conversation owned by the calling user."""
-    conversation = await ConversationService(session, resources.embeddings).create(user_id, body.title)
+    conversation = await ConversationService(session, resources.embeddings).create(
+        user_id, body.title
+    )
     return ConversationOut.model_validate(conversation)
 
 
@@ -92,7 +94,9 @@ async def get_conversation(
     conversation_id: uuid.UUID, user_id: UserDep, session: SessionDep, resources: ResourcesDep
 ) -> ConversationOut:
     """One of the caller's conversations (404 for anyone else's)."""
-    conversation = await ConversationService(session, resources.embeddings).get(user_id, conversation_id)
+    conversation = await ConversationService(session, resources.embeddings).get(
+        user_id, conversation_id
+    )
     return ConversationOut.model_validate(conversation)
 
 
@@ -167,7 +171,9 @@ async def get_session_state(
     await resources.cache.set_session(
         user_id, str(conversation_id), entries, goal=None, keep=resources.session_messages
     )
-    return SessionOut(conversation_id=conversation_id, messages=entries, goal=None, source="database")
+    return SessionOut(
+        conversation_id=conversation_id, messages=entries, goal=None, source="database"
+    )
 
 
 @router.put("/{conversation_id}/session", response_model=SessionOut)
@@ -181,5 +187,7 @@ async def set_session_goal(
     """Set or clear the session's current goal (session state lives in Redis, 24 h)."""
     state = await get_session_state(conversation_id, user_id, session, resources)
     if not await resources.cache.set_goal(user_id, str(conversation_id), body.goal):
-        raise ServiceError("session state needs Redis (PGRECALL_REDIS_URL), which is unavailable", 503)
+        raise ServiceError(
+            "session state needs Redis (PGRECALL_REDIS_URL), which is unavailable", 503
+        )
     return state.model_copy(update={"goal": body.goal})

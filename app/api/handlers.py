@@ -87,4 +87,6 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(OSError)
     async def _os_error(_: Request, exc: OSError) -> JSONResponse:
         log.warning("connection error: %s", exc)
-        return _render(DatabaseUnavailableError("database unavailable; nothing was stored, retry later"))
+        return _render(
+            DatabaseUnavailableError("database unavailable; nothing was stored, retry later")
+        )

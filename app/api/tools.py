@@ -27,7 +27,9 @@ TOOL_DESCRIPTION = (
     "personalization would improve the response."
 )
 
-SYSTEM_PROMPT = """You have access to a memory query tool that can retrieve relevant information from past conversations with this user.
+SYSTEM_PROMPT = """\
+You have access to a memory query tool that can retrieve relevant information from past \
+conversations with this user.
 
 When to use memory:
 - User references something discussed previously ("like I mentioned", "remember when")
@@ -61,7 +63,16 @@ def tool_definitions() -> list[dict[str, Any]]:
                         "types": {
                             "type": "array",
                             "description": "Filter to specific memory types",
-                            "items": {"type": "string", "enum": ["fact", "preference", "decision", "note"]},
+                            "items": {
+                                "type": "string",
+                                "enum": ["fact", "preference", "decision", "note"],
+                            },
+                        },
+                        "sources": {
+                            "type": "array",
+                            "description": "Search only curated memories or only past "
+                            "conversation messages (default: both)",
+                            "items": {"type": "string", "enum": ["memory", "message"]},
                         },
                     },
                     "required": ["query"],
@@ -73,7 +84,9 @@ def tool_definitions() -> list[dict[str, Any]]:
 
 
 def _service(resources: ResourcesDep) -> QueryService:
-    return QueryService(resources.sessionmaker, resources.embeddings, resources.cache, resources.query_config)
+    return QueryService(
+        resources.sessionmaker, resources.embeddings, resources.cache, resources.query_config
+    )
 
 
 def _context(item: QueryItem) -> str:
@@ -90,7 +103,9 @@ async def list_tools(_: UserDep) -> dict[str, Any]:
 
 
 @router.post("/v1/tools/query_memory", response_model=QueryMemoryResult)
-async def query_memory(args: QueryMemoryArgs, user_id: UserDep, resources: ResourcesDep) -> QueryMemoryResult:
+async def query_memory(
+    args: QueryMemoryArgs, user_id: UserDep, resources: ResourcesDep
+) -> QueryMemoryResult:
     """The agent tool: the user's most relevant memories and past turns, within the token budget."""
     cfg = resources.query_config
     result = await _service(resources).query(
@@ -106,23 +121,33 @@ async def query_memory(args: QueryMemoryArgs, user_id: UserDep, resources: Resou
     )
     memories = [
         ToolMemory(
-            content=i.content, type=i.type, relevance=i.relevance_score, context=_context(i),
-            source=i.source_kind, id=i.id,
+            content=i.content,
+            type=i.type,
+            relevance=i.relevance_score,
+            context=_context(i),
+            source=i.source_kind,
+            id=i.id,
         )
         for i in result.items
     ]
     return QueryMemoryResult(
         memories=memories,
         metadata=ToolMetadata(
-            count=len(memories), truncated=result.truncated, token_count=result.token_count,
-            error=result.error, degraded=result.degraded, rate_limited=result.rate_limited,
+            count=len(memories),
+            truncated=result.truncated,
+            token_count=result.token_count,
+            error=result.error,
+            degraded=result.degraded,
+            rate_limited=result.rate_limited,
         ),
         formatted=format_for_prompt(result.items),
     )
 
 
 @router.post("/v1/memory/query", response_model=MemoryQueryResponse)
-async def memory_query(body: MemoryQueryRequest, user_id: UserDep, resources: ResourcesDep) -> MemoryQueryResponse:
+async def memory_query(
+    body: MemoryQueryRequest, user_id: UserDep, resources: ResourcesDep
+) -> MemoryQueryResponse:
     """Internal retrieval contract with scores, timings and references."""
     result = await _service(resources).query(
         QueryRequest(
@@ -139,9 +164,16 @@ async def memory_query(body: MemoryQueryRequest, user_id: UserDep, resources: Re
     return MemoryQueryResponse(
         items=[
             MemoryItemOut(
-                id=i.id, content=i.content, type=i.type, source_kind=i.source_kind,
-                relevance_score=i.relevance_score, source=i.source, created_at=i.created_at,
-                importance=i.importance, role=i.role, conversation_id=i.conversation_id,
+                id=i.id,
+                content=i.content,
+                type=i.type,
+                source_kind=i.source_kind,
+                relevance_score=i.relevance_score,
+                source=i.source,
+                created_at=i.created_at,
+                importance=i.importance,
+                role=i.role,
+                conversation_id=i.conversation_id,
                 truncated=i.cut,
             )
             for i in result.items

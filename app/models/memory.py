@@ -8,13 +8,13 @@ from typing import Any
 
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
+    REAL,
     BigInteger,
     CheckConstraint,
     DateTime,
     Float,
     ForeignKey,
     Index,
-    REAL,
     SmallInteger,
     String,
     Text,
@@ -82,9 +82,7 @@ class SearchPosting(Base):
     """
 
     __tablename__ = "search_postings"
-    __table_args__ = (
-        Index("idx_search_postings_item", "item_id"),
-    )
+    __table_args__ = (Index("idx_search_postings_item", "item_id"),)
 
     user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), primary_key=True)
     lexeme: Mapped[str] = mapped_column(Text, primary_key=True)

@@ -37,7 +37,9 @@ class ConversationRepository:
         await self.session.refresh(conversation)
         return conversation
 
-    async def get(self, user_id: str, conversation_id: uuid.UUID, *, lock: bool = False) -> Conversation | None:
+    async def get(
+        self, user_id: str, conversation_id: uuid.UUID, *, lock: bool = False
+    ) -> Conversation | None:
         """The conversation if it belongs to this user; `lock` serialises appends to it."""
         stmt = select(Conversation).where(
             Conversation.id == conversation_id, Conversation.user_id == user_id
@@ -94,7 +96,7 @@ class ConversationRepository:
             }
             for m in messages
         ]
-        # Rows with and without an explicit created_at need separate statements (column sets differ).
+        # Rows with and without an explicit created_at differ in columns: separate statements.
         with_time = [r for r in rows if "created_at" in r]
         without_time = [r for r in rows if "created_at" not in r]
         if with_time and without_time:

@@ -37,24 +37,34 @@ class MemoryRepository:
         self.session = session
 
     async def insert_many(self, items: Sequence[NewMemory]) -> list[uuid.UUID]:
-        """Multi-row insert; rows whose (user_id, content_hash) exists are skipped. Returns new ids."""
+        """Multi-row insert skipping rows whose (user_id, content_hash) exists; the new ids."""
         if not items:
             return []
         rows = []
         for m in items:
             row: dict[str, Any] = {
-                "id": m.id, "user_id": m.user_id, "content": m.content,
-                "content_hash": m.content_hash, "type": m.type, "embedding": m.embedding,
-                "embedding_model": m.embedding_model, "importance": m.importance,
-                "expires_at": m.expires_at, "source": m.source,
-                "source_message_id": m.source_message_id, "metadata_": m.metadata,
+                "id": m.id,
+                "user_id": m.user_id,
+                "content": m.content,
+                "content_hash": m.content_hash,
+                "type": m.type,
+                "embedding": m.embedding,
+                "embedding_model": m.embedding_model,
+                "importance": m.importance,
+                "expires_at": m.expires_at,
+                "source": m.source,
+                "source_message_id": m.source_message_id,
+                "metadata_": m.metadata,
             }
             if m.created_at is not None:
                 row["created_at"] = m.created_at
             rows.append(row)
         inserted: list[uuid.UUID] = []
         # Rows with and without created_at differ in columns; insert the two groups separately.
-        for group in ([r for r in rows if "created_at" in r], [r for r in rows if "created_at" not in r]):
+        for group in (
+            [r for r in rows if "created_at" in r],
+            [r for r in rows if "created_at" not in r],
+        ):
             if not group:
                 continue
             stmt = (
@@ -66,7 +76,9 @@ class MemoryRepository:
             inserted.extend((await self.session.execute(stmt)).scalars().all())
         return inserted
 
-    async def get(self, user_id: str, item_id: uuid.UUID, *, include_deleted: bool = False) -> MemoryItem | None:
+    async def get(
+        self, user_id: str, item_id: uuid.UUID, *, include_deleted: bool = False
+    ) -> MemoryItem | None:
         stmt = select(MemoryItem).where(MemoryItem.id == item_id, MemoryItem.user_id == user_id)
         if not include_deleted:
             stmt = stmt.where(MemoryItem.deleted_at.is_(None))

@@ -84,7 +84,9 @@ _MEMORY_VISIBLE = """
 
 
 def _memory_visible(types: Sequence[str] | None) -> str:
-    return _MEMORY_VISIBLE.format(type_filter="AND m.type = ANY(CAST(:types AS text[]))" if types else "")
+    return _MEMORY_VISIBLE.format(
+        type_filter="AND m.type = ANY(CAST(:types AS text[]))" if types else ""
+    )
 
 
 class RetrievalRepository:
@@ -115,7 +117,13 @@ class RetrievalRepository:
         if not parts:
             return KeywordHits({}, 0.0)
         sql = text(_BM25_SQL.format(source_filter=" OR ".join(parts)))
-        params: dict[str, Any] = {"user_id": user_id, "query": query, "limit": limit, "k1": k1, "b": b}
+        params: dict[str, Any] = {
+            "user_id": user_id,
+            "query": query,
+            "limit": limit,
+            "k1": k1,
+            "b": b,
+        }
         if types:
             params["types"] = list(types)
         rows = (await self.session.execute(sql, params)).all()
@@ -152,9 +160,17 @@ class RetrievalRepository:
         items. exact=False uses the index with iterative scans (filtered ANN without short
         result sets); the outer ORDER BY repairs relaxed ordering.
         """
-        order = "(t.embedding <=> CAST(:q AS vector)) + 0" if exact else "t.embedding <=> CAST(:q AS vector)"
+        order = (
+            "(t.embedding <=> CAST(:q AS vector)) + 0"
+            if exact
+            else "t.embedding <=> CAST(:q AS vector)"
+        )
         results: dict[tuple[Source, uuid.UUID], float] = {}
-        params: dict[str, Any] = {"user_id": user_id, "q": vector_literal(embedding), "limit": limit}
+        params: dict[str, Any] = {
+            "user_id": user_id,
+            "q": vector_literal(embedding),
+            "limit": limit,
+        }
         if types:
             params["types"] = list(types)
         params["model"] = model
@@ -163,14 +179,20 @@ class RetrievalRepository:
         if memories:
             visible = _memory_visible(types).replace("m.", "t.")
             statements.append(
-                (Source.MEMORY, "SELECT t.id, t.embedding FROM memory_items AS t "
-                 f"WHERE {visible} AND t.embedding_model = :model")
+                (
+                    Source.MEMORY,
+                    "SELECT t.id, t.embedding FROM memory_items AS t "
+                    f"WHERE {visible} AND t.embedding_model = :model",
+                )
             )
         if messages:
             statements.append(
-                (Source.MESSAGE, "SELECT t.id, t.embedding FROM messages AS t "
-                 "WHERE t.user_id = :user_id AND t.embedding IS NOT NULL "
-                 "AND t.embedding_model = :model")
+                (
+                    Source.MESSAGE,
+                    "SELECT t.id, t.embedding FROM messages AS t "
+                    "WHERE t.user_id = :user_id AND t.embedding IS NOT NULL "
+                    "AND t.embedding_model = :model",
+                )
             )
         for source, base in statements:
             sql = text(
@@ -198,9 +220,19 @@ class RetrievalRepository:
                 {"user_id": user_id, "ids": memory_ids},
             )
             for r in rows:
-                ref = r.source or (f"message:{r.source_message_id}" if r.source_message_id else None)
+                ref = r.source or (
+                    f"message:{r.source_message_id}" if r.source_message_id else None
+                )
                 out[(Source.MEMORY, r.id)] = Candidate(
-                    Source.MEMORY, r.id, r.content, r.type, r.importance, r.created_at, ref, None, None
+                    Source.MEMORY,
+                    r.id,
+                    r.content,
+                    r.type,
+                    r.importance,
+                    r.created_at,
+                    ref,
+                    None,
+                    None,
                 )
         if message_ids:
             rows = await self.session.execute(
@@ -214,8 +246,15 @@ class RetrievalRepository:
             )
             for r in rows:
                 out[(Source.MESSAGE, r.id)] = Candidate(
-                    Source.MESSAGE, r.id, r.content, None, None, r.created_at,
-                    f"conversation:{r.conversation_id}#{r.seq}", r.conversation_id, r.role,
+                    Source.MESSAGE,
+                    r.id,
+                    r.content,
+                    None,
+                    None,
+                    r.created_at,
+                    f"conversation:{r.conversation_id}#{r.seq}",
+                    r.conversation_id,
+                    r.role,
                 )
         return out
 
@@ -246,6 +285,7 @@ class RetrievalRepository:
     async def item_count(self, user_id: str) -> int:
         """Indexed items of this user (memories + messages): picks exact vs ANN search."""
         value = await self.session.scalar(
-            text("SELECT doc_count FROM search_stats WHERE user_id = :user_id"), {"user_id": user_id}
+            text("SELECT doc_count FROM search_stats WHERE user_id = :user_id"),
+            {"user_id": user_id},
         )
         return int(value or 0)

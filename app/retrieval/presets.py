@@ -51,7 +51,9 @@ PRESETS: dict[str, RetrievalPreset] = {
     "default": DEFAULT,
     "keyword_only": DEFAULT.with_(name="keyword_only", use_vector=False),
     "vector_only": DEFAULT.with_(name="vector_only", use_keyword=False),
-    "rrf_equal": DEFAULT.with_(name="rrf_equal", fusion="rrf", keyword_weight=1.0, vector_weight=1.0),
+    "rrf_equal": DEFAULT.with_(
+        name="rrf_equal", fusion="rrf", keyword_weight=1.0, vector_weight=1.0
+    ),
 }
 
 

@@ -61,15 +61,21 @@ def rank(
     query returns nothing instead of the least-bad nearest neighbours.
     """
     kw_rel = {
-        k: keyword_relevance(v, max_bm25, preset.keyword_saturation) for k, v in keyword_scores.items()
+        k: keyword_relevance(v, max_bm25, preset.keyword_saturation)
+        for k, v in keyword_scores.items()
     }
     vec_rel = {
-        k: vector_relevance(v, preset.vector_floor, preset.vector_ceiling) for k, v in cosines.items()
+        k: vector_relevance(v, preset.vector_floor, preset.vector_ceiling)
+        for k, v in cosines.items()
     }
     wk = preset.keyword_weight if preset.use_keyword else 0.0
     wv = preset.vector_weight if preset.use_vector else 0.0
     total = (wk + wv) or 1.0
-    keys = [k for k in {**keyword_scores, **cosines} if kw_rel.get(k, 0.0) > 0 or vec_rel.get(k, 0.0) > 0]
+    keys = [
+        k
+        for k in {**keyword_scores, **cosines}
+        if kw_rel.get(k, 0.0) > 0 or vec_rel.get(k, 0.0) > 0
+    ]
 
     if preset.fusion == "rrf":
         by_kw = sorted((k for k in keys if k in keyword_scores), key=lambda k: -keyword_scores[k])
@@ -121,9 +127,11 @@ def propagate(
 ) -> list[Ranked[K]]:
     """Let ranked turns pass a share of their score to the turns around them.
 
-    `neighbours[key] = (previous, next)` for the seed turns. A neighbour's score becomes the
-    larger of its own and the inherited share (never a sum, so nothing rises above the turn that
-    matched and a turn matched twice is not counted twice).
+    `neighbours[key] = (previous, next)` for the seed turns. A neighbour's fused score becomes
+    the larger of its own and the inherited share (never a sum, so nothing rises above the turn
+    that matched and a turn matched twice is not counted twice). Only the ranking moves: the
+    relevance a filtered query compares with min_score stays the turn's own, so a follow-up
+    like "What should we cook tonight?" is never returned for matching nothing itself.
     """
     if not neighbours or (next_weight <= 0.0 and previous_weight <= 0.0):
         return ranked
@@ -137,11 +145,7 @@ def propagate(
             if neighbour is None or weight <= 0.0:
                 continue
             candidate = Ranked(
-                key=neighbour,
-                fused=weight * seed.fused,
-                relevance=weight * seed.relevance,
-                keyword=weight * seed.keyword,
-                semantic=weight * seed.semantic,
+                key=neighbour, fused=weight * seed.fused, relevance=0.0, keyword=0.0, semantic=0.0
             )
             best = inherited.get(neighbour)
             if best is None or candidate.fused > best.fused:
@@ -155,8 +159,7 @@ def propagate(
             merged.append(own)
         else:
             merged.append(
-                Ranked(key, max(own.fused, got.fused), max(own.relevance, got.relevance),
-                       own.keyword, own.semantic)
+                Ranked(key, max(own.fused, got.fused), own.relevance, own.keyword, own.semantic)
             )
     merged.sort(key=lambda r: (-r.fused, -r.relevance))
     return merged

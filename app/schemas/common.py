@@ -27,4 +27,6 @@ def _check_text(value: str) -> str:
 
 
 Metadata = Annotated[dict[str, Any], AfterValidator(_check_metadata)]
-Content = Annotated[str, Field(min_length=1, max_length=MAX_CONTENT_CHARS), AfterValidator(_check_text)]
+Content = Annotated[
+    str, Field(min_length=1, max_length=MAX_CONTENT_CHARS), AfterValidator(_check_text)
+]

@@ -84,4 +84,6 @@ class SessionOut(BaseModel):
 
 class SessionGoal(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    goal: str | None = Field(max_length=2000, description="the session's current goal; null clears it")
+    goal: str | None = Field(
+        max_length=2000, description="the session's current goal; null clears it"
+    )

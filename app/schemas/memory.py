@@ -29,15 +29,21 @@ def _unique(values: list[str] | None) -> list[str] | None:
 
 
 Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_INPUT), AfterValidator(_not_blank)]
-Types = Annotated[list[MemoryType] | None, Field(min_length=1, max_length=4), AfterValidator(_unique)]
-Sources = Annotated[list[SourceKind] | None, Field(min_length=1, max_length=2), AfterValidator(_unique)]
+Types = Annotated[
+    list[MemoryType] | None, Field(min_length=1, max_length=4), AfterValidator(_unique)
+]
+Sources = Annotated[
+    list[SourceKind] | None, Field(min_length=1, max_length=2), AfterValidator(_unique)
+]
 
 
 class QueryMemoryArgs(BaseModel):
     """The agent tool's arguments (Memory v1 tool contract)."""
 
     model_config = ConfigDict(extra="forbid")
-    query: Query = Field(description="Search query capturing the semantic intent of the context needed.")
+    query: Query = Field(
+        description="Search query capturing the semantic intent of the context needed."
+    )
     types: Types = Field(default=None, description="Filter to specific memory types")
     sources: Sources = Field(default=None, description="Restrict to memory items or past messages")
 

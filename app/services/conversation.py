@@ -114,6 +114,8 @@ class ConversationService:
         await self.get(user_id, conversation_id)
         return await self.repo.list_messages(user_id, conversation_id, after=after, limit=limit)
 
-    async def recent(self, user_id: str, conversation_id: uuid.UUID, limit: int) -> Sequence[Message]:
+    async def recent(
+        self, user_id: str, conversation_id: uuid.UUID, limit: int
+    ) -> Sequence[Message]:
         """The last `limit` messages, oldest first."""
         return await self.repo.recent_messages(user_id, conversation_id, limit)

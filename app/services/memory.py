@@ -51,11 +51,19 @@ class MemoryService:
         """Store memories whose vectors are already computed (batched imports); as create_many."""
         new = [
             NewMemory(
-                id=uuid.uuid4(), user_id=m.user_id, content=m.content,
-                content_hash=content_hash(m.content), type=m.type, embedding=vectors[i],
-                embedding_model=self.embeddings.model, importance=m.importance,
-                created_at=m.created_at, expires_at=m.expires_at, source=m.source,
-                source_message_id=m.source_message_id, metadata=m.metadata,
+                id=uuid.uuid4(),
+                user_id=m.user_id,
+                content=m.content,
+                content_hash=content_hash(m.content),
+                type=m.type,
+                embedding=vectors[i],
+                embedding_model=self.embeddings.model,
+                importance=m.importance,
+                created_at=m.created_at,
+                expires_at=m.expires_at,
+                source=m.source,
+                source_message_id=m.source_message_id,
+                metadata=m.metadata,
             )
             for i, m in enumerate(items)
         ]

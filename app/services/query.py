@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -117,8 +118,15 @@ def query_hash(query: str) -> str:
 def _cache_key(request: QueryRequest, preset: RetrievalPreset, budget: int) -> str:
     normalised = " ".join(request.query.lower().split())
     return json.dumps(
-        [normalised, request.limit, request.min_score, request.types, request.sources, budget,
-         preset.name],
+        [
+            normalised,
+            request.limit,
+            request.min_score,
+            request.types,
+            request.sources,
+            budget,
+            preset.name,
+        ],
         default=str,
     )
 
@@ -150,7 +158,9 @@ class QueryService:
         preset = self.config.preset
         key = _cache_key(request, preset, budget)
 
-        decision = await self.cache.hit_rate_limit(request.user_id, self.config.rate_limit_per_minute)
+        decision = await self.cache.hit_rate_limit(
+            request.user_id, self.config.rate_limit_per_minute
+        )
         if not decision.allowed:
             cached = await self.cache.get_query_result(request.user_id, key)
             result = QueryResult.from_json(cached) if cached else QueryResult()
@@ -208,7 +218,9 @@ class QueryService:
         packed = pack([candidates[r.key].content for r in top], budget)
         for p in packed.items:
             r, c = top[p.index], candidates[top[p.index].key]
-            result.items.append(_item(c, r.relevance, r.keyword, r.semantic, p.text, p.tokens, p.cut))
+            result.items.append(
+                _item(c, r.relevance, r.keyword, r.semantic, p.text, p.tokens, p.cut)
+            )
         result.token_count = packed.token_count
         result.truncated = packed.truncated or len(kept) > request.limit
         return result
@@ -226,33 +238,51 @@ class QueryService:
             max_bm25 = 0.0
             if preset.use_keyword:
                 hits = await repo.keyword(
-                    request.user_id, query, limit=n, memories=memories, messages=messages,
-                    types=request.types, k1=preset.bm25_k1, b=preset.bm25_b,
+                    request.user_id,
+                    query,
+                    limit=n,
+                    memories=memories,
+                    messages=messages,
+                    types=request.types,
+                    k1=preset.bm25_k1,
+                    b=preset.bm25_b,
                 )
                 keyword_scores, max_bm25 = hits.scores, hits.max_score
             cosines: dict[tuple[Source, Any], float] = {}
             if vector is not None:
                 exact = await repo.item_count(request.user_id) <= self.config.exact_search_max_items
                 await repo.set_vector_search(
-                    exact=exact, probes=self.config.ivfflat_probes,
+                    exact=exact,
+                    probes=self.config.ivfflat_probes,
                     max_probes=self.config.ivfflat_max_probes,
                 )
                 cosines = await repo.vector(
-                    request.user_id, vector, limit=n, memories=memories, messages=messages,
-                    types=request.types, exact=exact, model=self.embeddings.model,
+                    request.user_id,
+                    vector,
+                    limit=n,
+                    memories=memories,
+                    messages=messages,
+                    types=request.types,
+                    exact=exact,
+                    model=self.embeddings.model,
                 )
             ranked = rank(keyword_scores, max_bm25, cosines, preset)
             if messages and (preset.next_turn_weight > 0 or preset.previous_turn_weight > 0):
-                seeds = [r.key for r in ranked if r.key[0] is Source.MESSAGE][: preset.neighbour_seeds]
+                seeds = [r.key for r in ranked if r.key[0] is Source.MESSAGE][
+                    : preset.neighbour_seeds
+                ]
                 around = await repo.neighbours(request.user_id, [i for _, i in seeds])
                 neighbours = {
                     (Source.MESSAGE, i): (
-                        (Source.MESSAGE, p) if p else None, (Source.MESSAGE, n) if n else None
+                        (Source.MESSAGE, p) if p else None,
+                        (Source.MESSAGE, n) if n else None,
                     )
                     for i, (p, n) in around.items()
                 }
                 ranked = propagate(
-                    ranked, neighbours, next_weight=preset.next_turn_weight,
+                    ranked,
+                    neighbours,
+                    next_weight=preset.next_turn_weight,
                     previous_weight=preset.previous_turn_weight,
                 )
             keep = [r.key for r in ranked[: max(request.limit * 3, 30)]]
@@ -283,7 +313,13 @@ class QueryService:
 
 
 def _item(
-    c: Candidate, relevance: float, keyword: float, semantic: float, text: str, tokens: int, cut: bool
+    c: Candidate,
+    relevance: float,
+    keyword: float,
+    semantic: float,
+    text: str,
+    tokens: int,
+    cut: bool,
 ) -> QueryItem:
     return QueryItem(
         id=str(c.id),
@@ -303,6 +339,9 @@ def _item(
     )
 
 
+_MEMORY_TAG = re.compile(r"<(\s*/?\s*memor)", re.IGNORECASE)
+
+
 def format_for_prompt(items: Sequence[QueryItem]) -> str:
     """Render results as a delimited block an agent can put in its context as data."""
     if not items:
@@ -315,7 +354,8 @@ def format_for_prompt(items: Sequence[QueryItem]) -> str:
     for n, item in enumerate(items, start=1):
         label = item.type if item.source_kind == "memory" else f"past message ({item.role})"
         when = item.created_at.date().isoformat()
-        body = item.content.replace("</memory>", "&lt;/memory&gt;")
+        # Stored text is data: it must not close the block (</memories>) nor open a fake item.
+        body = _MEMORY_TAG.sub(r"&lt;\1", item.content)
         lines.append(
             f'<memory n="{n}" kind="{label}" date="{when}" relevance="{item.relevance_score:.2f}">'
         )

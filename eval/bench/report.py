@@ -66,21 +66,23 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    """Markdown rows: size x concurrency with latency, throughput, recall, short sets, RSS."""
+    """Markdown rows: size x concurrency with latency, throughput, CPU, recall, short sets, RSS."""
     lines = [
-        "| items | conc | p50 ms | p95 ms | p99 ms | big-user p95 | req/s | recall@10 | short "
-        "| RSS MB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| items | conc | p50 ms | p95 ms | p99 ms | small p95 | big p95 | req/s | CPU ms/req "
+        "| recall@10 | short | RSS MB | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         recall = r["recall"]
         for lvl in r["levels"]:
-            lat, big = lvl["latency_ms"], lvl["big_user_latency_ms"]
+            lat = lvl["latency_ms"]
+            cpu = lvl.get("cpu_ms_per_request", {}).get("total", "-")
             lines.append(
                 f"| {r['store']['items']:,} | {lvl['concurrency']} | {lat.get('p50', '-')} | "
-                f"{lat.get('p95', '-')} | {lat.get('p99', '-')} | {big.get('p95', '-')} | "
-                f"{lvl['throughput_rps']} | {recall['recall_at_10']} | "
-                f"{recall['short_result_sets']} | "
-                f"{lvl['rss_mb_peak']} |"
+                f"{lat.get('p95', '-')} | {lat.get('p99', '-')} | "
+                f"{lvl['small_user_latency_ms'].get('p95', '-')} | "
+                f"{lvl['big_user_latency_ms'].get('p95', '-')} | {lvl['throughput_rps']} | {cpu} | "
+                f"{recall['recall_at_10']} | {recall['short_result_sets']} | "
+                f"{lvl['rss_mb_peak']} | {lvl.get('loadavg_1m_before', '-')} |"
             )
     return "\n".join(lines)

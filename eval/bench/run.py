@@ -23,7 +23,7 @@ from app.retrieval.presets import get_preset
 from eval.bench.drive import make_queries, run_level, timing_breakdown
 from eval.bench.recall import VectorSearch, measure_recall
 from eval.bench.report import result_path, write_result
-from eval.bench.server import start_server
+from eval.bench.server import Server, cpu_seconds, start_server
 from eval.bench.store import Store, build_store
 
 log = logging.getLogger("eval.bench")
@@ -90,6 +90,33 @@ async def _store_facts(store: Store) -> dict[str, Any]:
     }
 
 
+async def _cpu(server: Server, dsn: str) -> tuple[dict[int, float], dict[int, float]]:
+    """CPU seconds so far of the service processes and of its Postgres backends."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        rows = await conn.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgrecall' "
+            "AND datname = current_database()"
+        )
+    finally:
+        await conn.close()
+    return cpu_seconds(server.pids()), cpu_seconds([r["pid"] for r in rows])
+
+
+def _cpu_per_request(
+    before: tuple[dict[int, float], dict[int, float]],
+    after: tuple[dict[int, float], dict[int, float]],
+    requests: int,
+) -> dict[str, float]:
+    """CPU cost per request: robust to other load on the machine, unlike latency."""
+    out = {}
+    for name, start, end in (("service", before[0], after[0]), ("postgres", before[1], after[1])):
+        used = sum(t - start.get(pid, 0.0) for pid, t in end.items())
+        out[name] = round(used * 1000 / max(requests, 1), 2)
+    out["total"] = round(out["service"] + out["postgres"], 2)
+    return out
+
+
 async def run_size(server_url: str, items: int, embed: Embed, cfg: BenchConfig) -> dict[str, Any]:
     """Benchmark one store size; writes bench/out/results-<items>[-tag].json and returns it."""
     store = await build_store(
@@ -134,12 +161,16 @@ async def run_size(server_url: str, items: int, embed: Embed, cfg: BenchConfig) 
             for concurrency, requests in cfg.levels:
                 load = os.getloadavg()[0]
                 server.peak_rss = 0
+                cpu_before = await _cpu(server, store.db.dsn)
                 level = await run_level(
                     client,
                     queries,
                     concurrency=concurrency,
                     requests=requests,
                     time_cap_s=cfg.time_cap_s,
+                )
+                level["cpu_ms_per_request"] = _cpu_per_request(
+                    cpu_before, await _cpu(server, store.db.dsn), level["completed"]
                 )
                 level["rss_mb_peak"] = round(max(server.peak_rss, server.rss()) / _MB)
                 level["loadavg_1m_before"] = round(load, 2)

@@ -27,6 +27,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def cpu_seconds(pids: list[int]) -> dict[int, float]:
+    """User + system CPU time of each live process (Postgres backends run as another user)."""
+    out = {}
+    for pid in pids:
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            times = psutil.Process(pid).cpu_times()
+            out[pid] = times.user + times.system
+    return out
+
+
 def server_env(database_url: str, port: int, settings: Mapping[str, str]) -> dict[str, str]:
     """The environment of the server: the bench database, no Redis, no rate limit, overrides."""
     env = dict(os.environ)
@@ -65,6 +75,14 @@ class Server:
                 total += p.memory_info().rss
         self.peak_rss = max(self.peak_rss, total)
         return total
+
+    def pids(self) -> list[int]:
+        """The server process and its workers."""
+        try:
+            proc = psutil.Process(self.process.pid)
+            return [proc.pid, *(c.pid for c in proc.children(recursive=True))]
+        except psutil.NoSuchProcess:
+            return []
 
     async def sample_rss(self, interval_s: float = 0.25) -> None:
         """Track peak RSS until cancelled."""

@@ -29,8 +29,12 @@ def upgrade() -> None:
         sa.Column("id", sa.Uuid(), nullable=False),
         sa.Column("user_id", sa.String(255), nullable=False),
         sa.Column("title", sa.String(500), nullable=True),
-        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+        sa.Column(
+            "created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
+        ),
+        sa.Column(
+            "updated_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
+        ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_conversations")),
     )
     op.create_index("idx_conversations_user_id", "conversations", ["user_id"])
@@ -47,11 +51,19 @@ def upgrade() -> None:
         sa.Column("embedding_model", sa.String(100), nullable=True),
         sa.Column("correlation_id", sa.Uuid(), nullable=False),
         sa.Column("seq", sa.BigInteger(), sa.Identity(always=True), nullable=False),
-        sa.Column("metadata", postgresql.JSONB(), server_default=sa.text("'{}'::jsonb"), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
-        sa.CheckConstraint("role IN ('user', 'assistant', 'system')", name=op.f("ck_messages_role")),
+        sa.Column(
+            "metadata", postgresql.JSONB(), server_default=sa.text("'{}'::jsonb"), nullable=False
+        ),
+        sa.Column(
+            "created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
+        ),
+        sa.CheckConstraint(
+            "role IN ('user', 'assistant', 'system')", name=op.f("ck_messages_role")
+        ),
         sa.ForeignKeyConstraint(
-            ["conversation_id"], ["conversations.id"], ondelete="CASCADE",
+            ["conversation_id"],
+            ["conversations.id"],
+            ondelete="CASCADE",
             name=op.f("fk_messages_conversation_id_conversations"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_messages")),
@@ -62,8 +74,12 @@ def upgrade() -> None:
     op.create_index("idx_messages_user_id", "messages", ["user_id"])
     op.create_index("idx_messages_correlation_id", "messages", ["correlation_id"])
     op.create_index(
-        "idx_messages_embedding", "messages", ["embedding"], postgresql_using="ivfflat",
-        postgresql_with={"lists": 100}, postgresql_ops={"embedding": "vector_cosine_ops"},
+        "idx_messages_embedding",
+        "messages",
+        ["embedding"],
+        postgresql_using="ivfflat",
+        postgresql_with={"lists": 100},
+        postgresql_ops={"embedding": "vector_cosine_ops"},
     )
     op.create_index("idx_messages_content_fts", "messages", [FTS], postgresql_using="gin")
 
@@ -79,11 +95,17 @@ def upgrade() -> None:
         sa.Column("source_message_id", sa.Uuid(), nullable=True),
         sa.Column("source", sa.String(500), nullable=True),
         sa.Column("importance", sa.Float(), server_default=sa.text("0.5"), nullable=False),
-        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
-        sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+        sa.Column(
+            "created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
+        ),
+        sa.Column(
+            "updated_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False
+        ),
         sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True),
         sa.Column("deleted_at", sa.DateTime(timezone=True), nullable=True),
-        sa.Column("metadata", postgresql.JSONB(), server_default=sa.text("'{}'::jsonb"), nullable=False),
+        sa.Column(
+            "metadata", postgresql.JSONB(), server_default=sa.text("'{}'::jsonb"), nullable=False
+        ),
         sa.CheckConstraint(
             "type IN ('fact', 'preference', 'decision', 'note')", name=op.f("ck_memory_items_type")
         ),
@@ -91,26 +113,39 @@ def upgrade() -> None:
             "importance >= 0 AND importance <= 1", name=op.f("ck_memory_items_importance_range")
         ),
         sa.ForeignKeyConstraint(
-            ["source_message_id"], ["messages.id"], ondelete="SET NULL",
+            ["source_message_id"],
+            ["messages.id"],
+            ondelete="SET NULL",
             name=op.f("fk_memory_items_source_message_id_messages"),
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_memory_items")),
     )
     op.execute("ALTER TABLE memory_items ALTER COLUMN embedding SET STORAGE PLAIN")
     op.create_index(
-        "idx_memory_items_user_id", "memory_items", ["user_id"],
+        "idx_memory_items_user_id",
+        "memory_items",
+        ["user_id"],
         postgresql_where=sa.text("deleted_at IS NULL"),
     )
     op.create_index(
-        "idx_memory_items_type", "memory_items", ["user_id", "type"],
+        "idx_memory_items_type",
+        "memory_items",
+        ["user_id", "type"],
         postgresql_where=sa.text("deleted_at IS NULL"),
     )
     op.create_index(
-        "uq_memory_items_user_content_hash", "memory_items", ["user_id", "content_hash"], unique=True
+        "uq_memory_items_user_content_hash",
+        "memory_items",
+        ["user_id", "content_hash"],
+        unique=True,
     )
     op.create_index(
-        "idx_memory_items_embedding", "memory_items", ["embedding"], postgresql_using="ivfflat",
-        postgresql_with={"lists": 100}, postgresql_ops={"embedding": "vector_cosine_ops"},
+        "idx_memory_items_embedding",
+        "memory_items",
+        ["embedding"],
+        postgresql_using="ivfflat",
+        postgresql_with={"lists": 100},
+        postgresql_ops={"embedding": "vector_cosine_ops"},
     )
     op.create_index("idx_memory_items_content_fts", "memory_items", [FTS], postgresql_using="gin")
 

@@ -204,13 +204,23 @@ async def test_crafted_queries_return_nothing_foreign(world: World, endpoint: st
         } & found
 
 
-async def test_nul_in_the_query_is_rejected(world: World) -> None:
+async def test_nul_and_lone_surrogates_are_rejected(world: World) -> None:
     user = world.users[0]
+    h = {**headers(user.id), "content-type": "application/json"}
     for endpoint in (QUERY, TOOL):
         response = await world.client.post(
             endpoint, json={"query": "teal\x00' OR 1=1"}, headers=headers(user.id)
         )
         assert response.status_code == 422
+        for raw in ('{"query": "teal \\ud800"}', '{"query": "\\udfff OR 1=1"}'):
+            response = await world.client.post(endpoint, content=raw, headers=h)
+            assert response.status_code == 422, raw
+        # A well-formed surrogate pair is just an emoji.
+        response = await world.client.post(
+            endpoint, content='{"query": "teal \\ud83d\\ude00"}', headers=h
+        )
+        assert response.status_code == 200
+        check_own(world, user, response.json(), "emoji")
 
 
 async def test_foreign_ids_in_every_field(world: World) -> None:

@@ -159,8 +159,10 @@ def test_apply_thresholds_min_score_is_inclusive() -> None:
 
 def test_apply_thresholds_relative_cutoff() -> None:
     ranked = [r("a", 0.9, 0.8), r("b", 0.5, 0.5), r("c", 0.4, 0.39)]
-    assert [x.key for x in apply_thresholds(ranked, 0.0, 0.5)] == ["a", "b"]
-    assert [x.key for x in apply_thresholds(ranked, 0.0, 0.0)] == ["a", "b", "c"]
+    assert [x.key for x in apply_thresholds(ranked, 0.01, 0.5)] == ["a", "b"]
+    assert [x.key for x in apply_thresholds(ranked, 0.01, 0.0)] == ["a", "b", "c"]
+    # min_score 0 asks for the plain ranking: no relative cut either.
+    assert [x.key for x in apply_thresholds(ranked, 0.0, 0.5)] == ["a", "b", "c"]
 
 
 def test_propagate_passes_a_share_to_the_next_turn() -> None:
@@ -168,8 +170,19 @@ def test_propagate_passes_a_share_to_the_next_turn() -> None:
     out = propagate(ranked, {"q": (None, "answer")}, next_weight=0.5, previous_weight=0.0)
     by_key = {x.key: x for x in out}
     assert by_key["answer"].fused == pytest.approx(0.4)
-    assert by_key["answer"].relevance == pytest.approx(0.4)
+    # Only the ranking moves: an inherited-only turn has no relevance of its own to filter on.
+    assert by_key["answer"].relevance == 0.0
     assert [x.key for x in out] == ["q", "answer", "far"]
+
+
+def test_propagate_keeps_the_neighbours_own_relevance() -> None:
+    ranked = [r("q", 0.8, 0.9), r("answer", 0.1, 0.35)]
+    out = {
+        x.key: x
+        for x in propagate(ranked, {"q": (None, "answer")}, next_weight=0.5, previous_weight=0.0)
+    }
+    assert out["answer"].fused == pytest.approx(0.4)
+    assert out["answer"].relevance == pytest.approx(0.35)
 
 
 def test_propagate_never_lifts_a_neighbour_above_its_seed_nor_sums() -> None:
