@@ -100,12 +100,14 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_embedder(self) -> Settings:
-        if self.embedding_provider is EmbeddingProvider.LOCAL:
-            if self.embedding_model != LOCAL_MODEL or self.embedding_dimension != LOCAL_DIMENSION:
-                raise ValueError(
-                    "PGRECALL_EMBEDDING_MODEL/PGRECALL_EMBEDDING_DIMENSION: the local provider "
-                    f"serves only {LOCAL_MODEL} with dimension {LOCAL_DIMENSION}"
-                )
+        local = self.embedding_provider is EmbeddingProvider.LOCAL
+        if local and (
+            self.embedding_model != LOCAL_MODEL or self.embedding_dimension != LOCAL_DIMENSION
+        ):
+            raise ValueError(
+                "PGRECALL_EMBEDDING_MODEL/PGRECALL_EMBEDDING_DIMENSION: the local provider "
+                f"serves only {LOCAL_MODEL} with dimension {LOCAL_DIMENSION}"
+            )
         return self
 
     @model_validator(mode="after")

@@ -167,9 +167,10 @@ class OpenAIEmbedder:
         except Exception as exc:
             raise EmbeddingError(f"embedding API failed: {type(exc).__name__}: {exc}") from exc
         matrix = np.asarray(rows, dtype=np.float32)
-        if matrix.shape != (len(texts), self.dimension):
+        expected = (len(texts), self.dimension)
+        if matrix.shape != expected:
             raise EmbeddingError(
-                f"embedding API returned shape {matrix.shape}, expected {(len(texts), self.dimension)}"
+                f"embedding API returned shape {matrix.shape}, expected {expected}"
             )
         return _normalise(matrix)
 

@@ -237,8 +237,8 @@ class RetrievalRepository:
         if message_ids:
             rows = await self.session.execute(
                 text(
-                    "SELECT m.id, m.content, m.role, m.created_at, m.conversation_id, m.seq, "
-                    "c.title FROM messages AS m JOIN conversations AS c ON c.id = m.conversation_id "
+                    "SELECT m.id, m.content, m.role, m.created_at, m.conversation_id, m.seq "
+                    "FROM messages AS m JOIN conversations AS c ON c.id = m.conversation_id "
                     "WHERE m.user_id = :user_id AND c.user_id = :user_id "
                     "AND m.id = ANY(CAST(:ids AS uuid[]))"
                 ),
