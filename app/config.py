@@ -55,7 +55,7 @@ class Settings(BaseSettings):
     retrieval_preset: str = "default"
     query_timeout_s: Annotated[float, Field(gt=0, le=60)] = 2.0
     session_messages: Annotated[int, Field(ge=1, le=500)] = 20
-    exact_search_max_items: Annotated[int, Field(ge=0)] = 20_000
+    exact_search_max_items: Annotated[int, Field(ge=0)] = 10_000
     ivfflat_probes: Annotated[int, Field(ge=1, le=10_000)] = 10
     ivfflat_max_probes: Annotated[int, Field(ge=1, le=10_000)] = 100
     migrate_on_start: bool = True

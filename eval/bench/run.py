@@ -90,8 +90,16 @@ async def _store_facts(store: Store) -> dict[str, Any]:
     }
 
 
-async def _cpu(server: Server, dsn: str) -> tuple[dict[int, float], dict[int, float]]:
-    """CPU seconds so far of the service processes and of its Postgres backends."""
+@dataclass(frozen=True)
+class _Cpu:
+    """CPU seconds so far, per process: the service, its Postgres backends, the load generator."""
+
+    service: dict[int, float]
+    postgres: dict[int, float]
+    client: float
+
+
+async def _cpu(server: Server, dsn: str) -> _Cpu:
     conn = await asyncpg.connect(dsn)
     try:
         rows = await conn.fetch(
@@ -100,20 +108,24 @@ async def _cpu(server: Server, dsn: str) -> tuple[dict[int, float], dict[int, fl
         )
     finally:
         await conn.close()
-    return cpu_seconds(server.pids()), cpu_seconds([r["pid"] for r in rows])
+    client = sum(cpu_seconds([os.getpid()]).values())
+    return _Cpu(cpu_seconds(server.pids()), cpu_seconds([r["pid"] for r in rows]), client)
 
 
-def _cpu_per_request(
-    before: tuple[dict[int, float], dict[int, float]],
-    after: tuple[dict[int, float], dict[int, float]],
-    requests: int,
-) -> dict[str, float]:
+def _cpu_per_request(before: _Cpu, after: _Cpu, requests: int) -> dict[str, float]:
     """CPU cost per request: robust to other load on the machine, unlike latency."""
-    out = {}
-    for name, start, end in (("service", before[0], after[0]), ("postgres", before[1], after[1])):
+
+    def per_request(start: dict[int, float], end: dict[int, float]) -> float:
+        # Backends opened during the level started from zero.
         used = sum(t - start.get(pid, 0.0) for pid, t in end.items())
-        out[name] = round(used * 1000 / max(requests, 1), 2)
+        return round(used * 1000 / max(requests, 1), 2)
+
+    out = {
+        "service": per_request(before.service, after.service),
+        "postgres": per_request(before.postgres, after.postgres),
+    }
     out["total"] = round(out["service"] + out["postgres"], 2)
+    out["load_generator"] = per_request({0: before.client}, {0: after.client})
     return out
 
 

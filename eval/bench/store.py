@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import random
 import time
 import uuid
@@ -21,6 +22,7 @@ from typing import Any
 import asyncpg
 import numpy as np
 import numpy.typing as npt
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
 from app.adapters.embedder import LOCAL_MODEL_ID
@@ -93,6 +95,14 @@ def corpus_vectors(
     return memories, np.concatenate(parts)[:count]
 
 
+def _kmeans_memory_mb(rows: int, lists: int, dimension: int = 384) -> int:
+    """maintenance_work_mem pgvector's ivfflat build asks for: the k-means sample (50 rows per
+    list) plus Elkan's lower bounds (a float per sample and list): 273 MB at 1M rows."""
+    samples = min(rows, lists * 50)
+    need = samples * (dimension * 4 + 8) + samples * lists * 4
+    return max(256, math.ceil(need / 2**20) + 128)
+
+
 async def create_database(admin_dsn: str, name: str, *, replace: bool) -> bool:
     """Create the database; False when it exists and replace is off."""
     conn = await asyncpg.connect(admin_dsn)
@@ -157,9 +167,12 @@ async def _load(store: Store) -> None:
             loaded += len(chunk)
             log.info("%s: loaded %d/%d items", store.db.name, loaded, store.items)
         t = time.perf_counter()
-        engine = create_engine(store.db.url, pool_size=1)
+        # An ivfflat build of 1M rows takes minutes: no client-side command timeout of seconds.
+        engine = create_engine(store.db.url, pool_size=1, statement_timeout_ms=3_600_000)
         try:
             async with create_sessionmaker(engine)() as session, session.begin():
+                budget = _kmeans_memory_mb(store.items, store.lists)
+                await session.execute(text(f"SET LOCAL maintenance_work_mem = '{budget}MB'"))
                 rebuilt = await reindex(session, "memory_items")
         finally:
             await engine.dispose()
