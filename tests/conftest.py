@@ -5,7 +5,6 @@ Tests isolate by user: every test gets fresh user ids, so committed data never c
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -21,35 +20,22 @@ from app.adapters.embedder import LocalEmbedder
 from app.config import Settings
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
-from app.migrate import upgrade_head
 from tests.redis_server import RedisServer
+from tests.servers import temporary_postgres, temporary_redis
 
 
 @pytest.fixture(scope="session")
 def pg() -> Iterator[EmbeddedPostgres]:
     """The embedded Postgres 18 + pgvector, migrated to head with the real Alembic scripts."""
-    directory = Path(tempfile.mkdtemp(prefix="pgr-pg-"))
-    server = EmbeddedPostgres(directory)
-    url = server.start()
-    upgrade_head(url)
-    try:
+    with temporary_postgres() as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def redis_srv() -> Iterator[RedisServer]:
     """A shared redis-server; tests that kill Redis start their own."""
-    directory = Path(tempfile.mkdtemp(prefix="pgr-redis-"))
-    server = RedisServer(directory)
-    server.start()
-    try:
+    with temporary_redis() as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import pytest
 from alembic import command
@@ -17,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from app.embedded import EmbeddedPostgres
 from app.migrate import alembic_config, head_revision, upgrade_head
+from tests.servers import temporary_postgres
 
 VECTOR_ZERO = "[" + ",".join(["0.1"] * 384) + "]"
 
@@ -388,14 +386,8 @@ async def test_partial_and_conversation_indexes(conn: AsyncConnection) -> None:
 
 @pytest.fixture(scope="module")
 def scratch_pg() -> Iterator[EmbeddedPostgres]:
-    directory = Path(tempfile.mkdtemp(prefix="pgr-mig-"))
-    server = EmbeddedPostgres(directory)
-    server.start()
-    try:
+    with temporary_postgres(migrate=False) as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 async def _public_tables(url: str) -> set[str]:

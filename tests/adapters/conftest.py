@@ -2,43 +2,27 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import AsyncIterator, Iterator
-from contextlib import contextmanager
-from pathlib import Path
 
 import pytest
 from redis.asyncio import Redis
 
 from app.adapters.cache import Cache
 from tests.redis_server import RedisServer
-
-
-@contextmanager
-def _server_in_temp_dir() -> Iterator[RedisServer]:
-    # mkdtemp, not tmp_path: the socket path must stay short.
-    directory = Path(tempfile.mkdtemp(prefix="pgr-redis-"))
-    server = RedisServer(directory)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
+from tests.servers import temporary_redis
 
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """The shared server; tests must not kill or pause it (use `own_redis_server`)."""
-    with _server_in_temp_dir() as server:
+    with temporary_redis() as server:
         yield server
 
 
 @pytest.fixture
 def own_redis_server() -> Iterator[RedisServer]:
     """A server only this test uses, free to be killed, paused and restarted."""
-    with _server_in_temp_dir() as server:
+    with temporary_redis() as server:
         yield server
 
 

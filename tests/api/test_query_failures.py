@@ -10,11 +10,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,6 +25,7 @@ from app.errors import EmbeddingError
 from app.services.memory import MemoryInput, MemoryService
 from tests.helpers import headers
 from tests.redis_server import RedisServer
+from tests.servers import temporary_redis
 
 QUERY = "/v1/memory/query"
 TOOL = "/v1/tools/query_memory"
@@ -89,14 +87,8 @@ def meta(data: dict[str, Any]) -> dict[str, Any]:
 @pytest.fixture
 def own_redis() -> Iterator[RedisServer]:
     """A redis-server this test may kill."""
-    directory = Path(tempfile.mkdtemp(prefix="pgr-redis-"))
-    server = RedisServer(directory)
-    server.start()
-    try:
+    with temporary_redis() as server:
         yield server
-    finally:
-        server.stop()
-        shutil.rmtree(directory, ignore_errors=True)
 
 
 @pytest.fixture

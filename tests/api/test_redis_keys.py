@@ -27,7 +27,8 @@ async def test_message_write_caches_its_embedding_for_seven_days(make_client, re
     content = f"My sister Ines moved to Porto last spring ({user_id})"
     async with make_client() as (client, app):
         await add_messages(client, user_id, [content])
-        key = "embedding_cache:" + hashlib.sha256(f"{LOCAL_MODEL_ID}:{content}".encode()).hexdigest()
+        digest = hashlib.sha256(f"{LOCAL_MODEL_ID}:{content}".encode()).hexdigest()
+        key = f"embedding_cache:{digest}"
         raw = await redis.get(key)
         assert raw is not None and len(raw) == 384 * 4
         assert 7 * 86400 - 60 <= await redis.ttl(key) <= 7 * 86400

@@ -1,0 +1,45 @@
+"""Throwaway real servers for tests: Redis and the embedded Postgres, each in a short temp dir.
+
+Short paths matter: unix socket paths are limited to about 100 bytes, and pytest's tmp_path is
+often longer.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from app.embedded import EmbeddedPostgres
+from app.migrate import upgrade_head
+from tests.redis_server import RedisServer
+
+
+@contextmanager
+def temporary_redis() -> Iterator[RedisServer]:
+    """A started redis-server, stopped and removed afterwards."""
+    directory = Path(tempfile.mkdtemp(prefix="pgr-redis-"))
+    server = RedisServer(directory)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+@contextmanager
+def temporary_postgres(*, migrate: bool = True) -> Iterator[EmbeddedPostgres]:
+    """A started embedded Postgres (migrated to head unless told not to), removed afterwards."""
+    directory = Path(tempfile.mkdtemp(prefix="pgr-pg-"))
+    server = EmbeddedPostgres(directory)
+    url = server.start()
+    try:
+        if migrate:
+            upgrade_head(url)
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(directory, ignore_errors=True)
