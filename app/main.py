@@ -79,6 +79,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             log.info(
                 "no PGRECALL_REDIS_URL: embedding cache, session cache and rate limits are off"
             )
+        elif not await cache.ping():
+            log.warning("Redis unreachable at start: serving without caches until it is back")
         the_embedder = embedder or await asyncio.to_thread(embedder_from_settings, settings)
         if not settings.auth_enabled:
             log.warning("no PGRECALL_API_KEY: authentication is off (listening on loopback only)")
