@@ -1,6 +1,17 @@
-"""Thin entry for `make bench`: the benchmark lives in eval/bench (python -m eval.bench)."""
+#!/usr/bin/env python
+"""The performance benchmark (`make bench`); the code lives in eval/bench (docs/performance.md).
+
+scripts/bench.py [--sizes 10k,100k] [--levels 1:300,8:1000,32:1000] [--set KEY=VALUE] ...
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from eval.bench.__main__ import cli
 
 if __name__ == "__main__":
-    cli()
+    cli(prog_name="bench.py")

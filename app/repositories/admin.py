@@ -220,8 +220,10 @@ class MaintenanceRepository:
         """Drop and create the ivfflat index under its own name (one transaction: the table is
         locked while it builds), and note the row count it was built on."""
         name = EMBEDDING_INDEXES[table]
-        # k-means samples up to 50 vectors per list and needs them in maintenance_work_mem.
-        sample_mb = math.ceil(min(rows, lists * 50) * (dimension * 4 + 64) / 2**20)
+        # k-means samples up to 50 vectors per list and keeps them in maintenance_work_mem,
+        # with one float per sample and list for its distances (273 MB at 1M rows, 1000 lists).
+        samples = min(rows, lists * 50)
+        sample_mb = math.ceil(samples * (dimension * 4 + 64 + lists * 4) / 2**20)
         await self.session.execute(text("SET LOCAL lock_timeout = '30s'"))
         await self.session.execute(text("SET LOCAL statement_timeout = 0"))
         current = (await self.session.execute(text("SHOW maintenance_work_mem"))).scalar_one()

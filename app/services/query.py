@@ -7,6 +7,7 @@ embedder failure falls back to a cached query vector, else to keyword-only searc
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -48,7 +49,7 @@ class QueryConfig:
     max_results: int = 10
     rate_limit_per_minute: int = 10
     timeout_s: float = 2.0
-    exact_search_max_items: int = 20_000
+    exact_search_max_items: int = 10_000
     ivfflat_probes: int = 10
     ivfflat_max_probes: int = 100
 
@@ -182,7 +183,10 @@ class QueryService:
     async def _embed(self, query: str) -> tuple[Any | None, str | None, int]:
         t0 = time.perf_counter()
         try:
-            vectors = await asyncio.wait_for(self.embeddings.embed([query]), self.config.timeout_s)
+            # Half of the query's time budget at most: the keyword fallback needs the rest.
+            vectors = await asyncio.wait_for(
+                self.embeddings.embed([query]), self.config.timeout_s / 2
+            )
             return vectors[0], None, int((time.perf_counter() - t0) * 1000)
         except (EmbeddingError, TimeoutError) as exc:
             log.warning("query embedding failed (%s); trying the cache", type(exc).__name__)
@@ -196,19 +200,24 @@ class QueryService:
         self, request: QueryRequest, query: str, budget: int, preset: RetrievalPreset
     ) -> QueryResult:
         result = QueryResult()
-        vector = None
-        if preset.use_vector:
-            vector, result.degraded, result.query_embedding_ms = await self._embed(query)
+        # The query is embedded (in a worker thread) while the keyword arm runs in Postgres:
+        # for a large store that hides most of the embedding time (docs/performance.md).
+        embedding = asyncio.create_task(self._embed(query)) if preset.use_vector else None
         t0 = time.perf_counter()
         try:
             candidates, ranked = await asyncio.wait_for(
-                self._candidates(request, query, vector, preset), self.config.timeout_s
+                self._candidates(request, query, embedding, preset, result), self.config.timeout_s
             )
         except (SQLAlchemyError, OSError, TimeoutError) as exc:
             log.error("retrieval failed closed: %s", type(exc).__name__)
             result.error = "retrieval_unavailable"
             result.retrieval_ms = int((time.perf_counter() - t0) * 1000)
             return result
+        finally:
+            if embedding is not None and not embedding.done():
+                embedding.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await embedding
         result.retrieval_ms = int((time.perf_counter() - t0) * 1000)
 
         kept = apply_thresholds(ranked, request.min_score, preset.relative_cutoff)
@@ -226,7 +235,12 @@ class QueryService:
         return result
 
     async def _candidates(
-        self, request: QueryRequest, query: str, vector: Any | None, preset: RetrievalPreset
+        self,
+        request: QueryRequest,
+        query: str,
+        embedding: asyncio.Task[tuple[Any | None, str | None, int]] | None,
+        preset: RetrievalPreset,
+        result: QueryResult,
     ) -> tuple[dict[tuple[Source, Any], Candidate], list[Any]]:
         memories = "memory" in request.sources
         # Messages carry no memory type: a type filter restricts results to memory items.
@@ -249,6 +263,9 @@ class QueryService:
                 )
                 keyword_scores, max_bm25 = hits.scores, hits.max_score
             cosines: dict[tuple[Source, Any], float] = {}
+            vector = None
+            if embedding is not None:
+                vector, result.degraded, result.query_embedding_ms = await embedding
             if vector is not None:
                 exact = await repo.item_count(request.user_id) <= self.config.exact_search_max_items
                 await repo.set_vector_search(

@@ -51,6 +51,15 @@ def plot(results: list[dict[str, Any]], path: Path) -> Path | None:
                 series[key].append(level["latency_ms"][key])
         for key, values in series.items():
             ax.plot(sizes, values, marker="o", label=key)
+        for kind, style in (("small", "--"), ("big", ":")):
+            values = [
+                lvl[f"{kind}_user_latency_ms"].get("p95")
+                for r in results
+                for lvl in r["levels"]
+                if lvl["concurrency"] == concurrency and lvl["latency_ms"].get("n", 0)
+            ]
+            if len(values) == len(sizes) and None not in values:
+                ax.plot(sizes, values, linestyle=style, color="grey", label=f"p95 {kind} users")
         ax.set_xscale("log")
         ax.set_xlabel("memory items in the store")
         ax.set_ylabel("query_memory latency (ms)")

@@ -58,7 +58,11 @@ def _targets(items: int, levels: list[dict[str, Any]], recall: dict[str, Any]) -
         "p95_c1_budget_ms": budget,
         "p95_c1_ms": p95,
         "p95_c1_met": p95 is not None and p95 <= budget,
-        "recall_at_10_met": (recall["recall_at_10"] or 0) >= 0.95,
+        # The ANN path on its own too: exact-path queries score 1.0 and would hide it.
+        "recall_at_10_met": min(
+            recall["recall_at_10"] or 0.0, recall["ann_path_recall_at_10"] or 1.0
+        )
+        >= 0.95,
         "zero_short_result_sets": recall["short_result_sets"] == 0,
     }
 
