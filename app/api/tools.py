@@ -17,7 +17,8 @@ from app.schemas.memory import (
     ToolMemory,
     ToolMetadata,
 )
-from app.services.query import QueryItem, QueryRequest, QueryService, format_for_prompt
+from app.services.prompt import format_for_prompt
+from app.services.query import QueryItem, QueryRequest, QueryService
 
 router = APIRouter(tags=["tools"])
 

@@ -20,8 +20,13 @@ from app.services.memory import MemoryInput, MemoryService, content_hash
 def memory_input(row: AdminMemoryCreate) -> MemoryInput:
     """The service's input for one validated admin row."""
     return MemoryInput(
-        user_id=row.user_id, content=row.content, type=row.type, importance=row.importance,
-        created_at=row.created_at, expires_at=row.expires_at, source=row.source,
+        user_id=row.user_id,
+        content=row.content,
+        type=row.type,
+        importance=row.importance,
+        created_at=row.created_at,
+        expires_at=row.expires_at,
+        source=row.source,
         metadata=row.metadata,
     )
 
@@ -131,7 +136,9 @@ class AdminMemoryService:
         # Postings hold the old text's lexemes: replace them.
         await self.index.reindex(item.user_id, [Document(item.id, Source.MEMORY, content)])
         return {
-            "content": content, "content_hash": new_hash, "embedding": vector,
+            "content": content,
+            "content_hash": new_hash,
+            "embedding": vector,
             "embedding_model": self.embeddings.model,
         }
 

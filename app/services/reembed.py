@@ -41,11 +41,15 @@ class ReembedReport:
         """Counts per table, and what was moved."""
         parts = []
         for table in TABLES:
-            models = ", ".join(
-                f"{m or '(no vector)'}: {n}" for m, n in sorted(
-                    self.models.get(table, {}).items(), key=lambda kv: kv[0] or ""
+            models = (
+                ", ".join(
+                    f"{m or '(no vector)'}: {n}"
+                    for m, n in sorted(
+                        self.models.get(table, {}).items(), key=lambda kv: kv[0] or ""
+                    )
                 )
-            ) or "empty"
+                or "empty"
+            )
             moved = "" if self.dry_run else f", moved {self.moved.get(table, 0)}"
             parts.append(f"{table}: to move {self.pending(table)} ({models}){moved}")
         head = f"target model {self.model}" + (" (dry run)" if self.dry_run else "")

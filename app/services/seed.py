@@ -119,7 +119,9 @@ async def seed_rows(
 ) -> SeedReport:
     """Load validated rows; writes nothing if any row is invalid, unless skip_invalid."""
     report = SeedReport(
-        rows=parsed.total, invalid=len({e.line for e in parsed.errors}), errors=parsed.errors,
+        rows=parsed.total,
+        invalid=len({e.line for e in parsed.errors}),
+        errors=parsed.errors,
         dry_run=options.dry_run,
     )
     if parsed.errors and not options.skip_invalid:
@@ -196,8 +198,11 @@ async def _load_batch(
         user_vectors = vectors[offset : offset + len(rows)]
         offset += len(rows)
         matches = await service.repo.nearest(
-            user, embeddings.model, list(user_vectors),
-            min_cosine=options.near_duplicate_cosine, k=_NEIGHBOURS,
+            user,
+            embeddings.model,
+            list(user_vectors),
+            min_cosine=options.near_duplicate_cosine,
+            k=_NEIGHBOURS,
         )
         plan = plan_user_rows(rows, user_vectors, matches, options, report)
         inserts.extend(p for p in plan if p.target is None)

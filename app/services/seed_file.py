@@ -25,7 +25,10 @@ CSV_REQUIRED = ("user_id", "content", "type")
 # Big enough that an over-long content is reported by validation, not by the csv module.
 _CSV_FIELD_LIMIT = 16 * 1024 * 1024
 _EXTENSIONS: dict[str, Format] = {
-    ".json": "json", ".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv",
+    ".json": "json",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".csv": "csv",
 }
 
 
