@@ -15,6 +15,7 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Index,
+    PrimaryKeyConstraint,
     SmallInteger,
     String,
     Text,
@@ -82,11 +83,17 @@ class SearchPosting(Base):
     """
 
     __tablename__ = "search_postings"
-    __table_args__ = (Index("idx_search_postings_item", "item_id"),)
+    __table_args__ = (
+        # INCLUDE makes BM25 an index-only scan: no heap visit per posting of a query word.
+        PrimaryKeyConstraint(
+            "user_id", "lexeme", "item_id", postgresql_include=["source", "tf", "dl"]
+        ),
+        Index("idx_search_postings_item", "item_id"),
+    )
 
-    user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), primary_key=True)
-    lexeme: Mapped[str] = mapped_column(Text, primary_key=True)
-    item_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH))
+    lexeme: Mapped[str] = mapped_column(Text)
+    item_id: Mapped[uuid.UUID] = mapped_column(Uuid)
     source: Mapped[int] = mapped_column(SmallInteger, nullable=False)
     tf: Mapped[float] = mapped_column(REAL, nullable=False)
     dl: Mapped[float] = mapped_column(REAL, nullable=False)
