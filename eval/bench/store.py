@@ -7,6 +7,7 @@ filled through app.repositories.bulk (COPY + set-based postings), then indexed f
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import math
@@ -27,7 +28,7 @@ from sqlalchemy.engine import make_url
 
 from app.adapters.embedder import LOCAL_MODEL_ID
 from app.db import create_engine, create_sessionmaker
-from app.migrate import upgrade_head
+from app.migrate import ROOT, upgrade_head
 from app.repositories.admin import lists_for
 from app.repositories.bulk import BulkMemory, BulkRepository
 from app.services.memory import content_hash
@@ -193,6 +194,14 @@ async def _load(store: Store) -> None:
         await conn.close()
 
 
+def _schema_fingerprint() -> str:
+    """Changes whenever a migration file changes, so a reused store always has today's schema."""
+    digest = hashlib.sha256()
+    for path in sorted((ROOT / "migrations" / "versions").glob("*.py")):
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 async def build_store(
     server_url: str,
     items: int,
@@ -219,6 +228,7 @@ async def build_store(
         "distinct": len(memories),
         "big_size": big_size,
         "lists": store.lists,
+        "schema": _schema_fingerprint(),
     }
     if reuse and marker.exists():
         saved = json.loads(marker.read_text())
