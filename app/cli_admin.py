@@ -148,8 +148,11 @@ def seed(
     from app.services.seed_file import SeedFileError
 
     options = SeedOptions(
-        skip_invalid=skip_invalid, update_near_duplicates=update_near_duplicates,
-        dry_run=dry_run, batch_size=batch_size, progress=_show_progress(quiet),
+        skip_invalid=skip_invalid,
+        update_near_duplicates=update_near_duplicates,
+        dry_run=dry_run,
+        batch_size=batch_size,
+        progress=_show_progress(quiet),
     )
 
     async def work(rt: Runtime) -> SeedReport:
@@ -168,8 +171,10 @@ def seed(
     if len(report.errors) > _SHOWN_PROBLEMS:
         typer.echo(f"... and {len(report.errors) - _SHOWN_PROBLEMS} more problems", err=True)
     if report.errors and not skip_invalid:
-        raise _fail(f"{report.invalid} invalid rows of {report.rows}; nothing written "
-                    "(fix them, or pass --skip-invalid)")
+        raise _fail(
+            f"{report.invalid} invalid rows of {report.rows}; nothing written "
+            "(fix them, or pass --skip-invalid)"
+        )
     for near in report.near_duplicates[:_SHOWN_PROBLEMS]:
         typer.echo(str(near))
     if len(report.near_duplicates) > _SHOWN_PROBLEMS:
@@ -223,7 +228,10 @@ def reembed(
     async def work(rt: Runtime) -> ReembedReport:
         assert rt.embeddings is not None
         return await run_reembed(
-            rt.sessionmaker, rt.embeddings, batch_size=batch_size, dry_run=dry_run,
+            rt.sessionmaker,
+            rt.embeddings,
+            batch_size=batch_size,
+            dry_run=dry_run,
             progress=_show_progress(quiet),
         )
 
@@ -327,8 +335,12 @@ def memories_list(
     if type_ is not None and type_ not in MEMORY_TYPES:
         raise _fail(f"--type must be one of {', '.join(MEMORY_TYPES)}", 2)
     filters = MemoryFilter(
-        user_id=_user(user), type=type_, q=q, created_after=_aware(created_after),
-        created_before=_aware(created_before), include_deleted=include_deleted,
+        user_id=_user(user),
+        type=type_,
+        q=q,
+        created_after=_aware(created_after),
+        created_before=_aware(created_before),
+        include_deleted=include_deleted,
     )
     items, total = _admin_call(lambda s: s.list(filters, limit=limit, offset=offset))
     for item in items:

@@ -23,7 +23,7 @@ def create_engine(
     engine = create_async_engine(
         url,
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=pool_size,  # queries may hold two connections each: see Resources.query_slots
         pool_pre_ping=True,
         pool_timeout=5,
         connect_args={

@@ -95,6 +95,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             if settings.admin_api_key
             else None,
             session_messages=settings.session_messages,
+            query_slots=asyncio.Semaphore(max(1, settings.db_pool_size)),
         )
         try:
             yield

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
 import re
@@ -37,6 +38,9 @@ class Resources:
     api_key: str | None
     admin_api_key: str | None
     session_messages: int
+    # A query holds two connections at once (keyword and vector arms); admitting at most half
+    # the pool's connections' worth of queries means none ever waits holding one (no deadlock).
+    query_slots: asyncio.Semaphore
 
 
 def get_resources(request: Request) -> Resources:

@@ -86,7 +86,11 @@ def tool_definitions() -> list[dict[str, Any]]:
 
 def _service(resources: ResourcesDep) -> QueryService:
     return QueryService(
-        resources.sessionmaker, resources.embeddings, resources.cache, resources.query_config
+        resources.sessionmaker,
+        resources.embeddings,
+        resources.cache,
+        resources.query_config,
+        slots=resources.query_slots,
     )
 
 

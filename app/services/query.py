@@ -139,11 +139,14 @@ class QueryService:
         embeddings: EmbeddingService,
         cache: Cache,
         config: QueryConfig,
+        slots: asyncio.Semaphore | None = None,
     ) -> None:
         self.sessionmaker = sessionmaker
         self.embeddings = embeddings
         self.cache = cache
         self.config = config
+        # Queries admitted to the database stage at once (each may hold two connections).
+        self.slots = slots or asyncio.Semaphore(1_000_000)
 
     async def query(self, request: QueryRequest, *, correlation_id: str = "-") -> QueryResult:
         """Answer one query; never raises for database, Redis or embedder failures."""
@@ -244,7 +247,7 @@ class QueryService:
         # Messages carry no memory type: a type filter restricts results to memory items.
         messages = "message" in request.sources and not request.types
         n = max(preset.candidates, request.limit)
-        async with self.sessionmaker() as session, session.begin():
+        async with self.slots, self.sessionmaker() as session, session.begin():
             repo = RetrievalRepository(session)
             # The arms run at once on two connections: Postgres uses both cores, and a large
             # store pays max(keyword, embed + vector) instead of the sum (docs/performance.md).
