@@ -98,14 +98,21 @@ def db_upgrade() -> None:
     from app.migrate import upgrade_head
 
     settings = settings_or_exit()
-    url = settings.database_url or EmbeddedPostgres(settings.data_dir).start()
-    upgrade_head(url)
+    if settings.database_url:
+        upgrade_head(settings.database_url)
+    else:
+        embedded = EmbeddedPostgres(settings.data_dir)
+        try:
+            upgrade_head(embedded.start())
+        finally:
+            if embedded.started_here:  # leave a server that `pgrecall serve` runs alone
+                embedded.stop()
     typer.echo("database at head")
 
 
 @db_app.command("url")
 def db_url() -> None:
-    """Print the database URL (starting the embedded server if needed)."""
+    """Print the database URL (starting the embedded server if needed; it keeps running)."""
     from app.embedded import EmbeddedPostgres
 
     settings = settings_or_exit()
