@@ -371,7 +371,7 @@ def memories_restore(user: UserOption, item_id: Annotated[uuid.UUID, typer.Argum
 
 
 def _user(value: str) -> str:
-    from app.schemas.admin import check_user_id
+    from app.schemas.common import check_user_id
 
     try:
         return check_user_id(value)

@@ -19,8 +19,8 @@ from app.schemas.admin import (
     AdminMemoryPage,
     AdminMemoryUpdate,
     DuplicateOut,
-    check_user_id,
 )
+from app.schemas.common import check_user_id
 from app.schemas.memory import MemoryType
 from app.services.admin import AdminMemoryService
 

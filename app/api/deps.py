@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -17,13 +16,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.adapters.cache import Cache
 from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
 from app.observability import correlation_id_var, user_id_var
+from app.schemas.common import check_user_id
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig
 
 log = logging.getLogger(__name__)
 
 AfterCommit = Callable[[], Awaitable[None]]
-_USER_ID = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 
 @dataclass
@@ -119,12 +118,10 @@ async def require_admin_key(
 
 def validate_user_id(value: str, field: str = "X-User-Id") -> str:
     """User ids are 1-255 printable ASCII characters without spaces."""
-    if not _USER_ID.fullmatch(value):
-        raise ValidationFailedError(
-            f"header.{field}: must be 1-255 printable ASCII characters, no spaces",
-            field=f"header.{field}",
-        )
-    return value
+    try:
+        return check_user_id(value)
+    except ValueError as exc:
+        raise ValidationFailedError(f"header.{field}: {exc}", field=f"header.{field}") from None
 
 
 async def current_user(

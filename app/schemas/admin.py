@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import uuid
 from datetime import datetime
 from typing import Annotated
@@ -16,21 +15,13 @@ from pydantic import (
     model_validator,
 )
 
-from app.schemas.common import Content, Metadata
+from app.schemas.common import Content, Metadata, check_user_id
 from app.schemas.memory import MemoryType
 
 # The same rule as app.api.deps.validate_user_id (tests/admin pin the two together); repeated
 # here because schemas sit below the API layer and must not import from it.
-USER_ID_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
 MAX_BULK_MEMORIES = 1000
 MAX_SOURCE_CHARS = 500
-
-
-def check_user_id(value: str) -> str:
-    """1-255 printable ASCII characters, no spaces."""
-    if not USER_ID_PATTERN.fullmatch(value):
-        raise ValueError("must be 1-255 printable ASCII characters, no spaces")
-    return value
 
 
 UserId = Annotated[str, AfterValidator(check_user_id)]

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from app.schemas.common import Content, Metadata
 
@@ -36,17 +36,10 @@ class MessageCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: Role
     content: Content
-    created_at: datetime | None = Field(
+    created_at: AwareDatetime | None = Field(
         default=None, description="original time of the turn, for imported histories"
     )
     metadata: Metadata = Field(default_factory=dict)
-
-    @field_validator("created_at")
-    @classmethod
-    def _aware(cls, value: datetime | None) -> datetime | None:
-        if value is not None and value.tzinfo is None:
-            raise ValueError("must include a timezone offset")
-        return value
 
 
 class MessageBulkCreate(BaseModel):
