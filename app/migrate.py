@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 
@@ -37,13 +38,15 @@ def upgrade_head(database_url: str) -> None:
     command.upgrade(alembic_config(database_url), "head")
 
 
+@lru_cache(maxsize=1)
 def head_revision() -> str | None:
+    """The newest migration in this checkout (read once: scripts do not change at run time)."""
     return ScriptDirectory.from_config(alembic_config()).get_current_head()
 
 
 async def current_revision(engine: AsyncEngine) -> str | None:
-    """The revision the database is at (None if never migrated)."""
+    """The revision the database is at (None if never migrated); one round trip, no log noise."""
     async with engine.connect() as conn:
-        return await conn.run_sync(
-            lambda sync_conn: MigrationContext.configure(sync_conn).get_current_revision()
-        )
+        if await conn.scalar(text("SELECT to_regclass('alembic_version') IS NULL")):
+            return None
+        return await conn.scalar(text("SELECT version_num FROM alembic_version LIMIT 1"))
