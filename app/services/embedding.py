@@ -31,8 +31,8 @@ class EmbeddingService:
     def dimension(self) -> int:
         return self.embedder.dimension
 
-    async def cached(self, texts: Sequence[str]) -> list[Vectors | None]:
-        """Cached vectors only (None where missing): the fallback when the embedder fails."""
+    async def _cached(self, texts: Sequence[str]) -> list[Vectors | None]:
+        """Cached vectors only (None where missing)."""
         if self.cache is None or not texts:
             return [None] * len(texts)
         return list(await self.cache.get_embeddings(self.model, texts))
@@ -41,7 +41,7 @@ class EmbeddingService:
         """Unit vectors for `texts`, from the cache where possible; raises EmbeddingError."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
-        found = await self.cached(texts)
+        found = await self._cached(texts)
         missing = [i for i, vec in enumerate(found) if vec is None]
         result = np.empty((len(texts), self.dimension), dtype=np.float32)
         for i, vec in enumerate(found):

@@ -182,6 +182,8 @@ class QueryService:
         return self._finish(request, result, started, correlation_id)
 
     async def _embed(self, query: str) -> tuple[Any | None, str | None, int]:
+        """(vector, degraded flag, ms). EmbeddingService.embed asks the Redis cache before the
+        embedder, so a cached query vector is used even when the embedder is down."""
         t0 = time.perf_counter()
         try:
             # Half of the query's time budget at most: the keyword fallback needs the rest.
@@ -190,12 +192,8 @@ class QueryService:
             )
             return vectors[0], None, int((time.perf_counter() - t0) * 1000)
         except (EmbeddingError, TimeoutError) as exc:
-            log.warning("query embedding failed (%s); trying the cache", type(exc).__name__)
-        (cached,) = await self.embeddings.cached([query])
-        elapsed = int((time.perf_counter() - t0) * 1000)
-        if cached is not None:
-            return cached, None, elapsed
-        return None, "keyword_only", elapsed
+            log.warning("query embedding failed (%s): keyword-only search", type(exc).__name__)
+            return None, "keyword_only", int((time.perf_counter() - t0) * 1000)
 
     async def _search(
         self, request: QueryRequest, query: str, budget: int, preset: RetrievalPreset
