@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.adapters.embedder import LocalEmbedder
 from app.config import Settings
@@ -42,6 +43,16 @@ def redis_srv() -> Iterator[RedisServer]:
 def embedder() -> LocalEmbedder:
     """The real local model, loaded once."""
     return LocalEmbedder()
+
+
+@pytest.fixture
+async def db_engine(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
+    """A separate engine to look at what the service really committed."""
+    engine = create_async_engine(pg.url)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
 
 
 @pytest.fixture

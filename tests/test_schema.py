@@ -20,18 +20,9 @@ VECTOR_ZERO = "[" + ",".join(["0.1"] * 384) + "]"
 
 
 @pytest.fixture
-async def engine(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
-    engine = create_async_engine(pg.url)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
-
-
-@pytest.fixture
-async def conn(engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
+async def conn(db_engine: AsyncEngine) -> AsyncIterator[AsyncConnection]:
     """A connection inside a transaction that is always rolled back: nothing is left behind."""
-    async with engine.connect() as connection:
+    async with db_engine.connect() as connection:
         transaction = await connection.begin()
         try:
             yield connection

@@ -12,22 +12,11 @@ import numpy as np
 import pytest
 from redis.asyncio import Redis
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.adapters.embedder import LOCAL_MODEL_ID, LocalEmbedder
-from app.embedded import EmbeddedPostgres
 from tests.helpers import add_messages, headers, new_conversation
 from tests.redis_server import RedisServer
-
-
-@pytest.fixture
-async def db(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
-    """A separate engine to look at what the service really committed."""
-    engine = create_async_engine(pg.url)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 @pytest.fixture
@@ -103,7 +92,7 @@ async def test_list_shows_only_own_conversations(
 
 
 async def test_post_message_stores_embedding_and_correlation(
-    client: httpx.AsyncClient, user_id: str, db: AsyncEngine, embedder: LocalEmbedder
+    client: httpx.AsyncClient, user_id: str, db_engine: AsyncEngine, embedder: LocalEmbedder
 ) -> None:
     cid = await new_conversation(client, user_id)
     correlation = str(uuid.uuid4())
@@ -121,7 +110,7 @@ async def test_post_message_stores_embedding_and_correlation(
     assert (message["role"], message["content"]) == ("user", content)
     assert message["metadata"] == {}
 
-    async with db.connect() as conn:
+    async with db_engine.connect() as conn:
         row = (
             await conn.execute(
                 text(
@@ -141,7 +130,7 @@ async def test_post_message_stores_embedding_and_correlation(
 
 
 async def test_correlation_id_generated_when_absent(
-    client: httpx.AsyncClient, user_id: str, db: AsyncEngine
+    client: httpx.AsyncClient, user_id: str, db_engine: AsyncEngine
 ) -> None:
     cid = await new_conversation(client, user_id)
     response = await client.post(
@@ -153,7 +142,7 @@ async def test_correlation_id_generated_when_absent(
     generated = response.headers["x-correlation-id"]
     assert uuid.UUID(generated).version == 4
     assert response.json()["correlation_id"] == generated
-    async with db.connect() as conn:
+    async with db_engine.connect() as conn:
         stored = await conn.scalar(
             text("SELECT correlation_id FROM messages WHERE id = :id"),
             {"id": uuid.UUID(response.json()["id"])},
@@ -192,7 +181,7 @@ async def test_bulk_append_keeps_order(client: httpx.AsyncClient, user_id: str) 
 
 
 async def test_bulk_append_1000_accepted_1001_rejected(
-    client: httpx.AsyncClient, user_id: str, db: AsyncEngine
+    client: httpx.AsyncClient, user_id: str, db_engine: AsyncEngine
 ) -> None:
     cid = await new_conversation(client, user_id)
     too_many = {"messages": [{"role": "user", "content": f"m{i}"} for i in range(1001)]}
@@ -207,7 +196,7 @@ async def test_bulk_append_1000_accepted_1001_rejected(
     items = await add_messages(client, user_id, contents, conversation=cid)
     assert [m["content"] for m in items] == contents
     assert all(a["seq"] < b["seq"] for a, b in itertools.pairwise(items))
-    async with db.connect() as conn:
+    async with db_engine.connect() as conn:
         count = await conn.scalar(
             text(
                 "SELECT count(*) FROM messages WHERE conversation_id = :cid"

@@ -157,8 +157,9 @@ async def test_seeding_and_judging_on_the_real_service() -> None:
                         assert row.expires_at == memory.expires_at + shift
                     if memory.created_at is not None:
                         assert row.created_at == memory.created_at + shift
-            assert any(m.deleted or (m.expires_at and m.expires_at + shift < now)
-                       for m in case.memories), case.id
+            assert any(
+                m.deleted or (m.expires_at and m.expires_at + shift < now) for m in case.memories
+            ), case.id
 
         for case in cases:
             outcome = await golden_run.run_case(harness, case, shift=shift, token_budget=1000)
@@ -170,7 +171,8 @@ async def test_seeding_and_judging_on_the_real_service() -> None:
                 assert sum(count_tokens(m.content) for m in case.memories) > 1000, case.id
             stale = {m.content for m in case.memories if m.deleted}
             stale |= {
-                m.content for m in case.memories
+                m.content
+                for m in case.memories
                 if m.expires_at is not None and m.expires_at + shift <= now
             }
             body = await harness.query(
@@ -207,7 +209,12 @@ def test_cli_passes_on_first_cases_and_logs_to_mlflow(tmp_path: Path, mlflow_uri
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri, "PYTHONPATH": str(REPO)}
     done = subprocess.run(
         [sys.executable, "-m", "eval", "--dataset", "memory", "--limit", "12", "--no-progress"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "verdict: PASS" in done.stdout
@@ -242,7 +249,9 @@ def test_cli_passes_on_first_cases_and_logs_to_mlflow(tmp_path: Path, mlflow_uri
 
 
 async def test_broken_retrieval_fails_the_gate_with_a_breakdown(
-    tmp_path: Path, mlflow_uri: str, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    mlflow_uri: str,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """Vector arm only with a floor few texts reach: recall collapses, exit 1, cases listed."""
@@ -291,9 +300,22 @@ def _start_eval(tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], Path]
     temp.mkdir()
     env = {**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(REPO)}
     process = subprocess.Popen(
-        [sys.executable, "-m", "eval", "--dataset", "memory", "--no-mlflow", "--no-progress",
-         "--out", str(temp / "out")],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "eval",
+            "--dataset",
+            "memory",
+            "--no-mlflow",
+            "--no-progress",
+            "--out",
+            str(temp / "out"),
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
         # A background child may inherit "ignore SIGINT"; a terminal's Ctrl-C would not.
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
