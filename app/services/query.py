@@ -39,17 +39,17 @@ SourceName = Literal["memory", "message"]
 
 @dataclass(frozen=True)
 class QueryConfig:
-    """Service-wide retrieval settings (from Settings, at the edge)."""
+    """Service-wide retrieval settings, built from Settings in app/main.py (defaults live there)."""
 
     preset: RetrievalPreset
-    token_budget: int = 1000
-    min_relevance: float = 0.3
-    max_results: int = 10
-    rate_limit_per_minute: int = 10
-    timeout_s: float = 2.0
-    exact_search_max_items: int = 10_000
-    ivfflat_probes: int = 10
-    ivfflat_max_probes: int = 100
+    token_budget: int
+    min_relevance: float
+    max_results: int
+    rate_limit_per_minute: int
+    timeout_s: float
+    exact_search_max_items: int
+    ivfflat_probes: int
+    ivfflat_max_probes: int
 
 
 @dataclass(frozen=True)
