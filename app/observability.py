@@ -5,16 +5,10 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import uuid
 from contextvars import ContextVar
 from datetime import UTC, datetime
 
 correlation_id_var: ContextVar[str] = ContextVar("correlation_id", default="-")
-user_id_var: ContextVar[str] = ContextVar("user_id", default="-")
-
-
-def new_correlation_id() -> uuid.UUID:
-    return uuid.uuid4()
 
 
 class _ContextFilter(logging.Filter):

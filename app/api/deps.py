@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.adapters.cache import Cache
 from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
-from app.observability import correlation_id_var, user_id_var
+from app.observability import correlation_id_var
 from app.schemas.common import check_user_id
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig
@@ -130,7 +130,6 @@ async def current_user(
 ) -> str:
     """The user every /v1 statement is scoped to."""
     user_id = validate_user_id(x_user_id)
-    user_id_var.set(user_id)
     return user_id
 
 

@@ -84,12 +84,6 @@ class MemoryRepository:
             stmt = stmt.where(MemoryItem.deleted_at.is_(None))
         return (await self.session.execute(stmt)).scalar_one_or_none()
 
-    async def existing_hashes(self, user_id: str, hashes: Sequence[str]) -> set[str]:
-        stmt = select(MemoryItem.content_hash).where(
-            MemoryItem.user_id == user_id, MemoryItem.content_hash.in_(list(hashes))
-        )
-        return set((await self.session.execute(stmt)).scalars().all())
-
     async def set_deleted(self, user_id: str, item_id: uuid.UUID, deleted: bool) -> bool:
         """Soft-delete or restore; False if the item is not this user's."""
         stmt = (
