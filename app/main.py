@@ -12,9 +12,10 @@ from fastapi import FastAPI
 from app import __version__
 from app.adapters.cache import Cache
 from app.adapters.embedder import Embedder, build_embedder
-from app.api import admin, conversations, health, tools
+from app.api import admin, conversations, docs, health, tools
 from app.api.deps import Resources
 from app.api.handlers import install_handlers
+from app.api.openapi import install_openapi
 from app.config import Settings
 from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
@@ -111,8 +112,13 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         version=__version__,
         description="Postgres-native memory for LLM agents: hybrid recall, strictly per user.",
         lifespan=lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
     install_handlers(app)
+    install_openapi(app, auth_configured=settings.auth_enabled)
+    app.include_router(docs.router)
     app.include_router(health.router)
     app.include_router(conversations.router)
     app.include_router(tools.router)

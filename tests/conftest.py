@@ -5,6 +5,7 @@ Tests isolate by user: every test gets fresh user ids, so committed data never c
 
 from __future__ import annotations
 
+import os
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -14,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from hypothesis import settings as hypothesis_settings
 from fastapi import FastAPI
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
@@ -23,6 +25,12 @@ from app.embedded import EmbeddedPostgres
 from app.main import create_app
 from tests.redis_server import RedisServer
 from tests.servers import temporary_postgres, temporary_redis
+
+# CI runs every property test on the same examples (failures found locally are pinned with
+# @example); locally hypothesis keeps exploring. CI=true is set by the CI runner.
+hypothesis_settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+if os.environ.get("CI"):
+    hypothesis_settings.load_profile("ci")
 
 
 @pytest.fixture(scope="session")

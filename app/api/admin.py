@@ -6,7 +6,7 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
-from pydantic import AfterValidator, AwareDatetime
+from pydantic import AfterValidator
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import AdminDep, ResourcesDep, SessionDep, after_commit
@@ -20,14 +20,34 @@ from app.schemas.admin import (
     AdminMemoryUpdate,
     DuplicateOut,
 )
-from app.schemas.common import check_user_id
+from app.schemas.common import (
+    STORABLE_PATTERN,
+    USER_ID_PATTERN_TEXT,
+    Timestamp,
+    check_storable,
+    check_user_id,
+)
 from app.schemas.memory import MemoryType
 from app.services.admin import AdminMemoryService
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
 UserQuery = Annotated[
-    str, Query(description="the user the memory belongs to"), AfterValidator(check_user_id)
+    str,
+    Query(
+        description="the user the memory belongs to",
+        json_schema_extra={"pattern": USER_ID_PATTERN_TEXT},
+    ),
+    AfterValidator(check_user_id),
+]
+SearchText = Annotated[
+    str,
+    Query(
+        max_length=1000,
+        description="full-text search",
+        json_schema_extra={"pattern": STORABLE_PATTERN},
+    ),
+    AfterValidator(check_storable),
 ]
 
 
@@ -84,9 +104,9 @@ async def list_memories(
     resources: ResourcesDep,
     user_id: UserQuery,
     type_: Annotated[MemoryType | None, Query(alias="type")] = None,
-    q: Annotated[str | None, Query(max_length=1000, description="full-text search")] = None,
-    created_after: AwareDatetime | None = None,
-    created_before: AwareDatetime | None = None,
+    q: SearchText | None = None,
+    created_after: Timestamp | None = None,
+    created_before: Timestamp | None = None,
     include_deleted: bool = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,

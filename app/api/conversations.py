@@ -10,6 +10,7 @@ from fastapi import APIRouter, Query, status
 from app.api.deps import CorrelationDep, ResourcesDep, SessionDep, UserDep, after_commit
 from app.errors import ServiceError
 from app.models import Message
+from app.schemas.common import Seq
 from app.schemas.conversation import (
     ConversationCreate,
     ConversationOut,
@@ -140,7 +141,7 @@ async def list_messages(
     user_id: UserDep,
     session: SessionDep,
     resources: ResourcesDep,
-    after: Annotated[int | None, Query(ge=0, description="seq of the last message seen")] = None,
+    after: Annotated[Seq | None, Query(description="seq of the last message seen")] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
 ) -> MessagePage:
     """The conversation's messages in order, paginated by `seq`."""

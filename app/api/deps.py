@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.adapters.cache import Cache
 from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
 from app.observability import correlation_id_var
-from app.schemas.common import check_user_id
+from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig
 
@@ -126,7 +126,14 @@ def validate_user_id(value: str, field: str = "X-User-Id") -> str:
 
 async def current_user(
     _: Annotated[None, Depends(require_service_key)],
-    x_user_id: Annotated[str, Header(alias="X-User-Id", description="the end user")],
+    x_user_id: Annotated[
+        str,
+        Header(
+            alias="X-User-Id",
+            description="the end user: 1-255 printable ASCII characters, no spaces",
+            json_schema_extra={"pattern": USER_ID_PATTERN_TEXT},
+        ),
+    ],
 ) -> str:
     """The user every /v1 statement is scoped to."""
     user_id = validate_user_id(x_user_id)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from http import HTTPStatus
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.errors import (
     ConflictError,
@@ -72,6 +74,20 @@ def install_handlers(app: FastAPI) -> None:
         return JSONResponse(
             status_code=422,
             content={"error": "ValidationError", "detail": summary, "fields": problems},
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # Routing and framework errors (unknown path, wrong method, unreadable body) in the
+        # service's own error body, keeping their headers (Allow on 405).
+        try:
+            name = HTTPStatus(exc.status_code).phrase.title().replace(" ", "").replace("-", "")
+        except ValueError:
+            name = "HTTPError"
+        return JSONResponse(
+            status_code=exc.status_code,
+            content={"error": name, "detail": str(exc.detail)},
+            headers=exc.headers,
         )
 
     @app.exception_handler(sa_exc.SQLAlchemyError)

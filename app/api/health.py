@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
-from app.api.deps import ResourcesDep
+from app.api.deps import ResourcesDep, require_service_key
 from app.migrate import current_revision, head_revision
 
 router = APIRouter(tags=["health"])
@@ -38,7 +38,7 @@ async def ready(resources: ResourcesDep) -> JSONResponse:
     return JSONResponse(status_code=200 if ok else 503, content={"ready": ok, "checks": checks})
 
 
-@router.get("/metrics")
+@router.get("/metrics", dependencies=[Depends(require_service_key)])
 async def metrics(resources: ResourcesDep) -> dict[str, object]:
     """Process counters: cache hits and misses (embedding and query caches), Redis state."""
     stats = resources.cache.stats

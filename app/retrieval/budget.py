@@ -77,7 +77,7 @@ def pack(texts: Sequence[str], budget: int, encoding: Encoding | None = None) ->
             items.append(Packed(index, text, len(tokens), cut=False))
             used += len(tokens)
             continue
-        partial = _cut(tokens, room, enc)
+        partial = _cut(text, tokens, room, enc)
         if partial is not None:
             items.append(partial._replace_index(index))
             used += partial.tokens
@@ -94,18 +94,25 @@ class _Partial:
         return Packed(index, self.text, self.tokens, cut=True)
 
 
-def _cut(tokens: list[int], room: int, enc: Encoding) -> _Partial | None:
-    """The longest prefix (plus a mark) that re-encodes within `room` tokens, if worth it."""
+def _cut(text: str, tokens: list[int], room: int, enc: Encoding) -> _Partial | None:
+    """The longest prefix of `text` (plus a mark) that encodes within `room` tokens, if worth it.
+
+    The cut is made in `text` itself, never in decoded tokens: decoding can differ from the
+    original (a split multi-byte character, or a lone surrogate that the encoder replaced with
+    U+FFFD), and the result must be a true prefix of what was stored.
+    """
     if room < MIN_PARTIAL_TOKENS:
         return None
     mark = len(enc.encode(TRUNCATION_MARK))
     keep = room - mark
-    while keep >= MIN_PARTIAL_TOKENS - mark and keep > 0:
-        # Decoding a prefix can split a multi-byte character; re-encode to get the true count.
-        # A split character decodes to U+FFFD: drop it so the cut text is a true prefix.
-        text = enc.decode(tokens[:keep]).rstrip("\ufffd").rstrip() + TRUNCATION_MARK
-        count = len(enc.encode(text))
-        if count <= room:
-            return _Partial(text, count)
-        keep -= count - room
+    while keep > 0 and keep >= MIN_PARTIAL_TOKENS - mark:
+        # Decoded tokens map one to one onto characters of `text`, except a character split at
+        # the end, which decodes to U+FFFD: drop it, then re-encode to get the true count.
+        chars = len(enc.decode(tokens[:keep]).rstrip("\ufffd"))
+        kept = text[:chars].rstrip()
+        candidate = kept + TRUNCATION_MARK
+        count = len(enc.encode(candidate))
+        if kept and count <= room:
+            return _Partial(candidate, count)
+        keep -= max(1, count - room)
     return None

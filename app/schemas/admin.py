@@ -8,14 +8,13 @@ from typing import Annotated
 
 from pydantic import (
     AfterValidator,
-    AwareDatetime,
     BaseModel,
     ConfigDict,
     Field,
     model_validator,
 )
 
-from app.schemas.common import Content, Metadata, check_user_id
+from app.schemas.common import Content, Metadata, Timestamp, check_user_id, storable_text
 from app.schemas.memory import MemoryType
 
 # The same rule as app.api.deps.validate_user_id (tests/admin pin the two together); repeated
@@ -25,7 +24,8 @@ MAX_SOURCE_CHARS = 500
 
 
 UserId = Annotated[str, AfterValidator(check_user_id)]
-Importance = Annotated[float, Field(ge=0.0, le=1.0)]
+Importance = Annotated[float, Field(ge=0.0, le=1.0, strict=True)]
+Source = storable_text(MAX_SOURCE_CHARS)
 
 
 class AdminMemoryCreate(BaseModel):
@@ -36,9 +36,9 @@ class AdminMemoryCreate(BaseModel):
     content: Content
     type: MemoryType
     importance: Importance = 0.5
-    created_at: AwareDatetime | None = None
-    expires_at: AwareDatetime | None = None
-    source: str | None = Field(default=None, max_length=MAX_SOURCE_CHARS)
+    created_at: Timestamp | None = None
+    expires_at: Timestamp | None = None
+    source: Source | None = None
     metadata: Metadata = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -60,7 +60,7 @@ class AdminMemoryUpdate(BaseModel):
     content: Content | None = None
     type: MemoryType | None = None
     importance: Importance | None = None
-    expires_at: AwareDatetime | None = None
+    expires_at: Timestamp | None = None
 
     @model_validator(mode="after")
     def _something_to_change(self) -> AdminMemoryUpdate:

@@ -1,25 +1,36 @@
-"""Shared field types and limits."""
+"""Shared field types and limits: one validation rule per kind of value, applied at the edge.
+
+Every text a caller sends is checked once, here, for what Postgres can store: no NUL (text and
+jsonb cannot hold it) and no lone surrogates (not encodable as UTF-8). Each rule is written once
+as a Python check and once as the JSON-Schema pattern the OpenAPI document shows; a test pins
+the two together (tests/schemas/test_common.py).
+"""
 
 from __future__ import annotations
 
 import json
 import re
-from typing import Annotated, Any
+from datetime import UTC, datetime
+from typing import Annotated, Any, Union
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, AwareDatetime, Field
+from typing_extensions import TypeAliasType
 
 MAX_CONTENT_CHARS = 32_000
 MAX_METADATA_BYTES = 8_192
+MAX_METADATA_KEY_CHARS = 200
+MAX_BIGINT = 2**63 - 1
 
+# What counts as blank: ASCII and Unicode space separators (escaped for both Python and the
+# ECMA-262 regexes of JSON Schema).
+_BLANK_CLASS = r"\t\n\u000b\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
+STORABLE_PATTERN = r"^[^\u0000]*$"
+NON_BLANK_PATTERN = rf"^[^\u0000]*[^\u0000{_BLANK_CLASS}][^\u0000]*$"
+_NOT_BLANK_CHAR = re.compile(rf"[^{_BLANK_CLASS}]")
 
-def _check_metadata(value: dict[str, Any]) -> dict[str, Any]:
-    if len(json.dumps(value, default=str)) > MAX_METADATA_BYTES:
-        raise ValueError(f"metadata must serialise to at most {MAX_METADATA_BYTES} bytes")
-    return value
-
-
-# One rule for user ids everywhere (header, admin API, CLI, seed files).
-USER_ID_PATTERN = re.compile(r"^[\x21-\x7e]{1,255}$")
+# One rule for user ids everywhere (header, admin API, CLI, seed files, keys).
+USER_ID_PATTERN_TEXT = r"^[\x21-\x7e]{1,255}$"
+USER_ID_PATTERN = re.compile(USER_ID_PATTERN_TEXT)
 
 
 def check_user_id(value: str) -> str:
@@ -29,15 +40,101 @@ def check_user_id(value: str) -> str:
     return value
 
 
-def _check_text(value: str) -> str:
+def check_storable(value: str) -> str:
+    """Text Postgres can store: no NUL, valid Unicode (no lone surrogates)."""
     if "\x00" in value:
         raise ValueError("must not contain NUL characters")
-    if not value.strip():
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError("must be valid Unicode (no lone surrogates)") from None
+    return value
+
+
+def check_non_blank(value: str) -> str:
+    """Storable text with at least one character that is not white space."""
+    check_storable(value)
+    if not _NOT_BLANK_CHAR.search(value):
         raise ValueError("must not be blank")
     return value
 
 
-Metadata = Annotated[dict[str, Any], AfterValidator(_check_metadata)]
-Content = Annotated[
-    str, Field(min_length=1, max_length=MAX_CONTENT_CHARS), AfterValidator(_check_text)
+def check_timestamp(value: datetime) -> datetime:
+    """An aware time that stays within the representable range once converted to UTC."""
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is out of range (years 0001-9999 in UTC)") from None
+
+
+def storable_text(max_length: int) -> Any:
+    """A text field of at most `max_length` characters that Postgres can store."""
+    return Annotated[
+        str,
+        Field(max_length=max_length, json_schema_extra={"pattern": STORABLE_PATTERN}),
+        AfterValidator(check_storable),
+    ]
+
+
+def _check_json(value: Any, depth: int = 0) -> None:
+    if depth > 16:
+        raise ValueError("must not nest deeper than 16 levels")
+    if isinstance(value, str):
+        check_storable(value)
+    elif isinstance(value, list):
+        for item in value:
+            _check_json(item, depth + 1)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            check_storable(key)
+            if len(key) > MAX_METADATA_KEY_CHARS:
+                raise ValueError(f"keys must be at most {MAX_METADATA_KEY_CHARS} characters")
+            _check_json(item, depth + 1)
+
+
+def _check_metadata(value: dict[str, Any]) -> dict[str, Any]:
+    _check_json(value)
+    if len(json.dumps(value, ensure_ascii=False).encode()) > MAX_METADATA_BYTES:
+        raise ValueError(f"must serialise to at most {MAX_METADATA_BYTES} bytes")
+    return value
+
+
+_KEYS = {"propertyNames": {"pattern": STORABLE_PATTERN, "maxLength": MAX_METADATA_KEY_CHARS}}
+_JsonText = Annotated[str, Field(json_schema_extra={"pattern": STORABLE_PATTERN})]
+_JsonNumber = Annotated[float, Field(allow_inf_nan=False)]
+JsonValue = TypeAliasType(
+    "JsonValue",
+    Union[  # noqa: UP007 (a recursive alias needs the Union form)
+        _JsonText,
+        int,
+        _JsonNumber,
+        bool,
+        list["JsonValue"],
+        Annotated[dict[str, "JsonValue"], Field(json_schema_extra=_KEYS)],
+        None,
+    ],
+)
+
+Metadata = Annotated[
+    dict[str, JsonValue],
+    Field(
+        description=f"free-form JSON object, at most {MAX_METADATA_BYTES} bytes",
+        json_schema_extra=_KEYS,
+    ),
+    AfterValidator(_check_metadata),
 ]
+Content = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_CONTENT_CHARS,
+        json_schema_extra={"pattern": NON_BLANK_PATTERN},
+    ),
+    AfterValidator(check_non_blank),
+]
+Timestamp = Annotated[
+    AwareDatetime,
+    Field(description="ISO 8601 with a time zone, within years 0001-9999 in UTC"),
+    AfterValidator(check_timestamp),
+]
+Seq = Annotated[int, Field(ge=0, le=MAX_BIGINT)]

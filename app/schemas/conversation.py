@@ -6,17 +6,19 @@ import uuid
 from datetime import datetime
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from app.schemas.common import Content, Metadata
+from app.schemas.common import Content, Metadata, Timestamp, storable_text
 
 Role = Literal["user", "assistant", "system"]
 MAX_BULK_MESSAGES = 1000
+Title = storable_text(500)
+Goal = storable_text(2000)
 
 
 class ConversationCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    title: str | None = Field(default=None, max_length=500)
+    title: Title | None = None
 
 
 class ConversationOut(BaseModel):
@@ -36,7 +38,7 @@ class MessageCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     role: Role
     content: Content
-    created_at: AwareDatetime | None = Field(
+    created_at: Timestamp | None = Field(
         default=None, description="original time of the turn, for imported histories"
     )
     metadata: Metadata = Field(default_factory=dict)
@@ -77,6 +79,4 @@ class SessionOut(BaseModel):
 
 class SessionGoal(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    goal: str | None = Field(
-        max_length=2000, description="the session's current goal; null clears it"
-    )
+    goal: Goal | None = Field(description="the session's current goal; null clears it")

@@ -7,19 +7,13 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from app.schemas.common import NON_BLANK_PATTERN, check_non_blank
+
 MemoryType = Literal["fact", "preference", "decision", "note"]
 SourceKind = Literal["memory", "message"]
 # Longer queries are accepted and cut to 8192 characters with a warning (the spec); beyond
 # this hard limit the request is rejected instead of read into memory.
 MAX_QUERY_INPUT = 65_536
-
-
-def _not_blank(value: str) -> str:
-    if not value.strip():
-        raise ValueError("must not be blank")
-    if "\x00" in value:
-        raise ValueError("must not contain NUL characters")
-    return value
 
 
 def _unique(values: list[str] | None) -> list[str] | None:
@@ -28,12 +22,22 @@ def _unique(values: list[str] | None) -> list[str] | None:
     return values
 
 
-Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_INPUT), AfterValidator(_not_blank)]
+Query = Annotated[
+    str,
+    Field(
+        min_length=1, max_length=MAX_QUERY_INPUT, json_schema_extra={"pattern": NON_BLANK_PATTERN}
+    ),
+    AfterValidator(check_non_blank),
+]
 Types = Annotated[
-    list[MemoryType] | None, Field(min_length=1, max_length=4), AfterValidator(_unique)
+    list[MemoryType] | None,
+    Field(min_length=1, max_length=4, json_schema_extra={"uniqueItems": True}),
+    AfterValidator(_unique),
 ]
 Sources = Annotated[
-    list[SourceKind] | None, Field(min_length=1, max_length=2), AfterValidator(_unique)
+    list[SourceKind] | None,
+    Field(min_length=1, max_length=2, json_schema_extra={"uniqueItems": True}),
+    AfterValidator(_unique),
 ]
 
 
@@ -77,11 +81,11 @@ class MemoryQueryRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     query: Query
-    limit: int = Field(default=10, ge=1, le=100)
+    limit: int = Field(default=10, ge=1, le=100, strict=True)
     types: Types = None
     sources: Sources = None
-    min_score: float = Field(default=0.3, ge=0.0, le=1.0)
-    token_budget: int | None = Field(default=None, ge=1, le=100_000)
+    min_score: float = Field(default=0.3, ge=0.0, le=1.0, strict=True)
+    token_budget: int | None = Field(default=None, ge=1, le=100_000, strict=True)
 
 
 class MemoryItemOut(BaseModel):

@@ -129,6 +129,7 @@ _ALPHABETS = st.sampled_from(
         st.characters(min_codepoint=0x1F300, max_codepoint=0x1FAFF),  # emoji
         st.characters(min_codepoint=0x4E00, max_codepoint=0x9FFF),  # CJK
         st.sampled_from(list("ab c\n\t ")),  # ascii and whitespace
+        st.sampled_from(["0", "\ud800", "\udfff", "a"]),  # lone surrogates: any str can arrive
     ]
 )
 
@@ -155,5 +156,6 @@ def memory_text(draw: st.DrawFn) -> str:
 @given(texts=st.lists(memory_text(), max_size=12), budget=st.integers(1, 3000))
 @example(texts=["😀" * 200], budget=9)
 @example(texts=["a <|endoftext|> b"], budget=3)
+@example(texts=["0\ud800" * 50], budget=10)  # found by hypothesis: cut text was not a prefix
 def test_pack_never_exceeds_the_budget(texts: list[str], budget: int) -> None:
     check_pack(texts, budget, pack(texts, budget))

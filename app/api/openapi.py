@@ -1,0 +1,98 @@
+"""The OpenAPI document, true to the service: one error body, every status a route can return.
+
+FastAPI documents its own 422 shape (`detail` as a list) and nothing else; pgrecall answers
+every error with `ErrorBody`. `build_openapi` takes FastAPI's document and, per operation, puts
+`ErrorBody` on 422 and adds the statuses the route can actually produce (auth, not found, body
+too large, database unavailable).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel, Field
+
+
+class FieldProblem(BaseModel):
+    field: str = Field(
+        description="where the bad input is, e.g. `body.content`, `header.X-User-Id`"
+    )
+    reason: str
+
+
+class ErrorBody(BaseModel):
+    """Every error response of the service."""
+
+    error: str = Field(description="error class, e.g. ValidationError, NotFoundError")
+    detail: str = Field(description="what went wrong, for a person")
+    fields: list[FieldProblem] | None = Field(
+        default=None, description="on 422: each rejected field and why"
+    )
+
+
+_REF = {"$ref": "#/components/schemas/ErrorBody"}
+_DESCRIPTIONS = {
+    "401": "missing or malformed credentials",
+    "403": "credentials do not allow this",
+    "404": "no such resource for this caller (another user's ids are not found either)",
+    "413": "request body over the size limit",
+    "422": "invalid input: `fields` names each rejected field and why",
+    "503": "Postgres unavailable or timing out: nothing was stored, retry (Retry-After)",
+}
+# Routes that never touch the database or need credentials.
+_OPEN = {"/health", "/ready"}
+
+
+def _error(status: str) -> dict[str, Any]:
+    return {"description": _DESCRIPTIONS[status], "content": {"application/json": {"schema": _REF}}}
+
+
+def _statuses(path: str, operation: dict[str, Any], auth_routes: bool) -> list[str]:
+    statuses: list[str] = []
+    if path in _OPEN:
+        return statuses
+    if auth_routes or path.startswith("/v1"):
+        statuses += ["401", "403"]
+    if "{" in path:
+        statuses.append("404")
+    if "requestBody" in operation:
+        statuses.append("413")
+    if operation.get("parameters") or "requestBody" in operation:
+        statuses.append("422")
+    if path.startswith("/v1"):
+        statuses.append("503")
+    return statuses
+
+
+def build_openapi(app: FastAPI, *, auth_configured: bool) -> dict[str, Any]:
+    """FastAPI's document with pgrecall's error body and statuses on every operation."""
+    document = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    schemas.pop("HTTPValidationError", None)
+    schemas.pop("ValidationError", None)
+    schemas["FieldProblem"] = FieldProblem.model_json_schema()
+    error_schema = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
+    error_schema.pop("$defs", None)
+    schemas["ErrorBody"] = error_schema
+    for path, item in document.get("paths", {}).items():
+        for operation in item.values():
+            responses = operation.setdefault("responses", {})
+            responses.pop("422", None)
+            for status in _statuses(path, operation, auth_configured):
+                responses.setdefault(status, _error(status))
+    return document
+
+
+def install_openapi(app: FastAPI, *, auth_configured: bool) -> None:
+    """Serve `build_openapi`'s document (built once) as the app's OpenAPI schema."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = build_openapi(app, auth_configured=auth_configured)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
