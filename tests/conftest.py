@@ -15,8 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import settings as hypothesis_settings
 from fastapi import FastAPI
+from hypothesis import settings as hypothesis_settings
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.adapters.embedder import LocalEmbedder

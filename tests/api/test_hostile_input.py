@@ -164,11 +164,14 @@ async def test_unreadable_json_is_a_422_in_the_error_body(
 async def test_documents_need_a_key_when_keys_are_set(
     make_client: Callable[..., Any], path: str
 ) -> None:
-    async with make_client(
-        api_key=SecretStr(SERVICE_KEY), admin_api_key=SecretStr(ADMIN_KEY)
-    ) as (client, _):
+    async with make_client(api_key=SecretStr(SERVICE_KEY), admin_api_key=SecretStr(ADMIN_KEY)) as (
+        client,
+        _,
+    ):
         assert (await client.get(path)).status_code == 401
-        assert (await client.get(path, headers={"Authorization": "Bearer wrong"})).status_code == 403
+        assert (
+            await client.get(path, headers={"Authorization": "Bearer wrong"})
+        ).status_code == 403
         ok = await client.get(path, headers={"Authorization": f"Bearer {SERVICE_KEY}"})
         assert ok.status_code == 200
     async with make_client() as (open_client, _):
