@@ -85,6 +85,10 @@ return 1
 """
 
 
+# `after_id` of an unchecked append (any cached list may be extended).
+_ANY = object()
+
+
 class CacheUnavailableError(Exception):
     """Redis could not be reached for an operation that must not silently do nothing."""
 
@@ -380,7 +384,7 @@ class Cache:
         added = json.loads(_dump_messages(messages))  # normalised records, as they are stored
         done = await self._guarded(
             "append_session_messages",
-            lambda r: self._append(r, key, added, keep, create),
+            lambda r: self._append(r, key, added, keep, create, _ANY),
             True,
         )
         if not done:
@@ -388,10 +392,52 @@ class Cache:
             logger.warning("session append kept losing WATCH races; dropping cached session")
             await self._guarded("append_session_messages", lambda r: r.delete(key), 0)
 
+    async def extend_session(
+        self,
+        user_id: str,
+        conversation_id: str,
+        messages: Sequence[Mapping[str, Any]],
+        keep: int,
+        *,
+        after_id: str | None,
+    ) -> None:
+        """Append messages that follow message `after_id` (None: the conversation's first ones).
+
+        The cached list is extended only when its last message is `after_id`; otherwise it
+        misses a message (an earlier write that failed or raced) and is dropped, so the next
+        read rebuilds it from Postgres. With no cached session, only a conversation's first
+        messages start one.
+        """
+        if keep < 1:
+            raise ValueError("keep must be at least 1")
+        key = _session_key(user_id, conversation_id)
+        if self._redis is None or not messages:
+            return
+        added = json.loads(_dump_messages(messages))
+        done = await self._guarded(
+            "extend_session",
+            lambda r: self._append(r, key, added, keep, after_id is None, after_id),
+            True,
+        )
+        if not done:
+            await self.drop_session(user_id, conversation_id)
+
+    async def drop_session(self, user_id: str, conversation_id: str) -> None:
+        """Forget the cached session (readers rebuild it from Postgres)."""
+        key = _session_key(user_id, conversation_id)
+        await self._guarded("drop_session", lambda r: r.delete(key), 0)
+
     async def _append(
-        self, r: Redis, key: str, added: list[dict[str, Any]], keep: int, create: bool
+        self,
+        r: Redis,
+        key: str,
+        added: list[dict[str, Any]],
+        keep: int,
+        create: bool,
+        after_id: str | object | None,
     ) -> bool:
-        """Optimistic read-modify-write; False when every attempt lost to a concurrent write."""
+        """Optimistic read-modify-write; False when every attempt lost to a concurrent write
+        or the cached list does not end with `after_id` (unless `after_id` is _ANY)."""
         async with r.pipeline(transaction=True) as pipe:
             for _ in range(_MAX_WATCH_ATTEMPTS):
                 try:
@@ -400,6 +446,10 @@ class Cache:
                     if stored is None and not create:
                         await pipe.unwatch()
                         return True
+                    last_id = stored[-1].get("id") if stored else None
+                    if stored is not None and after_id is not _ANY and last_id != after_id:
+                        await pipe.unwatch()
+                        return False
                     current = stored or []
                     pipe.multi()
                     pipe.hset(

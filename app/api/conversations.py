@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import uuid
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
 from app.api.deps import CorrelationDep, ResourcesDep, SessionDep, UserDep, after_commit
-from app.errors import ServiceError
-from app.models import Message
 from app.schemas.common import Seq
 from app.schemas.conversation import (
     ConversationCreate,
@@ -24,17 +22,9 @@ from app.schemas.conversation import (
     SessionOut,
 )
 from app.services.conversation import ConversationService
+from app.services.session_state import SessionStateService
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
-
-
-def _session_entry(message: Message) -> dict[str, Any]:
-    return {
-        "id": str(message.id),
-        "role": message.role,
-        "content": message.content,
-        "created_at": message.created_at.isoformat(),
-    }
 
 
 async def _store(
@@ -45,22 +35,16 @@ async def _store(
     messages: list[MessageCreate],
     correlation: uuid.UUID,
 ) -> list[MessageOut]:
-    service = ConversationService(session, resources.embeddings)
-    stored = await service.append(user_id, conversation_id, messages, correlation)
-    entries = [_session_entry(m) for m in stored.messages]
-    cache = resources.cache
-    # Only a conversation's first messages may start a cached session; later ones extend an
-    # existing one, or the next read rebuilds it from Postgres (never a partial history).
-    create = not stored.continued
-
-    async def refresh_cache() -> None:
-        await cache.append_session_messages(
-            user_id, str(conversation_id), entries, keep=resources.session_messages, create=create
-        )
-        await cache.invalidate_user(user_id)
-
-    after_commit(session, refresh_cache)
+    conversations = ConversationService(session, resources.embeddings)
+    stored = await conversations.append(user_id, conversation_id, messages, correlation)
+    after_commit(session, _session_state(resources, conversations).after_append(user_id, stored))
     return [MessageOut.model_validate(m) for m in stored.messages]
+
+
+def _session_state(
+    resources: ResourcesDep, conversations: ConversationService
+) -> SessionStateService:
+    return SessionStateService(conversations, resources.cache, resources.session_messages)
 
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=ConversationOut)
@@ -157,23 +141,10 @@ async def get_session_state(
     conversation_id: uuid.UUID, user_id: UserDep, session: SessionDep, resources: ResourcesDep
 ) -> SessionOut:
     """Session state (last N messages, goal) from Redis, rebuilt from Postgres when missing."""
-    service = ConversationService(session, resources.embeddings)
-    await service.get(user_id, conversation_id)
-    cached = await resources.cache.get_session(user_id, str(conversation_id))
-    if cached is not None:
-        return SessionOut(
-            conversation_id=conversation_id,
-            messages=cached.messages,
-            goal=cached.goal,
-            source="cache",
-        )
-    recent = await service.recent(user_id, conversation_id, resources.session_messages)
-    entries = [_session_entry(m) for m in recent]
-    await resources.cache.set_session(
-        user_id, str(conversation_id), entries, goal=None, keep=resources.session_messages
-    )
+    conversations = ConversationService(session, resources.embeddings)
+    view = await _session_state(resources, conversations).read(user_id, conversation_id)
     return SessionOut(
-        conversation_id=conversation_id, messages=entries, goal=None, source="database"
+        conversation_id=conversation_id, messages=view.messages, goal=view.goal, source=view.source
     )
 
 
@@ -186,9 +157,10 @@ async def set_session_goal(
     resources: ResourcesDep,
 ) -> SessionOut:
     """Set or clear the session's current goal (session state lives in Redis, 24 h)."""
-    state = await get_session_state(conversation_id, user_id, session, resources)
-    if not await resources.cache.set_goal(user_id, str(conversation_id), body.goal):
-        raise ServiceError(
-            "session state needs Redis (PGRECALL_REDIS_URL), which is unavailable", 503
-        )
-    return state.model_copy(update={"goal": body.goal})
+    conversations = ConversationService(session, resources.embeddings)
+    view = await _session_state(resources, conversations).set_goal(
+        user_id, conversation_id, body.goal
+    )
+    return SessionOut(
+        conversation_id=conversation_id, messages=view.messages, goal=view.goal, source=view.source
+    )

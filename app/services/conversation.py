@@ -32,8 +32,8 @@ def turn_document(
 class StoredMessages:
     conversation: Conversation
     messages: Sequence[Message]
-    # False when these are the conversation's first messages (they may start a cached session).
-    continued: bool = True
+    # The conversation's last message before these (None: these are its first messages).
+    previous_id: uuid.UUID | None = None
 
 
 class ConversationService:
@@ -105,7 +105,7 @@ class ConversationService:
                 user_id, [turn_document(tail[0].id, tail[0].content, before, contents[0])]
             )
         await self.repo.touch(conversation_id, user_id)
-        return StoredMessages(conversation, stored, continued=bool(tail))
+        return StoredMessages(conversation, stored, previous_id=tail[0].id if tail else None)
 
     async def messages(
         self, user_id: str, conversation_id: uuid.UUID, *, after: int | None, limit: int
@@ -113,6 +113,11 @@ class ConversationService:
         """A page of the conversation's messages in order."""
         await self.get(user_id, conversation_id)
         return await self.repo.list_messages(user_id, conversation_id, after=after, limit=limit)
+
+    async def last_message_id(self, user_id: str, conversation_id: uuid.UUID) -> uuid.UUID | None:
+        """Id of the conversation's newest message, None when it has none."""
+        rows = await self.repo.last_messages(user_id, conversation_id, 1)
+        return rows[0].id if rows else None
 
     async def recent(
         self, user_id: str, conversation_id: uuid.UUID, limit: int

@@ -1,0 +1,86 @@
+"""Session state: the last N messages and the goal of a conversation, cached in Redis.
+
+Postgres is the truth; Redis holds a copy that must never miss a message. Every write extends
+the copy only if it ends where Postgres did before the write, and every read serves the copy
+only if it ends with the conversation's last stored message; otherwise the copy is rebuilt from
+Postgres. A cache write that failed (Redis paused, down, or a lost race) therefore costs one
+rebuild, never a gap. All front doors (HTTP, MCP, chat proxy) go through this service.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from app.adapters.cache import Cache
+from app.errors import ServiceError
+from app.models import Message
+from app.services.conversation import ConversationService, StoredMessages
+
+
+def session_entry(message: Message) -> dict[str, Any]:
+    """How one message is kept in the session state."""
+    return {
+        "id": str(message.id),
+        "role": message.role,
+        "content": message.content,
+        "created_at": message.created_at.isoformat(),
+    }
+
+
+@dataclass(frozen=True)
+class SessionView:
+    messages: list[dict[str, Any]]
+    goal: str | None
+    source: Literal["cache", "database"]
+
+
+class SessionStateService:
+    def __init__(self, conversations: ConversationService, cache: Cache, keep: int) -> None:
+        self.conversations = conversations
+        self.cache = cache
+        self.keep = keep
+
+    def after_append(self, user_id: str, stored: StoredMessages) -> Callable[[], Awaitable[None]]:
+        """The work to do once an append has committed: extend the copy, drop cached answers."""
+        conversation_id = str(stored.conversation.id)
+        entries = [session_entry(m) for m in stored.messages]
+        previous = str(stored.previous_id) if stored.previous_id else None
+
+        async def refresh() -> None:
+            await self.cache.extend_session(
+                user_id, conversation_id, entries, keep=self.keep, after_id=previous
+            )
+            await self.cache.invalidate_user(user_id)
+
+        return refresh
+
+    async def read(self, user_id: str, conversation_id: uuid.UUID) -> SessionView:
+        """The session state, from the cache when it is complete, else rebuilt from Postgres."""
+        await self.conversations.get(user_id, conversation_id)
+        cached = await self.cache.get_session(user_id, str(conversation_id))
+        last = await self.conversations.last_message_id(user_id, conversation_id)
+        if cached is not None:
+            cached_last = cached.messages[-1].get("id") if cached.messages else None
+            if cached_last == (str(last) if last else None):
+                return SessionView(cached.messages, cached.goal, "cache")
+        goal = cached.goal if cached is not None else None
+        recent = await self.conversations.recent(user_id, conversation_id, self.keep)
+        entries = [session_entry(m) for m in recent]
+        await self.cache.set_session(
+            user_id, str(conversation_id), entries, goal=goal, keep=self.keep
+        )
+        return SessionView(entries, goal, "database")
+
+    async def set_goal(
+        self, user_id: str, conversation_id: uuid.UUID, goal: str | None
+    ) -> SessionView:
+        """Set or clear the session's goal (it lives in Redis only)."""
+        state = await self.read(user_id, conversation_id)
+        if not await self.cache.set_goal(user_id, str(conversation_id), goal):
+            raise ServiceError(
+                "session state needs Redis (PGRECALL_REDIS_URL), which is unavailable", 503
+            )
+        return SessionView(state.messages, goal, state.source)
