@@ -66,7 +66,12 @@ def _invalidate(session: AsyncSession, resources: ResourcesDep, users: set[str])
     after_commit(session, hook)
 
 
-@router.post("/memories", response_model=AdminMemoryOut, status_code=status.HTTP_201_CREATED)
+@router.post(
+    "/memories",
+    response_model=AdminMemoryOut,
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"model": AdminMemoryOut, "description": "the user already had this text"}},
+)
 async def create_memory(
     body: AdminMemoryCreate,
     _: AdminDep,

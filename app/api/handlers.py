@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 from http import HTTPStatus
 
 from fastapi import FastAPI, Request
@@ -11,6 +12,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import BaseRoute, Route
 
 from app.errors import (
     ConflictError,
@@ -57,6 +59,22 @@ def _field(loc: tuple[object, ...]) -> str:
     return ".".join(parts)
 
 
+def _methods_at(routes: Sequence[BaseRoute], path: str) -> set[str]:
+    methods: set[str] = set()
+    for route in routes:
+        included = getattr(route, "original_router", None)  # FastAPI's wrapper of a router
+        if included is not None:
+            methods |= _methods_at(included.routes, path)
+        elif isinstance(route, Route) and route.path_regex.match(path):
+            methods |= set(route.methods or ())
+    return methods
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves at this path (Starlette names only the first route's)."""
+    return sorted(_methods_at(request.app.router.routes, request.url.path))
+
+
 def install_handlers(app: FastAPI) -> None:
     """Register the error handlers on the app."""
 
@@ -77,9 +95,24 @@ def install_handlers(app: FastAPI) -> None:
         )
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # Routing and framework errors (unknown path, wrong method, unreadable body) in the
         # service's own error body, keeping their headers (Allow on 405).
+        if exc.status_code == 400:
+            # FastAPI's "error parsing the body" (bytes that are not UTF-8 JSON): the same 422
+            # as any other malformed JSON.
+            problem = {"field": "body", "reason": f"not valid JSON: {exc.detail}"}
+            return JSONResponse(
+                status_code=422,
+                content={
+                    "error": "ValidationError",
+                    "detail": problem["reason"],
+                    "fields": [problem],
+                },
+            )
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(_allowed_methods(request))
         try:
             name = HTTPStatus(exc.status_code).phrase.title().replace(" ", "").replace("-", "")
         except ValueError:
@@ -87,7 +120,7 @@ def install_handlers(app: FastAPI) -> None:
         return JSONResponse(
             status_code=exc.status_code,
             content={"error": name, "detail": str(exc.detail)},
-            headers=exc.headers,
+            headers=headers,
         )
 
     @app.exception_handler(sa_exc.SQLAlchemyError)

@@ -37,6 +37,7 @@ _DESCRIPTIONS = {
     "401": "missing or malformed credentials",
     "403": "credentials do not allow this",
     "404": "no such resource for this caller (another user's ids are not found either)",
+    "409": "the write conflicts with stored data (e.g. the user already has this content)",
     "413": "request body over the size limit",
     "422": "invalid input: `fields` names each rejected field and why",
     "503": "Postgres unavailable or timing out: nothing was stored, retry (Retry-After)",
@@ -49,7 +50,7 @@ def _error(status: str) -> dict[str, Any]:
     return {"description": _DESCRIPTIONS[status], "content": {"application/json": {"schema": _REF}}}
 
 
-def _statuses(path: str, operation: dict[str, Any], auth_routes: bool) -> list[str]:
+def _statuses(path: str, method: str, operation: dict[str, Any], auth_routes: bool) -> list[str]:
     statuses: list[str] = []
     if path in _OPEN:
         return statuses
@@ -59,6 +60,8 @@ def _statuses(path: str, operation: dict[str, Any], auth_routes: bool) -> list[s
         statuses.append("404")
     if "requestBody" in operation:
         statuses.append("413")
+    if path.startswith("/v1") and method in {"post", "put", "patch", "delete"}:
+        statuses.append("409")
     if operation.get("parameters") or "requestBody" in operation:
         statuses.append("422")
     if path.startswith("/v1"):
@@ -79,10 +82,10 @@ def build_openapi(app: FastAPI, *, auth_configured: bool) -> dict[str, Any]:
     error_schema.pop("$defs", None)
     schemas["ErrorBody"] = error_schema
     for path, item in document.get("paths", {}).items():
-        for operation in item.values():
+        for method, operation in item.items():
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
-            for status in _statuses(path, operation, auth_configured):
+            for status in _statuses(path, method, operation, auth_configured):
                 responses.setdefault(status, _error(status))
     return document
 

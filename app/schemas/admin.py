@@ -13,8 +13,17 @@ from pydantic import (
     Field,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
-from app.schemas.common import Content, Metadata, Timestamp, check_user_id, storable_text
+from app.schemas.common import (
+    USER_ID_PATTERN_TEXT,
+    Content,
+    Metadata,
+    Timestamp,
+    check_user_id,
+    json_float,
+    storable_text,
+)
 from app.schemas.memory import MemoryType
 
 # The same rule as app.api.deps.validate_user_id (tests/admin pin the two together); repeated
@@ -23,8 +32,10 @@ MAX_BULK_MEMORIES = 1000
 MAX_SOURCE_CHARS = 500
 
 
-UserId = Annotated[str, AfterValidator(check_user_id)]
-Importance = Annotated[float, Field(ge=0.0, le=1.0, strict=True)]
+UserId = Annotated[
+    str, Field(json_schema_extra={"pattern": USER_ID_PATTERN_TEXT}), AfterValidator(check_user_id)
+]
+Importance = json_float(ge=0.0, le=1.0)
 Source = storable_text(MAX_SOURCE_CHARS)
 
 
@@ -37,15 +48,11 @@ class AdminMemoryCreate(BaseModel):
     type: MemoryType
     importance: Importance = 0.5
     created_at: Timestamp | None = None
-    expires_at: Timestamp | None = None
+    expires_at: Timestamp | None = Field(
+        default=None, description="at or before created_at: stored, but expired from the start"
+    )
     source: Source | None = None
     metadata: Metadata = Field(default_factory=dict)
-
-    @model_validator(mode="after")
-    def _expiry_after_creation(self) -> AdminMemoryCreate:
-        if self.created_at and self.expires_at and self.expires_at <= self.created_at:
-            raise ValueError("expires_at must be later than created_at")
-        return self
 
 
 class AdminMemoryBulkCreate(BaseModel):
@@ -56,10 +63,11 @@ class AdminMemoryBulkCreate(BaseModel):
 class AdminMemoryUpdate(BaseModel):
     """Fields to change; a new content is re-embedded and re-indexed. `expires_at: null` clears."""
 
-    model_config = ConfigDict(extra="forbid")
-    content: Content | None = None
-    type: MemoryType | None = None
-    importance: Importance | None = None
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+    # Omit a field to keep it; content, type and importance cannot be null (not in the schema).
+    content: Content | SkipJsonSchema[None] = None
+    type: MemoryType | SkipJsonSchema[None] = None
+    importance: Importance | SkipJsonSchema[None] = None
     expires_at: Timestamp | None = None
 
     @model_validator(mode="after")

@@ -13,7 +13,7 @@ import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Union
 
-from pydantic import AfterValidator, AwareDatetime, Field
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field
 from typing_extensions import TypeAliasType
 
 MAX_CONTENT_CHARS = 32_000
@@ -25,8 +25,14 @@ MAX_BIGINT = 2**63 - 1
 # ECMA-262 regexes of JSON Schema).
 _BLANK_CLASS = r"\t\n\u000b\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 STORABLE_PATTERN = r"^[^\u0000]*$"
-NON_BLANK_PATTERN = rf"^[^\u0000]*[^\u0000{_BLANK_CLASS}][^\u0000]*$"
+# Unanchored (JSON Schema patterns search): some character that is neither blank nor NUL.
+NON_BLANK_PATTERN = rf"[^\u0000{_BLANK_CLASS}]"
 _NOT_BLANK_CHAR = re.compile(rf"[^{_BLANK_CLASS}]")
+# A non-blank text in JSON Schema: both patterns must match.
+NON_BLANK_SCHEMA: dict[str, Any] = {
+    "pattern": STORABLE_PATTERN,
+    "allOf": [{"pattern": NON_BLANK_PATTERN}],
+}
 
 # One rule for user ids everywhere (header, admin API, CLI, seed files, keys).
 USER_ID_PATTERN_TEXT = r"^[\x21-\x7e]{1,255}$"
@@ -65,6 +71,20 @@ def check_timestamp(value: datetime) -> datetime:
         return value.astimezone(UTC)
     except OverflowError:
         raise ValueError("is out of range (years 0001-9999 in UTC)") from None
+
+
+def reject_loose_json(value: Any) -> Any:
+    """JSON numbers and times arrive as themselves: no booleans for numbers, no strings for
+    numbers, no numbers for times (pydantic's lax mode would convert them)."""
+    if isinstance(value, bool | str | bytes):
+        raise ValueError("must be a JSON number")
+    return value
+
+
+def _time_as_text(value: Any) -> Any:
+    if isinstance(value, bool | int | float):
+        raise ValueError("must be an ISO 8601 string with a time zone")
+    return value
 
 
 def storable_text(max_length: int) -> Any:
@@ -128,13 +148,26 @@ Content = Annotated[
     Field(
         min_length=1,
         max_length=MAX_CONTENT_CHARS,
-        json_schema_extra={"pattern": NON_BLANK_PATTERN},
+        json_schema_extra=NON_BLANK_SCHEMA,
     ),
     AfterValidator(check_non_blank),
 ]
 Timestamp = Annotated[
     AwareDatetime,
+    BeforeValidator(_time_as_text),
     Field(description="ISO 8601 with a time zone, within years 0001-9999 in UTC"),
     AfterValidator(check_timestamp),
 ]
 Seq = Annotated[int, Field(ge=0, le=MAX_BIGINT)]
+
+
+# Numbers in JSON bodies: 5 and 5.0 are integers (as JSON Schema says), "5" and true are not.
+# The bounds go inside, before the check, so that they stay in the JSON schema.
+def json_int(*, ge: int, le: int) -> Any:
+    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(reject_loose_json)]
+
+
+def json_float(*, ge: float, le: float) -> Any:
+    return Annotated[
+        float, Field(ge=ge, le=le, allow_inf_nan=False), BeforeValidator(reject_loose_json)
+    ]

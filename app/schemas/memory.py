@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from app.schemas.common import NON_BLANK_PATTERN, check_non_blank
+from app.schemas.common import NON_BLANK_SCHEMA, check_non_blank, json_float, json_int
 
 MemoryType = Literal["fact", "preference", "decision", "note"]
 SourceKind = Literal["memory", "message"]
@@ -24,9 +24,7 @@ def _unique(values: list[str] | None) -> list[str] | None:
 
 Query = Annotated[
     str,
-    Field(
-        min_length=1, max_length=MAX_QUERY_INPUT, json_schema_extra={"pattern": NON_BLANK_PATTERN}
-    ),
+    Field(min_length=1, max_length=MAX_QUERY_INPUT, json_schema_extra=NON_BLANK_SCHEMA),
     AfterValidator(check_non_blank),
 ]
 Types = Annotated[
@@ -81,11 +79,11 @@ class MemoryQueryRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     query: Query
-    limit: int = Field(default=10, ge=1, le=100, strict=True)
+    limit: json_int(ge=1, le=100) = 10
     types: Types = None
     sources: Sources = None
-    min_score: float = Field(default=0.3, ge=0.0, le=1.0, strict=True)
-    token_budget: int | None = Field(default=None, ge=1, le=100_000, strict=True)
+    min_score: json_float(ge=0.0, le=1.0) = 0.3
+    token_budget: json_int(ge=1, le=100_000) | None = None
 
 
 class MemoryItemOut(BaseModel):

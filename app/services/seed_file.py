@@ -181,9 +181,16 @@ def _csv_rows(text: str) -> Iterator[tuple[int, Any]]:
             reason = f"has {len(cells)} fields, the header has {len(header)}"
             yield start, RowError(start, "row", reason)
             continue
-        record: dict[str, str] = {}
+        record: dict[str, str | float] = {}
         for name, value in zip(header, cells, strict=True):
             # An empty optional cell means "not given"; required ones stay so validation names them.
             if value != "" or name in CSV_REQUIRED:
                 record[name] = value
+        if "importance" in record:
+            # CSV cells are text; the number column becomes a number here, as JSON would carry it.
+            try:
+                record["importance"] = float(record["importance"])
+            except ValueError:
+                yield start, RowError(start, "importance", "must be a number")
+                continue
         yield start, record

@@ -147,7 +147,7 @@ async def test_routing_errors_use_the_error_body(client: httpx.AsyncClient) -> N
     wrong_method = await client.delete("/v1/conversations")
     assert wrong_method.status_code == 405
     assert wrong_method.json()["error"] == "MethodNotAllowed"
-    assert wrong_method.headers["allow"]
+    assert wrong_method.headers["allow"] == "GET, POST"
 
 
 async def test_unreadable_json_is_a_422_in_the_error_body(

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from app.schemas.common import (
     NON_BLANK_PATTERN,
+    NON_BLANK_SCHEMA,
     STORABLE_PATTERN,
     check_non_blank,
     check_storable,
@@ -33,8 +34,13 @@ def test_storable_check_matches_its_pattern(value: str) -> None:
 
 
 @given(texts)
-def test_non_blank_check_matches_its_pattern(value: str) -> None:
-    assert _accepts(check_non_blank, value) == bool(re.fullmatch(NON_BLANK_PATTERN, value))
+def test_non_blank_check_matches_its_patterns(value: str) -> None:
+    # JSON Schema: `pattern` (anchored, storable) and, in allOf, a search for a non-blank char.
+    assert NON_BLANK_SCHEMA["allOf"] == [{"pattern": NON_BLANK_PATTERN}]
+    by_schema = bool(re.fullmatch(NON_BLANK_SCHEMA["pattern"], value)) and bool(
+        re.search(NON_BLANK_PATTERN, value)
+    )
+    assert _accepts(check_non_blank, value) == by_schema
 
 
 def test_lone_surrogates_are_refused_although_no_pattern_can_say_so() -> None:
