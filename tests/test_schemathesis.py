@@ -1,4 +1,4 @@
-"""Schemathesis against a real `pgrecall serve`: every operation, every check, a fixed seed.
+"""Schemathesis against a real `pgrecall serve`: every operation, every check, deterministic.
 
 The server runs on its embedded defaults plus a real redis-server, exactly as a user starts it;
 schemathesis reads /openapi.json and fuzzes each operation (coverage, fuzzing and stateful
