@@ -63,6 +63,16 @@ class Settings(BaseSettings):
     api_key: SecretStr | None = Field(default=None, description="service key (Bearer) for /v1")
     admin_api_key: SecretStr | None = Field(default=None, description="admin key for /v1/admin")
 
+    chat_upstream_url: str | None = Field(
+        default=None,
+        description="OpenAI-compatible base URL the chat proxy forwards to (e.g. "
+        "https://api.openai.com/v1); unset = POST /v1/chat/completions answers 501",
+    )
+    chat_upstream_key: SecretStr | None = Field(
+        default=None, description="key sent upstream instead of the caller's Authorization"
+    )
+    chat_upstream_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
+
     db_pool_size: Annotated[int, Field(ge=1, le=200)] = 10
     max_body_bytes: Annotated[int, Field(ge=1024)] = 5 * 1024 * 1024
     log_level: str = "INFO"
@@ -89,6 +99,15 @@ class Settings(BaseSettings):
         if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
         return value
+
+    @field_validator("chat_upstream_url")
+    @classmethod
+    def _check_upstream(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
 
     @field_validator("log_level")
     @classmethod

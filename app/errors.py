@@ -66,3 +66,9 @@ class EmbeddingError(ServiceError):
     """The embedder failed or timed out."""
 
     status_code = 503
+
+
+class UpstreamError(ServiceError):
+    """The chat proxy's model upstream is not configured, unreachable or timed out."""
+
+    status_code = 502

@@ -21,6 +21,8 @@ from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
 from app.middleware import BodySizeLimitMiddleware, CorrelationIdMiddleware
 from app.migrate import upgrade_head
+from app.proxy import routes as chat_proxy
+from app.proxy.upstream import ChatUpstream
 from app.retrieval.presets import get_preset
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig
@@ -98,9 +100,11 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             session_messages=settings.session_messages,
             query_slots=asyncio.Semaphore(max(1, settings.db_pool_size)),
         )
+        app.state.chat_upstream = ChatUpstream.from_settings(settings)
         try:
             yield
         finally:
+            await app.state.chat_upstream.aclose()
             await cache.aclose()
             close = getattr(the_embedder, "aclose", None)
             if close is not None and embedder is None:
@@ -123,6 +127,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.include_router(conversations.router)
     app.include_router(tools.router)
     app.include_router(admin.router)
+    app.include_router(chat_proxy.router)
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(CorrelationIdMiddleware)
     return app

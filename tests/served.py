@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -73,3 +77,20 @@ class Served:
         if self.process.poll() is None:
             self.process.kill()
             self.process.wait(10)
+
+
+@contextmanager
+def serving(prefix: str, settings: dict[str, str] | None = None) -> Iterator[Served]:
+    """A ready `pgrecall serve` on its own embedded data dir, stopped and removed afterwards."""
+    from app.embedded import EmbeddedPostgres
+
+    # mkdtemp, not tmp_path: the unix socket lives in the data dir and its path must stay short.
+    directory = Path(tempfile.mkdtemp(prefix=prefix))
+    served = Served(directory / "data", free_port(), "serve", settings)
+    try:
+        served.wait_ready()
+        yield served
+    finally:
+        served.kill()
+        EmbeddedPostgres(directory / "data").stop()
+        shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,243 @@
+"""POST /v1/chat/completions: memories in, the model's answer out, both turns stored.
+
+Identity: `X-User-Id` names the user, as on every /v1 route. The `Authorization` header goes to
+the upstream (unless PGRECALL_CHAT_UPSTREAM_KEY is set), so the pgrecall service key travels
+in `X-Pgrecall-Key`; with an upstream key configured, `Authorization: Bearer <service key>`
+works as on the other routes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+import logging
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Header, Request
+from fastapi.responses import Response
+from pydantic import ValidationError
+
+from app.api.deps import (
+    CorrelationDep,
+    Resources,
+    ResourcesDep,
+    after_commit,
+    get_session,
+    validate_user_id,
+)
+from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
+from app.observability import correlation_id_var
+from app.proxy.schemas import ChatRequest, message_text
+from app.proxy.stream import Relay, RelayResponse
+from app.proxy.upstream import ChatUpstream
+from app.schemas.common import MAX_CONTENT_CHARS
+from app.schemas.conversation import MessageCreate
+from app.services.conversation import ConversationService
+from app.services.prompt import format_for_prompt
+from app.services.query import QueryRequest, QueryService
+from app.services.session_state import SessionStateService
+
+log = logging.getLogger(__name__)
+router = APIRouter(tags=["chat proxy"])
+
+CONVERSATION_HEADER = "X-Pgrecall-Conversation-Id"
+MEMORY_IDS_HEADER = "X-Pgrecall-Memory-Ids"
+STORED_HEADER = "X-Pgrecall-Stored"
+KEY_HEADER = "X-Pgrecall-Key"
+transaction = contextlib.asynccontextmanager(get_session)
+
+
+def get_upstream(request: Request) -> ChatUpstream:
+    return request.app.state.chat_upstream  # type: ignore[no-any-return]
+
+
+UpstreamDep = Annotated[ChatUpstream, Depends(get_upstream)]
+
+
+async def proxy_user(
+    resources: ResourcesDep,
+    upstream: UpstreamDep,
+    x_user_id: Annotated[str, Header(alias="X-User-Id")],
+    x_pgrecall_key: Annotated[str | None, Header(alias=KEY_HEADER)] = None,
+    authorization: Annotated[str | None, Header()] = None,
+) -> str:
+    """The service key from X-Pgrecall-Key (or Authorization when it does not go upstream)."""
+    if resources.api_key is not None:
+        presented = x_pgrecall_key
+        if presented is None and upstream.key is not None and authorization:
+            scheme, _, token = authorization.partition(" ")
+            presented = token.strip() if scheme.lower() == "bearer" else None
+        if not presented:
+            raise AuthenticationError(f"missing {KEY_HEADER}: <service key>")
+        keys = [k for k in (resources.api_key, resources.admin_api_key) if k]
+        if not any(hmac.compare_digest(presented.encode(), k.encode()) for k in keys):
+            raise PermissionDeniedError("invalid API key")
+    return validate_user_id(x_user_id)
+
+
+ProxyUserDep = Annotated[str, Depends(proxy_user)]
+
+
+def _storable(text: str, field: str) -> MessageCreate:
+    try:
+        return MessageCreate(role="user", content=text, metadata={"source": "chat_proxy"})
+    except ValidationError as exc:
+        reason = exc.errors()[0].get("msg", "invalid")
+        raise ValidationFailedError(f"{field}: {reason}", field=field) from None
+
+
+def _answer(text: str, model: str, incomplete: str | None) -> MessageCreate | None:
+    """The assistant turn to store, None when the model said nothing storable."""
+    meta: dict[str, Any] = {"source": "chat_proxy", "model": model}
+    if incomplete:
+        meta["incomplete"] = incomplete
+    if len(text) > MAX_CONTENT_CHARS:
+        text, meta["cut"] = text[:MAX_CONTENT_CHARS], True
+    try:
+        return MessageCreate(role="assistant", content=text, metadata=meta)
+    except ValidationError:  # blank (e.g. a tool call only) or not storable text
+        return None
+
+
+async def _memories(
+    resources: Resources, user_id: str, body: ChatRequest, query: str
+) -> tuple[str | None, list[str]]:
+    options = body.memory
+    if (options and options.off) or not query.strip():
+        return None, []
+    cfg = resources.query_config
+    result = await QueryService(
+        resources.sessionmaker,
+        resources.embeddings,
+        resources.cache,
+        cfg,
+        slots=resources.query_slots,
+    ).query(
+        QueryRequest(
+            user_id=user_id,
+            query=query,
+            limit=options.top_k if options and options.top_k else cfg.max_results,
+            min_score=options.min_relevance
+            if options and options.min_relevance is not None
+            else cfg.min_relevance,
+            token_budget=options.token_budget if options else None,
+        ),
+        correlation_id=correlation_id_var.get(),
+    )
+    if not result.items:
+        return None, []
+    return format_for_prompt(result.items), [i.id for i in result.items]
+
+
+def _with_memories(raw: dict[str, Any], block: str | None) -> dict[str, Any]:
+    """The body for the upstream: `memory` removed, the block as its own system message after
+    the caller's leading system messages (never merged into a user's text)."""
+    forward = {k: v for k, v in raw.items() if k != "memory"}
+    if block is None:
+        return forward
+    messages = list(forward["messages"])
+    at = 0
+    while at < len(messages) and messages[at].get("role") in {"system", "developer"}:
+        at += 1
+    messages.insert(at, {"role": "system", "content": block})
+    forward["messages"] = messages
+    return forward
+
+
+async def _store(
+    resources: Resources,
+    user_id: str,
+    conversation_id: uuid.UUID | None,
+    turns: list[MessageCreate],
+    correlation: uuid.UUID,
+    title: str,
+) -> uuid.UUID:
+    """Create the conversation when absent, append the turns; committed when this returns."""
+    async with transaction(resources) as session:
+        conversations = ConversationService(session, resources.embeddings)
+        if conversation_id is None:
+            conversation_id = (await conversations.create(user_id, title)).id
+        if turns:
+            stored = await conversations.append(user_id, conversation_id, turns, correlation)
+            state = SessionStateService(conversations, resources.cache, resources.session_messages)
+            after_commit(session, state.after_append(user_id, stored))
+    return conversation_id
+
+
+@router.post("/v1/chat/completions", include_in_schema=False)
+async def chat_completions(
+    body: ChatRequest,
+    request: Request,
+    user_id: ProxyUserDep,
+    resources: ResourcesDep,
+    upstream: UpstreamDep,
+    correlation: CorrelationDep,
+) -> Response:
+    """OpenAI-compatible chat completions with the user's memories injected and turns stored."""
+    upstream.require()
+    raw = await request.json()
+    last = body.messages[-1]
+    # Only a request that ends with the user's message has a new user turn (a tool-call loop
+    # resends the same user message; it was stored the first time).
+    user_turn = (
+        _storable(message_text(last), f"body.messages.{len(body.messages) - 1}.content")
+        if last.role == "user"
+        else None
+    )
+    latest_user = next((m for m in reversed(body.messages) if m.role == "user"), None)
+    conversation_id = body.memory.conversation_id if body.memory else None
+    if conversation_id is not None:
+        async with transaction(resources) as session:
+            await ConversationService(session, resources.embeddings).get(user_id, conversation_id)
+    query = message_text(latest_user) if latest_user else ""
+    block, memory_ids = await _memories(resources, user_id, body, query)
+    title = (query.strip() or "chat")[:100]
+
+    response = await upstream.send(_with_memories(raw, block), upstream.headers(request.headers))
+    headers = {MEMORY_IDS_HEADER: ",".join(memory_ids)}
+    media_type = response.headers.get("content-type", "application/json")
+    if response.status_code >= 400 or not body.stream:
+        content = await upstream.read(response)
+        if response.status_code >= 400:
+            if "retry-after" in response.headers:
+                headers["Retry-After"] = response.headers["retry-after"]
+            return Response(content, response.status_code, headers, media_type)
+        text = _assistant_text(content)
+        turns = [t for t in (user_turn, _answer(text, body.model, None)) if t is not None]
+        try:
+            conversation_id = await _store(
+                resources, user_id, conversation_id, turns, correlation, title
+            )
+            headers[STORED_HEADER] = "true"
+        except Exception:
+            # The answer exists and is returned; the header says it was not stored.
+            log.warning("storing chat turns failed", exc_info=True)
+            headers[STORED_HEADER] = "false"
+        if conversation_id is not None:
+            headers[CONVERSATION_HEADER] = str(conversation_id)
+        return Response(content, response.status_code, headers, media_type)
+
+    try:
+        conversation_id = await _store(resources, user_id, conversation_id, [], correlation, title)
+    except BaseException:
+        await response.aclose()
+        raise
+    headers[CONVERSATION_HEADER] = str(conversation_id)
+    target = conversation_id
+
+    async def on_end(text: str, incomplete: str | None) -> None:
+        turns = [t for t in (user_turn, _answer(text, body.model, incomplete)) if t is not None]
+        await _store(resources, user_id, target, turns, correlation, title)
+
+    return RelayResponse(Relay(response, on_end), headers, media_type)
+
+
+def _assistant_text(content: bytes) -> str:
+    try:
+        data = json.loads(content)
+        text = data["choices"][0]["message"]["content"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return ""
+    return text if isinstance(text, str) else ""

@@ -1,0 +1,57 @@
+"""What the proxy reads from a chat completions request; everything else passes through."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
+
+from app.schemas.common import json_float, json_int
+
+MAX_CHAT_MESSAGES = 10_000
+
+
+class MemoryOptions(BaseModel):
+    """Per-request memory settings: the `memory` object of the body (`extra_body` in openai)."""
+
+    model_config = ConfigDict(extra="forbid")
+    top_k: json_int(ge=1, le=100) | None = Field(
+        default=None, description="at most this many memories (default PGRECALL_MAX_RESULTS)"
+    )
+    min_relevance: json_float(ge=0.0, le=1.0) | None = Field(
+        default=None, description="relevance floor (default PGRECALL_MIN_RELEVANCE)"
+    )
+    token_budget: json_int(ge=1, le=100_000) | None = Field(
+        default=None, description="tokens of memories at most (default PGRECALL_TOKEN_BUDGET)"
+    )
+    off: StrictBool = Field(default=False, description="no lookup, no injection (turns stored)")
+    conversation_id: uuid.UUID | None = Field(
+        default=None, description="store the turns here; unset = a new conversation"
+    )
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatRequest(BaseModel):
+    """The fields the proxy needs; the body is forwarded as sent, minus `memory`."""
+
+    model_config = ConfigDict(extra="allow")
+    model: str = Field(min_length=1, max_length=256)
+    messages: list[ChatMessage] = Field(min_length=1, max_length=MAX_CHAT_MESSAGES)
+    stream: StrictBool = False
+    memory: MemoryOptions | None = None
+
+
+def message_text(message: ChatMessage) -> str:
+    """The text of a message: its string content, or its text parts joined."""
+    if isinstance(message.content, str):
+        return message.content
+    parts = message.content or []
+    return "\n".join(
+        str(p.get("text", "")) for p in parts if p.get("type") == "text" and p.get("text")
+    )

@@ -1,0 +1,116 @@
+"""Streaming: SSE chunks pass through as they arrive; the answer is assembled on the side and
+stored when the stream ends, however it ends (upstream done, upstream dropped, client gone)."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import anyio
+import httpx
+from starlette.requests import ClientDisconnect
+from starlette.responses import StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+log = logging.getLogger(__name__)
+
+DROPPED_EVENT = (
+    b'data: {"error": {"message": "the chat upstream dropped the stream before it finished", '
+    b'"type": "upstream_error", "code": "upstream_dropped"}}\n\n'
+)
+
+OnEnd = Callable[[str, str | None], Awaitable[None]]
+
+
+class AnswerAssembler:
+    """Reads SSE bytes and collects `choices[0].delta.content`."""
+
+    def __init__(self) -> None:
+        self._buffer = b""
+        self.parts: list[str] = []
+        self.done = False
+
+    def feed(self, chunk: bytes) -> None:
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            self._line(line.strip())
+
+    def _line(self, line: bytes) -> None:
+        if not line.startswith(b"data:"):
+            return
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            event: Any = json.loads(payload)
+        except ValueError:
+            return
+        choices = event.get("choices") if isinstance(event, dict) else None
+        for choice in choices if isinstance(choices, list) else []:
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            content = (choice.get("delta") or {}).get("content")
+            if isinstance(content, str):
+                self.parts.append(content)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+class Relay:
+    """Upstream SSE bytes to the client, unchanged; `finish` stores what was assembled."""
+
+    def __init__(self, response: httpx.Response, on_end: OnEnd) -> None:
+        self.response = response
+        self.on_end = on_end
+        self.answer = AnswerAssembler()
+        self.ended: str | None = None  # None: still running; "" complete; else why it stopped
+        self._finished = False
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self.response.aiter_bytes():
+                self.answer.feed(chunk)
+                yield chunk
+        except httpx.TransportError as exc:
+            log.warning("chat upstream dropped the stream: %s", type(exc).__name__)
+            self.ended = "upstream_dropped"
+            yield DROPPED_EVENT
+        else:
+            self.ended = ""
+
+    async def finish(self) -> None:
+        """Close the upstream and store the turns; runs once, also after a disconnect."""
+        if self._finished:
+            return
+        self._finished = True
+        await self.response.aclose()
+        reason = self.ended if self.ended is not None else "client_disconnected"
+        try:
+            await self.on_end(self.answer.text, reason or None)
+        except Exception:  # the client has its answer; storing it is best effort from here
+            log.warning("storing a streamed chat answer failed", exc_info=True)
+
+
+class RelayResponse(StreamingResponse):
+    """A StreamingResponse that always ends with `relay.finish()`, shielded from cancellation
+    (a client that disconnects cancels the stream; the store must still happen)."""
+
+    def __init__(self, relay: Relay, headers: dict[str, str], media_type: str) -> None:
+        self.relay = relay
+        super().__init__(relay.chunks(), headers=headers, media_type=media_type)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        except ClientDisconnect:
+            log.info("chat client disconnected mid-stream")
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.body_iterator.aclose()  # type: ignore[attr-defined]
+                await self.relay.finish()

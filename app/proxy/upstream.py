@@ -1,0 +1,76 @@
+"""The model upstream: one httpx client owned by the lifespan, and how requests reach it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from app.config import Settings
+from app.errors import UpstreamError
+
+# Headers of the caller that mean something to an OpenAI-compatible upstream.
+PASSED_HEADERS = ("openai-organization", "openai-project")
+
+
+class ChatUpstream:
+    """POSTs chat completions to `<url>/chat/completions`."""
+
+    def __init__(self, url: str | None, key: str | None, timeout_s: float) -> None:
+        self.url = url
+        self.key = key
+        self.http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ChatUpstream:
+        key = settings.chat_upstream_key
+        return cls(
+            settings.chat_upstream_url,
+            key.get_secret_value() if key else None,
+            settings.chat_upstream_timeout_s,
+        )
+
+    @property
+    def enabled(self) -> bool:
+        return self.url is not None
+
+    def require(self) -> None:
+        if self.url is None:
+            raise UpstreamError("chat proxy is off: set PGRECALL_CHAT_UPSTREAM_URL", 501)
+
+    def headers(self, caller: httpx.Headers | Any) -> dict[str, str]:
+        """The configured key, else the caller's Authorization (it belongs to the upstream)."""
+        headers = {"accept-encoding": "identity"}
+        if self.key is not None:
+            headers["authorization"] = f"Bearer {self.key}"
+        elif caller.get("authorization"):
+            headers["authorization"] = caller["authorization"]
+        for name in PASSED_HEADERS:
+            if caller.get(name):
+                headers[name] = caller[name]
+        return headers
+
+    async def send(self, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
+        """Start the request; the body is read (or streamed) by the caller, who closes it."""
+        request = self.http.build_request(
+            "POST", f"{self.url}/chat/completions", json=body, headers=headers
+        )
+        try:
+            return await self.http.send(request, stream=True)
+        except httpx.TimeoutException:
+            raise UpstreamError("chat upstream timed out", 504) from None
+        except httpx.TransportError as exc:
+            raise UpstreamError(f"chat upstream unreachable: {type(exc).__name__}") from None
+
+    async def read(self, response: httpx.Response) -> bytes:
+        try:
+            return await response.aread()
+        except httpx.TimeoutException:
+            raise UpstreamError("chat upstream timed out", 504) from None
+        except httpx.TransportError as exc:
+            raise UpstreamError(f"chat upstream failed: {type(exc).__name__}") from None
+        finally:
+            await response.aclose()
+
+    async def aclose(self) -> None:
+        await self.http.aclose()

@@ -1,0 +1,1 @@
+"""Client-side pgrecall: the typed HTTP client (`pgrecall.client`) and framework adapters."""

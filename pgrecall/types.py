@@ -1,0 +1,71 @@
+"""Response types of the client: the service's own schemas (app/schemas), read from JSON.
+
+Most are the service's models as they are. Messages and admin memories carry `metadata`, which
+the service fills from the ORM attribute `metadata_`; the client reads the JSON key `metadata`,
+so those (and the pages that hold them) are re-declared to accept it.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from app.schemas.admin import AdminMemoryOut, DuplicateOut
+from app.schemas.conversation import ConversationOut, ConversationPage, MessageOut, SessionOut
+from app.schemas.memory import (
+    MemoryItemOut,
+    MemoryQueryResponse,
+    QueryMemoryResult,
+    ToolMemory,
+    ToolMetadata,
+)
+
+__all__ = [
+    "AdminBulkResult",
+    "AdminMemoryPage",
+    "Conversation",
+    "ConversationPage",
+    "Memory",
+    "MemoryItemOut",
+    "MemoryQueryResponse",
+    "Message",
+    "MessageList",
+    "MessagePage",
+    "QueryMemoryResult",
+    "SessionOut",
+    "ToolMemory",
+    "ToolMetadata",
+]
+
+Conversation = ConversationOut
+
+
+class Message(MessageOut):
+    """A stored message."""
+
+    model_config = ConfigDict(from_attributes=True, validate_by_name=True)
+
+
+class MessageList(BaseModel):
+    items: list[Message]
+
+
+class MessagePage(BaseModel):
+    items: list[Message]
+    next_after: int | None
+
+
+class Memory(AdminMemoryOut):
+    """A curated memory as the admin API returns it."""
+
+    model_config = ConfigDict(from_attributes=True, validate_by_name=True)
+
+
+class AdminBulkResult(BaseModel):
+    items: list[Memory]
+    duplicates: list[DuplicateOut]
+
+
+class AdminMemoryPage(BaseModel):
+    items: list[Memory]
+    total: int
+    next_offset: int | None

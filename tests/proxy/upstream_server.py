@@ -1,0 +1,137 @@
+"""A real HTTP server speaking the chat completions protocol, scripted by the test.
+
+Each request takes the next scripted `Answer` and is recorded (headers and JSON body), so a
+test can see exactly what pgrecall sent upstream.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+GATE_TIMEOUT_S = 15
+
+
+@dataclass
+class Answer:
+    text: str = "ok"
+    status: int = 200
+    error: dict[str, Any] | None = None  # the error body for a non-200 status
+    stream_pieces: list[str] | None = None  # streamed answers: the deltas
+    gate: threading.Event | None = None  # streams wait here after the first chunk
+    drop_after: int | None = None  # streams: close the connection after this many chunks
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Seen:
+    headers: dict[str, str]
+    body: dict[str, Any]
+
+
+def completion(model: str, text: str) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "created": 1,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "finish_reason": "stop",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
+def chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> bytes:
+    event = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion.chunk",
+        "created": 1,
+        "model": model,
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+    return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
+class Upstream:
+    def __init__(self) -> None:
+        self.answers: deque[Answer] = deque()
+        self.seen: list[Seen] = []
+        self.finished = threading.Event()  # set when a stream has sent its last byte
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", "0"))
+                body = json.loads(self.rfile.read(length))
+                upstream.seen.append(Seen({k.lower(): v for k, v in self.headers.items()}, body))
+                answer = upstream.answers.popleft() if upstream.answers else Answer()
+                if self.path != "/v1/chat/completions":
+                    answer = Answer(status=404, error={"error": {"message": self.path}})
+                if answer.status != 200:
+                    self._json(answer.status, answer.error or {}, answer.headers)
+                elif answer.stream_pieces is None:
+                    self._json(200, completion(body["model"], answer.text), answer.headers)
+                else:
+                    self._stream(body["model"], answer)
+
+            def _json(self, status: int, payload: dict[str, Any], extra: dict[str, str]) -> None:
+                data = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                for name, value in extra.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _send_chunk(self, data: bytes) -> None:
+                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                self.wfile.flush()
+
+            def _stream(self, model: str, answer: Answer) -> None:
+                self.send_response(200)
+                self.send_header("content-type", "text/event-stream")
+                self.send_header("transfer-encoding", "chunked")
+                self.end_headers()
+                events = [chunk(model, {"role": "assistant", "content": ""})]
+                events += [chunk(model, {"content": p}) for p in answer.stream_pieces or []]
+                events += [chunk(model, {}, "stop"), b"data: [DONE]\n\n"]
+                for n, event in enumerate(events):
+                    if answer.drop_after is not None and n == answer.drop_after:
+                        self.close_connection = True
+                        upstream.finished.set()
+                        return  # no terminating chunk: an incomplete chunked body
+                    self._send_chunk(event)
+                    if n == 1 and answer.gate is not None:
+                        answer.gate.wait(GATE_TIMEOUT_S)
+                self.wfile.write(b"0\r\n\r\n")
+                self.wfile.flush()
+                upstream.finished.set()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.base = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> Upstream:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self._thread.join(10)
