@@ -166,7 +166,7 @@ def test_blank_keys_are_no_keys(monkeypatch: pytest.MonkeyPatch, blank: str) -> 
     assert settings.api_key is None and settings.admin_api_key is None
     assert not settings.auth_enabled
     monkeypatch.setenv("PGRECALL_HOST", "0.0.0.0")
-    with pytest.raises(SettingsError, match="PGRECALL_HOST: 0.0.0.0 without PGRECALL_API_KEY"):
+    with pytest.raises(SettingsError, match=r"PGRECALL_HOST: 0\.0\.0\.0 without PGRECALL_API_KEY"):
         load_settings()
     with pytest.raises(SettingsError, match="without PGRECALL_API_KEY"):
         load_settings(api_key=SecretStr(blank))
