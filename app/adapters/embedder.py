@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import importlib.resources
-import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
@@ -95,8 +94,6 @@ class LocalEmbedder:
         self._session = onnxruntime.InferenceSession(
             str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
         )
-        # One inference at a time per session keeps the thread budget predictable on 2 cores.
-        self._lock = threading.Lock()
 
     def embed_sync(self, texts: Sequence[str]) -> Vectors:
         """Embed in the calling thread (admin scripts, benchmarks)."""
@@ -111,8 +108,9 @@ class LocalEmbedder:
             ids = np.array([e.ids for e in encodings], dtype=np.int64)
             mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            with self._lock:
-                (hidden,) = self._session.run(["last_hidden_state"], feeds)
+            # InferenceSession.run is thread-safe; how many run at once is the scheduler's
+            # business (app/adapters/embed_scheduler.py: one bulk and one interactive slot).
+            (hidden,) = self._session.run(["last_hidden_state"], feeds)
             weights = mask[:, :, None].astype(np.float32)
             pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
             out.append(_normalise(pooled.astype(np.float32)))
