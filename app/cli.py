@@ -39,7 +39,8 @@ def serve(
     """Run the HTTP service (embedded Postgres unless PGRECALL_DATABASE_URL is set)."""
     import uvicorn
 
-    from app.doctor import StartupError, check_writable, explain_start_failure, preflight
+    from app.doctor import StartupError, explain_start_failure, preflight
+    from app.doctor.checks import check_writable
     from app.embedded import EmbeddedPostgres
     from app.main import create_app
 

@@ -256,6 +256,13 @@ def main() -> None:
     finally:
         server.stop()
         print(f"machine at the end: load average {', '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        problems = [
+            line
+            for line in (work / "serve.log").read_text(errors="replace").splitlines()
+            if " ERROR " in line or "Error" in line
+        ]
+        if problems:
+            print("server log errors:", *problems[:20], sep="\n  ")
         shutil.rmtree(work, ignore_errors=True)
 
 

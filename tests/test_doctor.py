@@ -17,13 +17,8 @@ import pytest
 from pydantic import SecretStr
 
 from app.config import Settings
-from app.doctor import (
-    CRASH_MESSAGE,
-    blocking_parents,
-    check_exposure,
-    check_index_build,
-    probe_engine,
-)
+from app.doctor.checks import blocking_parents, check_exposure
+from app.doctor.postgres import CRASH_MESSAGE, check_index_build, probe_engine
 from app.embedded import EmbeddedPostgres
 from tests.redis_server import RedisServer
 

@@ -9,6 +9,8 @@ Two priority classes share a fixed number of inference slots:
   one chunk while another waits).
 An interactive request with more than `interactive_max` texts is scheduled as bulk (the
 per-request cap: a caller cannot buy priority for a large batch by calling it interactive).
+The local model runs bulk chunks on a thread with a raised nice value, so on a busy CPU the
+operating system also serves queries (and Postgres) first.
 
 A chunk runs to completion once started (inference cannot be interrupted): a caller that is
 cancelled (a query timing out) returns at once, and its slot is released when the chunk ends.
@@ -48,6 +50,7 @@ class EmbedScheduler:
         embed: Callable[[list[str]], Awaitable[Vectors]],
         dimension: int,
         *,
+        embed_bulk: Callable[[list[str]], Awaitable[Vectors]] | None = None,
         slots: int = LOCAL_SLOTS,
         bulk_slots: int = LOCAL_BULK_SLOTS,
         chunk: int = LOCAL_CHUNK,
@@ -56,6 +59,7 @@ class EmbedScheduler:
         if not 1 <= bulk_slots <= slots or chunk < 1 or interactive_max < 1:
             raise ValueError("need 1 <= bulk_slots <= slots, chunk >= 1, interactive_max >= 1")
         self._embed = embed
+        self._embed_bulk = embed_bulk or embed
         self.dimension = dimension
         self.slots, self.bulk_slots = slots, bulk_slots
         self.chunk, self.interactive_max = chunk, interactive_max
@@ -70,11 +74,15 @@ class EmbedScheduler:
     def for_embedder(cls, embedder: Embedder) -> EmbedScheduler:
         if isinstance(embedder, LocalEmbedder):
             slots, bulk_slots, chunk = LOCAL_SLOTS, LOCAL_BULK_SLOTS, LOCAL_CHUNK
+            # Bulk chunks on a low-priority thread: they also yield the CPU to queries.
+            embed_bulk = embedder.embed_background
         else:
             slots, bulk_slots, chunk = REMOTE_SLOTS, REMOTE_BULK_SLOTS, REMOTE_CHUNK
+            embed_bulk = None
         return cls(
             embedder.embed,  # type: ignore[arg-type]
             embedder.dimension,
+            embed_bulk=embed_bulk,  # type: ignore[arg-type]
             slots=slots,
             bulk_slots=bulk_slots,
             chunk=chunk,
@@ -111,7 +119,8 @@ class EmbedScheduler:
 
     async def _run_chunk(self, chunk: list[str], priority: Priority) -> Vectors:
         await self._acquire(priority)
-        task = asyncio.ensure_future(self._embed(chunk))
+        embed = self._embed_bulk if priority is Priority.BULK else self._embed
+        task = asyncio.ensure_future(embed(chunk))
 
         def finished(done: asyncio.Future[Vectors]) -> None:
             self._release(priority)

@@ -7,6 +7,8 @@ decided by the test, not by timing). The last tests use the real local model.
 from __future__ import annotations
 
 import asyncio
+import os
+import threading
 import zlib
 from collections.abc import Sequence
 
@@ -181,6 +183,15 @@ async def test_failure_reaches_the_caller_and_frees_the_slot() -> None:
     assert (await scheduler.embed(["fine"], Priority.INTERACTIVE)).shape == (1, DIM)
 
 
+async def test_bulk_chunks_go_to_the_bulk_runner() -> None:
+    interactive, bulk = GatedEmbed(gated=False), GatedEmbed(gated=False)
+    scheduler = EmbedScheduler(interactive, DIM, embed_bulk=bulk, slots=2, bulk_slots=1, chunk=2)
+    await scheduler.embed(["q"], Priority.INTERACTIVE)
+    await scheduler.embed(_texts("b", 3), Priority.BULK)
+    assert interactive.calls == [["q"]]
+    assert bulk.calls == [_texts("b", 3)[:2], _texts("b", 3)[2:]]
+
+
 def test_bad_configuration_is_refused() -> None:
     with pytest.raises(ValueError):
         EmbedScheduler(GatedEmbed(), DIM, slots=1, bulk_slots=2)
@@ -213,3 +224,14 @@ async def test_real_model_query_overtakes_a_bulk_import(embedder: LocalEmbedder)
     assert (
         min(_cosines(query, embedder.embed_sync(["where did I leave the blue notebook?"]))) > 0.999
     )
+
+
+async def test_real_model_bulk_runs_on_a_lower_priority_thread(embedder: LocalEmbedder) -> None:
+    def nice() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    service = EmbeddingService(embedder)
+    await service.embed(["a bulk text"], priority=Priority.BULK)
+    assert embedder._background is not None
+    background_nice = embedder._background.submit(nice).result()
+    assert background_nice >= min(19, nice() + 10)
