@@ -17,6 +17,7 @@ import pytest
 from pydantic import SecretStr
 
 from app.config import Settings
+from app.doctor import explain_start_failure
 from app.doctor.checks import blocking_parents, check_exposure
 from app.doctor.postgres import CRASH_MESSAGE, check_index_build, probe_engine
 from app.embedded import EmbeddedPostgres
@@ -120,16 +121,31 @@ def test_redis_unreachable_names_redis(pg: EmbeddedPostgres, workdir: Path) -> N
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the Postgres OS user exists only under root")
 def test_private_parent_directory_as_root() -> None:
-    parent = Path(tempfile.mkdtemp(prefix="pgr-700-"))  # mode 0700, as `mktemp -d` makes
+    """A 0700 parent (what `mktemp -d` makes): the start grants o+x, and doctor says so."""
+    parent = Path(tempfile.mkdtemp(prefix="pgr-700-"))
     try:
         assert parent.stat().st_mode & 0o777 == 0o700
         result = _run(["doctor"], Path("/"), data_dir=str(parent / "data"))
-        assert result.returncode == 1
-        (summary,) = result.stderr.strip().splitlines()
-        assert summary.startswith(f"pgrecall doctor: data dir failed: {parent} (mode 0700)")
-        assert "Errno 13" in summary and f"chmod o+x {parent}" in summary
-        assert _statuses(result.stdout)["postgres"] == "skip"
-        assert parent.stat().st_mode & 0o777 == 0o700  # doctor looks, it does not change
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert f"adds o+x to {parent} (0700)" in result.stdout
+        assert parent.stat().st_mode & 0o001  # granted by the embedded server's start
+        assert not EmbeddedPostgres(parent / "data").is_running()
+    finally:
+        EmbeddedPostgres(parent / "data").stop()
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the Postgres OS user exists only under root")
+def test_start_failing_under_a_private_parent_names_it() -> None:
+    """When the grant was impossible, the start's failure is explained in one line."""
+    parent = Path(tempfile.mkdtemp(prefix="pgr-700-"))
+    try:
+        settings = Settings(data_dir=parent / "data")
+        error = explain_start_failure(settings, PermissionError(13, "Permission denied"))
+        message = str(error)
+        assert message.startswith(f"data dir: {parent} (mode 0700) cannot be entered")
+        assert "Errno 13" in message and f"chmod o+x {parent}" in message
+        assert "\n" not in message
     finally:
         shutil.rmtree(parent, ignore_errors=True)
 

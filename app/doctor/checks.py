@@ -6,7 +6,6 @@ A check's message is one line that names the cause and, on failure, what to do.
 from __future__ import annotations
 
 import asyncio
-import grp
 import os
 import pwd
 import stat
@@ -100,14 +99,16 @@ def postgres_os_user() -> pwd.struct_passwd | None:
 
 
 def _can_traverse(path: Path, user: pwd.struct_passwd | None) -> bool:
-    """May `user` (None: a user that owns nothing, in no group) pass through directory `path`?"""
+    """May `user` pass through directory `path`? None: a user that owns nothing, in no group.
+
+    The embedded server runs with its own group only (app/embedded.py), so supplementary
+    groups do not count.
+    """
     info = path.stat()
     if user is not None and info.st_uid == user.pw_uid:
         return bool(info.st_mode & stat.S_IXUSR)
-    if user is not None:
-        groups = {user.pw_gid} | {g.gr_gid for g in grp.getgrall() if user.pw_name in g.gr_mem}
-        if info.st_gid in groups:
-            return bool(info.st_mode & stat.S_IXGRP)
+    if user is not None and info.st_gid == user.pw_gid:
+        return bool(info.st_mode & stat.S_IXGRP)
     return bool(info.st_mode & stat.S_IXOTH)
 
 
@@ -151,7 +152,7 @@ def check_reachable_by_postgres(data_dir: Path) -> Check:
             f"'{SYSTEM_USER}', so the embedded server fails with Errno 13 (Permission "
             f"denied): run `chmod o+x {first}` or use a PGRECALL_DATA_DIR outside it",
         )
-    return Check("data dir", True, f"{data_dir} writable")
+    return Check("data dir", True, f"{data_dir}: '{SYSTEM_USER}' can enter every parent")
 
 
 def check_data_dir(settings: Settings) -> Check:
@@ -159,7 +160,20 @@ def check_data_dir(settings: Settings) -> Check:
     if not settings.embedded_database:
         return Check("data dir", True, "not used (PGRECALL_DATABASE_URL is set)")
     writable = check_writable(settings.data_dir)
-    return writable if not writable.ok else check_reachable_by_postgres(settings.data_dir)
+    if not writable.ok or os.geteuid() != 0:
+        return writable
+    blocked = blocking_parents(settings.data_dir, postgres_os_user())
+    if not blocked:
+        return writable
+    # The embedded server's start adds o+x to them (app/embedded.py); if it cannot, the start
+    # fails and explain_start_failure names the directory (check_reachable_by_postgres).
+    listed = ", ".join(f"{p} ({stat.S_IMODE(p.stat().st_mode):04o})" for p in blocked)
+    return Check(
+        "data dir",
+        True,
+        f"{writable.message}; the embedded server's start adds o+x to {listed} so its OS user "
+        "can enter",
+    )
 
 
 # -- Redis, embedder, tokenizer ---------------------------------------------------------------
