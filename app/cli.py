@@ -39,6 +39,8 @@ def serve(
     """Run the HTTP service (embedded Postgres unless PGRECALL_DATABASE_URL is set)."""
     import uvicorn
 
+    from app.doctor import StartupError, explain_start_failure, preflight
+    from app.doctor.checks import check_writable
     from app.embedded import EmbeddedPostgres
     from app.main import create_app
 
@@ -51,7 +53,10 @@ def serve(
     embedded: EmbeddedPostgres | None = None
     lock = None
     if settings.embedded_database:
-        settings.data_dir.mkdir(parents=True, exist_ok=True)
+        writable = check_writable(settings.data_dir)
+        if not writable.ok:
+            typer.echo(f"pgrecall: {writable.name}: {writable.message}", err=True)
+            raise typer.Exit(1)
         lock = open(settings.data_dir / "serve.lock", "w")  # noqa: SIM115
         try:
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -66,8 +71,14 @@ def serve(
     try:
         if lock is not None:
             embedded = EmbeddedPostgres(settings.data_dir)
-            settings = settings.model_copy(update={"database_url": embedded.start()})
+            try:
+                url = embedded.start()
+            except Exception as exc:  # one line naming the cause, not a traceback
+                raise explain_start_failure(settings, exc) from exc
+            settings = settings.model_copy(update={"database_url": url})
             log.info("embedded postgres ready in %s", embedded.pgdata)
+        assert settings.database_url is not None
+        preflight(settings, settings.database_url, embedded=embedded is not None)
         uvicorn.run(
             create_app(settings),
             host=settings.host,
@@ -76,6 +87,9 @@ def serve(
             access_log=False,
             timeout_graceful_shutdown=10,
         )
+    except StartupError as exc:
+        typer.echo(f"pgrecall: {exc}", err=True)
+        raise typer.Exit(1) from None
     finally:
         # A second signal must not interrupt the database's clean stop.
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -121,12 +135,14 @@ def db_url() -> None:
 
 # Admin commands (app/cli_admin.py); imported last because they use settings_or_exit above.
 from app.cli_admin import memories_app, purge_user, reembed, reindex, seed  # noqa: E402
+from app.doctor import doctor  # noqa: E402
 
 app.command()(seed)
 app.command()(reindex)
 app.command()(reembed)
 app.command("purge-user")(purge_user)
 app.add_typer(memories_app, name="memories")
+app.command()(doctor)
 
 
 def main() -> None:

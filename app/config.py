@@ -91,6 +91,18 @@ class Settings(BaseSettings):
             raise ValueError("must be a postgresql:// URL")
         return value
 
+    @field_validator("api_key", "admin_api_key", mode="before")
+    @classmethod
+    def _blank_key_is_no_key(cls, value: object) -> object:
+        """An empty (or blank) key is no key: one rule, here at the edge, for every reader.
+
+        Otherwise `PGRECALL_API_KEY=` would bind 0.0.0.0 with authentication off.
+        """
+        raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if raw is None or (isinstance(raw, str) and not raw.strip()):
+            return None
+        return value
+
     @field_validator("redis_url")
     @classmethod
     def _check_redis(cls, value: str | None) -> str | None:

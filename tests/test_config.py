@@ -155,3 +155,18 @@ def test_serve_port_option_must_be_a_number(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "--port" in result.stderr
+
+
+@pytest.mark.parametrize("blank", ["", "   "])
+def test_blank_keys_are_no_keys(monkeypatch: pytest.MonkeyPatch, blank: str) -> None:
+    """Issue 10 finding 1: `PGRECALL_API_KEY=` must not bind 0.0.0.0 with auth off."""
+    monkeypatch.setenv("PGRECALL_API_KEY", blank)
+    monkeypatch.setenv("PGRECALL_ADMIN_API_KEY", blank)
+    settings = load_settings()
+    assert settings.api_key is None and settings.admin_api_key is None
+    assert not settings.auth_enabled
+    monkeypatch.setenv("PGRECALL_HOST", "0.0.0.0")
+    with pytest.raises(SettingsError, match=r"PGRECALL_HOST: 0\.0\.0\.0 without PGRECALL_API_KEY"):
+        load_settings()
+    with pytest.raises(SettingsError, match="without PGRECALL_API_KEY"):
+        load_settings(api_key=SecretStr(blank))

@@ -29,6 +29,7 @@ from app.schemas.common import (
 )
 from app.schemas.memory import MemoryType
 from app.services.admin import AdminMemoryService
+from app.services.embedding import Priority
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])
 
@@ -94,7 +95,9 @@ async def create_memories(
     body: AdminMemoryBulkCreate, _: AdminDep, session: SessionDep, resources: ResourcesDep
 ) -> AdminBulkResult:
     """Create up to 1000 memories in one transaction; texts a user already has are reported."""
-    items, duplicates = await _service(session, resources).create_many(body.items)
+    items, duplicates = await _service(session, resources).create_many(
+        body.items, priority=Priority.BULK
+    )
     _invalidate(session, resources, {m.user_id for m in items})
     return AdminBulkResult(
         items=[AdminMemoryOut.model_validate(m) for m in items],

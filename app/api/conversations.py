@@ -22,6 +22,7 @@ from app.schemas.conversation import (
     SessionOut,
 )
 from app.services.conversation import ConversationService
+from app.services.embedding import Priority
 from app.services.session_state import SessionStateService
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
@@ -34,9 +35,12 @@ async def _store(
     conversation_id: uuid.UUID,
     messages: list[MessageCreate],
     correlation: uuid.UUID,
+    priority: Priority,
 ) -> list[MessageOut]:
     conversations = ConversationService(session, resources.embeddings)
-    stored = await conversations.append(user_id, conversation_id, messages, correlation)
+    stored = await conversations.append(
+        user_id, conversation_id, messages, correlation, priority=priority
+    )
     after_commit(session, _session_state(resources, conversations).after_append(user_id, stored))
     return [MessageOut.model_validate(m) for m in stored.messages]
 
@@ -97,7 +101,9 @@ async def append_message(
     correlation: CorrelationDep,
 ) -> MessageOut:
     """Store one message with its embedding; 201 only once it is committed."""
-    (stored,) = await _store(resources, session, user_id, conversation_id, [body], correlation)
+    (stored,) = await _store(
+        resources, session, user_id, conversation_id, [body], correlation, Priority.INTERACTIVE
+    )
     return stored
 
 
@@ -115,7 +121,10 @@ async def append_messages_bulk(
     correlation: CorrelationDep,
 ) -> MessageList:
     """Import up to 1000 messages in order, all or nothing (history imports)."""
-    items = await _store(resources, session, user_id, conversation_id, body.messages, correlation)
+    # Bulk priority: an import is embedded in small chunks behind everyone's queries.
+    items = await _store(
+        resources, session, user_id, conversation_id, body.messages, correlation, Priority.BULK
+    )
     return MessageList(items=items)
 
 

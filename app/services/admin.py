@@ -13,7 +13,7 @@ from app.models import MemoryItem
 from app.repositories.admin import AdminMemoryRepository, MemoryFilter
 from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.schemas.admin import AdminMemoryCreate, AdminMemoryUpdate
-from app.services.embedding import EmbeddingService
+from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import MemoryInput, MemoryService, content_hash
 
 
@@ -50,10 +50,12 @@ class AdminMemoryService:
         return MemoryService(self.session, self.embeddings)
 
     async def create_many(
-        self, rows: Sequence[AdminMemoryCreate]
+        self, rows: Sequence[AdminMemoryCreate], *, priority: Priority = Priority.INTERACTIVE
     ) -> tuple[list[MemoryItem], list[tuple[int, uuid.UUID]]]:
         """Store new memories; returns them and (index, stored id) of each duplicate skipped."""
-        created = set(await self.memories.create_many([memory_input(r) for r in rows]))
+        created = set(
+            await self.memories.create_many([memory_input(r) for r in rows], priority=priority)
+        )
         stored: dict[tuple[str, str], uuid.UUID] = {}
         for user in dict.fromkeys(r.user_id for r in rows):
             hashes = [content_hash(r.content) for r in rows if r.user_id == user]
@@ -101,7 +103,9 @@ class AdminMemoryService:
         fields = changes.model_fields_set
         values: dict[str, Any] = {}
         if changes.content is not None and changes.content != item.content:
-            (vector,) = await self.embeddings.embed([changes.content])
+            (vector,) = await self.embeddings.embed(
+                [changes.content], priority=Priority.INTERACTIVE
+            )
             values |= await self._content_values(item, changes.content, vector)
         if changes.type is not None:
             values["type"] = changes.type

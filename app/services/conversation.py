@@ -13,7 +13,7 @@ from app.models import Conversation, Message
 from app.repositories.conversation import ConversationRepository, NewMessage
 from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.schemas.conversation import MessageCreate
-from app.services.embedding import EmbeddingService
+from app.services.embedding import EmbeddingService, Priority
 
 
 def turn_document(
@@ -63,11 +63,13 @@ class ConversationService:
         conversation_id: uuid.UUID,
         messages: Sequence[MessageCreate],
         correlation_id: uuid.UUID,
+        *,
+        priority: Priority = Priority.INTERACTIVE,
     ) -> StoredMessages:
         """Embed, then store the messages in order with their keyword postings."""
         # Embed before taking the row lock: the lock is held only for the inserts.
         await self.get(user_id, conversation_id)
-        vectors = await self.embeddings.embed([m.content for m in messages])
+        vectors = await self.embeddings.embed([m.content for m in messages], priority=priority)
         conversation = await self.repo.get(user_id, conversation_id, lock=True)
         if conversation is None:
             raise NotFoundError("conversation not found")

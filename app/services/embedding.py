@@ -1,4 +1,9 @@
-"""Embedding with the Redis cache in front: every embedding call of the service goes here."""
+"""Embedding with the Redis cache in front: every embedding call of the service goes here.
+
+Callers say whose work it is: `Priority.INTERACTIVE` (a query, a single write someone waits
+for) or `Priority.BULK` (imports, seeding, re-embedding). The scheduler keeps bulk work from
+delaying interactive work (app/adapters/embed_scheduler.py).
+"""
 
 from __future__ import annotations
 
@@ -8,12 +13,15 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from app.adapters.embed_scheduler import EmbedScheduler, Priority
 from app.adapters.embedder import Embedder, Vectors
 
 if TYPE_CHECKING:
     from app.adapters.cache import Cache
 
 log = logging.getLogger(__name__)
+
+__all__ = ["EmbeddingService", "Priority"]
 
 
 class EmbeddingService:
@@ -22,6 +30,7 @@ class EmbeddingService:
     def __init__(self, embedder: Embedder, cache: Cache | None = None) -> None:
         self.embedder = embedder
         self.cache = cache
+        self.scheduler = EmbedScheduler.for_embedder(embedder)
 
     @property
     def model(self) -> str:
@@ -37,7 +46,7 @@ class EmbeddingService:
             return [None] * len(texts)
         return list(await self.cache.get_embeddings(self.model, texts))
 
-    async def embed(self, texts: Sequence[str]) -> Vectors:
+    async def embed(self, texts: Sequence[str], *, priority: Priority) -> Vectors:
         """Unit vectors for `texts`, from the cache where possible; raises EmbeddingError."""
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
@@ -48,7 +57,7 @@ class EmbeddingService:
             if vec is not None:
                 result[i] = vec
         if missing:
-            fresh = await self.embedder.embed([texts[i] for i in missing])
+            fresh = await self.scheduler.embed([texts[i] for i in missing], priority)
             result[missing] = fresh
             if self.cache is not None:
                 await self.cache.set_embeddings(self.model, [texts[i] for i in missing], fresh)

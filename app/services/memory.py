@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.repositories.memory import MemoryRepository, NewMemory
 from app.repositories.search_index import Document, SearchIndexRepository, Source
-from app.services.embedding import EmbeddingService
+from app.services.embedding import EmbeddingService, Priority
 
 
 def content_hash(content: str) -> str:
@@ -40,11 +40,13 @@ class MemoryService:
         self.index = SearchIndexRepository(session)
         self.embeddings = embeddings
 
-    async def create_many(self, items: Sequence[MemoryInput]) -> list[uuid.UUID]:
+    async def create_many(
+        self, items: Sequence[MemoryInput], *, priority: Priority = Priority.INTERACTIVE
+    ) -> list[uuid.UUID]:
         """Embed and store new memories with their keyword postings; duplicates are skipped."""
         if not items:
             return []
-        vectors = await self.embeddings.embed([m.content for m in items])
+        vectors = await self.embeddings.embed([m.content for m in items], priority=priority)
         return await self.store(items, vectors)
 
     async def store(self, items: Sequence[MemoryInput], vectors: Any) -> list[uuid.UUID]:

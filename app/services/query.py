@@ -25,7 +25,7 @@ from app.repositories.search_index import Source
 from app.retrieval.budget import pack
 from app.retrieval.presets import RetrievalPreset
 from app.retrieval.scoring import apply_thresholds, propagate, rank
-from app.services.embedding import EmbeddingService
+from app.services.embedding import EmbeddingService, Priority
 
 if TYPE_CHECKING:
     from app.adapters.cache import Cache
@@ -188,7 +188,8 @@ class QueryService:
         try:
             # Half of the query's time budget at most: the keyword fallback needs the rest.
             vectors = await asyncio.wait_for(
-                self.embeddings.embed([query]), self.config.timeout_s / 2
+                self.embeddings.embed([query], priority=Priority.INTERACTIVE),
+                self.config.timeout_s / 2,
             )
             return vectors[0], None, int((time.perf_counter() - t0) * 1000)
         except (EmbeddingError, TimeoutError) as exc:

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from tqdm import tqdm
 
 from app.repositories.admin import MaintenanceRepository, Table
-from app.services.embedding import EmbeddingService
+from app.services.embedding import EmbeddingService, Priority
 from app.services.reindex import TABLES, ReindexResult, reindex
 
 
@@ -117,7 +117,7 @@ async def _move_table(
             )
         if not rows:
             return moved
-        vectors = await embeddings.embed([r.content for r in rows])
+        vectors = await embeddings.embed([r.content for r in rows], priority=Priority.BULK)
         async with sessionmaker() as session, session.begin():
             moved += await MaintenanceRepository(session).write_embeddings(
                 table, embeddings.model, rows, vectors

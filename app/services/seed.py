@@ -23,7 +23,7 @@ from tqdm import tqdm
 from app.adapters.cache import Cache
 from app.repositories.admin import MaintenanceRepository
 from app.services.admin import AdminMemoryService, memory_input
-from app.services.embedding import EmbeddingService
+from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import content_hash
 from app.services.reindex import ReindexResult, is_stale, reindex
 from app.services.seed_file import ParsedFile, RowError, SeedRow, read_seed_file
@@ -190,7 +190,7 @@ async def _load_batch(
                 seen.add(digest)
                 fresh.setdefault(user, []).append(r)
     texts = [r.row.content for rows in fresh.values() for r in rows]
-    vectors = await embeddings.embed(texts)
+    vectors = await embeddings.embed(texts, priority=Priority.BULK)
     offset = 0
     inserts: list[_Pending] = []
     updates: list[_Pending] = []
