@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 MemoryType = Literal["fact", "preference", "decision", "note"]
 SourceKind = Literal["memory", "message"]
@@ -28,6 +28,38 @@ def _unique(values: list[str] | None) -> list[str] | None:
     return values
 
 
+def _utc(value: datetime | None) -> datetime | None:
+    """A time without a zone is read as UTC (stored times are UTC)."""
+    if value is not None and value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value
+
+
+Moment = Annotated[datetime | None, AfterValidator(_utc)]
+TIME_FIELDS = {
+    "time_from": "Only items whose event time (message or memory created_at) is at or after "
+    "this (ISO 8601; no zone = UTC)",
+    "time_to": "Only items whose event time is at or before this (ISO 8601; no zone = UTC)",
+    "as_of": "What was known then: items created after this time are left out",
+}
+
+
+class TimeFilters(BaseModel):
+    """Hard time filters shared by both query contracts."""
+
+    time_from: Moment = Field(default=None, description=TIME_FIELDS["time_from"])
+    time_to: Moment = Field(default=None, description=TIME_FIELDS["time_to"])
+    as_of: Moment = Field(default=None, description=TIME_FIELDS["as_of"])
+
+    @field_validator("time_to")
+    @classmethod
+    def _ordered(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        start = info.data.get("time_from")
+        if value is not None and start is not None and value < start:
+            raise ValueError("must not be before time_from")
+        return value
+
+
 Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_INPUT), AfterValidator(_not_blank)]
 Types = Annotated[
     list[MemoryType] | None, Field(min_length=1, max_length=4), AfterValidator(_unique)
@@ -37,7 +69,7 @@ Sources = Annotated[
 ]
 
 
-class QueryMemoryArgs(BaseModel):
+class QueryMemoryArgs(TimeFilters):
     """The agent tool's arguments (Memory v1 tool contract)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -72,7 +104,7 @@ class QueryMemoryResult(BaseModel):
     formatted: str = Field(description="the memories as a delimited block for a prompt")
 
 
-class MemoryQueryRequest(BaseModel):
+class MemoryQueryRequest(TimeFilters):
     """The internal retrieval contract (Memory v1 MemoryQueryRequest)."""
 
     model_config = ConfigDict(extra="forbid")
