@@ -81,6 +81,7 @@ class DatasetRun:
     thresholds: tuple[Threshold, ...]
     params: dict[str, object]
     breakdown: str = ""  # printed after the table
+    extra_metrics: dict[str, float] = field(default_factory=dict)  # logged to MLflow too
     failure_details: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -255,16 +256,58 @@ def render_locomo_references() -> str:
     return "\n".join(lines) + "\n"
 
 
+TOOL_METRICS = ("recall@5", "precision@5", "hit@5", "mrr@10")
+
+
+def tool_metrics(summary: Summary, results: Sequence[CaseResult]) -> dict[str, float]:
+    """The agent tool's figures, prefixed `tool_`, overall and per category (for MLflow)."""
+    metrics = {f"tool_{m}": summary.overall[m] for m in TOOL_METRICS}
+    metrics["tool_latency_p95_ms"] = summary.overall["latency_p95_ms"]
+    metrics["tool_returned"] = mean_returned(results)
+    for category, row in summary.by_category.items():
+        metrics.update({f"tool_cat_{category}_{m}": row[m] for m in TOOL_METRICS})
+    return metrics
+
+
+def mean_returned(results: Sequence[CaseResult], category: str | None = None) -> float:
+    """Average number of items returned (at most K), overall or in one category."""
+    sizes = [min(len(r.ranked), K) for r in results if category in (None, r.category)]
+    return sum(sizes) / len(sizes) if sizes else 0.0
+
+
+def render_tool_path(tool: Summary, ranking: Summary, tool_results: Sequence[CaseResult]) -> str:
+    """The agent tool (floor, relative cut, limit, budget) beside the plain ranking."""
+    title = "Agent tool path (/v1/tools/query_memory) vs plain ranking (/v1/memory/query)"
+    lines = [title, "=" * len(title),
+             f"  {'category':<12} {'tool r@5':>8} {'rank r@5':>8} {'gap':>6} "
+             f"{'tool p@5':>8} {'returned':>8}"]
+    rows = [("all", tool.overall, ranking.overall)] + [
+        (c, tool.by_category[c], ranking.by_category[c]) for c in sorted(tool.by_category)
+    ]
+    for name, t, r in rows:
+        lines.append(
+            f"  {name:<12} {t['recall@5']:>8.3f} {r['recall@5']:>8.3f} "
+            f"{r['recall@5'] - t['recall@5']:>6.3f} {t['precision@5']:>8.3f}"
+            f" {mean_returned(tool_results, None if name == 'all' else name):>8.2f}"
+        )
+    lines.append(f"  tool latency p95 {tool.overall['latency_p95_ms']:.1f} ms, "
+                 f"ranking p95 {ranking.overall['latency_p95_ms']:.1f} ms")
+    return "\n".join(lines) + "\n"
+
+
 async def run_locomo(options: Options, settings: Settings) -> DatasetRun:
     """LoCoMo through POST /v1/memory/query; report only (no blocking gate)."""
     conversations = _limit_questions(locomo_run.load(options.path), options.limit)
     questions = sum(len(c.questions) for c in conversations)
     async with running_service(settings) as harness:
         id_to_dia = await locomo_run.load_into(harness, conversations)
+        tool_results: list[CaseResult] = []
         results = await locomo_run.ask_all(
             harness, conversations, id_to_dia, min_score=options.min_score,
-            progress=options.progress,
+            progress=options.progress, tool_results=tool_results,
+            tool_budget=settings.token_budget,
         )
+    tool_summary = summarise(tool_results, k=K)
     return DatasetRun(
         name="locomo", results=results, thresholds=(),
         params={
@@ -275,7 +318,10 @@ async def run_locomo(options: Options, settings: Settings) -> DatasetRun:
             "token_budget": locomo_run.TOKEN_BUDGET_FOR_RANKING,
             "min_relevance": options.min_score,
         },
-        breakdown=render_locomo_references(),
+        breakdown=render_tool_path(tool_summary, summarise(results, k=K), tool_results)
+        + "\n"
+        + render_locomo_references(),
+        extra_metrics=tool_metrics(tool_summary, tool_results),
     )
 
 
@@ -363,6 +409,7 @@ async def run(options: Options, settings: Settings) -> int:
             experiment=f"pgrecall-eval-{dataset_run.name}",
             run_name=f"{dataset_run.name}-{preset}-{out.name}",
             params=params, summary=summary, artifacts=artifacts, tracking_uri=options.tracking_uri,
+            extra_metrics=dataset_run.extra_metrics,
         )
         print(f"mlflow run: {run_id}")
     if failed:
