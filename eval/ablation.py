@@ -88,12 +88,12 @@ BEFORE = DEFAULT.with_(
     conversation_cap=0,
     session_vote_weight=0.0,
     prf_docs=0,
+    cutoff_exempt_ranks=0,
 )
 PLAN_RANKING: list[RetrievalPreset] = [
     BEFORE,
     BEFORE.with_(name="time boost 0.3", time_boost=0.3),
     BEFORE.with_(name="time boost 0.6", time_boost=0.6),
-    BEFORE.with_(name="time boost 0.6, slack 14 d", time_boost=0.6, time_mention_slack_days=14),
     BEFORE.with_(name="time boost 1.0, slack 14 d", time_boost=1.0, time_mention_slack_days=14),
     BEFORE.with_(name="conversation cap 2 in top 5", conversation_cap=2),
     BEFORE.with_(name="conversation cap 3 in top 10", conversation_cap=3, diversify_depth=10),
@@ -101,6 +101,8 @@ PLAN_RANKING: list[RetrievalPreset] = [
     BEFORE.with_(name="PRF 3 docs, 10 terms, weight 0.3", prf_docs=3),
     BEFORE.with_(name="PRF 5 docs, 20 terms, weight 0.3", prf_docs=5, prf_terms=20),
     BEFORE.with_(name="relevance weight 0.3", relevance_weight=0.3),
+    BEFORE.with_(name="relative cut exempts ranks 1-2", cutoff_exempt_ranks=2),
+    BEFORE.with_(name="relative cut exempts ranks 1-5", cutoff_exempt_ranks=5),
     DEFAULT,
 ]
 

@@ -39,6 +39,9 @@ class RetrievalPreset:
     neighbour_seeds: int = 20  # how many top-ranked messages pass score to their neighbours
     # Drop results whose relevance is under this share of the best result's (0 = off).
     relative_cutoff: float = 0.6
+    # The first this many places of the ranking are exempt from the relative cut (still not
+    # from min_score): the agent tool then keeps what the ranking found (0 = off).
+    cutoff_exempt_ranks: int = 0
     # How many top-ranked items get their metadata read for the time preference and the
     # diversification below (both reorder only these).
     rerank_depth: int = 50

@@ -116,18 +116,22 @@ def rank(
 
 
 def apply_thresholds(
-    ranked: list[Ranked[K]], min_score: float, relative_cutoff: float
+    ranked: list[Ranked[K]], min_score: float, relative_cutoff: float, exempt_ranks: int = 0
 ) -> list[Ranked[K]]:
     """Keep items at or above min_score and within `relative_cutoff` of the best relevance.
 
+    The first `exempt_ranks` places of the ranking are exempt from the relative cut (never
+    from min_score): the ranking put them there on evidence the calibrated relevance does not
+    carry (dialogue neighbours, fusion), so cutting them drops answers the ranking had found.
     min_score = 0 asks for the plain ranking: no absolute and no relative filter.
     """
     if min_score <= 0.0:
         return list(ranked)
+    exempt = {id(r) for r in ranked[:exempt_ranks]}
     kept = [r for r in ranked if r.relevance >= min_score]
     if relative_cutoff > 0.0 and kept:
         best = max(r.relevance for r in kept)
-        kept = [r for r in kept if r.relevance >= relative_cutoff * best]
+        kept = [r for r in kept if r.relevance >= relative_cutoff * best or id(r) in exempt]
     return kept
 
 

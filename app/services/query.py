@@ -240,7 +240,9 @@ class QueryService:
                     await embedding
         result.retrieval_ms = int((time.perf_counter() - t0) * 1000)
 
-        kept = apply_thresholds(ranked, request.min_score, preset.relative_cutoff)
+        kept = apply_thresholds(
+            ranked, request.min_score, preset.relative_cutoff, preset.cutoff_exempt_ranks
+        )
         kept = [r for r in kept if r.key in candidates]  # malformed/vanished rows are skipped
         result.total_count = len(kept)
         top = kept[: request.limit]
