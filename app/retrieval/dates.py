@@ -95,7 +95,16 @@ class TimeWindow:
     def widened(
         self, before: timedelta = timedelta(0), after: timedelta = timedelta(0)
     ) -> TimeWindow:
-        return TimeWindow(self.start - before, self.end + after, self.phrase)
+        """The window extended on either side, clamped to the calendar's ends."""
+        try:
+            start = self.start - before
+        except OverflowError:
+            start = datetime.min.replace(tzinfo=UTC)
+        try:
+            end = self.end + after
+        except OverflowError:
+            end = datetime.max.replace(tzinfo=UTC)
+        return TimeWindow(start, end, self.phrase)
 
 
 def _utc(moment: datetime) -> datetime:
@@ -253,9 +262,16 @@ def _relative(text: str, now: datetime) -> TimeWindow | None:
 def parse_time_expression(text: str, now: datetime) -> TimeWindow | None:
     """The time a question is about, as a window, or None when it names no time.
 
-    `now` anchors relative expressions ("two weeks ago"); explicit dates ignore it.
+    `now` anchors relative expressions ("two weeks ago"); explicit dates ignore it. A window
+    that would leave the calendar (year 0 or 10000, from an extreme `now`) is None too.
     """
-    now = _utc(now)
+    try:
+        return _parse(text, _utc(now))
+    except (ValueError, OverflowError):
+        return None
+
+
+def _parse(text: str, now: datetime) -> TimeWindow | None:
     explicit = _explicit_day(text)
     if explicit is not None:
         match, start, end = explicit

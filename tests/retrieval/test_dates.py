@@ -106,3 +106,24 @@ def test_window_membership_and_widening() -> None:
 def test_the_earliest_relative_expression_wins() -> None:
     window = parse_time_expression("yesterday, not last year", NOW)
     assert window is not None and window.phrase == "yesterday"
+
+
+@pytest.mark.parametrize(
+    ("text", "now"),
+    [
+        ("last year", datetime(1, 1, 1, tzinfo=UTC)),
+        ("two years ago", datetime(1, 6, 1, tzinfo=UTC)),
+        ("yesterday", datetime(1, 1, 1, tzinfo=UTC)),
+        ("next year", datetime(9999, 12, 31, tzinfo=UTC)),
+        ("999 months ago", datetime(2, 1, 1, tzinfo=UTC)),
+    ],
+)
+def test_windows_off_the_calendar_are_none_not_errors(text: str, now: datetime) -> None:
+    assert parse_time_expression(text, now) is None
+
+
+def test_widening_stops_at_the_calendar_ends() -> None:
+    late = TimeWindow(datetime(9999, 12, 1, tzinfo=UTC), datetime(9999, 12, 31, tzinfo=UTC), "x")
+    assert late.widened(after=timedelta(days=30)).end == datetime.max.replace(tzinfo=UTC)
+    early = TimeWindow(datetime(1, 1, 2, tzinfo=UTC), datetime(1, 2, 1, tzinfo=UTC), "x")
+    assert early.widened(before=timedelta(days=30)).start == datetime.min.replace(tzinfo=UTC)
