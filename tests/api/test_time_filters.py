@@ -165,3 +165,16 @@ async def test_bad_times_are_422_naming_the_field(
     )
     assert response.status_code == 422, response.text
     assert field in response.text
+
+
+@pytest.mark.parametrize("endpoint", [QUERY, TOOL])
+@pytest.mark.parametrize("as_of", ["0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"])
+async def test_extreme_as_of_with_relative_dates_is_not_an_error(
+    client: httpx.AsyncClient, user_id: str, endpoint: str, as_of: str
+) -> None:
+    response = await client.post(
+        endpoint,
+        json={"query": "what did we do last year and this week", "as_of": as_of},
+        headers=headers(user_id),
+    )
+    assert response.status_code == 200, response.text
