@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import Settings, SettingsError, load_settings
-from app.retrieval.presets import PRESETS, get_preset
+from app.retrieval.presets import PRESETS, RetrievalPreset, get_preset, with_overrides
 from eval import golden_run, locomo_run
 from eval.datasets.locomo import Conversation
 from eval.harness import running_service
@@ -70,6 +70,7 @@ class Options:
     min_score: float
     tracking_uri: str | None
     progress: bool = True
+    overrides: tuple[str, ...] = ()  # FIELD=VALUE assignments on the preset
 
 
 @dataclass
@@ -111,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="dataset file (memory default: eval/memory_golden_dataset.json)")
     parser.add_argument("--preset", choices=sorted(PRESETS),
                         help="retrieval preset (default: PGRECALL_RETRIEVAL_PRESET or 'default')")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="FIELD=VALUE",
+                        help="override one RetrievalPreset field for this run (repeatable), "
+                             "e.g. --set cutoff_exempt_ranks=2; logged with the preset")
     parser.add_argument("--out", type=Path,
                         help="artifacts directory (default: eval/out/<dataset>-<timestamp>)")
     parser.add_argument("--no-mlflow", dest="mlflow", action="store_false",
@@ -141,10 +146,15 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     path = args.path or golden_run.DEFAULT_PATH
     if not path.is_file():
         parser.error(f"dataset file not found: {path}")
+    try:
+        with_overrides(get_preset(args.preset or "default"), args.overrides)
+    except ValueError as exc:
+        parser.error(f"--set: {exc}")
     return Options(
         dataset=args.dataset, path=path, preset=args.preset, out=args.out, mlflow=args.mlflow,
         limit=args.limit, min_score=args.min_score if args.min_score is not None else 0.0,
         tracking_uri=args.tracking_uri, progress=args.progress,
+        overrides=tuple(args.overrides),
     )
 
 
@@ -184,9 +194,21 @@ def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
+def run_preset(options: Options, settings: Settings) -> RetrievalPreset:
+    """The preset the run measures: the settings' named preset with the --set overrides."""
+    return with_overrides(get_preset(settings.retrieval_preset), options.overrides)
+
+
+def _apply_preset(harness: Any, preset: RetrievalPreset) -> None:
+    """Put the run's preset into the running service (every query reads it per request)."""
+    config = harness.resources.query_config
+    if config.preset != preset:
+        harness.resources.query_config = replace(config, preset=preset)
+
+
 def base_params(options: Options, settings: Settings) -> dict[str, object]:
     """Parameters every run logs: preset fields, embedder, service limits, code version."""
-    preset = get_preset(settings.retrieval_preset)
+    preset = run_preset(options, settings)
     return {
         "dataset": options.dataset,
         "dataset_path": str(options.path),
@@ -210,6 +232,7 @@ async def run_memory(options: Options, settings: Settings) -> DatasetRun:
     dataset = golden_run.load_golden(options.path)
     cases = dataset.cases[: options.limit] if options.limit else dataset.cases
     async with running_service(settings) as harness:
+        _apply_preset(harness, run_preset(options, settings))
         outcomes = await golden_run.run_cases(
             harness, dataset, cases, token_budget=settings.token_budget, progress=options.progress
         )
@@ -300,6 +323,7 @@ async def run_locomo(options: Options, settings: Settings) -> DatasetRun:
     conversations = _limit_questions(locomo_run.load(options.path), options.limit)
     questions = sum(len(c.questions) for c in conversations)
     async with running_service(settings) as harness:
+        _apply_preset(harness, run_preset(options, settings))
         id_to_dia = await locomo_run.load_into(harness, conversations)
         tool_results: list[CaseResult] = []
         results = await locomo_run.ask_all(
@@ -375,7 +399,7 @@ def write_artifacts(
 
 async def run(options: Options, settings: Settings) -> int:
     """Run, gate and report one dataset; returns the exit code."""
-    preset = settings.retrieval_preset
+    preset = run_preset(options, settings).name
     print(
         f"eval {options.dataset}: {options.path} | preset {preset} | "
         f"token budget {settings.token_budget} | min relevance "

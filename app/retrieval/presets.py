@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal
 
 Fusion = Literal["convex", "rrf"]
@@ -94,3 +95,35 @@ def get_preset(name: str) -> RetrievalPreset:
         return PRESETS[name]
     except KeyError:
         raise ValueError(f"unknown retrieval preset {name!r}; known: {sorted(PRESETS)}") from None
+
+
+def with_overrides(preset: RetrievalPreset, assignments: Sequence[str]) -> RetrievalPreset:
+    """`preset` with "field=value" assignments applied (for eval runs); ValueError on an unknown
+    field or a value of the wrong kind. The name gains the assignments, so runs tell apart."""
+    if not assignments:
+        return preset
+    current = asdict(preset)
+    known = {f.name for f in fields(preset)} - {"name"}
+    changes: dict[str, object] = {}
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        key, text = key.strip(), text.strip()
+        if not sep or key not in known:
+            raise ValueError(f"{assignment!r}: expected FIELD=VALUE, FIELD one of {sorted(known)}")
+        old = current[key]
+        try:
+            if isinstance(old, bool):
+                if text.lower() not in {"true", "false", "1", "0"}:
+                    raise ValueError(text)
+                value: object = text.lower() in {"true", "1"}
+            elif isinstance(old, int):
+                value = int(text)
+            elif isinstance(old, float):
+                value = float(text)
+            else:
+                value = text
+        except ValueError:
+            raise ValueError(f"{assignment!r}: {key} takes a {type(old).__name__}") from None
+        changes[key] = value
+    name = preset.name + "+" + ",".join(f"{k}={v}" for k, v in changes.items())
+    return replace(preset, name=name, **changes)  # type: ignore[arg-type]
