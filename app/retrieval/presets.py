@@ -49,7 +49,7 @@ class RetrievalPreset:
     # Soft time preference: when the question names a time ("last May", "in 2023"), items
     # created in that window get fused x (1 + time_boost) (0 = off). Things are told about
     # after they happen, so the window is extended by `time_mention_slack_days`.
-    time_boost: float = 0.6
+    time_boost: float = 1.0
     time_mention_slack_days: float = 14.0
     # Diversification: at most this many items of one conversation in the first
     # `diversify_depth` places (0 = off); the best item always stays first.
