@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.retrieval.dates import TimeWindow
-from app.retrieval.scoring import Ranked, diversify, prefer_window
+from app.retrieval.scoring import Ranked, diversify, group_vote, prefer_window
 
 
 def r(key: str, fused: float, relevance: float = 0.5) -> Ranked[str]:
@@ -100,3 +100,30 @@ def test_diversify_is_a_permutation_that_keeps_the_best_first(
             # A group fills more than `cap` head places only once every item that fits under
             # the cap is already in the head.
             assert within_cap(ranked) <= {x.key for x in out[:depth]}
+
+
+def test_group_vote_lifts_items_of_a_conversation_that_matched_often() -> None:
+    ranked = [r("x1", 1.0), r("a1", 0.9), r("a2", 0.8), r("b1", 0.85)]
+    groups = {"x1": "x", "a1": "a", "a2": "a", "b1": "b"}
+    out = group_vote(ranked, groups, weight=0.5, depth=4)
+    # a's vote 1.7 is the best: a1 0.9 x 1.5 = 1.35 passes x1 1.0 x (1 + 0.5 / 1.7) = 1.29;
+    # a2 0.8 x 1.5 = 1.2 passes b1 0.85 x (1 + 0.5 x 0.85 / 1.7) = 1.06.
+    assert [x.key for x in out] == ["a1", "x1", "a2", "b1"]
+    assert all(x.relevance == 0.5 for x in out)
+    assert group_vote(ranked, groups, weight=0.0, depth=4) == ranked
+    assert group_vote(ranked, {}, weight=0.5, depth=4) == ranked
+
+
+def test_expansion_moves_the_ranking_not_the_relevance() -> None:
+    from app.retrieval.presets import DEFAULT
+    from app.retrieval.scoring import rank
+
+    preset = DEFAULT.with_(prf_weight=1.0)
+    keyword = {"a": 2.0, "b": 1.0}
+    plain = rank(keyword, 4.0, {}, preset)
+    expanded = rank(keyword, 4.0, {}, preset, expansion={"b": 3.0, "z": 5.0})
+    assert [x.key for x in plain] == ["a", "b"]
+    assert [x.key for x in expanded] == ["b", "a"]  # 1 + 3 > 2
+    assert {x.key: x.relevance for x in expanded} == {x.key: x.relevance for x in plain}
+    # An item found only by the expansion has no signal of its own: it is not returned.
+    assert "z" not in {x.key for x in expanded}
