@@ -29,10 +29,15 @@ def _unique(values: list[str] | None) -> list[str] | None:
 
 
 def _utc(value: datetime | None) -> datetime | None:
-    """A time without a zone is read as UTC (stored times are UTC)."""
-    if value is not None and value.tzinfo is None:
+    """The time in UTC; a time without a zone is read as UTC (stored times are UTC)."""
+    if value is None:
+        return None
+    if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
-    return value
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:  # year 1 at +14:00, year 9999 at -12:00
+        raise ValueError("is out of range once converted to UTC") from None
 
 
 Moment = Annotated[datetime | None, AfterValidator(_utc)]

@@ -155,6 +155,8 @@ async def test_tool_definition_offers_the_time_filters(
         ({"time_to": "2023-13-40"}, "time_to"),
         ({"as_of": 12.5e20}, "as_of"),
         ({"time_from": "2023-02-01", "time_to": "2023-01-01"}, "time_to"),
+        ({"time_from": "0001-01-01T00:00:00+14:00"}, "time_from"),
+        ({"as_of": "9999-12-31T23:59:59-12:00"}, "as_of"),
     ],
 )
 async def test_bad_times_are_422_naming_the_field(
