@@ -1,6 +1,12 @@
 """Ablation on LoCoMo: what each retrieval choice is worth (the figures in docs/retrieval.md).
 
     .venv/bin/python -m eval.ablation --path ../shared/datasets/locomo/locomo-dev.json
+    .venv/bin/python -m eval.ablation --plan ranking \
+        --path ../shared/datasets/locomo/locomo-dev.json
+
+`--plan index` (the default) varies the keyword index and fusion; `--plan ranking` loads the
+default index once and varies the re-ranking stages (time preference, diversification,
+pseudo-relevance feedback), also asking every question through the agent tool.
 
 Loads the dialogues once per keyword-index configuration (neighbour context weights are applied
 when postings are written), then asks all questions with each ranking preset through
@@ -22,7 +28,7 @@ from app.config import Settings
 from app.retrieval.presets import DEFAULT, PRESETS, RetrievalPreset
 from eval.harness import running_service
 from eval.locomo_run import ask_all, load, load_into
-from eval.metrics import summarise
+from eval.metrics import CaseResult, summarise
 
 # (label, previous-turn weight, next-turn weight, presets to run on that index)
 PLAN: list[tuple[str, float, float, list[RetrievalPreset]]] = [
@@ -72,9 +78,72 @@ PLAN: list[tuple[str, float, float, list[RetrievalPreset]]] = [
 ]
 
 
+# The ranking as it was before the re-ranking stages (all of them off), each stage alone on
+# top of it, and the default. Stages that lost stay available (off) and are listed here.
+BEFORE = DEFAULT.with_(
+    name="before: no re-ranking stages",
+    time_boost=0.0,
+    time_mention_slack_days=0.0,
+    relevance_weight=0.0,
+    conversation_cap=0,
+    session_vote_weight=0.0,
+    prf_docs=0,
+    cutoff_exempt_ranks=0,
+)
+PLAN_RANKING: list[RetrievalPreset] = [
+    BEFORE,
+    BEFORE.with_(name="time boost 0.3", time_boost=0.3),
+    BEFORE.with_(name="time boost 0.6", time_boost=0.6),
+    BEFORE.with_(name="time boost 1.0, slack 14 d", time_boost=1.0, time_mention_slack_days=14),
+    BEFORE.with_(name="conversation cap 2 in top 5", conversation_cap=2),
+    BEFORE.with_(name="conversation cap 3 in top 10", conversation_cap=3, diversify_depth=10),
+    BEFORE.with_(name="session vote 0.5", session_vote_weight=0.5),
+    BEFORE.with_(name="PRF 3 docs, 10 terms, weight 0.3", prf_docs=3),
+    BEFORE.with_(name="PRF 5 docs, 20 terms, weight 0.3", prf_docs=5, prf_terms=20),
+    BEFORE.with_(name="relevance weight 0.3", relevance_weight=0.3),
+    BEFORE.with_(name="relative cut exempts ranks 1-2", cutoff_exempt_ranks=2),
+    BEFORE.with_(name="relative cut exempts ranks 1-5", cutoff_exempt_ranks=5),
+    DEFAULT,
+]
+
+
 def _describe(p: RetrievalPreset) -> str:
     arms = "keyword" if not p.use_vector else "vector" if not p.use_keyword else p.fusion
     return f"{p.name} ({arms}, next-turn {p.next_turn_weight:g})"
+
+
+async def run_ranking(path: Path, names: Sequence[str] | None) -> list[str]:
+    """PLAN_RANKING on one load: ranking and agent-tool figures per preset."""
+    conversations = load(path)
+    rows = [
+        "| preset | Recall@5 | Hit@5 | Recall@10 | MRR@10 | multi-hop R@5 | temporal R@5 "
+        "| tool Recall@5 | tool Precision@5 | p95 ms |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    presets = [p for p in PLAN_RANKING if not names or p.name in names]
+    async with running_service(Settings(rate_limit_per_minute=0)) as harness:
+        logging.getLogger().setLevel(logging.WARNING)
+        mapping = await load_into(harness, conversations)
+        for preset in presets:
+            harness.resources.query_config = dataclasses.replace(
+                harness.resources.query_config, preset=preset
+            )
+            started = time.perf_counter()
+            tool: list[CaseResult] = []
+            ranking = await ask_all(
+                harness, conversations, mapping, progress=False, tool_results=tool
+            )
+            o, t = summarise(ranking), summarise(tool)
+            cat = o.by_category
+            rows.append(
+                f"| {preset.name} | {o.overall['recall@5']:.3f} | {o.overall['hit@5']:.3f} | "
+                f"{o.overall['recall@10']:.3f} | {o.overall['mrr@10']:.3f} | "
+                f"{cat['multi-hop']['recall@5']:.3f} | {cat['temporal']['recall@5']:.3f} | "
+                f"{t.overall['recall@5']:.3f} | {t.overall['precision@5']:.3f} | "
+                f"{o.overall['latency_p95_ms']:.1f} |"
+            )
+            print(rows[-1], f"({time.perf_counter() - started:.0f} s)", flush=True)
+    return rows
 
 
 async def run(path: Path) -> list[str]:
@@ -108,8 +177,13 @@ def main(argv: Sequence[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--path", type=Path, required=True, help="LoCoMo JSON file")
+    parser.add_argument("--plan", choices=("index", "ranking"), default="index")
+    parser.add_argument("--only", nargs="*", help="ranking plan: only these preset names")
     args = parser.parse_args(argv)
-    rows = asyncio.run(run(args.path))
+    if args.plan == "ranking":
+        rows = asyncio.run(run_ranking(args.path, args.only))
+    else:
+        rows = asyncio.run(run(args.path))
     print("\n" + "\n".join(rows))
 
 

@@ -237,9 +237,23 @@ async def run_case(
         )
         foreign_contents |= seeded.contents
 
+    for n, conversation in enumerate(case.conversations):
+        rows = await harness.add_conversation(
+            user_id,
+            [{"role": m.role, "content": m.content} for m in conversation],
+            title=f"{case.id} conversation {n}",
+        )
+        own = Seeded(
+            own.memory_ids,
+            own.message_ids + tuple(str(row["id"]) for row in rows),
+            own.contents | {m.content for m in conversation},
+        )
+
     body: dict[str, Any] = {"query": case.query}
     if case.types:
         body["types"] = list(case.types)
+    for name, stamp in case.time_filter.items():
+        body[name] = (stamp + shift).isoformat()
     started = time.perf_counter()
     response = await harness.client.post(TOOL_PATH, json=body, headers={"X-User-Id": user_id})
     latency_ms = (time.perf_counter() - started) * 1000

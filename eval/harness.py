@@ -73,6 +73,14 @@ class Harness:
         response.raise_for_status()
         return response.json()  # type: ignore[no-any-return]
 
+    async def tool_query(self, user_id: str, query: str, **args: Any) -> dict[str, Any]:
+        """POST /v1/tools/query_memory as the user (the agent's path, with its cut and floor)."""
+        response = await self.client.post(
+            "/v1/tools/query_memory", json={"query": query, **args}, headers={"X-User-Id": user_id}
+        )
+        response.raise_for_status()
+        return response.json()  # type: ignore[no-any-return]
+
 
 @asynccontextmanager
 async def running_service(settings: Settings | None = None) -> AsyncIterator[Harness]:

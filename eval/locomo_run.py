@@ -54,8 +54,15 @@ async def ask_all(
     *,
     min_score: float = 0.0,
     progress: bool = True,
+    tool_results: list[CaseResult] | None = None,
+    tool_budget: int = 1000,
 ) -> list[CaseResult]:
-    """One /v1/memory/query per question, scoped to the conversation's user."""
+    """One /v1/memory/query per question, scoped to the conversation's user.
+
+    With `tool_results` (a list to fill) each question is also asked through the agent tool,
+    POST /v1/tools/query_memory, which applies the service's relevance floor, relative cut,
+    result limit and token budget: what an agent actually gets.
+    """
     results: list[CaseResult] = []
     total = sum(len(c.questions) for c in conversations)
     bar = tqdm(total=total, desc="querying", unit="q", disable=not progress)
@@ -85,6 +92,24 @@ async def ask_all(
                     error=body.get("error"),
                 )
             )
+            if tool_results is not None:
+                t0 = time.perf_counter()
+                tool = await harness.tool_query(conv.user_id, q.question)
+                latency = (time.perf_counter() - t0) * 1000
+                got = tuple(mapping.get(m["id"], "foreign:" + m["id"]) for m in tool["memories"])
+                tool_results.append(
+                    CaseResult(
+                        case_id=f"{conv.sample_id}-q{q.qa_index}",
+                        category=CATEGORY_NAMES[q.category],
+                        ranked=got,
+                        relevant=frozenset(q.evidence),
+                        latency_ms=latency,
+                        token_count=tool["metadata"]["token_count"],
+                        token_budget=tool_budget,
+                        cross_user_leak=any(r.startswith("foreign:") for r in got),
+                        error=tool["metadata"].get("error"),
+                    )
+                )
             bar.update(1)
     bar.close()
     return results

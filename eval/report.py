@@ -347,6 +347,7 @@ def log_to_mlflow(
     summary: Summary,
     artifacts: Sequence[Path],
     tracking_uri: str | None = None,
+    extra_metrics: Mapping[str, float] | None = None,
 ) -> str:
     """Log params, summary metrics, recall curve and artifacts as one MLflow run; return its id."""
     # Imported lazily: mlflow is slow to import and only this function needs it.
@@ -376,6 +377,10 @@ def log_to_mlflow(
         param_entities = [Param(key, value) for key, value in safe_params.items()]
         metric_entities = [
             Metric(key, value, now, 0) for key, value in _summary_metrics(summary).items()
+        ]
+        metric_entities += [
+            Metric(mlflow_metric_name(key), float(value), now, 0)
+            for key, value in (extra_metrics or {}).items()
         ]
         # The curve as one series (step = k) draws as a line in the MLflow UI.
         metric_entities += [

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from app.config import Settings, SettingsError, load_settings
-from app.retrieval.presets import PRESETS, get_preset
+from app.retrieval.presets import PRESETS, RetrievalPreset, get_preset, with_overrides
 from eval import golden_run, locomo_run
 from eval.datasets.locomo import Conversation
 from eval.harness import running_service
@@ -70,6 +70,7 @@ class Options:
     min_score: float
     tracking_uri: str | None
     progress: bool = True
+    overrides: tuple[str, ...] = ()  # FIELD=VALUE assignments on the preset
 
 
 @dataclass
@@ -81,6 +82,7 @@ class DatasetRun:
     thresholds: tuple[Threshold, ...]
     params: dict[str, object]
     breakdown: str = ""  # printed after the table
+    extra_metrics: dict[str, float] = field(default_factory=dict)  # logged to MLflow too
     failure_details: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
@@ -110,6 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="dataset file (memory default: eval/memory_golden_dataset.json)")
     parser.add_argument("--preset", choices=sorted(PRESETS),
                         help="retrieval preset (default: PGRECALL_RETRIEVAL_PRESET or 'default')")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="FIELD=VALUE",
+                        help="override one RetrievalPreset field for this run (repeatable), "
+                             "e.g. --set cutoff_exempt_ranks=2; logged with the preset")
     parser.add_argument("--out", type=Path,
                         help="artifacts directory (default: eval/out/<dataset>-<timestamp>)")
     parser.add_argument("--no-mlflow", dest="mlflow", action="store_false",
@@ -140,10 +146,15 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     path = args.path or golden_run.DEFAULT_PATH
     if not path.is_file():
         parser.error(f"dataset file not found: {path}")
+    try:
+        with_overrides(get_preset(args.preset or "default"), args.overrides)
+    except ValueError as exc:
+        parser.error(f"--set: {exc}")
     return Options(
         dataset=args.dataset, path=path, preset=args.preset, out=args.out, mlflow=args.mlflow,
         limit=args.limit, min_score=args.min_score if args.min_score is not None else 0.0,
         tracking_uri=args.tracking_uri, progress=args.progress,
+        overrides=tuple(args.overrides),
     )
 
 
@@ -183,9 +194,21 @@ def _file_digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
+def run_preset(options: Options, settings: Settings) -> RetrievalPreset:
+    """The preset the run measures: the settings' named preset with the --set overrides."""
+    return with_overrides(get_preset(settings.retrieval_preset), options.overrides)
+
+
+def _apply_preset(harness: Any, preset: RetrievalPreset) -> None:
+    """Put the run's preset into the running service (every query reads it per request)."""
+    config = harness.resources.query_config
+    if config.preset != preset:
+        harness.resources.query_config = replace(config, preset=preset)
+
+
 def base_params(options: Options, settings: Settings) -> dict[str, object]:
     """Parameters every run logs: preset fields, embedder, service limits, code version."""
-    preset = get_preset(settings.retrieval_preset)
+    preset = run_preset(options, settings)
     return {
         "dataset": options.dataset,
         "dataset_path": str(options.path),
@@ -209,6 +232,7 @@ async def run_memory(options: Options, settings: Settings) -> DatasetRun:
     dataset = golden_run.load_golden(options.path)
     cases = dataset.cases[: options.limit] if options.limit else dataset.cases
     async with running_service(settings) as harness:
+        _apply_preset(harness, run_preset(options, settings))
         outcomes = await golden_run.run_cases(
             harness, dataset, cases, token_budget=settings.token_budget, progress=options.progress
         )
@@ -255,16 +279,59 @@ def render_locomo_references() -> str:
     return "\n".join(lines) + "\n"
 
 
+TOOL_METRICS = ("recall@5", "precision@5", "hit@5", "mrr@10")
+
+
+def tool_metrics(summary: Summary, results: Sequence[CaseResult]) -> dict[str, float]:
+    """The agent tool's figures, prefixed `tool_`, overall and per category (for MLflow)."""
+    metrics = {f"tool_{m}": summary.overall[m] for m in TOOL_METRICS}
+    metrics["tool_latency_p95_ms"] = summary.overall["latency_p95_ms"]
+    metrics["tool_returned"] = mean_returned(results)
+    for category, row in summary.by_category.items():
+        metrics.update({f"tool_cat_{category}_{m}": row[m] for m in TOOL_METRICS})
+    return metrics
+
+
+def mean_returned(results: Sequence[CaseResult], category: str | None = None) -> float:
+    """Average number of items returned (at most K), overall or in one category."""
+    sizes = [min(len(r.ranked), K) for r in results if category in (None, r.category)]
+    return sum(sizes) / len(sizes) if sizes else 0.0
+
+
+def render_tool_path(tool: Summary, ranking: Summary, tool_results: Sequence[CaseResult]) -> str:
+    """The agent tool (floor, relative cut, limit, budget) beside the plain ranking."""
+    title = "Agent tool path (/v1/tools/query_memory) vs plain ranking (/v1/memory/query)"
+    lines = [title, "=" * len(title),
+             f"  {'category':<12} {'tool r@5':>8} {'rank r@5':>8} {'gap':>6} "
+             f"{'tool p@5':>8} {'returned':>8}"]
+    rows = [("all", tool.overall, ranking.overall)] + [
+        (c, tool.by_category[c], ranking.by_category[c]) for c in sorted(tool.by_category)
+    ]
+    for name, t, r in rows:
+        lines.append(
+            f"  {name:<12} {t['recall@5']:>8.3f} {r['recall@5']:>8.3f} "
+            f"{r['recall@5'] - t['recall@5']:>6.3f} {t['precision@5']:>8.3f}"
+            f" {mean_returned(tool_results, None if name == 'all' else name):>8.2f}"
+        )
+    lines.append(f"  tool latency p95 {tool.overall['latency_p95_ms']:.1f} ms, "
+                 f"ranking p95 {ranking.overall['latency_p95_ms']:.1f} ms")
+    return "\n".join(lines) + "\n"
+
+
 async def run_locomo(options: Options, settings: Settings) -> DatasetRun:
     """LoCoMo through POST /v1/memory/query; report only (no blocking gate)."""
     conversations = _limit_questions(locomo_run.load(options.path), options.limit)
     questions = sum(len(c.questions) for c in conversations)
     async with running_service(settings) as harness:
+        _apply_preset(harness, run_preset(options, settings))
         id_to_dia = await locomo_run.load_into(harness, conversations)
+        tool_results: list[CaseResult] = []
         results = await locomo_run.ask_all(
             harness, conversations, id_to_dia, min_score=options.min_score,
-            progress=options.progress,
+            progress=options.progress, tool_results=tool_results,
+            tool_budget=settings.token_budget,
         )
+    tool_summary = summarise(tool_results, k=K)
     return DatasetRun(
         name="locomo", results=results, thresholds=(),
         params={
@@ -275,7 +342,10 @@ async def run_locomo(options: Options, settings: Settings) -> DatasetRun:
             "token_budget": locomo_run.TOKEN_BUDGET_FOR_RANKING,
             "min_relevance": options.min_score,
         },
-        breakdown=render_locomo_references(),
+        breakdown=render_tool_path(tool_summary, summarise(results, k=K), tool_results)
+        + "\n"
+        + render_locomo_references(),
+        extra_metrics=tool_metrics(tool_summary, tool_results),
     )
 
 
@@ -329,7 +399,7 @@ def write_artifacts(
 
 async def run(options: Options, settings: Settings) -> int:
     """Run, gate and report one dataset; returns the exit code."""
-    preset = settings.retrieval_preset
+    preset = run_preset(options, settings).name
     print(
         f"eval {options.dataset}: {options.path} | preset {preset} | "
         f"token budget {settings.token_budget} | min relevance "
@@ -363,6 +433,7 @@ async def run(options: Options, settings: Settings) -> int:
             experiment=f"pgrecall-eval-{dataset_run.name}",
             run_name=f"{dataset_run.name}-{preset}-{out.name}",
             params=params, summary=summary, artifacts=artifacts, tracking_uri=options.tracking_uri,
+            extra_metrics=dataset_run.extra_metrics,
         )
         print(f"mlflow run: {run_id}")
     if failed:

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from app.api.deps import ResourcesDep, UserDep
 from app.observability import correlation_id_var
 from app.schemas.memory import (
+    TIME_FIELDS,
     MemoryItemOut,
     MemoryQueryRequest,
     MemoryQueryResponse,
@@ -75,6 +76,10 @@ def tool_definitions() -> list[dict[str, Any]]:
                             "conversation messages (default: both)",
                             "items": {"type": "string", "enum": ["memory", "message"]},
                         },
+                        **{
+                            name: {"type": "string", "format": "date-time", "description": text}
+                            for name, text in TIME_FIELDS.items()
+                        },
                     },
                     "required": ["query"],
                     "additionalProperties": False,
@@ -121,6 +126,9 @@ async def query_memory(
             min_score=cfg.min_relevance,
             types=tuple(args.types) if args.types else None,
             sources=tuple(args.sources) if args.sources else ("memory", "message"),
+            time_from=args.time_from,
+            time_to=args.time_to,
+            as_of=args.as_of,
         ),
         correlation_id=correlation_id_var.get(),
     )
@@ -163,6 +171,9 @@ async def memory_query(
             types=tuple(body.types) if body.types else None,
             sources=tuple(body.sources) if body.sources else ("memory", "message"),
             token_budget=body.token_budget,
+            time_from=body.time_from,
+            time_to=body.time_to,
+            as_of=body.as_of,
         ),
         correlation_id=correlation_id_var.get(),
     )

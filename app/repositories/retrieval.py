@@ -22,6 +22,7 @@ from app.repositories.search_index import Source
 class KeywordHits:
     scores: dict[tuple[Source, uuid.UUID], float]
     max_score: float  # BM25 of an ideal document holding every query lexeme: sum(idf) * (k1+1)
+    expansion: dict[tuple[Source, uuid.UUID], float] | None = None  # PRF round, if any
 
 
 @dataclass(frozen=True)
@@ -55,15 +56,15 @@ WITH q AS (
     -- every query lexeme, also those no document has (df 0): the ideal score covers them all
     SELECT q.lexeme, ln(1.0 + (st.n - coalesce(df.df, 0) + 0.5) / (coalesce(df.df, 0) + 0.5)) AS idf
     FROM q CROSS JOIN st LEFT JOIN df ON df.lexeme = q.lexeme
-), scored AS (
+){expansion}, scored AS (
     SELECT p.item_id, p.source,
-           sum(idf.idf * p.tf * (:k1 + 1.0)
+           sum({terms}.idf * p.tf * (:k1 + 1.0)
                / (p.tf + :k1 * (1.0 - :b + :b * p.dl / st.avgdl))) AS score
     -- One index range per query lexeme. LATERAL + OFFSET 0 because the planner cannot see that
     -- idf has a handful of rows and seq-scans a big user's postings (84 ms at 50k items).
-    FROM idf CROSS JOIN st CROSS JOIN LATERAL (
+    FROM {terms} CROSS JOIN st CROSS JOIN LATERAL (
         SELECT p.item_id, p.source, p.tf, p.dl FROM search_postings AS p
-        WHERE p.user_id = :user_id AND p.lexeme = idf.lexeme OFFSET 0
+        WHERE p.user_id = :user_id AND p.lexeme = {terms}.lexeme OFFSET 0
     ) AS p
     GROUP BY p.item_id, p.source
 )
@@ -76,6 +77,24 @@ ORDER BY s.score DESC
 LIMIT :limit
 """
 
+# Pseudo-relevance feedback: the rarest lexemes of the seed items (the first round's best hits)
+# that the query does not have, each in at least :min_df items (a lexeme only the seed has
+# cannot find anything else), weighted by idf like any query term.
+_EXPANSION_CTE = """
+, seed_terms AS (
+    SELECT DISTINCT p.lexeme FROM search_postings AS p
+    WHERE p.user_id = :user_id AND p.item_id = ANY(CAST(:seeds AS uuid[]))
+      AND p.lexeme NOT IN (SELECT lexeme FROM q)
+), seed_df AS (
+    SELECT t.lexeme, (SELECT count(*) FROM search_postings AS p
+                      WHERE p.user_id = :user_id AND p.lexeme = t.lexeme)::float8 AS df
+    FROM seed_terms AS t
+), expansion AS (
+    SELECT d.lexeme, ln(1.0 + (st.n - d.df + 0.5) / (d.df + 0.5)) AS idf
+    FROM seed_df AS d, st WHERE d.df >= :min_df
+    ORDER BY idf DESC, d.lexeme LIMIT :terms
+)"""
+
 _MEMORY_VISIBLE = """
     m.user_id = :user_id AND m.deleted_at IS NULL
     AND (m.expires_at IS NULL OR m.expires_at > now())
@@ -87,6 +106,57 @@ def _memory_visible(types: Sequence[str] | None) -> str:
     return _MEMORY_VISIBLE.format(
         type_filter="AND m.type = ANY(CAST(:types AS text[]))" if types else ""
     )
+
+
+@dataclass(frozen=True)
+class TimeFilter:
+    """Hard limits on an item's event time (its created_at): time_from <= t <= time_to, and
+    nothing created after as_of (what was known then)."""
+
+    time_from: datetime | None = None
+    time_to: datetime | None = None
+    as_of: datetime | None = None
+
+    def __bool__(self) -> bool:
+        return any(v is not None for v in (self.time_from, self.time_to, self.as_of))
+
+    def sql(self, alias: str) -> str:
+        """' AND ...' conditions on `alias`.created_at (empty when there are no limits)."""
+        parts = []
+        if self.time_from is not None:
+            parts.append(f"{alias}.created_at >= :time_from")
+        if self.time_to is not None:
+            parts.append(f"{alias}.created_at <= :time_to")
+        if self.as_of is not None:
+            parts.append(f"{alias}.created_at <= :as_of")
+        return "".join(f" AND {p}" for p in parts)
+
+    def params(self) -> dict[str, datetime]:
+        values = {"time_from": self.time_from, "time_to": self.time_to, "as_of": self.as_of}
+        return {k: v for k, v in values.items() if v is not None}
+
+
+NO_TIME_FILTER = TimeFilter()
+
+
+def _source_filter(
+    memories: bool, messages: bool, types: Sequence[str] | None, when: TimeFilter
+) -> str | None:
+    """Which postings rows may be returned: visible memories, messages, within the time filter."""
+    parts = []
+    if messages and when:
+        parts.append(
+            "(s.source = 1 AND EXISTS (SELECT 1 FROM messages AS m "
+            f"WHERE m.id = s.item_id AND m.user_id = :user_id{when.sql('m')}))"
+        )
+    elif messages:
+        parts.append("s.source = 1")
+    if memories:
+        parts.append(
+            "(s.source = 0 AND EXISTS (SELECT 1 FROM memory_items AS m "
+            f"WHERE m.id = s.item_id AND {_memory_visible(types)}{when.sql('m')}))"
+        )
+    return " OR ".join(parts) if parts else None
 
 
 class RetrievalRepository:
@@ -104,25 +174,20 @@ class RetrievalRepository:
         types: Sequence[str] | None,
         k1: float,
         b: float,
+        when: TimeFilter = NO_TIME_FILTER,
     ) -> KeywordHits:
         """Top items by BM25 (per-user document frequencies) over any of the query's lexemes."""
-        parts = []
-        if messages:
-            parts.append("s.source = 1")
-        if memories:
-            parts.append(
-                "(s.source = 0 AND EXISTS (SELECT 1 FROM memory_items AS m "
-                f"WHERE m.id = s.item_id AND {_memory_visible(types)}))"
-            )
-        if not parts:
+        source_filter = _source_filter(memories, messages, types, when)
+        if source_filter is None:
             return KeywordHits({}, 0.0)
-        sql = text(_BM25_SQL.format(source_filter=" OR ".join(parts)))
+        sql = text(_BM25_SQL.format(source_filter=source_filter, expansion="", terms="idf"))
         params: dict[str, Any] = {
             "user_id": user_id,
             "query": query,
             "limit": limit,
             "k1": k1,
             "b": b,
+            **when.params(),
         }
         if types:
             params["types"] = list(types)
@@ -130,6 +195,47 @@ class RetrievalRepository:
         scores = {(Source(r.source), r.item_id): float(r.score) for r in rows}
         max_score = float(rows[0].max_score) if rows else 0.0
         return KeywordHits(scores, max_score)
+
+    async def expansion(
+        self,
+        user_id: str,
+        query: str,
+        seeds: Sequence[uuid.UUID],
+        *,
+        terms: int,
+        min_df: int,
+        limit: int,
+        memories: bool,
+        messages: bool,
+        types: Sequence[str] | None,
+        k1: float,
+        b: float,
+        when: TimeFilter = NO_TIME_FILTER,
+    ) -> dict[tuple[Source, uuid.UUID], float]:
+        """BM25 of the items over the seeds' rarest lexemes the query lacks (one PRF round)."""
+        source_filter = _source_filter(memories, messages, types, when)
+        if source_filter is None or not seeds or terms <= 0:
+            return {}
+        sql = text(
+            _BM25_SQL.format(
+                source_filter=source_filter, expansion=_EXPANSION_CTE, terms="expansion"
+            )
+        )
+        params: dict[str, Any] = {
+            "user_id": user_id,
+            "query": query,
+            "seeds": list(seeds),
+            "terms": terms,
+            "min_df": min_df,
+            "limit": limit,
+            "k1": k1,
+            "b": b,
+            **when.params(),
+        }
+        if types:
+            params["types"] = list(types)
+        rows = (await self.session.execute(sql, params)).all()
+        return {(Source(r.source), r.item_id): float(r.score) for r in rows}
 
     async def set_vector_search(self, *, exact: bool, probes: int, max_probes: int) -> None:
         """Planner settings for this transaction's vector queries."""
@@ -152,6 +258,7 @@ class RetrievalRepository:
         types: Sequence[str] | None,
         exact: bool,
         model: str,
+        when: TimeFilter = NO_TIME_FILTER,
     ) -> dict[tuple[Source, uuid.UUID], float]:
         """Top items by cosine similarity, per source.
 
@@ -170,6 +277,7 @@ class RetrievalRepository:
             "user_id": user_id,
             "q": vector_literal(embedding),
             "limit": limit,
+            **when.params(),
         }
         if types:
             params["types"] = list(types)
@@ -182,7 +290,7 @@ class RetrievalRepository:
                 (
                     Source.MEMORY,
                     "SELECT t.id, t.embedding FROM memory_items AS t "
-                    f"WHERE {visible} AND t.embedding_model = :model",
+                    f"WHERE {visible} AND t.embedding_model = :model{when.sql('t')}",
                 )
             )
         if messages:
@@ -191,7 +299,7 @@ class RetrievalRepository:
                     Source.MESSAGE,
                     "SELECT t.id, t.embedding FROM messages AS t "
                     "WHERE t.user_id = :user_id AND t.embedding IS NOT NULL "
-                    "AND t.embedding_model = :model",
+                    f"AND t.embedding_model = :model{when.sql('t')}",
                 )
             )
         for source, base in statements:
@@ -204,9 +312,12 @@ class RetrievalRepository:
         return results
 
     async def fetch(
-        self, user_id: str, keys: Sequence[tuple[Source, uuid.UUID]]
+        self,
+        user_id: str,
+        keys: Sequence[tuple[Source, uuid.UUID]],
+        when: TimeFilter = NO_TIME_FILTER,
     ) -> dict[tuple[Source, uuid.UUID], Candidate]:
-        """Content and metadata of the chosen items (still scoped by user)."""
+        """Content and metadata of the chosen items (still scoped by user and time filter)."""
         out: dict[tuple[Source, uuid.UUID], Candidate] = {}
         memory_ids = [i for s, i in keys if s is Source.MEMORY]
         message_ids = [i for s, i in keys if s is Source.MESSAGE]
@@ -216,8 +327,9 @@ class RetrievalRepository:
                     "SELECT id, content, type, importance, created_at, source, source_message_id "
                     "FROM memory_items WHERE user_id = :user_id AND id = ANY(CAST(:ids AS uuid[])) "
                     "AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())"
+                    + when.sql("memory_items")
                 ),
-                {"user_id": user_id, "ids": memory_ids},
+                {"user_id": user_id, "ids": memory_ids, **when.params()},
             )
             for r in rows:
                 ref = r.source or (
@@ -240,9 +352,9 @@ class RetrievalRepository:
                     "SELECT m.id, m.content, m.role, m.created_at, m.conversation_id, m.seq "
                     "FROM messages AS m JOIN conversations AS c ON c.id = m.conversation_id "
                     "WHERE m.user_id = :user_id AND c.user_id = :user_id "
-                    "AND m.id = ANY(CAST(:ids AS uuid[]))"
+                    "AND m.id = ANY(CAST(:ids AS uuid[]))" + when.sql("m")
                 ),
-                {"user_id": user_id, "ids": message_ids},
+                {"user_id": user_id, "ids": message_ids, **when.params()},
             )
             for r in rows:
                 out[(Source.MESSAGE, r.id)] = Candidate(

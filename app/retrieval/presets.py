@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal
 
 Fusion = Literal["convex", "rrf"]
@@ -29,6 +30,9 @@ class RetrievalPreset:
     vector_ceiling: float = 0.5
     # Share of the query's keyword information (sum of idf) that counts as a full match.
     keyword_saturation: float = 0.6
+    # The ranking score adds this share of the calibrated relevance to the fused score: the
+    # per-query normalisation alone cannot tell a strong list from a weak one (0 = off).
+    relevance_weight: float = 0.0
     # Dialogue neighbours: the turn after a matching turn inherits `next_turn_weight` of its
     # score (answers follow questions), the turn before inherits `previous_turn_weight`.
     next_turn_weight: float = 0.5
@@ -36,6 +40,32 @@ class RetrievalPreset:
     neighbour_seeds: int = 20  # how many top-ranked messages pass score to their neighbours
     # Drop results whose relevance is under this share of the best result's (0 = off).
     relative_cutoff: float = 0.6
+    # The first this many places of the ranking are exempt from the relative cut (still not
+    # from min_score): the agent tool then keeps what the ranking found (0 = off).
+    cutoff_exempt_ranks: int = 0
+    # How many top-ranked items get their metadata read for the time preference and the
+    # diversification below (both reorder only these).
+    rerank_depth: int = 50
+    # Soft time preference: when the question names a time ("last May", "in 2023"), items
+    # created in that window get fused x (1 + time_boost) (0 = off). Things are told about
+    # after they happen, so the window is extended by `time_mention_slack_days`.
+    time_boost: float = 1.0
+    time_mention_slack_days: float = 14.0
+    # Diversification: at most this many items of one conversation in the first
+    # `diversify_depth` places (0 = off); the best item always stays first.
+    conversation_cap: int = 0
+    diversify_depth: int = 5
+    # Session voting: a conversation's items among the first `rerank_depth` sum their scores;
+    # each item gains `session_vote_weight` x its conversation's share of the best sum (0 = off).
+    session_vote_weight: float = 0.0
+    # Pseudo-relevance feedback, one round in SQL: the `prf_terms` rarest lexemes (in at least
+    # `prf_min_df` items) of the `prf_docs` best keyword hits that the query lacks score the
+    # items again; `prf_weight` of that score joins the keyword arm's ranking score (not its
+    # calibrated relevance). prf_docs = 0 is off.
+    prf_docs: int = 0
+    prf_terms: int = 10
+    prf_min_df: int = 2
+    prf_weight: float = 0.3
 
     def as_params(self) -> dict[str, object]:
         """Flat name -> value, for logs and MLflow."""
@@ -51,6 +81,8 @@ PRESETS: dict[str, RetrievalPreset] = {
     "default": DEFAULT,
     "keyword_only": DEFAULT.with_(name="keyword_only", use_vector=False),
     "vector_only": DEFAULT.with_(name="vector_only", use_keyword=False),
+    # The ranking without the time preference (what a caller who wants no date reading gets).
+    "untimed": DEFAULT.with_(name="untimed", time_boost=0.0, time_mention_slack_days=0.0),
     "rrf_equal": DEFAULT.with_(
         name="rrf_equal", fusion="rrf", keyword_weight=1.0, vector_weight=1.0
     ),
@@ -63,3 +95,35 @@ def get_preset(name: str) -> RetrievalPreset:
         return PRESETS[name]
     except KeyError:
         raise ValueError(f"unknown retrieval preset {name!r}; known: {sorted(PRESETS)}") from None
+
+
+def with_overrides(preset: RetrievalPreset, assignments: Sequence[str]) -> RetrievalPreset:
+    """`preset` with "field=value" assignments applied (for eval runs); ValueError on an unknown
+    field or a value of the wrong kind. The name gains the assignments, so runs tell apart."""
+    if not assignments:
+        return preset
+    current = asdict(preset)
+    known = {f.name for f in fields(preset)} - {"name"}
+    changes: dict[str, object] = {}
+    for assignment in assignments:
+        key, sep, text = assignment.partition("=")
+        key, text = key.strip(), text.strip()
+        if not sep or key not in known:
+            raise ValueError(f"{assignment!r}: expected FIELD=VALUE, FIELD one of {sorted(known)}")
+        old = current[key]
+        try:
+            if isinstance(old, bool):
+                if text.lower() not in {"true", "false", "1", "0"}:
+                    raise ValueError(text)
+                value: object = text.lower() in {"true", "1"}
+            elif isinstance(old, int):
+                value = int(text)
+            elif isinstance(old, float):
+                value = float(text)
+            else:
+                value = text
+        except ValueError:
+            raise ValueError(f"{assignment!r}: {key} takes a {type(old).__name__}") from None
+        changes[key] = value
+    name = preset.name + "+" + ",".join(f"{k}={v}" for k, v in changes.items())
+    return replace(preset, name=name, **changes)  # type: ignore[arg-type]

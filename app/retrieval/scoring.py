@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Generic, TypeVar
 
+from app.retrieval.dates import TimeWindow
 from app.retrieval.fusion import convex, max_scaled, min_max, rrf, z_scored
 from app.retrieval.presets import RetrievalPreset
 
@@ -54,8 +56,12 @@ def rank(
     max_bm25: float,
     cosines: Mapping[K, float],
     preset: RetrievalPreset,
+    expansion: Mapping[K, float] | None = None,
 ) -> list[Ranked[K]]:
     """Fuse the two arms and calibrate; items with no signal at all are dropped.
+
+    `expansion` (pseudo-relevance feedback BM25) adds `preset.prf_weight` of its score to the
+    keyword arm's ranking score; the calibrated relevance stays the query's own.
 
     An item is kept only if it matched a keyword or its cosine is above the floor: an unrelated
     query returns nothing instead of the least-bad nearest neighbours.
@@ -77,6 +83,11 @@ def rank(
         if kw_rel.get(k, 0.0) > 0 or vec_rel.get(k, 0.0) > 0
     ]
 
+    if expansion:
+        keyword_scores = {
+            k: keyword_scores.get(k, 0.0) + preset.prf_weight * expansion.get(k, 0.0)
+            for k in {**keyword_scores, **expansion}
+        }
     if preset.fusion == "rrf":
         by_kw = sorted((k for k in keys if k in keyword_scores), key=lambda k: -keyword_scores[k])
         by_vec = sorted((k for k in keys if k in cosines), key=lambda k: -cosines[k])
@@ -90,7 +101,9 @@ def rank(
     results = [
         Ranked(
             key=k,
-            fused=fused.get(k, 0.0),
+            fused=fused.get(k, 0.0)
+            + preset.relevance_weight
+            * combine_relevance(kw_rel.get(k, 0.0), vec_rel.get(k, 0.0), wk, wv),
             relevance=combine_relevance(kw_rel.get(k, 0.0), vec_rel.get(k, 0.0), wk, wv),
             keyword=kw_rel.get(k, 0.0),
             semantic=vec_rel.get(k, 0.0),
@@ -103,18 +116,22 @@ def rank(
 
 
 def apply_thresholds(
-    ranked: list[Ranked[K]], min_score: float, relative_cutoff: float
+    ranked: list[Ranked[K]], min_score: float, relative_cutoff: float, exempt_ranks: int = 0
 ) -> list[Ranked[K]]:
     """Keep items at or above min_score and within `relative_cutoff` of the best relevance.
 
+    The first `exempt_ranks` places of the ranking are exempt from the relative cut (never
+    from min_score): the ranking put them there on evidence the calibrated relevance does not
+    carry (dialogue neighbours, fusion), so cutting them drops answers the ranking had found.
     min_score = 0 asks for the plain ranking: no absolute and no relative filter.
     """
     if min_score <= 0.0:
         return list(ranked)
+    exempt = {id(r) for r in ranked[:exempt_ranks]}
     kept = [r for r in ranked if r.relevance >= min_score]
     if relative_cutoff > 0.0 and kept:
         best = max(r.relevance for r in kept)
-        kept = [r for r in kept if r.relevance >= relative_cutoff * best]
+        kept = [r for r in kept if r.relevance >= relative_cutoff * best or id(r) in exempt]
     return kept
 
 
@@ -163,3 +180,85 @@ def propagate(
             )
     merged.sort(key=lambda r: (-r.fused, -r.relevance))
     return merged
+
+
+def prefer_window(
+    ranked: list[Ranked[K]],
+    times: Mapping[K, datetime],
+    window: TimeWindow | None,
+    boost: float,
+) -> list[Ranked[K]]:
+    """A soft time preference: items whose time falls in `window` get `boost` more fused score.
+
+    fused x (1 + boost): the gain is proportional to how well the item matched the query
+    itself, so an item that matched nothing gains nothing, and items outside the window keep
+    their order. Relevance (what thresholds compare) does not change. (An additive gain of
+    boost x relevance x the best fused score was measured too and ranked worse on LoCoMo.)
+    """
+    if window is None or boost <= 0.0:
+        return ranked
+    out = [
+        Ranked(r.key, r.fused * (1.0 + boost), r.relevance, r.keyword, r.semantic)
+        if r.key in times and times[r.key] in window
+        else r
+        for r in ranked
+    ]
+    out.sort(key=lambda r: (-r.fused, -r.relevance))
+    return out
+
+
+def diversify(
+    ranked: list[Ranked[K]], groups: Mapping[K, Hashable], cap: int, depth: int
+) -> list[Ranked[K]]:
+    """At most `cap` items of one group (a conversation) in the first `depth` places.
+
+    Walks the ranking in order; an item whose group is full is deferred and the deferred items
+    follow in their own order once `depth` places are filled (or the ranking runs out). The
+    best item always stays first. Items without a group are never deferred. cap <= 0 is off.
+    """
+    if cap <= 0 or depth <= 0:
+        return ranked
+    placed: list[Ranked[K]] = []
+    deferred: list[Ranked[K]] = []
+    counts: dict[Hashable, int] = {}
+    for r in ranked:
+        group = groups.get(r.key)
+        if len(placed) >= depth or group is None or counts.get(group, 0) < cap:
+            placed.append(r)
+            if group is not None:
+                counts[group] = counts.get(group, 0) + 1
+        else:
+            deferred.append(r)
+    if len(placed) <= depth:
+        return placed + deferred
+    return placed[:depth] + deferred + placed[depth:]
+
+
+def group_vote(
+    ranked: list[Ranked[K]], groups: Mapping[K, Hashable], weight: float, depth: int
+) -> list[Ranked[K]]:
+    """Session-level evidence: a conversation's matching turns vote for each other.
+
+    A group's vote is the sum of the fused scores of its items among the first `depth`,
+    scaled so the best group's vote is 1; each grouped item gains `weight` x its group's vote
+    times its own fused score (so an item that matched nothing still gains nothing). An
+    answer told over several turns of one session rises together. weight <= 0 is off.
+    """
+    if weight <= 0.0 or depth <= 0:
+        return ranked
+    votes: dict[Hashable, float] = {}
+    for r in ranked[:depth]:
+        group = groups.get(r.key)
+        if group is not None:
+            votes[group] = votes.get(group, 0.0) + r.fused
+    top = max(votes.values(), default=0.0)
+    if top <= 0.0:
+        return ranked
+    out = []
+    for r in ranked:
+        group = groups.get(r.key)
+        share = votes.get(group, 0.0) / top if group is not None else 0.0
+        fused = r.fused * (1.0 + weight * share)
+        out.append(Ranked(r.key, fused, r.relevance, r.keyword, r.semantic))
+    out.sort(key=lambda x: (-x.fused, -x.relevance))
+    return out

@@ -5,9 +5,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from app.schemas.common import NON_BLANK_SCHEMA, check_non_blank, json_float, json_int
+from app.schemas.common import (
+    NON_BLANK_SCHEMA,
+    Timestamp,
+    check_non_blank,
+    json_float,
+    json_int,
+)
 
 MemoryType = Literal["fact", "preference", "decision", "note"]
 SourceKind = Literal["memory", "message"]
@@ -20,6 +26,30 @@ def _unique(values: list[str] | None) -> list[str] | None:
     if values is not None and len(set(values)) != len(values):
         raise ValueError("must not repeat values")
     return values
+
+
+TIME_FIELDS = {
+    "time_from": "Only items whose event time (message or memory created_at) is at or after "
+    "this (ISO 8601 with a time zone)",
+    "time_to": "Only items whose event time is at or before this (ISO 8601 with a time zone)",
+    "as_of": "What was known then: items created after this time are left out",
+}
+
+
+class TimeFilters(BaseModel):
+    """Hard time filters shared by both query contracts (times normalised to UTC)."""
+
+    time_from: Timestamp | None = Field(default=None, description=TIME_FIELDS["time_from"])
+    time_to: Timestamp | None = Field(default=None, description=TIME_FIELDS["time_to"])
+    as_of: Timestamp | None = Field(default=None, description=TIME_FIELDS["as_of"])
+
+    @field_validator("time_to")
+    @classmethod
+    def _ordered(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
+        start = info.data.get("time_from")
+        if value is not None and start is not None and value < start:
+            raise ValueError("must not be before time_from")
+        return value
 
 
 Query = Annotated[
@@ -39,7 +69,7 @@ Sources = Annotated[
 ]
 
 
-class QueryMemoryArgs(BaseModel):
+class QueryMemoryArgs(TimeFilters):
     """The agent tool's arguments (Memory v1 tool contract)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -74,7 +104,7 @@ class QueryMemoryResult(BaseModel):
     formatted: str = Field(description="the memories as a delimited block for a prompt")
 
 
-class MemoryQueryRequest(BaseModel):
+class MemoryQueryRequest(TimeFilters):
     """The internal retrieval contract (Memory v1 MemoryQueryRequest)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -13,18 +13,26 @@ import json
 import logging
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.errors import EmbeddingError
-from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository
+from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository, TimeFilter
 from app.repositories.search_index import Source
 from app.retrieval.budget import pack
+from app.retrieval.dates import TimeWindow, parse_time_expression
 from app.retrieval.presets import RetrievalPreset
-from app.retrieval.scoring import apply_thresholds, propagate, rank
+from app.retrieval.scoring import (
+    apply_thresholds,
+    diversify,
+    group_vote,
+    prefer_window,
+    propagate,
+    rank,
+)
 from app.services.embedding import EmbeddingService, Priority
 
 if TYPE_CHECKING:
@@ -61,6 +69,14 @@ class QueryRequest:
     types: tuple[str, ...] | None = None
     sources: tuple[SourceName, ...] = ("memory", "message")
     token_budget: int | None = None
+    # Hard filters on event time (created_at), inclusive; as_of: nothing created after it.
+    time_from: datetime | None = None
+    time_to: datetime | None = None
+    as_of: datetime | None = None
+
+    @property
+    def when(self) -> TimeFilter:
+        return TimeFilter(self.time_from, self.time_to, self.as_of)
 
 
 @dataclass(frozen=True)
@@ -125,6 +141,11 @@ def _cache_key(request: QueryRequest, preset: RetrievalPreset, budget: int) -> s
             request.sources,
             budget,
             preset.name,
+            request.time_from,
+            request.time_to,
+            request.as_of,
+            # Relative time expressions ("yesterday") resolve against today's date.
+            datetime.now(UTC).date() if request.as_of is None else None,
         ],
         default=str,
     )
@@ -220,7 +241,9 @@ class QueryService:
                     await embedding
         result.retrieval_ms = int((time.perf_counter() - t0) * 1000)
 
-        kept = apply_thresholds(ranked, request.min_score, preset.relative_cutoff)
+        kept = apply_thresholds(
+            ranked, request.min_score, preset.relative_cutoff, preset.cutoff_exempt_ranks
+        )
         kept = [r for r in kept if r.key in candidates]  # malformed/vanished rows are skipped
         result.total_count = len(kept)
         top = kept[: request.limit]
@@ -254,7 +277,7 @@ class QueryService:
                 self._keyword_arm(repo, request, query, n, memories, messages, preset),
                 self._vector_arm(request, embedding, n, memories, messages, result),
             )
-            ranked = rank(hits.scores, hits.max_score, cosines, preset)
+            ranked = rank(hits.scores, hits.max_score, cosines, preset, hits.expansion)
             if messages and (preset.next_turn_weight > 0 or preset.previous_turn_weight > 0):
                 seeds = [r.key for r in ranked if r.key[0] is Source.MESSAGE][
                     : preset.neighbour_seeds
@@ -273,8 +296,18 @@ class QueryService:
                     next_weight=preset.next_turn_weight,
                     previous_weight=preset.previous_turn_weight,
                 )
-            keep = [r.key for r in ranked[: max(request.limit * 3, 30)]]
-            candidates = await repo.fetch(request.user_id, keep)
+            keep = [r.key for r in ranked[: max(request.limit * 3, 30, preset.rerank_depth)]]
+            candidates = await repo.fetch(request.user_id, keep, request.when)
+        ranked = [r for r in ranked if r.key in candidates]
+        ranked = prefer_window(
+            ranked,
+            {k: c.created_at for k, c in candidates.items()},
+            time_preference(query, request, preset),
+            preset.time_boost,
+        )
+        conversations = {k: c.conversation_id for k, c in candidates.items() if c.conversation_id}
+        ranked = group_vote(ranked, conversations, preset.session_vote_weight, preset.rerank_depth)
+        ranked = diversify(ranked, conversations, preset.conversation_cap, preset.diversify_depth)
         return candidates, ranked
 
     @staticmethod
@@ -290,7 +323,7 @@ class QueryService:
         """BM25 candidates on the request's main connection."""
         if not preset.use_keyword:
             return KeywordHits({}, 0.0)
-        return await repo.keyword(
+        hits = await repo.keyword(
             request.user_id,
             query,
             limit=n,
@@ -299,7 +332,26 @@ class QueryService:
             types=request.types,
             k1=preset.bm25_k1,
             b=preset.bm25_b,
+            when=request.when,
         )
+        if preset.prf_docs <= 0 or not hits.scores:
+            return hits
+        seeds = sorted(hits.scores, key=lambda k: -hits.scores[k])[: preset.prf_docs]
+        expansion = await repo.expansion(
+            request.user_id,
+            query,
+            [i for _, i in seeds],
+            terms=preset.prf_terms,
+            min_df=preset.prf_min_df,
+            limit=n,
+            memories=memories,
+            messages=messages,
+            types=request.types,
+            k1=preset.bm25_k1,
+            b=preset.bm25_b,
+            when=request.when,
+        )
+        return KeywordHits(hits.scores, hits.max_score, expansion)
 
     async def _vector_arm(
         self,
@@ -333,6 +385,7 @@ class QueryService:
                 types=request.types,
                 exact=exact,
                 model=self.embeddings.model,
+                when=request.when,
             )
 
     def _finish(
@@ -356,6 +409,19 @@ class QueryService:
             },
         )
         return result
+
+
+def time_preference(
+    query: str, request: QueryRequest, preset: RetrievalPreset
+) -> TimeWindow | None:
+    """The window a question's time expression names, resolved against as_of (else now) and
+    extended by the mention slack; None when it names no time or the preference is off."""
+    if preset.time_boost <= 0.0:
+        return None
+    window = parse_time_expression(query, request.as_of or datetime.now(UTC))
+    if window is None:
+        return None
+    return window.widened(after=timedelta(days=preset.time_mention_slack_days))
 
 
 def _item(

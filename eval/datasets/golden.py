@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -64,6 +64,10 @@ class GoldenCase:
     messages: tuple[GoldenMessage, ...]
     other_users: tuple[OtherUser, ...]
     rubric: str
+    # Time filters of the query (time_from / time_to / as_of), shifted like the memories' times.
+    time_filter: Mapping[str, datetime] = field(default_factory=dict)
+    # Further conversations of the case's user, each stored as a conversation of its own.
+    conversations: tuple[tuple[GoldenMessage, ...], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,12 @@ def _case(raw: Mapping[str, Any]) -> GoldenCase:
             for o in raw.get("other_users", [])
         ),
         rubric=raw["rubric"],
+        time_filter={
+            name: stamp
+            for name, value in raw.get("time_filter", {}).items()
+            if (stamp := _timestamp(value)) is not None
+        },
+        conversations=tuple(_messages(c) for c in raw.get("setup_conversations", [])),
     )
 
 

@@ -34,6 +34,8 @@ MIN_PER_CATEGORY = {
     "near_duplicate": 6,
     "messages": 6,
     "security": 10,
+    "time": 6,
+    "multi_hop": 3,
 }
 CATEGORIES = set(MIN_PER_CATEGORY)
 
@@ -45,7 +47,14 @@ REQUIRED_CASE_FIELDS = {
     "expected_retrievals": list,
     "rubric": str,
 }
-OPTIONAL_CASE_FIELDS = {"types", "setup_messages", "other_users"}
+OPTIONAL_CASE_FIELDS = {
+    "types",
+    "setup_messages",
+    "other_users",
+    "time_filter",
+    "setup_conversations",
+}
+TIME_FILTER_FIELDS = {"time_from", "time_to", "as_of"}
 MEMORY_FIELDS = {"content", "type", "importance", "created_at", "expires_at", "deleted"}
 
 # Rough token estimate (words * 1.3) that the budget cases' memories must exceed.
@@ -88,6 +97,7 @@ def _is_live(memory: dict[str, Any]) -> bool:
 def _own_live_contents(case: dict[str, Any]) -> set[str]:
     contents = {m["content"] for m in case["setup_memories"] if _is_live(m)}
     contents |= {m["content"] for m in case.get("setup_messages", [])}
+    contents |= {m["content"] for c in case.get("setup_conversations", []) for m in c}
     return contents
 
 
@@ -197,6 +207,9 @@ def test_messages_are_well_formed() -> None:
         if "setup_messages" in case:
             assert isinstance(case["setup_messages"], list) and case["setup_messages"], cid
         messages = list(case.get("setup_messages", []))
+        for conversation in case.get("setup_conversations", []):
+            assert isinstance(conversation, list) and conversation, cid
+            messages.extend(conversation)
         for other in case.get("other_users", []):
             assert set(other) <= {"memories", "messages"}, cid
             assert isinstance(other.get("memories", []), list), cid
@@ -206,6 +219,33 @@ def test_messages_are_well_formed() -> None:
             assert set(message) == {"role", "content"}, cid
             assert message["role"] in MESSAGE_ROLES, (cid, message["role"])
             assert isinstance(message["content"], str) and message["content"].strip(), cid
+
+
+def test_time_filters_are_well_formed() -> None:
+    for case in _cases():
+        if "time_filter" not in case:
+            continue
+        window = case["time_filter"]
+        assert isinstance(window, dict) and window, case["id"]
+        assert set(window) <= TIME_FILTER_FIELDS, case["id"]
+        stamps = {name: _parse_ts(value) for name, value in window.items()}
+        if "time_from" in stamps and "time_to" in stamps:
+            assert stamps["time_from"] <= stamps["time_to"], case["id"]
+
+
+def test_time_filtered_expectations_lie_inside_the_filter() -> None:
+    for case in _cases():
+        window = {k: _parse_ts(v) for k, v in case.get("time_filter", {}).items()}
+        if not window:
+            continue
+        created = {m["content"]: m.get("created_at") for m in case["setup_memories"]}
+        for expected in case["expected_retrievals"]:
+            stamp = created.get(expected)
+            assert stamp is not None, (case["id"], "time cases expect dated memories")
+            moment = _parse_ts(stamp)
+            assert moment >= window.get("time_from", moment), case["id"]
+            assert moment <= window.get("time_to", moment), case["id"]
+            assert moment <= window.get("as_of", moment), case["id"]
 
 
 def test_types_filter_values() -> None:

@@ -219,3 +219,28 @@ def test_default_preset_is_consistent() -> None:
     assert DEFAULT.keyword_weight >= 0 and DEFAULT.vector_weight >= 0
     assert DEFAULT.keyword_weight + DEFAULT.vector_weight > 0
     assert all(k.startswith("preset.") for k in DEFAULT.as_params())
+
+
+def test_exempt_ranks_skip_the_relative_cut_but_never_min_score() -> None:
+    ranked = [r("a", 1.0, 0.9), r("b", 0.9, 0.35), r("c", 0.8, 0.2), r("d", 0.7, 0.4)]
+    assert [x.key for x in apply_thresholds(ranked, 0.3, 0.6)] == ["a"]
+    # b is in the first two places: kept although under 0.6 x 0.9; c stays out (under 0.3).
+    assert [x.key for x in apply_thresholds(ranked, 0.3, 0.6, exempt_ranks=2)] == ["a", "b"]
+    assert [x.key for x in apply_thresholds(ranked, 0.3, 0.6, exempt_ranks=3)] == ["a", "b"]
+    assert [x.key for x in apply_thresholds(ranked, 0.3, 0.6, exempt_ranks=4)] == ["a", "b", "d"]
+    # Nothing over min_score: nothing, whatever the exemption.
+    assert apply_thresholds([r("x", 1.0, 0.1)], 0.3, 0.6, exempt_ranks=5) == []
+
+
+def test_preset_overrides_coerce_by_field_type_and_reject_the_unknown() -> None:
+    from app.retrieval.presets import with_overrides
+
+    changed = with_overrides(
+        DEFAULT, ["cutoff_exempt_ranks=2", "time_boost=0.3", "use_vector=false"]
+    )
+    assert (changed.cutoff_exempt_ranks, changed.time_boost, changed.use_vector) == (2, 0.3, False)
+    assert changed.name.startswith("default+")
+    assert with_overrides(DEFAULT, []) is DEFAULT
+    for bad in ("nope=1", "time_boost", "cutoff_exempt_ranks=2.5", "use_vector=maybe", "name=x"):
+        with pytest.raises(ValueError):
+            with_overrides(DEFAULT, [bad])
