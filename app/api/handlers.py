@@ -32,7 +32,8 @@ def database_error(exc: BaseException) -> ServiceError | None:
         return DatabaseUnavailableError("database unavailable; nothing was stored, retry later")
     if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
         return DatabaseUnavailableError("database unavailable; nothing was stored, retry later")
-    if isinstance(exc, sa_exc.DBAPIError) and "QueryCanceled" in type(exc.orig).__name__:
+    # 57014: statement timeout or cancel; asyncpg's class sits behind SQLAlchemy's wrapper.
+    if isinstance(exc, sa_exc.DBAPIError) and getattr(exc.orig, "sqlstate", None) == "57014":
         return DatabaseUnavailableError("database timed out; nothing was stored, retry later")
     if isinstance(exc, (OSError, asyncio.TimeoutError)):
         return DatabaseUnavailableError("database unavailable; nothing was stored, retry later")

@@ -94,28 +94,50 @@ class Document:
     following: str = ""
 
 
+# Characters (text and context) parsed per INSERT: about 0.1-0.3 s of work on a busy 2-core box.
+INDEX_BATCH_CHARS = 300_000
+
+
+def _batches(items: Sequence[Document], max_chars: int) -> list[Sequence[Document]]:
+    """Consecutive runs of documents of at most `max_chars` characters (at least one each)."""
+    batches: list[Sequence[Document]] = []
+    start, size = 0, 0
+    for i, doc in enumerate(items):
+        length = len(doc.text) + len(doc.previous) + len(doc.following)
+        if i > start and size + length > max_chars:
+            batches.append(items[start:i])
+            start, size = i, 0
+        size += length
+    if start < len(items):
+        batches.append(items[start:])
+    return batches
+
+
 class SearchIndexRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
     async def index(self, user_id: str, items: Sequence[Document]) -> None:
-        """Add postings for documents of one user."""
-        if not items:
-            return
-        await self.session.execute(
-            _INDEX_SQL,
-            {
-                "user_id": user_id,
-                "ids": [d.item_id for d in items],
-                "sources": [int(d.source) for d in items],
-                "bodies": [d.text for d in items],
-                "previous": [d.previous for d in items],
-                "following": [d.following for d in items],
-                "weight_previous": CONTEXT_WEIGHT_PREVIOUS,
-                "weight_next": CONTEXT_WEIGHT_NEXT,
-                "doc_count": len(items),
-            },
-        )
+        """Add postings for documents of one user, in statements of bounded size.
+
+        One statement per batch keeps each under the statement timeout: a bulk import of 1,000
+        long messages is millions of characters to parse into lexemes.
+        """
+        for batch in _batches(items, INDEX_BATCH_CHARS):
+            await self.session.execute(
+                _INDEX_SQL,
+                {
+                    "user_id": user_id,
+                    "ids": [d.item_id for d in batch],
+                    "sources": [int(d.source) for d in batch],
+                    "bodies": [d.text for d in batch],
+                    "previous": [d.previous for d in batch],
+                    "following": [d.following for d in batch],
+                    "weight_previous": CONTEXT_WEIGHT_PREVIOUS,
+                    "weight_next": CONTEXT_WEIGHT_NEXT,
+                    "doc_count": len(batch),
+                },
+            )
 
     async def reindex(self, user_id: str, items: Sequence[Document]) -> None:
         """Replace the postings of documents whose text or context changed."""
