@@ -24,6 +24,7 @@ from app.migrate import upgrade_head
 from app.proxy import routes as chat_proxy
 from app.proxy.upstream import ChatUpstream
 from app.retrieval.presets import get_preset
+from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig
 
@@ -87,9 +88,10 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         the_embedder = embedder or await asyncio.to_thread(embedder_from_settings, settings)
         if not settings.auth_enabled:
             log.warning("no PGRECALL_API_KEY: authentication is off (listening on loopback only)")
+        sessionmaker = create_sessionmaker(engine)
         app.state.resources = Resources(
             engine=engine,
-            sessionmaker=create_sessionmaker(engine),
+            sessionmaker=sessionmaker,
             embeddings=EmbeddingService(the_embedder, cache if cache.enabled else None),
             cache=cache,
             query_config=query_config(settings),
@@ -99,6 +101,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             else None,
             session_messages=settings.session_messages,
             query_slots=asyncio.Semaphore(max(1, settings.db_pool_size)),
+            keys=KeyAuthenticator(sessionmaker, ttl_s=settings.key_cache_ttl_s),
+            write_rate_limit_per_minute=settings.write_rate_limit_per_minute,
         )
         app.state.chat_upstream = ChatUpstream.from_settings(settings)
         try:
