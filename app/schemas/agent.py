@@ -1,0 +1,147 @@
+"""Agent write tools and the MCP tools: arguments and results (shared by HTTP and MCP)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+
+from app.schemas.memory import MemoryType, Query
+
+# A saved memory is a short statement, not a document: 4000 characters is ~1000 tokens, the
+# whole default answer budget of query_memory.
+MAX_SAVE_CHARS = 4_000
+MAX_PAGE = 100
+
+
+def _text(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("must not contain NUL characters")
+    if not value.strip():
+        raise ValueError("must not be blank")
+    return value
+
+
+def _in_future(value: datetime | None) -> datetime | None:
+    if value is not None and value <= datetime.now(UTC):
+        raise ValueError("must be in the future")
+    return value
+
+
+SaveContent = Annotated[str, Field(min_length=1, max_length=MAX_SAVE_CHARS), AfterValidator(_text)]
+Expiry = Annotated[AwareDatetime | None, AfterValidator(_in_future)]
+
+
+class SaveMemoryArgs(BaseModel):
+    """save_memory: store a fact, preference, decision or note about the user."""
+
+    model_config = ConfigDict(extra="forbid")
+    content: SaveContent = Field(description="The memory, as one self-contained statement.")
+    type: MemoryType = Field(description="fact, preference, decision or note")
+    importance: float | None = Field(default=None, ge=0.0, le=1.0, description="0..1 (default 0.5)")
+    expires_at: Expiry = Field(
+        default=None, description="ISO 8601 time with offset after which it is forgotten"
+    )
+    supersedes: uuid.UUID | None = Field(
+        default=None,
+        description="id of one of the user's memories this one replaces (it is forgotten)",
+    )
+
+
+class ForgetMemoryArgs(BaseModel):
+    """forget_memory: soft-delete one of the user's memories."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: uuid.UUID = Field(description="the memory's id, as query_memory returned it")
+
+
+class RateMessageArgs(BaseModel):
+    """rate_message: an upvote keeps a message as a note; a downvote removes that note."""
+
+    model_config = ConfigDict(extra="forbid")
+    message_id: uuid.UUID
+    vote: Literal["up", "down"]
+
+
+class ListMemoriesArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    limit: int = Field(default=20, ge=1, le=MAX_PAGE)
+    offset: int = Field(default=0, ge=0, le=1_000_000)
+    type: MemoryType | None = None
+
+
+class SearchConversationsArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: Query
+    after: AwareDatetime | None = Field(default=None, description="only messages from then on")
+    before: AwareDatetime | None = Field(default=None, description="only messages before then")
+    limit: int = Field(default=10, ge=1, le=50)
+
+    @model_validator(mode="after")
+    def _range(self) -> SearchConversationsArgs:
+        if self.after and self.before and self.before <= self.after:
+            raise ValueError("before must be later than after")
+        return self
+
+
+class MemoryOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: uuid.UUID
+    content: str
+    type: str
+    importance: float
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    source_message_id: uuid.UUID | None
+
+
+SaveAction = Literal["added", "updated", "unchanged", "restored"]
+
+
+class SaveMemoryResult(BaseModel):
+    memory: MemoryOut
+    action: SaveAction = Field(
+        description="added; updated (a near-duplicate, cosine >= 0.90, took the new text); "
+        "unchanged (the user already had this text); restored (a forgotten identical memory)"
+    )
+    superseded: uuid.UUID | None = None
+
+
+class ForgetMemoryResult(BaseModel):
+    id: uuid.UUID
+    forgotten: bool = True
+
+
+class RateMessageResult(BaseModel):
+    message_id: uuid.UUID
+    vote: Literal["up", "down"]
+    action: Literal["added", "unchanged", "restored", "exists", "removed"]
+    memory: MemoryOut | None = None
+    removed: int = 0
+
+
+class MemoryPage(BaseModel):
+    items: list[MemoryOut]
+    total: int
+    next_offset: int | None
+
+
+class MessageHit(BaseModel):
+    id: str
+    conversation_id: str | None
+    role: str | None
+    content: str
+    created_at: datetime
+    relevance: float
+
+
+class MessageHits(BaseModel):
+    messages: list[MessageHit]
+    truncated: bool
+    token_count: int
+    error: str | None = None
+    degraded: str | None = None
+    rate_limited: bool = False
