@@ -19,6 +19,7 @@ from app.api.openapi import install_openapi
 from app.config import Settings
 from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
+from app.mcp.http import McpHttp
 from app.middleware import BodySizeLimitMiddleware, CorrelationIdMiddleware
 from app.migrate import upgrade_head
 from app.proxy import routes as chat_proxy
@@ -106,7 +107,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         )
         app.state.chat_upstream = ChatUpstream.from_settings(settings)
         try:
-            yield
+            async with mcp_door.running():
+                yield
         finally:
             await app.state.chat_upstream.aclose()
             await cache.aclose()
@@ -133,6 +135,10 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.include_router(agent_tools.router)
     app.include_router(admin.router)
     app.include_router(chat_proxy.router)
+    mcp_door = McpHttp(lambda: app.state.resources)  # MCP (streamable HTTP), app/mcp/
+    app.router.add_route(
+        "/mcp", mcp_door, methods=["GET", "POST", "DELETE"], include_in_schema=False
+    )
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(CorrelationIdMiddleware)
     return app
