@@ -4,11 +4,11 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import AwareDatetime, Field, ValidationError
+from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -16,18 +16,22 @@ from app import __version__
 from app.adapters.cache import Cache
 from app.errors import PermissionDeniedError, ServiceError
 from app.schemas.agent import (
-    MAX_PAGE,
     ForgetMemoryResult,
+    HitLimit,
+    Importance,
     MemoryOut,
     MemoryPage,
     MessageHit,
     MessageHits,
+    PageLimit,
+    PageOffset,
     SaveContent,
     SaveMemoryArgs,
     SaveMemoryResult,
     SearchConversationsArgs,
 )
-from app.schemas.memory import MemoryType, Query, QueryMemoryResult, SourceKind, ToolMemory
+from app.schemas.common import Timestamp
+from app.schemas.memory import MemoryType, Query, QueryMemoryResult, Sources, ToolMemory, Types
 from app.schemas.memory import ToolMetadata as QueryMetadata
 from app.services.agent_memory import AgentMemoryService, admit_write, search_messages
 from app.services.api_keys import Caller, KeyAuthenticator
@@ -121,8 +125,8 @@ def build_server(resources: Callable[[], ToolResources], caller: CallerSource) -
     async def search_memory(
         query: Query,
         ctx: Context,
-        types: Annotated[list[MemoryType] | None, Field(max_length=4)] = None,
-        sources: Annotated[list[SourceKind] | None, Field(max_length=2)] = None,
+        types: Types = None,
+        sources: Sources = None,
     ) -> QueryMemoryResult:
         async def body(who: Caller, res: ToolResources) -> QueryMemoryResult:
             cfg = res.query_config
@@ -135,8 +139,8 @@ def build_server(resources: Callable[[], ToolResources], caller: CallerSource) -
                     query=query,
                     limit=cfg.max_results,
                     min_score=cfg.min_relevance,
-                    types=tuple(dict.fromkeys(types)) if types else None,
-                    sources=tuple(dict.fromkeys(sources)) if sources else ("memory", "message"),
+                    types=tuple(types) if types else None,
+                    sources=tuple(sources) if sources else ("memory", "message"),
                 )
             )
             memories = [
@@ -175,8 +179,8 @@ def build_server(resources: Callable[[], ToolResources], caller: CallerSource) -
         content: SaveContent,
         type: MemoryType,
         ctx: Context,
-        importance: Annotated[float | None, Field(ge=0.0, le=1.0)] = None,
-        expires_at: AwareDatetime | None = None,
+        importance: Importance | None = None,
+        expires_at: Timestamp | None = None,
         supersedes: uuid.UUID | None = None,
     ) -> SaveMemoryResult:
         try:  # the HTTP tool's rules, word for word (e.g. expires_at in the future)
@@ -218,8 +222,8 @@ def build_server(resources: Callable[[], ToolResources], caller: CallerSource) -
     @server.tool(description="List the user's memories, newest first (paginated).")
     async def list_memories(
         ctx: Context,
-        limit: Annotated[int, Field(ge=1, le=MAX_PAGE)] = 20,
-        offset: Annotated[int, Field(ge=0, le=1_000_000)] = 0,
+        limit: PageLimit = 20,
+        offset: PageOffset = 0,
         type: MemoryType | None = None,
     ) -> MemoryPage:
         async def body(who: Caller, res: ToolResources) -> MemoryPage:
@@ -241,9 +245,9 @@ def build_server(resources: Callable[[], ToolResources], caller: CallerSource) -
     async def search_conversations(
         query: Query,
         ctx: Context,
-        after: AwareDatetime | None = None,
-        before: AwareDatetime | None = None,
-        limit: Annotated[int, Field(ge=1, le=50)] = 10,
+        after: Timestamp | None = None,
+        before: Timestamp | None = None,
+        limit: HitLimit = 10,
     ) -> MessageHits:
         try:
             args = SearchConversationsArgs(query=query, after=after, before=before, limit=limit)

@@ -6,8 +6,9 @@ import uuid
 from datetime import UTC, datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from app.schemas.common import NON_BLANK_SCHEMA, Timestamp, check_non_blank, json_float, json_int
 from app.schemas.memory import MemoryType, Query
 
 # A saved memory is a short statement, not a document: 4000 characters is ~1000 tokens, the
@@ -16,22 +17,22 @@ MAX_SAVE_CHARS = 4_000
 MAX_PAGE = 100
 
 
-def _text(value: str) -> str:
-    if "\x00" in value:
-        raise ValueError("must not contain NUL characters")
-    if not value.strip():
-        raise ValueError("must not be blank")
-    return value
-
-
 def _in_future(value: datetime | None) -> datetime | None:
     if value is not None and value <= datetime.now(UTC):
         raise ValueError("must be in the future")
     return value
 
 
-SaveContent = Annotated[str, Field(min_length=1, max_length=MAX_SAVE_CHARS), AfterValidator(_text)]
-Expiry = Annotated[AwareDatetime | None, AfterValidator(_in_future)]
+SaveContent = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_SAVE_CHARS, json_schema_extra=NON_BLANK_SCHEMA),
+    AfterValidator(check_non_blank),
+]
+Expiry = Annotated[Timestamp | None, AfterValidator(_in_future)]
+Importance = json_float(ge=0.0, le=1.0)
+PageLimit = json_int(ge=1, le=MAX_PAGE)
+PageOffset = json_int(ge=0, le=1_000_000)
+HitLimit = json_int(ge=1, le=50)
 
 
 class SaveMemoryArgs(BaseModel):
@@ -40,7 +41,7 @@ class SaveMemoryArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     content: SaveContent = Field(description="The memory, as one self-contained statement.")
     type: MemoryType = Field(description="fact, preference, decision or note")
-    importance: float | None = Field(default=None, ge=0.0, le=1.0, description="0..1 (default 0.5)")
+    importance: Importance | None = Field(default=None, description="0..1 (default 0.5)")
     expires_at: Expiry = Field(
         default=None, description="ISO 8601 time with offset after which it is forgotten"
     )
@@ -67,17 +68,17 @@ class RateMessageArgs(BaseModel):
 
 class ListMemoriesArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    limit: int = Field(default=20, ge=1, le=MAX_PAGE)
-    offset: int = Field(default=0, ge=0, le=1_000_000)
+    limit: PageLimit = 20
+    offset: PageOffset = 0
     type: MemoryType | None = None
 
 
 class SearchConversationsArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
     query: Query
-    after: AwareDatetime | None = Field(default=None, description="only messages from then on")
-    before: AwareDatetime | None = Field(default=None, description="only messages before then")
-    limit: int = Field(default=10, ge=1, le=50)
+    after: Timestamp | None = Field(default=None, description="only messages from then on")
+    before: Timestamp | None = Field(default=None, description="only messages before then")
+    limit: HitLimit = 10
 
     @model_validator(mode="after")
     def _range(self) -> SearchConversationsArgs:

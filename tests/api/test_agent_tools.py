@@ -248,3 +248,10 @@ async def test_read_key_cannot_use_write_tools(
         ):
             response = await client.post(path, json=body, headers=auth)
             assert response.status_code == 403, response.text
+
+
+async def test_openapi_documents_the_write_tools(client: httpx.AsyncClient) -> None:
+    document = (await client.get("/openapi.json")).json()
+    for path in (SAVE, FORGET, RATE):
+        responses = document["paths"][path]["post"]["responses"]
+        assert {"200", "403", "404", "422", "429"} <= set(responses), (path, set(responses))
