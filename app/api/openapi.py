@@ -88,6 +88,11 @@ def build_openapi(app: FastAPI, *, auth_configured: bool) -> dict[str, Any]:
     schemas["ErrorBody"] = error_schema
     for path, item in document.get("paths", {}).items():
         for method, operation in item.items():
+            for parameter in operation.get("parameters", []):
+                # Only a per-user key may leave X-User-Id out (app/api/deps.py::current_caller);
+                # the document states the rule every other caller must follow.
+                if parameter.get("in") == "header" and parameter.get("name") == "X-User-Id":
+                    parameter["required"] = True
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
             for status in _statuses(path, method, operation, auth_configured):

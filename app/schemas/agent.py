@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -17,18 +17,11 @@ MAX_SAVE_CHARS = 4_000
 MAX_PAGE = 100
 
 
-def _in_future(value: datetime | None) -> datetime | None:
-    if value is not None and value <= datetime.now(UTC):
-        raise ValueError("must be in the future")
-    return value
-
-
 SaveContent = Annotated[
     str,
     Field(min_length=1, max_length=MAX_SAVE_CHARS, json_schema_extra=NON_BLANK_SCHEMA),
     AfterValidator(check_non_blank),
 ]
-Expiry = Annotated[Timestamp | None, AfterValidator(_in_future)]
 Importance = json_float(ge=0.0, le=1.0)
 PageLimit = json_int(ge=1, le=MAX_PAGE)
 PageOffset = json_int(ge=0, le=1_000_000)
@@ -42,8 +35,10 @@ class SaveMemoryArgs(BaseModel):
     content: SaveContent = Field(description="The memory, as one self-contained statement.")
     type: MemoryType = Field(description="fact, preference, decision or note")
     importance: Importance | None = Field(default=None, description="0..1 (default 0.5)")
-    expires_at: Expiry = Field(
-        default=None, description="ISO 8601 time with offset after which it is forgotten"
+    expires_at: Timestamp | None = Field(
+        default=None,
+        description="ISO 8601 time with offset after which it no longer holds (a past time "
+        "stores it as already expired)",
     )
     supersedes: uuid.UUID | None = Field(
         default=None,

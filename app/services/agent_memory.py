@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -87,15 +87,20 @@ class AgentMemoryService:
         digest = content_hash(content)
         existing = await self._by_hash(user_id, digest)
         if existing is not None:
-            if existing.deleted_at is None:
+            expired = existing.expires_at is not None and existing.expires_at <= datetime.now(UTC)
+            if existing.deleted_at is None and not expired:
                 return Saved(existing, "unchanged", superseded)
-            restored = await self.admin.set_deleted(user_id, existing.id, False)
+            # A forgotten or expired copy of the same text: the new statement brings it back.
+            restored = await self.admin.repo.update(
+                user_id, existing.id, {"deleted_at": None, "expires_at": expires_at}
+            )
+            if restored is None:  # purged by a concurrent transaction
+                raise NotFoundError("memory not found")
             return Saved(restored, "restored", superseded)
-        fields: dict[str, object] = {}
+        # The new statement replaces a near-duplicate wholesale: its expiry too (None clears).
+        fields: dict[str, object] = {"expires_at": expires_at}
         if importance is not None:
             fields["importance"] = importance
-        if expires_at is not None:
-            fields["expires_at"] = expires_at
         row = AdminMemoryCreate(
             user_id=user_id,
             content=content,

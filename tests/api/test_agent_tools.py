@@ -193,13 +193,12 @@ async def test_rate_message_up_and_down(
 
 
 async def test_bad_input_is_422_naming_the_field(client: httpx.AsyncClient, user_id: str) -> None:
-    past = (datetime.now(UTC) - timedelta(days=1)).isoformat()
     cases: list[tuple[str, dict[str, Any], str]] = [
         (SAVE, {"content": "x" * 4001, "type": "fact"}, "body.content"),
         (SAVE, {"content": "   ", "type": "fact"}, "body.content"),
         (SAVE, {"content": "ok", "type": "opinion"}, "body.type"),
         (SAVE, {"content": "ok", "type": "fact", "importance": 2}, "body.importance"),
-        (SAVE, {"content": "ok", "type": "fact", "expires_at": past}, "body.expires_at"),
+        (SAVE, {"content": "ok", "type": "fact", "expires_at": "2026-01-01"}, "body.expires_at"),
         (SAVE, {"content": "ok", "type": "fact", "supersedes": "nope"}, "body.supersedes"),
         (SAVE, {"content": "ok", "type": "fact", "user_id": "someone"}, "body.user_id"),
         (FORGET, {"id": "not-a-uuid"}, "body.id"),
@@ -210,6 +209,23 @@ async def test_bad_input_is_422_naming_the_field(client: httpx.AsyncClient, user
         response = await client.post(path, json=body, headers=headers(user_id))
         assert response.status_code == 422, (path, body, response.text)
         assert any(f["field"] == field for f in response.json()["fields"]), response.json()
+
+
+async def test_a_past_expiry_stores_the_memory_as_expired(
+    client: httpx.AsyncClient, user_id: str
+) -> None:
+    past = (datetime.now(UTC) - timedelta(days=1)).isoformat()
+    saved = await save(
+        client, user_id, content="Had a temporary badge for the lab", type="note", expires_at=past
+    )
+    assert saved.status_code == 200 and saved.json()["action"] == "added"
+    assert not await recall(client, user_id, "temporary badge for the lab")
+    # Saying it again without an expiry brings the same memory back.
+    again = await save(client, user_id, content="Had a temporary badge for the lab", type="note")
+    assert again.json()["action"] == "restored"
+    assert again.json()["memory"]["id"] == saved.json()["memory"]["id"]
+    assert again.json()["memory"]["expires_at"] is None
+    assert await recall(client, user_id, "temporary badge for the lab")
 
 
 async def test_write_rate_limit_is_429_and_stores_nothing(
