@@ -90,9 +90,15 @@ def _context_line(item: QueryItem) -> str:
 
 def build_server(resources: Callable[[], ToolResources], caller: CallerSource) -> MCPServer:
     """The MCP server with pgrecall's tools; `caller` says who each call acts for."""
+    # MCPServer() calls logging.basicConfig: logging is configured at the edges (the CLI), so
+    # whatever the root logger looked like before is put back.
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     server = MCPServer(
         "pgrecall", version=__version__, instructions=INSTRUCTIONS, log_level="WARNING"
     )
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
     async def run(ctx: Context, work: Callable[[Caller, ToolResources], Awaitable[T]]) -> T:
         try:
