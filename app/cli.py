@@ -135,6 +135,8 @@ def db_url() -> None:
 
 # Admin commands (app/cli_admin.py); imported last because they use settings_or_exit above.
 from app.cli_admin import memories_app, purge_user, reembed, reindex, seed  # noqa: E402
+from app.cli_keys import keys_app  # noqa: E402
+from app.cli_mcp import mcp_stdio  # noqa: E402
 from app.doctor import doctor  # noqa: E402
 
 app.command()(seed)
@@ -143,6 +145,8 @@ app.command()(reembed)
 app.command("purge-user")(purge_user)
 app.add_typer(memories_app, name="memories")
 app.command()(doctor)
+app.add_typer(keys_app, name="keys")
+app.command("mcp")(mcp_stdio)
 
 
 def main() -> None:

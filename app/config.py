@@ -62,6 +62,12 @@ class Settings(BaseSettings):
 
     api_key: SecretStr | None = Field(default=None, description="service key (Bearer) for /v1")
     admin_api_key: SecretStr | None = Field(default=None, description="admin key for /v1/admin")
+    key_cache_ttl_s: Annotated[float, Field(ge=0, le=3600)] = Field(
+        default=10.0, description="per-user key rows cached this long: the revocation delay"
+    )
+    write_rate_limit_per_minute: Annotated[int, Field(ge=0)] = Field(
+        default=30, description="agent writes (save/forget/rate) per user per minute; 0 = off"
+    )
 
     chat_upstream_url: str | None = Field(
         default=None,

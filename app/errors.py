@@ -72,3 +72,9 @@ class UpstreamError(ServiceError):
     """The chat proxy's model upstream is not configured, unreachable or timed out."""
 
     status_code = 502
+
+
+class RateLimitedError(ServiceError):
+    """Too many writes for this user in the current window; nothing was stored."""
+
+    status_code = 429

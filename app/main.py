@@ -12,18 +12,20 @@ from fastapi import FastAPI
 from app import __version__
 from app.adapters.cache import Cache
 from app.adapters.embedder import Embedder, build_embedder
-from app.api import admin, conversations, docs, health, tools
+from app.api import admin, agent_tools, conversations, docs, health, tools
 from app.api.deps import Resources
 from app.api.handlers import install_handlers
 from app.api.openapi import install_openapi
 from app.config import Settings
 from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
+from app.mcp.http import McpHttp
 from app.middleware import BodySizeLimitMiddleware, CorrelationIdMiddleware
 from app.migrate import upgrade_head
 from app.proxy import routes as chat_proxy
 from app.proxy.upstream import ChatUpstream
 from app.retrieval.presets import get_preset
+from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig
 
@@ -87,9 +89,10 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         the_embedder = embedder or await asyncio.to_thread(embedder_from_settings, settings)
         if not settings.auth_enabled:
             log.warning("no PGRECALL_API_KEY: authentication is off (listening on loopback only)")
+        sessionmaker = create_sessionmaker(engine)
         app.state.resources = Resources(
             engine=engine,
-            sessionmaker=create_sessionmaker(engine),
+            sessionmaker=sessionmaker,
             embeddings=EmbeddingService(the_embedder, cache if cache.enabled else None),
             cache=cache,
             query_config=query_config(settings),
@@ -99,10 +102,13 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             else None,
             session_messages=settings.session_messages,
             query_slots=asyncio.Semaphore(max(1, settings.db_pool_size)),
+            keys=KeyAuthenticator(sessionmaker, ttl_s=settings.key_cache_ttl_s),
+            write_rate_limit_per_minute=settings.write_rate_limit_per_minute,
         )
         app.state.chat_upstream = ChatUpstream.from_settings(settings)
         try:
-            yield
+            async with mcp_door.running():
+                yield
         finally:
             await app.state.chat_upstream.aclose()
             await cache.aclose()
@@ -126,8 +132,13 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.include_router(health.router)
     app.include_router(conversations.router)
     app.include_router(tools.router)
+    app.include_router(agent_tools.router)
     app.include_router(admin.router)
     app.include_router(chat_proxy.router)
+    mcp_door = McpHttp(lambda: app.state.resources)  # MCP (streamable HTTP), app/mcp/
+    app.router.add_route(
+        "/mcp", mcp_door, methods=["GET", "POST", "DELETE"], include_in_schema=False
+    )
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(CorrelationIdMiddleware)
     return app

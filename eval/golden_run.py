@@ -24,6 +24,7 @@ from eval.datasets.golden import (
     GoldenDataset,
     GoldenMemory,
     GoldenMessage,
+    GoldenToolCall,
     load_golden,
 )
 from eval.harness import Harness
@@ -34,7 +35,9 @@ __all__ = [
     "TOOL_PATH",
     "GoldenOutcome",
     "GoldenSetupError",
+    "GoldenToolCall",
     "Returned",
+    "apply_tool_calls",
     "expected_key",
     "failure_details",
     "failure_reasons",
@@ -206,6 +209,45 @@ async def seed_user(
     )
 
 
+def _resolve(value: Any, ids_by_content: Mapping[str, str], label: str) -> Any:
+    if isinstance(value, dict) and set(value) == {"ref"}:
+        if value["ref"] not in ids_by_content:
+            raise GoldenSetupError(f"{label}: no own item with content {value['ref'][:60]!r}")
+        return ids_by_content[value["ref"]]
+    return value
+
+
+async def apply_tool_calls(
+    harness: Harness, user_id: str, calls: Sequence[GoldenToolCall], own: Seeded,
+    contents: Mapping[str, str], *, label: str,
+) -> Seeded:
+    """Make the case's agent writes through the HTTP tools; returns what the user now owns."""
+    ids_by_content = dict(contents)
+    memory_ids, owned = list(own.memory_ids), set(own.contents)
+    for n, call in enumerate(calls):
+        args = {k: _resolve(v, ids_by_content, label) for k, v in call.args.items()}
+        response = await harness.client.post(
+            f"/v1/tools/{call.tool}", json=args, headers={"X-User-Id": user_id}
+        )
+        if response.status_code != 200:
+            raise GoldenSetupError(
+                f"{label}: tool call {n} ({call.tool}) answered {response.status_code}: "
+                f"{response.text[:200]}"
+            )
+        body = response.json()
+        if call.expect_action is not None and body.get("action") != call.expect_action:
+            raise GoldenSetupError(
+                f"{label}: tool call {n} ({call.tool}) did {body.get('action')!r}, "
+                f"the case expects {call.expect_action!r}"
+            )
+        memory = body.get("memory")
+        if memory:
+            memory_ids.append(str(memory["id"]))
+            owned.add(memory["content"])
+            ids_by_content[memory["content"]] = str(memory["id"])
+    return Seeded(tuple(memory_ids), own.message_ids, frozenset(owned))
+
+
 def _new_user(case_id: str, role: str) -> str:
     return f"golden-{case_id}-{role}-{uuid.uuid4().hex[:12]}"
 
@@ -236,6 +278,13 @@ async def run_case(
             shift=shift, label=f"{case.id} other user {n}",
         )
         foreign_contents |= seeded.contents
+    if case.tool_calls:
+        setup = [*case.memories, *case.messages]
+        setup_ids = [*own.memory_ids, *own.message_ids]
+        contents = {item.content: i for item, i in zip(setup, setup_ids, strict=True)}
+        own = await apply_tool_calls(
+            harness, user_id, case.tool_calls, own, contents, label=case.id
+        )
 
     for n, conversation in enumerate(case.conversations):
         rows = await harness.add_conversation(

@@ -45,7 +45,11 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(workdir: Pat
             free_port(),
             "serve",
             # No rate limit: one fuzzer is one user, and every answer should be a real one.
-            {"PGRECALL_REDIS_URL": redis.url, "PGRECALL_RATE_LIMIT_PER_MINUTE": "0"},
+            {
+                "PGRECALL_REDIS_URL": redis.url,
+                "PGRECALL_RATE_LIMIT_PER_MINUTE": "0",
+                "PGRECALL_WRITE_RATE_LIMIT_PER_MINUTE": "0",
+            },
         )
         try:
             served.wait_ready()

@@ -49,6 +49,8 @@ _MESSAGE_FIELDS = ("id", "role", "content", "created_at")
 # append won, so this bound is only reached under pathological contention.
 _MAX_WATCH_ATTEMPTS = 100
 _SCAN_BATCH = 500
+# Separate fixed-window counters per user: tool queries, and agent writes (save/forget/rate).
+_RATE_BUCKETS = ("rate_limit", "write_limit")
 # Generations seen by get_query_result, kept for the matching set_query_result (see there).
 _GENERATION_MEMO_SIZE = 4096
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
@@ -530,15 +532,22 @@ class Cache:
 
     # -- rate limiting -----------------------------------------------------------------------
 
-    async def hit_rate_limit(self, user_id: str, limit: int, window_s: int = 60) -> RateDecision:
-        """Count one request in the user's fixed window; fails open when Redis is not used."""
+    async def hit_rate_limit(
+        self, user_id: str, limit: int, window_s: int = 60, *, bucket: str = "rate_limit"
+    ) -> RateDecision:
+        """Count one request in the user's fixed window; fails open when Redis is not used.
+
+        `bucket` names the counter: "rate_limit" (queries) or "write_limit" (agent writes).
+        """
         if window_s < 1:
             raise ValueError("window_s must be at least 1")
         allowed = RateDecision(allowed=True, count=0, limit=limit, reset_s=0)
         script = self._rate_limit_script
         if limit <= 0 or script is None:
             return allowed
-        key = f"rate_limit:{user_id}"
+        if bucket not in _RATE_BUCKETS:
+            raise ValueError(f"unknown rate-limit bucket {bucket!r}")
+        key = f"{bucket}:{user_id}"
         reply = await self._guarded(
             "hit_rate_limit", lambda r: script(keys=[key], args=[window_s], client=r), None
         )
@@ -667,7 +676,9 @@ class Cache:
 
         deleted = await self._delete_matching(r, f"session:{escaped}:*", own_session)
         deleted += await self._delete_matching(r, f"query_cache:{escaped}:*", own_query)
-        deleted += await r.delete(f"rate_limit:{user_id}", f"query_gen:{user_id}")
+        deleted += await r.delete(
+            *(f"{bucket}:{user_id}" for bucket in _RATE_BUCKETS), f"query_gen:{user_id}"
+        )
         return deleted
 
     @staticmethod

@@ -7,7 +7,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, status
 
-from app.api.deps import CorrelationDep, ResourcesDep, SessionDep, UserDep, after_commit
+from app.api.deps import (
+    CorrelationDep,
+    ResourcesDep,
+    SessionDep,
+    UserDep,
+    WriteUserDep,
+    after_commit,
+)
 from app.schemas.common import Seq
 from app.schemas.conversation import (
     ConversationCreate,
@@ -53,7 +60,7 @@ def _session_state(
 
 @router.post("", status_code=status.HTTP_201_CREATED, response_model=ConversationOut)
 async def create_conversation(
-    body: ConversationCreate, user_id: UserDep, session: SessionDep, resources: ResourcesDep
+    body: ConversationCreate, user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
 ) -> ConversationOut:
     """Start a conversation owned by the calling user."""
     conversation = await ConversationService(session, resources.embeddings).create(
@@ -95,7 +102,7 @@ async def get_conversation(
 async def append_message(
     conversation_id: uuid.UUID,
     body: MessageCreate,
-    user_id: UserDep,
+    user_id: WriteUserDep,
     session: SessionDep,
     resources: ResourcesDep,
     correlation: CorrelationDep,
@@ -115,7 +122,7 @@ async def append_message(
 async def append_messages_bulk(
     conversation_id: uuid.UUID,
     body: MessageBulkCreate,
-    user_id: UserDep,
+    user_id: WriteUserDep,
     session: SessionDep,
     resources: ResourcesDep,
     correlation: CorrelationDep,
@@ -161,7 +168,7 @@ async def get_session_state(
 async def set_session_goal(
     conversation_id: uuid.UUID,
     body: SessionGoal,
-    user_id: UserDep,
+    user_id: WriteUserDep,
     session: SessionDep,
     resources: ResourcesDep,
 ) -> SessionOut:

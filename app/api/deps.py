@@ -17,6 +17,7 @@ from app.adapters.cache import Cache
 from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
 from app.observability import correlation_id_var
 from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
+from app.services.api_keys import Caller, KeyAuthenticator, looks_like_key
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig
 
@@ -40,6 +41,9 @@ class Resources:
     # A query holds two connections at once (keyword and vector arms); admitting at most half
     # the pool's connections' worth of queries means none ever waits holding one (no deadlock).
     query_slots: asyncio.Semaphore
+    # Per-user API keys (table api_keys), looked up by hash through a short in-process cache.
+    keys: KeyAuthenticator
+    write_rate_limit_per_minute: int = 0
 
 
 def get_resources(request: Request) -> Resources:
@@ -94,7 +98,7 @@ async def require_service_key(
     resources: ResourcesDep,
     authorization: Annotated[str | None, Header()] = None,
 ) -> None:
-    """Bearer service key (or the admin key) when auth is configured."""
+    """Bearer service key (or the admin key) when auth is configured (docs, metrics)."""
     if resources.api_key is None:
         return
     token = _bearer(authorization)
@@ -124,22 +128,63 @@ def validate_user_id(value: str, field: str = "X-User-Id") -> str:
         raise ValidationFailedError(f"header.{field}: {exc}", field=f"header.{field}") from None
 
 
-async def current_user(
-    _: Annotated[None, Depends(require_service_key)],
+async def current_caller(
+    resources: ResourcesDep,
+    authorization: Annotated[str | None, Header()] = None,
     x_user_id: Annotated[
-        str,
+        str | None,
         Header(
             alias="X-User-Id",
-            description="the end user: 1-255 printable ASCII characters, no spaces",
+            description="the end user (1-255 printable ASCII characters, no spaces): required "
+            "with the service key; with a per-user key optional, and refused (403) when it "
+            "names another user",
             json_schema_extra={"pattern": USER_ID_PATTERN_TEXT},
         ),
-    ],
-) -> str:
-    """The user every /v1 statement is scoped to."""
-    user_id = validate_user_id(x_user_id)
-    return user_id
+    ] = None,
+) -> Caller:
+    """Who the request acts for.
+
+    A per-user key fixes the user (X-User-Id absent or equal, else 403). The service key (or
+    the admin key, or no auth configured) marks a trusted caller that names the user in
+    X-User-Id.
+    """
+    token: str | None = None
+    if resources.api_key is not None:
+        token = _bearer(authorization)
+    elif authorization is not None and authorization.lower().startswith("bearer "):
+        token = authorization[7:].strip() or None
+    trusted = token is None or _matches(token, resources.api_key)
+    trusted = trusted or _matches(token or "", resources.admin_api_key)
+    if not trusted and token is not None:
+        if not looks_like_key(token):
+            if resources.api_key is not None:
+                raise PermissionDeniedError("invalid API key")
+        else:
+            caller = await resources.keys.authenticate(token)
+            if x_user_id is not None and x_user_id != caller.user_id:
+                raise PermissionDeniedError("X-User-Id names another user than the API key's")
+            return caller
+    if x_user_id is None:
+        raise ValidationFailedError("header.X-User-Id: Field required", field="header.X-User-Id")
+    return Caller(validate_user_id(x_user_id))
 
 
+CallerDep = Annotated[Caller, Depends(current_caller)]
+
+
+async def current_user(caller: CallerDep) -> str:
+    """The user every /v1 statement is scoped to (reads: any scope)."""
+    return caller.user_id
+
+
+async def writing_user(caller: CallerDep) -> str:
+    """The user of a write; a read-scoped key is refused (403)."""
+    if not caller.can_write:
+        raise PermissionDeniedError("this API key is read-only")
+    return caller.user_id
+
+
+WriteUserDep = Annotated[str, Depends(writing_user)]
 UserDep = Annotated[str, Depends(current_user)]
 AdminDep = Annotated[None, Depends(require_admin_key)]
 

@@ -40,10 +40,13 @@ _DESCRIPTIONS = {
     "409": "the write conflicts with stored data (e.g. the user already has this content)",
     "413": "request body over the size limit",
     "422": "invalid input: `fields` names each rejected field and why",
+    "429": "too many agent writes for this user this minute: nothing was stored",
     "503": "Postgres unavailable or timing out: nothing was stored, retry (Retry-After)",
 }
 # Routes that never touch the database or need credentials.
 _OPEN = {"/health", "/ready"}
+# The agent's writes count against the per-user write limit (app/api/agent_tools.py).
+_WRITE_LIMITED = {"/v1/tools/save_memory", "/v1/tools/forget_memory", "/v1/tools/rate_message"}
 
 
 def _error(status: str) -> dict[str, Any]:
@@ -56,7 +59,7 @@ def _statuses(path: str, method: str, operation: dict[str, Any], auth_routes: bo
         return statuses
     if auth_routes or path.startswith("/v1"):
         statuses += ["401", "403"]
-    if "{" in path:
+    if "{" in path or path in _WRITE_LIMITED:  # the write tools take ids in the body
         statuses.append("404")
     if "requestBody" in operation:
         statuses.append("413")
@@ -64,6 +67,8 @@ def _statuses(path: str, method: str, operation: dict[str, Any], auth_routes: bo
         statuses.append("409")
     if operation.get("parameters") or "requestBody" in operation:
         statuses.append("422")
+    if path in _WRITE_LIMITED:
+        statuses.append("429")
     if path.startswith("/v1"):
         statuses.append("503")
     return statuses
@@ -83,6 +88,11 @@ def build_openapi(app: FastAPI, *, auth_configured: bool) -> dict[str, Any]:
     schemas["ErrorBody"] = error_schema
     for path, item in document.get("paths", {}).items():
         for method, operation in item.items():
+            for parameter in operation.get("parameters", []):
+                # Only a per-user key may leave X-User-Id out (app/api/deps.py::current_caller);
+                # the document states the rule every other caller must follow.
+                if parameter.get("in") == "header" and parameter.get("name") == "X-User-Id":
+                    parameter["required"] = True
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
             for status in _statuses(path, method, operation, auth_configured):

@@ -6,6 +6,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from app.api.agent_tools import WRITE_TOOL_DEFINITIONS, WRITE_TOOLS_PROMPT
 from app.api.deps import ResourcesDep, UserDep
 from app.observability import correlation_id_var
 from app.schemas.memory import (
@@ -47,7 +48,7 @@ When using retrieved memories:
 
 
 def tool_definitions() -> list[dict[str, Any]]:
-    """query_memory in OpenAI function-calling format."""
+    """query_memory and the write tools in OpenAI function-calling format."""
     return [
         {
             "type": "function",
@@ -85,7 +86,8 @@ def tool_definitions() -> list[dict[str, Any]]:
                     "additionalProperties": False,
                 },
             },
-        }
+        },
+        *WRITE_TOOL_DEFINITIONS,
     ]
 
 
@@ -109,7 +111,7 @@ def _context(item: QueryItem) -> str:
 @router.get("/v1/tools")
 async def list_tools(_: UserDep) -> dict[str, Any]:
     """Tool definitions (OpenAI function-calling format) and the system prompt snippet."""
-    return {"tools": tool_definitions(), "system_prompt": SYSTEM_PROMPT}
+    return {"tools": tool_definitions(), "system_prompt": SYSTEM_PROMPT + WRITE_TOOLS_PROMPT}
 
 
 @router.post("/v1/tools/query_memory", response_model=QueryMemoryResult)

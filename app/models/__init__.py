@@ -1,7 +1,16 @@
 """ORM models; importing this package registers every table on Base.metadata."""
 
+from app.models.api_key import ApiKey
 from app.models.base import Base
 from app.models.conversation import Conversation, Message
 from app.models.memory import MemoryItem, SearchPosting, SearchStats
 
-__all__ = ["Base", "Conversation", "MemoryItem", "Message", "SearchPosting", "SearchStats"]
+__all__ = [
+    "ApiKey",
+    "Base",
+    "Conversation",
+    "MemoryItem",
+    "Message",
+    "SearchPosting",
+    "SearchStats",
+]

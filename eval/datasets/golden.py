@@ -21,6 +21,7 @@ __all__ = [
     "GoldenDataset",
     "GoldenMemory",
     "GoldenMessage",
+    "GoldenToolCall",
     "OtherUser",
     "load_golden",
 ]
@@ -48,6 +49,19 @@ class GoldenMessage:
 
 
 @dataclass(frozen=True)
+class GoldenToolCall:
+    """An agent write made through the HTTP tools after seeding, as the case's user.
+
+    An argument given as {"ref": "<text>"} names the case user's memory or message with that
+    content (a setup item or an earlier save); `expect_action` checks save_memory's answer.
+    """
+
+    tool: str
+    args: Mapping[str, Any]
+    expect_action: str | None = None
+
+
+@dataclass(frozen=True)
 class OtherUser:
     memories: tuple[GoldenMemory, ...]
     messages: tuple[GoldenMessage, ...]
@@ -68,6 +82,7 @@ class GoldenCase:
     time_filter: Mapping[str, datetime] = field(default_factory=dict)
     # Further conversations of the case's user, each stored as a conversation of its own.
     conversations: tuple[tuple[GoldenMessage, ...], ...] = ()
+    tool_calls: tuple[GoldenToolCall, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -119,6 +134,10 @@ def _case(raw: Mapping[str, Any]) -> GoldenCase:
             if (stamp := _timestamp(value)) is not None
         },
         conversations=tuple(_messages(c) for c in raw.get("setup_conversations", [])),
+        tool_calls=tuple(
+            GoldenToolCall(c["tool"], c["args"], c.get("expect_action"))
+            for c in raw.get("setup_tool_calls", [])
+        ),
     )
 
 

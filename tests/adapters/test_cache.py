@@ -319,12 +319,14 @@ async def populate_user(cache: Cache, user: str) -> set[str]:
     """Create one key of every kind for `user`; return their names, computed by hand."""
     await cache.append_session_messages(user, CONV, [message(1)], keep=5)
     await cache.hit_rate_limit(user, 10)
+    await cache.hit_rate_limit(user, 10, bucket="write_limit")
     await cache.set_query_result(user, "q", b"v0")
     await cache.invalidate_user(user)
     await cache.set_query_result(user, "q", b"v1")
     return {
         f"session:{user}:{CONV}",
         f"rate_limit:{user}",
+        f"write_limit:{user}",
         f"query_gen:{user}",
         f"query_cache:{user}:0:{sha('q')}",
         f"query_cache:{user}:1:{sha('q')}",
@@ -340,11 +342,11 @@ async def test_delete_user_removes_only_that_users_keys(cache: Cache, redis_clie
     everything = set().union(*keys.values()) | {"embedding_cache:" + sha("m:alice")}
     assert await all_keys(redis_client) == everything
 
-    assert await cache.delete_user("alice") == 6
+    assert await cache.delete_user("alice") == 7
     assert await all_keys(redis_client) == everything - keys["alice"]
 
-    assert await cache.delete_user("a*b") == 5
-    assert await cache.delete_user("a[b]") == 5
+    assert await cache.delete_user("a*b") == 6
+    assert await cache.delete_user("a[b]") == 6
     assert await all_keys(redis_client) == everything - keys["alice"] - keys["a*b"] - keys["a[b]"]
 
     assert await cache.delete_user("nobody") == 0

@@ -86,6 +86,7 @@ async def world(
         redis_url=redis_srv.url,
         migrate_on_start=False,
         rate_limit_per_minute=0,
+        write_rate_limit_per_minute=0,
     )
     app = create_app(settings, embedder=embedder)
     run = uuid.uuid4().hex[:8]
@@ -282,6 +283,37 @@ async def test_foreign_ids_in_every_field(world: World) -> None:
             assert len(owners) <= 1, owners
         else:
             assert response.status_code == 422
+
+
+async def test_write_tools_never_reach_foreign_rows(world: World) -> None:
+    """forget, rate and supersede with every id another user owns: 404, and nothing changes."""
+    client = world.client
+    pairs = list(zip(world.users[::2], world.users[1::2], strict=True))
+    for user, other in pairs:
+        h = headers(user.id)
+        unknown = await client.post(
+            "/v1/tools/forget_memory", json={"id": str(uuid.uuid4())}, headers=h
+        )
+        for foreign in [*other.memories, *other.messages, other.conversation]:
+            for path, body in (
+                ("/v1/tools/forget_memory", {"id": foreign}),
+                ("/v1/tools/rate_message", {"message_id": foreign, "vote": "up"}),
+                ("/v1/tools/rate_message", {"message_id": foreign, "vote": "down"}),
+                (
+                    "/v1/tools/save_memory",
+                    {"content": f"replaces {foreign}", "type": "note", "supersedes": foreign},
+                ),
+            ):
+                response = await client.post(path, json=body, headers=h)
+                assert response.status_code == 404, (path, body, response.text)
+                if path == "/v1/tools/forget_memory":
+                    assert response.json() == unknown.json()  # no existence leak
+        # The other user's data is all still there.
+        data = await ask(world, other, TOOL, other.secret)
+        assert any(m["content"].endswith(other.secret) for m in data["memories"])
+        mine = await ask(world, user, QUERY, " ".join(f"replaces {f}" for f in other.memories))
+        check_own(world, user, mine, "supersede attempts")
+        assert not [i for i in mine["items"] if i["content"].startswith("replaces ")]
 
 
 async def test_query_cache_is_never_shared_between_users(world: World) -> None:

@@ -418,7 +418,13 @@ async def test_tool_definitions(client: httpx.AsyncClient, user_id: str) -> None
     response = await client.get("/v1/tools", headers=headers(user_id))
     assert response.status_code == 200
     body = response.json()
-    (definition,) = body["tools"]
+    definition = body["tools"][0]
+    assert [t["function"]["name"] for t in body["tools"]] == [
+        "query_memory",
+        "save_memory",
+        "forget_memory",
+        "rate_message",
+    ]
     assert definition["type"] == "function"
     function = definition["function"]
     assert function["name"] == "query_memory"

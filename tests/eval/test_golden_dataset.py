@@ -36,6 +36,7 @@ MIN_PER_CATEGORY = {
     "security": 10,
     "time": 6,
     "multi_hop": 3,
+    "agent_writes": 6,
 }
 CATEGORIES = set(MIN_PER_CATEGORY)
 
@@ -53,8 +54,10 @@ OPTIONAL_CASE_FIELDS = {
     "other_users",
     "time_filter",
     "setup_conversations",
+    "setup_tool_calls",
 }
 TIME_FILTER_FIELDS = {"time_from", "time_to", "as_of"}
+TOOLS = {"save_memory", "forget_memory", "rate_message"}
 MEMORY_FIELDS = {"content", "type", "importance", "created_at", "expires_at", "deleted"}
 
 # Rough token estimate (words * 1.3) that the budget cases' memories must exceed.
@@ -94,10 +97,33 @@ def _is_live(memory: dict[str, Any]) -> bool:
     return not memory.get("deleted", False) and not _is_expired(memory)
 
 
+def _rating_note(case: dict[str, Any], message: str) -> str:
+    """The note an upvote of `message` stores (app/services/agent_memory.py::rate)."""
+    messages = case.get("setup_messages", [])
+    index = next(i for i, m in enumerate(messages) if m["content"] == message)
+    before = messages[index - 1] if index > 0 else None
+    if messages[index]["role"] == "assistant" and before and before["role"] == "user":
+        return f"User: {before['content']}\nAssistant: {message}"
+    return message
+
+
 def _own_live_contents(case: dict[str, Any]) -> set[str]:
     contents = {m["content"] for m in case["setup_memories"] if _is_live(m)}
     contents |= {m["content"] for m in case.get("setup_messages", [])}
     contents |= {m["content"] for c in case.get("setup_conversations", []) for m in c}
+    # The agent writes, in order: what they add and what they take away.
+    for call in case.get("setup_tool_calls", []):
+        args = call["args"]
+        if call["tool"] == "save_memory":
+            contents.add(args["content"])
+            if "supersedes" in args:
+                contents.discard(args["supersedes"]["ref"])
+        elif call["tool"] == "forget_memory":
+            contents.discard(args["id"]["ref"])
+        elif args["vote"] == "up":
+            contents.add(_rating_note(case, args["message_id"]["ref"]))
+        elif _rating_note(case, args["message_id"]["ref"]) != args["message_id"]["ref"]:
+            contents.discard(_rating_note(case, args["message_id"]["ref"]))
     return contents
 
 
@@ -376,6 +402,30 @@ def test_messages_cases_expect_message_content_only() -> None:
         assert case["expected_retrievals"], case["id"]
         for expected in case["expected_retrievals"]:
             assert expected in messages and expected not in memories, (case["id"], expected)
+
+
+def test_agent_write_cases_make_well_formed_tool_calls() -> None:
+    for case in _by_category("agent_writes"):
+        calls = case.get("setup_tool_calls")
+        assert isinstance(calls, list) and calls, case["id"]
+        setup = {m["content"] for m in case["setup_memories"]}
+        messages = {m["content"] for m in case.get("setup_messages", [])}
+        saved: set[str] = set()
+        for call in calls:
+            assert set(call) <= {"tool", "args", "expect_action"}, case["id"]
+            assert call["tool"] in TOOLS, case["id"]
+            refs = [v["ref"] for v in call["args"].values() if isinstance(v, dict)]
+            for ref in refs:
+                assert ref in setup | messages | saved, (case["id"], ref)
+            if call["tool"] == "save_memory":
+                assert call["args"]["type"] in MEMORY_TYPES, case["id"]
+                saved.add(call["args"]["content"])
+            elif call["tool"] == "rate_message":
+                assert call["args"]["vote"] in {"up", "down"}, case["id"]
+                assert call["args"]["message_id"]["ref"] in messages, case["id"]
+    for case in _cases():
+        if case["category"] != "agent_writes":
+            assert "setup_tool_calls" not in case, case["id"]
 
 
 def test_security_cases_have_other_users() -> None:

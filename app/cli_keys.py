@@ -1,0 +1,107 @@
+"""`pgrecall keys`: per-user API keys (create prints the token once; list; revoke).
+
+Registered in app/cli.py; runs like the admin commands (the configured database or the
+embedded one, migrated first) through app/cli_admin.py's runner.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from app.cli_admin import Runtime, _fail, _run, _user
+from app.errors import ServiceError
+
+if TYPE_CHECKING:
+    from app.models import ApiKey
+
+keys_app = typer.Typer(no_args_is_help=True, help="per-user API keys (the key fixes the user)")
+
+
+def _state(key: ApiKey) -> str:
+    from datetime import UTC, datetime
+
+    if key.revoked_at is not None:
+        return "revoked"
+    if key.expires_at is not None and key.expires_at <= datetime.now(UTC):
+        return "expired"
+    return "active"
+
+
+def _when(value: object) -> str:
+    return "-" if value is None else f"{value:%Y-%m-%d %H:%M}"
+
+
+@keys_app.command("create")
+def keys_create(
+    user: Annotated[str, typer.Option("--user", help="the user the key acts for")],
+    scope: Annotated[str, typer.Option("--scope", help="read or write")] = "write",
+    expires: Annotated[
+        str | None, typer.Option("--expires", help="lifetime such as 30d, 12h, 90m, 2w")
+    ] = None,
+) -> None:
+    """Create a key; its token is printed once and cannot be shown again."""
+    from app.services.api_keys import READ, WRITE, ApiKeyService, CreatedKey, parse_duration
+
+    user_id = _user(user)
+    if scope not in (READ, WRITE):
+        raise _fail("--scope must be read or write", 2)
+    try:
+        lifetime = parse_duration(expires) if expires is not None else None
+    except ValueError as exc:
+        raise _fail(f"--expires {exc}", 2) from None
+
+    async def work(rt: Runtime) -> CreatedKey:
+        async with rt.sessionmaker() as session, session.begin():
+            return await ApiKeyService(session).create(user_id, scope, lifetime)
+
+    created = _run(work)
+    key = created.key
+    typer.echo(created.token)
+    typer.echo(
+        f"key {key.id} for user {key.user_id}, scope {key.scope}, expires "
+        f"{_when(key.expires_at) if key.expires_at else 'never'}; store the token now: "
+        "only its hash is kept",
+        err=True,
+    )
+
+
+@keys_app.command("list")
+def keys_list(
+    user: Annotated[str | None, typer.Option("--user", help="only this user's keys")] = None,
+) -> None:
+    """List keys (never the tokens), newest first."""
+    from app.services.api_keys import ApiKeyService
+
+    user_id = _user(user) if user is not None else None
+
+    async def work(rt: Runtime) -> list[ApiKey]:
+        async with rt.sessionmaker() as session, session.begin():
+            return list(await ApiKeyService(session).list(user_id))
+
+    keys = _run(work)
+    for key in keys:
+        typer.echo(
+            f"{key.id}  {key.prefix}...  {key.user_id}  {key.scope:<5}  {_state(key):<7}  "
+            f"created {_when(key.created_at)}  expires {_when(key.expires_at)}  "
+            f"last used {_when(key.last_used_at)}"
+        )
+    typer.echo(f"{len(keys)} keys", err=True)
+
+
+@keys_app.command("revoke")
+def keys_revoke(key_id: Annotated[uuid.UUID, typer.Argument(help="the key's id")]) -> None:
+    """Revoke a key for good; a running service refuses it within PGRECALL_KEY_CACHE_TTL_S."""
+    from app.services.api_keys import ApiKeyService
+
+    async def work(rt: Runtime) -> ApiKey:
+        async with rt.sessionmaker() as session, session.begin():
+            return await ApiKeyService(session).revoke(key_id)
+
+    try:
+        key = _run(work)
+    except ServiceError as exc:
+        raise _fail(exc.message) from None
+    typer.echo(f"revoked {key.id} (user {key.user_id}) at {_when(key.revoked_at)}")

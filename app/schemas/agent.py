@@ -1,0 +1,143 @@
+"""Agent write tools and the MCP tools: arguments and results (shared by HTTP and MCP)."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+from app.schemas.common import NON_BLANK_SCHEMA, Timestamp, check_non_blank, json_float, json_int
+from app.schemas.memory import MemoryType, Query
+
+# A saved memory is a short statement, not a document: 4000 characters is ~1000 tokens, the
+# whole default answer budget of query_memory.
+MAX_SAVE_CHARS = 4_000
+MAX_PAGE = 100
+
+
+SaveContent = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_SAVE_CHARS, json_schema_extra=NON_BLANK_SCHEMA),
+    AfterValidator(check_non_blank),
+]
+Importance = json_float(ge=0.0, le=1.0)
+PageLimit = json_int(ge=1, le=MAX_PAGE)
+PageOffset = json_int(ge=0, le=1_000_000)
+HitLimit = json_int(ge=1, le=50)
+
+
+class SaveMemoryArgs(BaseModel):
+    """save_memory: store a fact, preference, decision or note about the user."""
+
+    model_config = ConfigDict(extra="forbid")
+    content: SaveContent = Field(description="The memory, as one self-contained statement.")
+    type: MemoryType = Field(description="fact, preference, decision or note")
+    importance: Importance | None = Field(default=None, description="0..1 (default 0.5)")
+    expires_at: Timestamp | None = Field(
+        default=None,
+        description="ISO 8601 time with offset after which it no longer holds (a past time "
+        "stores it as already expired)",
+    )
+    supersedes: uuid.UUID | None = Field(
+        default=None,
+        description="id of one of the user's memories this one replaces (it is forgotten)",
+    )
+
+
+class ForgetMemoryArgs(BaseModel):
+    """forget_memory: soft-delete one of the user's memories."""
+
+    model_config = ConfigDict(extra="forbid")
+    id: uuid.UUID = Field(description="the memory's id, as query_memory returned it")
+
+
+class RateMessageArgs(BaseModel):
+    """rate_message: an upvote keeps a message as a note; a downvote removes that note."""
+
+    model_config = ConfigDict(extra="forbid")
+    message_id: uuid.UUID
+    vote: Literal["up", "down"]
+
+
+class ListMemoriesArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    limit: PageLimit = 20
+    offset: PageOffset = 0
+    type: MemoryType | None = None
+
+
+class SearchConversationsArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    query: Query
+    after: Timestamp | None = Field(default=None, description="only messages from then on")
+    before: Timestamp | None = Field(default=None, description="only messages before then")
+    limit: HitLimit = 10
+
+    @model_validator(mode="after")
+    def _range(self) -> SearchConversationsArgs:
+        if self.after and self.before and self.before <= self.after:
+            raise ValueError("before must be later than after")
+        return self
+
+
+class MemoryOut(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+    id: uuid.UUID
+    content: str
+    type: str
+    importance: float
+    created_at: datetime
+    updated_at: datetime
+    expires_at: datetime | None
+    source_message_id: uuid.UUID | None
+
+
+SaveAction = Literal["added", "updated", "unchanged", "restored"]
+
+
+class SaveMemoryResult(BaseModel):
+    memory: MemoryOut
+    action: SaveAction = Field(
+        description="added; updated (a near-duplicate, cosine >= 0.90, took the new text); "
+        "unchanged (the user already had this text); restored (a forgotten identical memory)"
+    )
+    superseded: uuid.UUID | None = None
+
+
+class ForgetMemoryResult(BaseModel):
+    id: uuid.UUID
+    forgotten: bool = True
+
+
+class RateMessageResult(BaseModel):
+    message_id: uuid.UUID
+    vote: Literal["up", "down"]
+    action: Literal["added", "unchanged", "restored", "exists", "removed"]
+    memory: MemoryOut | None = None
+    removed: int = 0
+
+
+class MemoryPage(BaseModel):
+    items: list[MemoryOut]
+    total: int
+    next_offset: int | None
+
+
+class MessageHit(BaseModel):
+    id: str
+    conversation_id: str | None
+    role: str | None
+    content: str
+    created_at: datetime
+    relevance: float
+
+
+class MessageHits(BaseModel):
+    messages: list[MessageHit]
+    truncated: bool
+    token_count: int
+    error: str | None = None
+    degraded: str | None = None
+    rate_limited: bool = False

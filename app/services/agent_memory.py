@@ -1,0 +1,234 @@
+"""What agents may do to their user's memory: save, forget, rate a message, list, search turns.
+
+One implementation behind both front doors (HTTP tools in app/api/agent_tools.py, MCP tools in
+app/mcp/). Saving goes through the seeding path (app/services/seed.py::upsert_memories), so a
+near-duplicate (cosine >= 0.90) updates the stored memory exactly as a seed file would.
+Services flush, never commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.adapters.cache import Cache
+from app.errors import NotFoundError, RateLimitedError
+from app.models import MemoryItem
+from app.repositories.agent_memory import RATING_ORIGIN, AgentMemoryRepository
+from app.repositories.memory import MemoryRepository
+from app.retrieval.budget import pack
+from app.schemas.admin import AdminMemoryCreate
+from app.services.admin import AdminMemoryService
+from app.services.embedding import EmbeddingService
+from app.services.memory import MemoryInput, MemoryService, content_hash
+from app.services.query import QueryItem, QueryRequest, QueryResult, QueryService
+from app.services.seed import upsert_memories
+
+SAVE_ORIGIN = "save_memory"
+# With a time range, the range is applied to this many ranked messages (see search_messages).
+_RANGE_CANDIDATES = 100
+
+
+@dataclass(frozen=True)
+class Saved:
+    item: MemoryItem
+    action: str  # added | updated | unchanged | restored
+    superseded: uuid.UUID | None = None
+
+
+@dataclass(frozen=True)
+class Rated:
+    message_id: uuid.UUID
+    vote: str
+    action: str  # added | unchanged | restored | exists | removed
+    item: MemoryItem | None = None
+    removed: int = 0
+
+
+async def admit_write(cache: Cache, user_id: str, per_minute: int) -> None:
+    """Count one agent write; RateLimitedError (429) over the limit. Fails open without Redis."""
+    decision = await cache.hit_rate_limit(user_id, per_minute, bucket="write_limit")
+    if not decision.allowed:
+        raise RateLimitedError(
+            f"write limit of {per_minute} per minute reached; retry in {decision.reset_s} s"
+        )
+
+
+class AgentMemoryService:
+    def __init__(self, session: AsyncSession, embeddings: EmbeddingService) -> None:
+        self.session = session
+        self.embeddings = embeddings
+        self.repo = AgentMemoryRepository(session)
+        self.memories = MemoryRepository(session)
+        self.admin = AdminMemoryService(session, embeddings)
+
+    async def save(
+        self,
+        user_id: str,
+        content: str,
+        type: str,
+        *,
+        importance: float | None = None,
+        expires_at: datetime | None = None,
+        supersedes: uuid.UUID | None = None,
+    ) -> Saved:
+        """Store a memory; an identical or near-identical one of the user is reused instead."""
+        superseded = None
+        if supersedes is not None:
+            # Validity chains come with issue 14; until then the replaced memory is forgotten.
+            if await self.memories.get(user_id, supersedes) is None:
+                raise NotFoundError("memory not found")
+            await self.admin.set_deleted(user_id, supersedes, True)
+            superseded = supersedes
+        digest = content_hash(content)
+        existing = await self._by_hash(user_id, digest)
+        if existing is not None:
+            expired = existing.expires_at is not None and existing.expires_at <= datetime.now(UTC)
+            if existing.deleted_at is None and not expired:
+                return Saved(existing, "unchanged", superseded)
+            # A forgotten or expired copy of the same text: the new statement brings it back.
+            restored = await self.admin.repo.update(
+                user_id, existing.id, {"deleted_at": None, "expires_at": expires_at}
+            )
+            if restored is None:  # purged by a concurrent transaction
+                raise NotFoundError("memory not found")
+            return Saved(restored, "restored", superseded)
+        # The new statement replaces a near-duplicate wholesale: its expiry too (None clears).
+        fields: dict[str, object] = {"expires_at": expires_at}
+        if importance is not None:
+            fields["importance"] = importance
+        row = AdminMemoryCreate(
+            user_id=user_id,
+            content=content,
+            type=type,  # type: ignore[arg-type]
+            source="agent",
+            metadata={"via": SAVE_ORIGIN},
+            **fields,  # type: ignore[arg-type]
+        )
+        report = await upsert_memories(self.session, [row], self.embeddings)
+        stored = await self._by_hash(user_id, digest)
+        if stored is None:  # purged by a concurrent transaction
+            raise NotFoundError("memory not found")
+        action = "updated" if report.updated else "added" if report.added else "unchanged"
+        return Saved(stored, action, superseded)
+
+    async def forget(self, user_id: str, item_id: uuid.UUID) -> MemoryItem:
+        """Soft-delete one of the user's memories (idempotent); 404 for any other id."""
+        item = await self.memories.get(user_id, item_id, include_deleted=True)
+        if item is None:
+            raise NotFoundError("memory not found")
+        if item.deleted_at is not None:
+            return item
+        return await self.admin.set_deleted(user_id, item_id, True)
+
+    async def rate(self, user_id: str, message_id: uuid.UUID, vote: str) -> Rated:
+        """Up: keep the message (with the user turn an assistant reply answers) as a note.
+        Down: remove the note an upvote made. Both idempotent; 404 for another user's message."""
+        message = await self.repo.message(user_id, message_id)
+        if message is None:
+            raise NotFoundError("message not found")
+        made = await self.repo.rating_memories(user_id, message_id, include_deleted=True)
+        if vote == "down":
+            live = [m for m in made if m.deleted_at is None]
+            for item in live:
+                await self.admin.set_deleted(user_id, item.id, True)
+            return Rated(message_id, vote, "removed", removed=len(live))
+        live = [m for m in made if m.deleted_at is None]
+        if live:
+            return Rated(message_id, vote, "unchanged", live[0])
+        if made:
+            restored = await self.admin.set_deleted(user_id, made[-1].id, False)
+            return Rated(message_id, vote, "restored", restored)
+        content = message.content
+        if message.role == "assistant":
+            question = await self.repo.turn_before(user_id, message)
+            if question is not None and question.role == "user":
+                content = f"User: {question.content}\nAssistant: {message.content}"
+        created = await MemoryService(self.session, self.embeddings).create_many(
+            [
+                MemoryInput(
+                    user_id=user_id,
+                    content=content,
+                    type="note",
+                    source="rate_message",
+                    source_message_id=message_id,
+                    metadata={"via": RATING_ORIGIN},
+                )
+            ]
+        )
+        if created:
+            item = await self.memories.get(user_id, created[0])
+            assert item is not None
+            return Rated(message_id, vote, "added", item)
+        # The user already has this exact text as a memory (saved another way): keep that one.
+        existing = await self._by_hash(user_id, content_hash(content))
+        if existing is None:
+            raise NotFoundError("message not found")
+        if existing.deleted_at is not None:
+            existing = await self.admin.set_deleted(user_id, existing.id, False)
+        return Rated(message_id, vote, "exists", existing)
+
+    async def page(
+        self, user_id: str, *, limit: int, offset: int, type: str | None = None
+    ) -> tuple[Sequence[MemoryItem], int]:
+        """The user's live memories, newest first, and how many there are."""
+        return await self.repo.live_page(user_id, limit=limit, offset=offset, type=type)
+
+    async def _by_hash(self, user_id: str, digest: str) -> MemoryItem | None:
+        found = (await self.admin.repo.ids_by_hash(user_id, [digest])).get(digest)
+        return None if found is None else await self.admin.repo.get(user_id, found)
+
+
+async def search_messages(
+    queries: QueryService,
+    user_id: str,
+    query: str,
+    *,
+    limit: int,
+    min_score: float,
+    token_budget: int,
+    after: datetime | None = None,
+    before: datetime | None = None,
+    correlation_id: str = "-",
+) -> QueryResult:
+    """Past conversation turns only, ranked as query_memory ranks them, optionally in a range.
+
+    The range is applied to the best `_RANGE_CANDIDATES` ranked turns, then the kept ones are
+    packed under the token budget again. (Time filters inside retrieval arrive with issue 13;
+    then the range should be passed down instead.)
+    """
+    ranged = after is not None or before is not None
+    result = await queries.query(
+        QueryRequest(
+            user_id=user_id,
+            query=query,
+            limit=_RANGE_CANDIDATES if ranged else limit,
+            min_score=min_score,
+            sources=("message",),
+            token_budget=100_000 if ranged else token_budget,
+        ),
+        correlation_id=correlation_id,
+    )
+    if not ranged:
+        return result
+    kept = [i for i in result.items if _within(i, after, before)][:limit]
+    packed = pack([i.content for i in kept], token_budget)
+    result.items = [_repacked(kept[p.index], p.text, p.tokens, p.cut) for p in packed.items]
+    result.total_count = len(kept)
+    result.token_count = packed.token_count
+    result.truncated = packed.truncated
+    return result
+
+
+def _within(item: QueryItem, after: datetime | None, before: datetime | None) -> bool:
+    return (after is None or item.created_at >= after) and (
+        before is None or item.created_at < before
+    )
+
+
+def _repacked(item: QueryItem, text: str, tokens: int, cut: bool) -> QueryItem:
+    return replace(item, content=text, tokens=tokens, cut=cut)

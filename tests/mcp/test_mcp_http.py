@@ -1,0 +1,222 @@
+"""MCP over streamable HTTP: the SDK's client against the real app and its real servers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from mcp import Client
+
+from tests.mcp.conftest import make_key
+
+TOOLS = {"search_memory", "save_memory", "forget_memory", "list_memories", "search_conversations"}
+
+
+async def call(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
+    result = await client.call_tool(name, arguments)
+    assert not result.is_error, result.content
+    return dict(result.structured_content or {})
+
+
+async def test_tools_save_search_forget(
+    make_client: Callable[..., Any], mcp_client: Callable[..., Any], user_id: str
+) -> None:
+    async with make_client() as (_, app):
+        token = (await make_key(app, user_id)).token
+        async with mcp_client(app, token) as client:
+            listed = await client.list_tools()
+            assert {t.name for t in listed.tools} == TOOLS
+            for tool in listed.tools:  # the user is never an argument
+                properties = tool.input_schema.get("properties", {})
+                assert not {"user", "user_id", "userId"} & set(properties), tool.name
+
+            saved = await call(
+                client, "save_memory", content="I keep bees on my allotment", type="fact"
+            )
+            assert saved["action"] == "added"
+            item = saved["memory"]["id"]
+            found = await call(client, "search_memory", query="what animals do I keep?")
+            assert [m["id"] for m in found["memories"]] == [item]
+            assert "<memories>" in found["formatted"]
+            page = await call(client, "list_memories", limit=10)
+            assert [m["id"] for m in page["items"]] == [item] and page["total"] == 1
+
+            forgotten = await call(client, "forget_memory", id=item)
+            assert forgotten == {"id": item, "forgotten": True}
+            after = await call(client, "search_memory", query="what animals do I keep?")
+            assert after["memories"] == []
+            assert (await call(client, "list_memories"))["total"] == 0
+
+
+async def test_legacy_handshake_clients_work_too(
+    make_client: Callable[..., Any], mcp_client: Callable[..., Any], user_id: str
+) -> None:
+    async with make_client() as (_, app):
+        token = (await make_key(app, user_id)).token
+        async with mcp_client(app, token, mode="legacy") as client:
+            assert {t.name for t in (await client.list_tools()).tools} == TOOLS
+            saved = await call(client, "save_memory", content="I ride a tandem", type="fact")
+            found = await call(client, "search_memory", query="what bicycle do I ride?")
+            assert saved["memory"]["id"] in {m["id"] for m in found["memories"]}
+
+
+async def test_a_key_never_reaches_another_users_data(
+    make_client: Callable[..., Any],
+    mcp_client: Callable[..., Any],
+    user_id: str,
+    other_user_id: str,
+) -> None:
+    async with make_client() as (http, app):
+        a, b = (await make_key(app, user_id)).token, (await make_key(app, other_user_id)).token
+        conversation = await http.post(
+            "/v1/conversations", json={}, headers={"Authorization": f"Bearer {b}"}
+        )
+        cid = conversation.json()["id"]
+        await http.post(
+            f"/v1/conversations/{cid}/messages",
+            json={"role": "user", "content": "My locker code is 4417 at the pool"},
+            headers={"Authorization": f"Bearer {b}"},
+        )
+        async with mcp_client(app, b) as client:
+            secret = await call(
+                client, "save_memory", content="My bank PIN hint is the pool locker", type="note"
+            )
+        secret_id = secret["memory"]["id"]
+
+        async with mcp_client(app, a) as client:
+            for query in ("locker code pool", "bank PIN hint", other_user_id, secret_id):
+                found = await call(client, "search_memory", query=query)
+                assert found["memories"] == [], query
+                turns = await call(client, "search_conversations", query=query)
+                assert turns["messages"] == [], query
+            assert (await call(client, "list_memories"))["total"] == 0
+            # B's ids through every id-taking argument: not found, nothing changed.
+            refused = await client.call_tool("forget_memory", {"id": secret_id})
+            assert refused.is_error and "NotFoundError" in refused.content[0].text
+            superseding = await client.call_tool(
+                "save_memory", {"content": "x", "type": "note", "supersedes": secret_id}
+            )
+            assert superseding.is_error and "NotFoundError" in superseding.content[0].text
+            # A user named in arguments is not obeyed: it is rejected or ignored.
+            sneaky = await client.call_tool(
+                "search_memory", {"query": "bank PIN hint", "user_id": other_user_id}
+            )
+            assert sneaky.is_error or sneaky.structured_content["memories"] == []
+            assert "4417" not in json.dumps(sneaky.structured_content or {})
+
+        async with mcp_client(app, b) as client:
+            still = await call(client, "search_memory", query="bank PIN hint")
+            assert secret_id in {m["id"] for m in still["memories"]}
+
+
+async def test_read_key_cannot_save_or_forget(
+    make_client: Callable[..., Any], mcp_client: Callable[..., Any], user_id: str
+) -> None:
+    async with make_client() as (_, app):
+        writer, reader = (
+            (await make_key(app, user_id)).token,
+            (await make_key(app, user_id, scope="read")).token,
+        )
+        async with mcp_client(app, writer) as client:
+            item = await call(client, "save_memory", content="I speak Welsh", type="fact")
+        async with mcp_client(app, reader) as client:
+            found = await call(client, "search_memory", query="which languages do I speak?")
+            assert item["memory"]["id"] in {m["id"] for m in found["memories"]}
+            for name, args in (
+                ("save_memory", {"content": "I speak Breton", "type": "fact"}),
+                ("forget_memory", {"id": item["memory"]["id"]}),
+            ):
+                result = await client.call_tool(name, args)
+                assert result.is_error and "read-only" in result.content[0].text
+            assert (await call(client, "list_memories"))["total"] == 1
+
+
+async def test_endpoint_refuses_bad_credentials(
+    make_client: Callable[..., Any], user_id: str, other_user_id: str
+) -> None:
+    from pydantic import SecretStr
+
+    from app.services.api_keys import ApiKeyService
+    from tests.mcp.conftest import http_client
+
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    accept = {"Accept": "application/json, text/event-stream"}
+    async with make_client(api_key=SecretStr("service-key-0123456789"), key_cache_ttl_s=0.0) as (
+        _,
+        app,
+    ):
+        created = await make_key(app, user_id)
+        cases: list[tuple[str | None, dict[str, str], int]] = [
+            (None, {}, 401),
+            ("service-key-0123456789", {}, 403),  # a trusted service key names no user here
+            ("pgr_unknown", {}, 403),
+            (created.token, {"X-User-Id": other_user_id}, 403),
+        ]
+        for token, extra, status in cases:
+            async with http_client(app, token, **accept, **extra) as http:
+                response = await http.post("/mcp", json=body)
+                assert response.status_code == status, (token, extra, response.text)
+        async with http_client(app, created.token, **accept) as http:
+            assert (await http.post("/mcp", json=body)).status_code == 200
+        async with app.state.resources.sessionmaker() as session, session.begin():
+            await ApiKeyService(session).revoke(created.key.id)
+        async with http_client(app, created.token, **accept) as http:
+            revoked = await http.post("/mcp", json=body)
+            assert revoked.status_code == 401
+            assert revoked.headers["www-authenticate"] == "Bearer"
+
+
+async def test_search_conversations_with_a_time_range(
+    make_client: Callable[..., Any], mcp_client: Callable[..., Any], user_id: str
+) -> None:
+    async with make_client() as (http, app):
+        token = (await make_key(app, user_id)).token
+        auth = {"Authorization": f"Bearer {token}"}
+        cid = (await http.post("/v1/conversations", json={}, headers=auth)).json()["id"]
+        stored = await http.post(
+            f"/v1/conversations/{cid}/messages:bulk",
+            json={
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": "We booked the ferry to Skye for the summer trip",
+                        "created_at": "2025-03-01T10:00:00Z",
+                    },
+                    {
+                        "role": "user",
+                        "content": "We booked the ferry to Mull for the autumn trip",
+                        "created_at": "2026-09-01T10:00:00Z",
+                    },
+                ]
+            },
+            headers=auth,
+        )
+        assert stored.status_code == 201, stored.text
+        skye, mull = (m["id"] for m in stored.json()["items"])
+        async with mcp_client(app, token) as client:
+            both = await call(client, "search_conversations", query="which ferry did we book?")
+            assert {m["id"] for m in both["messages"]} == {skye, mull}
+            late = await call(
+                client,
+                "search_conversations",
+                query="which ferry did we book?",
+                after="2026-01-01T00:00:00Z",
+            )
+            assert [m["id"] for m in late["messages"]] == [mull]
+            early = await call(
+                client,
+                "search_conversations",
+                query="which ferry did we book?",
+                before="2026-01-01T00:00:00Z",
+            )
+            assert [m["id"] for m in early["messages"]] == [skye]
+            bad = await client.call_tool(
+                "search_conversations",
+                {
+                    "query": "ferry",
+                    "after": "2026-01-01T00:00:00Z",
+                    "before": "2025-01-01T00:00:00Z",
+                },
+            )
+            assert bad.is_error and "before must be later than after" in bad.content[0].text
