@@ -1,0 +1,81 @@
+"""Start-up with an external Postgres: migrations and grants as the owner, requests as the
+service role; a missing service role stops start-up with one readable line."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from app.adapters.embedder import LocalEmbedder
+from app.config import Settings
+from app.embedded import EmbeddedPostgres
+from app.main import create_app
+from app.roles import DEFAULT_APP_ROLE, RoleSetupError, ensure_service_role, with_user
+from tests.helpers import headers
+
+
+@pytest.fixture
+async def fresh_db(pg: EmbeddedPostgres) -> AsyncIterator[str]:
+    """An empty database on the test server (no migrations, no grants yet); the owner's URL."""
+    name = f"pgr_roles_{uuid.uuid4().hex[:12]}"
+    admin = create_async_engine(pg.url, isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(text(f'CREATE DATABASE "{name}"'))
+        yield pg.url.replace("@/postgres?", f"@/{name}?")
+        async with admin.connect() as conn:
+            await conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    finally:
+        await admin.dispose()
+
+
+async def test_start_up_migrates_as_the_owner_and_grants_the_service_role(
+    fresh_db: str, embedder: LocalEmbedder, user_id: str
+) -> None:
+    settings = Settings(
+        database_url=with_user(fresh_db, DEFAULT_APP_ROLE),
+        migration_database_url=fresh_db,
+        rate_limit_per_minute=0,
+    )
+    app = create_app(settings, embedder=embedder)
+    async with app.router.lifespan_context(app):
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            response = await client.post("/v1/conversations", json={}, headers=headers(user_id))
+            assert response.status_code == 201, response.text
+            assert (await client.get("/ready")).status_code == 200
+        async with app.state.resources.engine.connect() as conn:
+            assert await conn.scalar(text("SELECT current_user")) == DEFAULT_APP_ROLE
+
+
+async def test_a_missing_service_role_is_named(fresh_db: str) -> None:
+    with pytest.raises(RoleSetupError, match="pgrecall_nobody does not exist"):
+        await ensure_service_role(fresh_db, "pgrecall_nobody", create=False)
+
+
+async def test_creating_the_role_twice_is_harmless_and_resets_bypassrls(fresh_db: str) -> None:
+    from app.migrate import upgrade_head
+
+    await asyncio.to_thread(upgrade_head, fresh_db)
+    role = f"pgr_test_{uuid.uuid4().hex[:8]}"
+    await ensure_service_role(fresh_db, role, create=True)
+    owner = create_async_engine(fresh_db)
+    try:
+        async with owner.begin() as conn:
+            await conn.execute(text(f"ALTER ROLE {role} BYPASSRLS"))
+        await ensure_service_role(fresh_db, role, create=True)
+        async with owner.begin() as conn:
+            bypass = await conn.scalar(
+                text("SELECT rolbypassrls FROM pg_roles WHERE rolname = :r"), {"r": role}
+            )
+            assert bypass is False
+            await conn.execute(text(f"DROP OWNED BY {role}"))
+            await conn.execute(text(f"DROP ROLE {role}"))
+    finally:
+        await owner.dispose()
