@@ -2,7 +2,7 @@
 
 Row-level security (migration 0003_rls) shows the service role only the rows of the user named
 in the transaction's `pgrecall.user_id` setting, or every row in the admin mode. Sessions made
-with `user_session`/`user_sessions` set the user, and those made with `admin_sessions` the admin
+with `user_session` set the user, and those made with `admin_sessions` the admin
 mode, at the start of every transaction they run: with set_config(..., true), transaction-local
 like SET LOCAL, so commit or rollback (also after an error) clears it and a pooled connection
 never carries one user into the next transaction. A session made without a scope sees no rows
@@ -87,15 +87,6 @@ def user_session(sessionmaker: async_sessionmaker[AsyncSession], user_id: str) -
     if not user_id:
         raise ValueError("a user-scoped session needs a user id")
     return sessionmaker(info={_SCOPE: UserScope(user_id)})
-
-
-def user_sessions(
-    sessionmaker: async_sessionmaker[AsyncSession], user_id: str
-) -> async_sessionmaker[AsyncSession]:
-    """A sessionmaker whose sessions all run as `user_id` (services that open several)."""
-    if not user_id:
-        raise ValueError("a user-scoped session needs a user id")
-    return _scoped(sessionmaker, UserScope(user_id))
 
 
 def admin_sessions(

@@ -43,6 +43,7 @@ USER_TABLES: tuple[str, ...] = (
     "search_stats",
 )
 READ_ONLY_TABLES: tuple[str, ...] = ("alembic_version",)
+_LOCK_KEY = 0x70677263  # "pgrc": serialises role set-up across processes
 _ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
@@ -154,6 +155,9 @@ async def ensure_service_role(owner_url: str, role: str, *, create: bool) -> Non
     engine = create_async_engine(owner_url, poolclass=NullPool)
     try:
         async with engine.begin() as conn:
+            # Two processes starting at once (serve and an admin command) take turns: concurrent
+            # GRANTs on one table can fail with "tuple concurrently updated".
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
             exists = await conn.scalar(
                 text("SELECT true FROM pg_roles WHERE rolname = :r"), {"r": role}
             )
