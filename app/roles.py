@@ -189,13 +189,18 @@ async def ensure_service_role(owner_url: str, role: str, *, create: bool) -> Non
 async def rls_status(conn: AsyncConnection) -> tuple[bool, str]:
     """Whether row-level security binds the role this connection logs in as.
 
-    Not ok when the role is a superuser or has BYPASSRLS (policies do not apply), owns a
-    user-data table (it could switch RLS off), or a user-data table lacks ENABLE/FORCE RLS.
+    Not ok when the role is a superuser or has BYPASSRLS (policies do not apply), may SET ROLE
+    to such a role, owns a user-data table or may act as its owner (it could switch RLS off),
+    holds TRUNCATE on one (TRUNCATE ignores RLS), or a user-data table lacks forced RLS.
     """
     role = (
         await conn.execute(
             text(
-                "SELECT rolname, rolsuper, rolbypassrls FROM pg_roles WHERE rolname = CURRENT_USER"
+                "SELECT rolname, rolsuper, rolbypassrls, "
+                "(SELECT string_agg(r.rolname, ', ' ORDER BY r.rolname) FROM pg_roles AS r "
+                " WHERE (r.rolsuper OR r.rolbypassrls) AND r.rolname <> CURRENT_USER "
+                " AND pg_has_role(CURRENT_USER, r.oid, 'MEMBER')) AS escalates_to "
+                "FROM pg_roles WHERE rolname = CURRENT_USER"
             )
         )
     ).one()
@@ -208,9 +213,11 @@ async def rls_status(conn: AsyncConnection) -> tuple[bool, str]:
     rows = (
         await conn.execute(
             text(
-                "SELECT t.name, c.relrowsecurity, c.relforcerowsecurity, "
-                "pg_get_userbyid(c.relowner) AS owner, "
-                "(SELECT count(*) FROM pg_policy AS p WHERE p.polrelid = c.oid) AS policies "
+                "SELECT t.name, c.oid IS NOT NULL AS present, "
+                "coalesce(c.relrowsecurity AND c.relforcerowsecurity, false) AS forced, "
+                "(SELECT count(*) FROM pg_policy AS p WHERE p.polrelid = c.oid) AS policies, "
+                "c.oid IS NOT NULL AND pg_has_role(CURRENT_USER, c.relowner, 'MEMBER') AS owns, "
+                "c.oid IS NOT NULL AND has_table_privilege(c.oid, 'TRUNCATE') AS truncates "
                 "FROM unnest(CAST(:tables AS text[])) AS t(name) "
                 "LEFT JOIN pg_class AS c ON c.oid = to_regclass(t.name)"
             ),
@@ -218,13 +225,17 @@ async def rls_status(conn: AsyncConnection) -> tuple[bool, str]:
         )
     ).all()
     problems = []
+    if role.escalates_to:
+        problems.append(f"may SET ROLE to {role.escalates_to} (superuser or BYPASSRLS)")
     for r in rows:
-        if r.owner is None:
+        if not r.present:
             problems.append(f"{r.name} missing")
-        elif not (r.relrowsecurity and r.relforcerowsecurity and r.policies):
+        elif not (r.forced and r.policies):
             problems.append(f"{r.name} without forced row-level security")
-        elif r.owner == role.rolname:
-            problems.append(f"{r.name} owned by the service role")
+        elif r.owns:
+            problems.append(f"{r.name} owned by the service role (or a role it may become)")
+        elif r.truncates:
+            problems.append(f"TRUNCATE on {r.name} (it ignores row-level security)")
     if problems:
         return False, f"service role {role.rolname}: " + "; ".join(problems)
     return True, (

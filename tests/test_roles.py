@@ -79,3 +79,52 @@ async def test_creating_the_role_twice_is_harmless_and_resets_bypassrls(fresh_db
             await conn.execute(text(f"DROP ROLE {role}"))
     finally:
         await owner.dispose()
+
+
+@pytest.mark.parametrize(
+    ("grant", "revoke", "problem"),
+    [
+        (None, None, None),
+        (
+            "GRANT TRUNCATE ON memory_items TO {role}",
+            "REVOKE TRUNCATE ON memory_items FROM {role}",
+            "TRUNCATE on memory_items",
+        ),
+        ("GRANT postgres TO {role}", "REVOKE postgres FROM {role}", "may SET ROLE to postgres"),
+        (
+            "ALTER TABLE messages NO FORCE ROW LEVEL SECURITY",
+            "ALTER TABLE messages FORCE ROW LEVEL SECURITY",
+            "messages without forced row-level security",
+        ),
+        ("ALTER ROLE {role} BYPASSRLS", "ALTER ROLE {role} NOBYPASSRLS", "a BYPASSRLS role"),
+    ],
+)
+async def test_rls_status_names_what_lets_the_role_escape(
+    fresh_db: str, grant: str | None, revoke: str | None, problem: str | None
+) -> None:
+    from app.migrate import upgrade_head
+    from app.roles import rls_status
+
+    await asyncio.to_thread(upgrade_head, fresh_db)
+    role = f"pgr_test_{uuid.uuid4().hex[:8]}"
+    await ensure_service_role(fresh_db, role, create=True)
+    owner = create_async_engine(fresh_db)
+    service = create_async_engine(with_user(fresh_db, role))
+    try:
+        if grant:
+            async with owner.begin() as conn:
+                await conn.execute(text(grant.format(role=role)))
+        async with service.connect() as conn:
+            ok, message = await rls_status(conn)
+        if problem is None:
+            assert ok, message
+        else:
+            assert not ok and problem in message, message
+    finally:
+        await service.dispose()
+        async with owner.begin() as conn:
+            if revoke:
+                await conn.execute(text(revoke.format(role=role)))
+            await conn.execute(text(f"DROP OWNED BY {role}"))
+            await conn.execute(text(f"DROP ROLE {role}"))
+        await owner.dispose()
