@@ -242,3 +242,16 @@ async def rls_status(conn: AsyncConnection) -> tuple[bool, str]:
         f"service role {role.rolname}: no superuser, no BYPASSRLS, owns no user-data table; "
         f"forced row-level security on {len(rows)} tables"
     )
+
+
+async def rls_status_at(url: str) -> tuple[bool, str]:
+    """rls_status for the role a URL logs in as (the service URL: `database_urls().service`);
+    a failed connection is not ok, with the reason."""
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        async with engine.connect() as conn:
+            return await rls_status(conn)
+    except (SQLAlchemyError, OSError) as exc:
+        return False, f"cannot connect as {user_of(url)}: {type(exc).__name__}: {exc}"
+    finally:
+        await engine.dispose()

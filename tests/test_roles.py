@@ -128,3 +128,14 @@ async def test_rls_status_names_what_lets_the_role_escape(
             await conn.execute(text(f"DROP OWNED BY {role}"))
             await conn.execute(text(f"DROP ROLE {role}"))
         await owner.dispose()
+
+
+async def test_rls_status_at_a_url(pg: EmbeddedPostgres) -> None:
+    from app.roles import rls_status_at
+
+    ok, message = await rls_status_at(with_user(pg.url, DEFAULT_APP_ROLE))
+    assert ok, message
+    ok, message = await rls_status_at(pg.url)
+    assert not ok and "superuser" in message
+    ok, message = await rls_status_at(with_user(pg.url, "pgrecall_nobody"))
+    assert not ok and "cannot connect as pgrecall_nobody" in message
