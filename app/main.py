@@ -62,8 +62,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         urls = await asyncio.to_thread(database_urls, settings)
-        if settings.migrate_on_start:
-            await prepare_database(urls)  # as the owner; requests run as the service role
+        # As the owner; requests run as the service role.
+        await prepare_database(urls, migrate=settings.migrate_on_start)
         engine = create_engine(
             urls.service,
             pool_size=settings.db_pool_size,

@@ -99,13 +99,15 @@ def database_urls(settings: Settings, embedded: EmbeddedPostgres | None = None) 
     return DatabaseUrls(with_user(owner, settings.app_role), owner, create_role=True)
 
 
-async def prepare_database(urls: DatabaseUrls) -> None:
-    """As the owner: migrate to head, then create (embedded) and grant the service role."""
+async def prepare_database(urls: DatabaseUrls, *, migrate: bool = True) -> None:
+    """As the owner: migrate to head, then grant the service role (and, embedded, create it:
+    that happens even with migrations off, the role is part of the embedded default)."""
     from app.migrate import upgrade_head
 
-    await asyncio.to_thread(upgrade_head, urls.owner)
+    if migrate:
+        await asyncio.to_thread(upgrade_head, urls.owner)
     role = user_of(urls.service)
-    if urls.separate_roles and role is not None:
+    if urls.separate_roles and role is not None and (migrate or urls.create_role):
         await ensure_service_role(urls.owner, role, create=urls.create_role)
 
 
@@ -255,3 +257,36 @@ async def rls_status_at(url: str) -> tuple[bool, str]:
         return False, f"cannot connect as {user_of(url)}: {type(exc).__name__}: {exc}"
     finally:
         await engine.dispose()
+
+
+async def service_role_status(
+    owner_url: str, service_url: str, *, created_at_start: bool, migrate_on_start: bool
+) -> tuple[bool, str] | None:
+    """`pgrecall doctor`'s row-security check: rls_status of the service role, or why it
+    cannot be checked yet. None: not checkable (migrations pending and not applied at start).
+
+    `created_at_start`: the embedded default, whose start-up creates a missing role.
+    """
+    from app.migrate import current_revision, head_revision
+
+    role = user_of(service_url)
+    engine = create_async_engine(owner_url, poolclass=NullPool)
+    try:
+        async with engine.connect() as conn:
+            exists = await conn.scalar(
+                text("SELECT true FROM pg_roles WHERE rolname = :r"), {"r": role}
+            )
+        revision = await current_revision(engine)
+    except (SQLAlchemyError, OSError) as exc:
+        return False, f"cannot read roles as {user_of(owner_url)}: {type(exc).__name__}: {exc}"
+    finally:
+        await engine.dispose()
+    if not exists:
+        if created_at_start:
+            return True, f"service role {role} does not exist yet: start-up creates it"
+        return False, f"role {role} does not exist: create it as docs/security.md shows"
+    if revision != head_revision():
+        if migrate_on_start:
+            return True, "checked once start-up has applied the pending migrations"
+        return None
+    return await rls_status_at(service_url)

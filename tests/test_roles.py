@@ -139,3 +139,21 @@ async def test_rls_status_at_a_url(pg: EmbeddedPostgres) -> None:
     assert not ok and "superuser" in message
     ok, message = await rls_status_at(with_user(pg.url, "pgrecall_nobody"))
     assert not ok and "cannot connect as pgrecall_nobody" in message
+
+
+async def test_service_role_status_for_doctor(pg: EmbeddedPostgres) -> None:
+    from app.roles import service_role_status
+
+    nobody = with_user(pg.url, "pgrecall_nobody")
+    ok, message = await service_role_status(  # type: ignore[misc]
+        pg.url, nobody, created_at_start=False, migrate_on_start=True
+    )
+    assert not ok and "role pgrecall_nobody does not exist" in message
+    ok, message = await service_role_status(  # type: ignore[misc]
+        pg.url, nobody, created_at_start=True, migrate_on_start=True
+    )
+    assert ok and "start-up creates it" in message
+    ok, message = await service_role_status(  # type: ignore[misc]
+        pg.url, with_user(pg.url, DEFAULT_APP_ROLE), created_at_start=True, migrate_on_start=True
+    )
+    assert ok and "no BYPASSRLS" in message
