@@ -11,6 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from app.db import user_session
 from app.services.memory import MemoryInput, MemoryService
 from tests.helpers import headers, new_conversation
 
@@ -40,7 +41,7 @@ async def seed(client: httpx.AsyncClient, app: FastAPI, user: str) -> None:
     )
     assert response.status_code == 201, response.text
     res = app.state.resources
-    async with res.sessionmaker() as session, session.begin():
+    async with user_session(res.sessionmaker, user) as session, session.begin():
         await MemoryService(session, res.embeddings).create_many(
             [MemoryInput(user_id=user, content=MEMORY[0], type="fact", created_at=MEMORY[1])]
         )
