@@ -70,15 +70,20 @@ def serve(
         signal.signal(sig, _exit_cleanly)
     try:
         if lock is not None:
+            # Started here so that it is stopped here; the app's start-up attaches to it, runs
+            # the migrations as its superuser and serves as the service role (app/roles.py).
             embedded = EmbeddedPostgres(settings.data_dir)
             try:
-                url = embedded.start()
+                owner_url = embedded.start()
             except Exception as exc:  # one line naming the cause, not a traceback
                 raise explain_start_failure(settings, exc) from exc
-            settings = settings.model_copy(update={"database_url": url})
             log.info("embedded postgres ready in %s", embedded.pgdata)
-        assert settings.database_url is not None
-        preflight(settings, settings.database_url, embedded=embedded is not None)
+        else:
+            owner_url = settings.migration_database_url or settings.database_url
+        assert owner_url is not None
+        # As the owner (it migrates). The app keeps database_url unset for the embedded server:
+        # its start-up attaches, creates the service role and serves requests as that role.
+        preflight(settings, owner_url, embedded=embedded is not None)
         uvicorn.run(
             create_app(settings),
             host=settings.host,
@@ -107,20 +112,19 @@ def _exit_cleanly(signum: int, _frame: FrameType | None) -> None:
 
 @db_app.command("upgrade")
 def db_upgrade() -> None:
-    """Apply pending migrations."""
+    """Apply pending migrations and grant the service role its privileges (as the owner)."""
+    import asyncio
+
     from app.embedded import EmbeddedPostgres
-    from app.migrate import upgrade_head
+    from app.roles import database_urls, prepare_database
 
     settings = settings_or_exit()
-    if settings.database_url:
-        upgrade_head(settings.database_url)
-    else:
-        embedded = EmbeddedPostgres(settings.data_dir)
-        try:
-            upgrade_head(embedded.start())
-        finally:
-            if embedded.started_here:  # leave a server that `pgrecall serve` runs alone
-                embedded.stop()
+    embedded = None if settings.database_url else EmbeddedPostgres(settings.data_dir)
+    try:
+        asyncio.run(prepare_database(database_urls(settings, embedded)))
+    finally:
+        if embedded is not None and embedded.started_here:  # leave a server `serve` runs alone
+            embedded.stop()
     typer.echo("database at head")
 
 

@@ -30,6 +30,7 @@ from app.services.embedding import EmbeddingService
 
 if TYPE_CHECKING:
     from app.models import MemoryItem
+    from app.roles import DatabaseUrls
     from app.services.admin import AdminMemoryService
     from app.services.seed import SeedReport
 
@@ -56,16 +57,21 @@ def _settings() -> Settings:
 
 
 def _run(work: Callable[[Runtime], Awaitable[T]], *, embedder: bool = False) -> T:
-    """Start (or attach to) the database, migrate, and run `work` with fresh resources."""
+    """Start (or attach to) the database, migrate, and run `work` with fresh resources.
+
+    Admin work connects as the owner (PGRECALL_MIGRATION_DATABASE_URL, the embedded server's
+    superuser, or else PGRECALL_DATABASE_URL): index rebuilds need the tables' owner. Row-level
+    security still applies to an owner that is not a superuser (FORCE), so every command scopes
+    its sessions to one user or to the audited admin mode.
+    """
     from app.embedded import EmbeddedPostgres
-    from app.migrate import upgrade_head
+    from app.roles import database_urls
 
     settings = _settings()
     embedded = None
     lock = None
-    url = settings.database_url
     try:
-        if url is None:
+        if settings.database_url is None:
             settings.data_dir.mkdir(parents=True, exist_ok=True)
             # Hold `pgrecall serve`'s lock while we may own the server, so a serve starting
             # meanwhile cannot attach to a server this command is about to stop.
@@ -76,14 +82,25 @@ def _run(work: Callable[[Runtime], Awaitable[T]], *, embedder: bool = False) -> 
                 lock.close()
                 lock = None
             embedded = EmbeddedPostgres(settings.data_dir)
-            url = embedded.start()
-        upgrade_head(url)
-        return asyncio.run(_with_runtime(settings, url, work, embedder))
+        urls = database_urls(settings, embedded)
+        return asyncio.run(_prepared(settings, urls, work, embedder))
     finally:
         if embedded is not None and embedded.started_here:
             embedded.stop()  # a server `pgrecall serve` started is left alone
         if lock is not None:
             lock.close()
+
+
+async def _prepared(
+    settings: Settings,
+    urls: DatabaseUrls,
+    work: Callable[[Runtime], Awaitable[T]],
+    embedder: bool,
+) -> T:
+    from app.roles import prepare_database
+
+    await prepare_database(urls)
+    return await _with_runtime(settings, urls.owner, work, embedder)
 
 
 async def _with_runtime(
@@ -197,13 +214,15 @@ def reindex(
     ] = False,
 ) -> None:
     """Rebuild the ivfflat vector indexes with lists sized to the data (locks each table)."""
+    from app.db import admin_sessions
     from app.services.reindex import TABLES, ReindexResult
     from app.services.reindex import reindex as rebuild
 
     async def work(rt: Runtime) -> list[ReindexResult]:
         results = []
+        sessions = admin_sessions(rt.sessionmaker, "reindex")  # counts every user's rows
         for table in TABLES:
-            async with rt.sessionmaker() as session, session.begin():
+            async with sessions() as session, session.begin():
                 results.append(await rebuild(session, table, only_if_stale=if_stale))
         return results
 
@@ -298,17 +317,19 @@ def _dump(item: MemoryItem) -> str:
 
 
 def _admin_call(
-    call: Callable[[AdminMemoryService], Awaitable[T]], *, invalidate: str | None = None
+    user: str, call: Callable[[AdminMemoryService], Awaitable[T]], *, invalidate: bool = False
 ) -> T:
-    """Run one AdminMemoryService call in a transaction; 404s become a message and exit 1."""
+    """Run one AdminMemoryService call on the user's rows in a transaction; 404s become a
+    message and exit 1."""
+    from app.db import user_session
     from app.services.admin import AdminMemoryService
 
     async def work(rt: Runtime) -> T:
-        async with rt.sessionmaker() as session, session.begin():
+        async with user_session(rt.sessionmaker, user) as session, session.begin():
             # Listing and state changes never embed; content edits go through the HTTP API.
             result = await call(AdminMemoryService(session, None))
-        if invalidate is not None:
-            await rt.cache.invalidate_user(invalidate)
+        if invalidate:
+            await rt.cache.invalidate_user(user)
         return result
 
     try:
@@ -342,7 +363,9 @@ def memories_list(
         created_before=_aware(created_before),
         include_deleted=include_deleted,
     )
-    items, total = _admin_call(lambda s: s.list(filters, limit=limit, offset=offset))
+    items, total = _admin_call(
+        filters.user_id, lambda s: s.list(filters, limit=limit, offset=offset)
+    )
     for item in items:
         typer.echo(_dump(item) if as_json else _line(item))
     if not as_json:
@@ -352,21 +375,24 @@ def memories_list(
 @memories_app.command("show")
 def memories_show(user: UserOption, item_id: Annotated[uuid.UUID, typer.Argument()]) -> None:
     """Print one memory as JSON."""
-    item = _admin_call(lambda s: s.get(_user(user), item_id))
+    user = _user(user)
+    item = _admin_call(user, lambda s: s.get(user, item_id))
     typer.echo(json.dumps(json.loads(_dump(item)), indent=2))
 
 
 @memories_app.command("delete")
 def memories_delete(user: UserOption, item_id: Annotated[uuid.UUID, typer.Argument()]) -> None:
     """Soft-delete one memory (restore undoes it)."""
-    _admin_call(lambda s: s.set_deleted(_user(user), item_id, True), invalidate=user)
+    user = _user(user)
+    _admin_call(user, lambda s: s.set_deleted(user, item_id, True), invalidate=True)
     typer.echo(f"deleted {item_id}")
 
 
 @memories_app.command("restore")
 def memories_restore(user: UserOption, item_id: Annotated[uuid.UUID, typer.Argument()]) -> None:
     """Restore a soft-deleted memory."""
-    _admin_call(lambda s: s.set_deleted(_user(user), item_id, False), invalidate=user)
+    user = _user(user)
+    _admin_call(user, lambda s: s.set_deleted(user, item_id, False), invalidate=True)
     typer.echo(f"restored {item_id}")
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from app.cli_admin import Runtime, _fail, _run, _user
+from app.db import admin_sessions, user_session
 from app.errors import ServiceError
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def keys_create(
         raise _fail(f"--expires {exc}", 2) from None
 
     async def work(rt: Runtime) -> CreatedKey:
-        async with rt.sessionmaker() as session, session.begin():
+        async with user_session(rt.sessionmaker, user_id) as session, session.begin():
             return await ApiKeyService(session).create(user_id, scope, lifetime)
 
     created = _run(work)
@@ -78,7 +79,12 @@ def keys_list(
     user_id = _user(user) if user is not None else None
 
     async def work(rt: Runtime) -> list[ApiKey]:
-        async with rt.sessionmaker() as session, session.begin():
+        scoped = (
+            user_session(rt.sessionmaker, user_id)
+            if user_id is not None
+            else admin_sessions(rt.sessionmaker, "keys list")()
+        )
+        async with scoped as session, session.begin():
             return list(await ApiKeyService(session).list(user_id))
 
     keys = _run(work)
@@ -97,7 +103,7 @@ def keys_revoke(key_id: Annotated[uuid.UUID, typer.Argument(help="the key's id")
     from app.services.api_keys import ApiKeyService
 
     async def work(rt: Runtime) -> ApiKey:
-        async with rt.sessionmaker() as session, session.begin():
+        async with admin_sessions(rt.sessionmaker, "keys revoke")() as session, session.begin():
             return await ApiKeyService(session).revoke(key_id)
 
     try:

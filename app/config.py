@@ -33,6 +33,14 @@ class Settings(BaseSettings):
     database_url: str | None = Field(
         default=None, description="Postgres DSN; unset = embedded Postgres in data_dir"
     )
+    migration_database_url: str | None = Field(
+        default=None,
+        description="owner's DSN for migrations and grants when database_url is the service role",
+    )
+    app_role: str = Field(
+        default="pgrecall_app",
+        description="the service's own role on the embedded server (created at start-up)",
+    )
     redis_url: str | None = Field(
         default=None, description="Redis URL; unset = no cache, no rate limit"
     )
@@ -84,7 +92,7 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_format: LogFormat = LogFormat.TEXT
 
-    @field_validator("database_url")
+    @field_validator("database_url", "migration_database_url")
     @classmethod
     def _normalise_dsn(cls, value: str | None) -> str | None:
         """Accept postgres:// and postgresql:// and use the asyncpg driver."""
@@ -108,6 +116,13 @@ class Settings(BaseSettings):
         if raw is None or (isinstance(raw, str) and not raw.strip()):
             return None
         return value
+
+    @field_validator("app_role")
+    @classmethod
+    def _check_role(cls, value: str) -> str:
+        from app.roles import check_role_name
+
+        return check_role_name(value)
 
     @field_validator("redis_url")
     @classmethod

@@ -1,19 +1,39 @@
-"""Engine and session factories.
+"""Engine and session factories, and whose rows a session may see.
+
+Row-level security (migration 0003_rls) shows the service role only the rows of the user named
+in the transaction's `pgrecall.user_id` setting, or every row in the admin mode. Sessions made
+with `user_session` set the user, and those made with `admin_sessions` the admin
+mode, at the start of every transaction they run: with set_config(..., true), transaction-local
+like SET LOCAL, so commit or rollback (also after an error) clears it and a pooled connection
+never carries one user into the next transaction. A session made without a scope sees no rows
+as the service role (it still works as the owner, for maintenance and tests).
 
 Vectors travel in pgvector's text form: the ORM's Vector type renders them, and raw SQL casts a
 `vector_literal()` string. (pgvector's binary asyncpg codec would clash with the ORM type.)"""
 
 from __future__ import annotations
 
+import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from sqlalchemy import event, text
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
     create_async_engine,
 )
+from sqlalchemy.orm import Session, SessionTransaction
+
+audit = logging.getLogger("app.audit")
+
+_SCOPE = "pgrecall.scope"
+_SET_USER = text("SELECT set_config('pgrecall.user_id', :user_id, true)")
+_SET_ADMIN = text("SELECT set_config('pgrecall.admin', 'on', true)")
+_SET_KEY_HASH = text("SELECT set_config('pgrecall.key_hash', :key_hash, true)")
 
 
 def create_engine(
@@ -47,3 +67,81 @@ def vector_literal(vector: Any) -> str:
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     """Sessions that keep loaded attributes after commit (responses are built after it)."""
     return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
+
+
+@dataclass(frozen=True)
+class UserScope:
+    """Transactions see and write only this user's rows."""
+
+    user_id: str
+
+
+@dataclass(frozen=True)
+class AdminScope:
+    """Transactions see every user's rows; `reason` goes to the audit log."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class KeyLookupScope:
+    """Transactions see only the API key row with this token hash (authentication, which runs
+    before the user is known)."""
+
+    key_hash: str
+
+
+def key_lookup_session(
+    sessionmaker: async_sessionmaker[AsyncSession], key_hash: str
+) -> AsyncSession:
+    """A session that can read (and mark used) one API key row, found by its token hash."""
+    if not key_hash:
+        raise ValueError("a key lookup needs a hash")
+    return sessionmaker(info={_SCOPE: KeyLookupScope(key_hash)})
+
+
+def user_session(sessionmaker: async_sessionmaker[AsyncSession], user_id: str) -> AsyncSession:
+    """A session whose every transaction runs as `user_id` under row-level security."""
+    if not user_id:
+        raise ValueError("a user-scoped session needs a user id")
+    return sessionmaker(info={_SCOPE: UserScope(user_id)})
+
+
+def admin_sessions(
+    sessionmaker: async_sessionmaker[AsyncSession], reason: str
+) -> async_sessionmaker[AsyncSession]:
+    """A sessionmaker in the admin mode (every user's rows), for work that spans users:
+    re-embedding, index rebuilds, seeding, the admin API. Each transaction is audit-logged."""
+    return _scoped(sessionmaker, AdminScope(reason))
+
+
+def _scoped(
+    sessionmaker: async_sessionmaker[AsyncSession], scope: UserScope | AdminScope
+) -> async_sessionmaker[AsyncSession]:
+    kw = dict(sessionmaker.kw)
+    kw["info"] = {**kw.get("info", {}), _SCOPE: scope}
+    return async_sessionmaker(class_=sessionmaker.class_, **kw)
+
+
+def session_scope(
+    session: Session | AsyncSession,
+) -> UserScope | AdminScope | KeyLookupScope | None:
+    """The scope a session was made with (None: unscoped)."""
+    scope = session.info.get(_SCOPE)
+    return scope if isinstance(scope, UserScope | AdminScope | KeyLookupScope) else None
+
+
+@event.listens_for(Session, "after_begin")
+def _apply_scope(session: Session, _tx: SessionTransaction, connection: Connection) -> None:
+    """First statement of every transaction of a scoped session (any engine, any sessionmaker)."""
+    scope = session_scope(session)
+    if isinstance(scope, UserScope):
+        connection.execute(_SET_USER, {"user_id": scope.user_id})
+    elif isinstance(scope, KeyLookupScope):
+        connection.execute(_SET_KEY_HASH, {"key_hash": scope.key_hash})
+    elif isinstance(scope, AdminScope):
+        audit.info(
+            "admin mode: all users' rows visible",
+            extra={"fields": {"reason": scope.reason}},
+        )
+        connection.execute(_SET_ADMIN)

@@ -18,13 +18,12 @@ from app.api.handlers import install_handlers
 from app.api.openapi import install_openapi
 from app.config import Settings
 from app.db import create_engine, create_sessionmaker
-from app.embedded import EmbeddedPostgres
 from app.mcp.http import McpHttp
 from app.middleware import BodySizeLimitMiddleware, CorrelationIdMiddleware
-from app.migrate import upgrade_head
 from app.proxy import routes as chat_proxy
 from app.proxy.upstream import ChatUpstream
 from app.retrieval.presets import get_preset
+from app.roles import database_urls, prepare_database, warn_unless_rls_binds
 from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig
@@ -59,26 +58,20 @@ def embedder_from_settings(settings: Settings) -> Embedder:
     )
 
 
-def database_url(settings: Settings) -> str:
-    """The configured database, or the embedded server (started or attached)."""
-    if settings.database_url:
-        return settings.database_url
-    return EmbeddedPostgres(settings.data_dir).start()
-
-
 def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastAPI:
     """The ASGI app; resources are created in the lifespan, not at import."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        url = await asyncio.to_thread(database_url, settings)
-        if settings.migrate_on_start:
-            await asyncio.to_thread(upgrade_head, url)
+        urls = await asyncio.to_thread(database_urls, settings)
+        # As the owner; requests run as the service role.
+        await prepare_database(urls, migrate=settings.migrate_on_start)
         engine = create_engine(
-            url,
+            urls.service,
             pool_size=settings.db_pool_size,
             statement_timeout_ms=int(settings.query_timeout_s * 1000) + 3000,
         )
+        await warn_unless_rls_binds(engine)
         cache = Cache.from_url(settings.redis_url)
         if not cache.enabled:
             log.info(

@@ -20,6 +20,7 @@ from fastapi import FastAPI
 
 from app.api.deps import Resources
 from app.config import Settings
+from app.db import admin_sessions, user_session
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
 from app.services.memory import MemoryInput, MemoryService
@@ -36,11 +37,13 @@ class Harness:
 
     async def add_memories(self, items: Sequence[MemoryInput]) -> list[uuid.UUID]:
         """Store curated memories through the memory service (the admin write path)."""
-        async with self.resources.sessionmaker() as session, session.begin():
+        # A dataset seeds many users at once: the admin mode, as `pgrecall seed` does.
+        sessions = admin_sessions(self.resources.sessionmaker, "eval seed")
+        async with sessions() as session, session.begin():
             return await MemoryService(session, self.resources.embeddings).create_many(items)
 
     async def set_deleted(self, user_id: str, item_id: uuid.UUID) -> None:
-        async with self.resources.sessionmaker() as session, session.begin():
+        async with user_session(self.resources.sessionmaker, user_id) as session, session.begin():
             await MemoryService(session, self.resources.embeddings).set_deleted(
                 user_id, item_id, True
             )
@@ -90,9 +93,9 @@ async def running_service(settings: Settings | None = None) -> AsyncIterator[Har
     if settings is None or settings.database_url is None:
         tmp = Path(tempfile.mkdtemp(prefix="pgrecall-eval-"))
         embedded = EmbeddedPostgres(tmp)
-        url = embedded.start()
+        embedded.start()  # started (and stopped) here; the app attaches as in the default
         base = settings or Settings()
-        settings = base.model_copy(update={"database_url": url, "data_dir": tmp})
+        settings = base.model_copy(update={"data_dir": tmp})
     app = create_app(settings)
     try:
         async with app.router.lifespan_context(app):

@@ -24,7 +24,7 @@ from app.config import Settings
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
 from tests.redis_server import RedisServer
-from tests.servers import temporary_postgres, temporary_redis
+from tests.servers import service_url, temporary_postgres, temporary_redis
 
 # CI runs every property test on the same examples (failures found locally are pinned with
 # @example); locally hypothesis keeps exploring. CI=true is set by the CI runner.
@@ -75,9 +75,11 @@ def other_user_id() -> str:
 
 @pytest.fixture
 def base_settings(pg: EmbeddedPostgres, redis_srv: RedisServer) -> Settings:
-    """Settings on the real servers; no rate limit unless a test asks for one."""
+    """Settings on the real servers, requests as the service role (row-level security on); no
+    rate limit unless a test asks for one."""
     return Settings(
-        database_url=pg.url,
+        database_url=service_url(pg),
+        migration_database_url=pg.url,
         redis_url=redis_srv.url,
         migrate_on_start=False,
         rate_limit_per_minute=0,

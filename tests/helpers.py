@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
+
+from app.db import user_session
+from app.services.api_keys import ApiKeyService, CreatedKey
 
 
 def headers(user: str, **extra: str) -> dict[str, str]:
@@ -28,3 +32,10 @@ async def add_messages(
     )
     assert response.status_code == 201, response.text
     return list(response.json()["items"])
+
+
+async def make_key(app: FastAPI, user: str, scope: str = "write", **kw: Any) -> CreatedKey:
+    """A per-user API key stored as the service stores it (as that user, under RLS)."""
+    sessions = app.state.resources.sessionmaker
+    async with user_session(sessions, user) as session, session.begin():
+        return await ApiKeyService(session).create(user, scope, **kw)

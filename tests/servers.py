@@ -6,6 +6,7 @@ often longer.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from pathlib import Path
 
 from app.embedded import EmbeddedPostgres
 from app.migrate import upgrade_head
+from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
 from tests.redis_server import RedisServer
 
 
@@ -32,14 +34,21 @@ def temporary_redis() -> Iterator[RedisServer]:
 
 @contextmanager
 def temporary_postgres(*, migrate: bool = True) -> Iterator[EmbeddedPostgres]:
-    """A started embedded Postgres (migrated to head unless told not to), removed afterwards."""
+    """A started embedded Postgres (migrated to head, with the service role, unless told not
+    to), removed afterwards."""
     directory = Path(tempfile.mkdtemp(prefix="pgr-pg-"))
     server = EmbeddedPostgres(directory)
     url = server.start()
     try:
         if migrate:
             upgrade_head(url)
+            asyncio.run(ensure_service_role(url, DEFAULT_APP_ROLE, create=True))
         yield server
     finally:
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+def service_url(server: EmbeddedPostgres) -> str:
+    """The server as the service role (bound by row-level security), not its superuser."""
+    return with_user(server.url, DEFAULT_APP_ROLE)

@@ -22,6 +22,7 @@ from app.doctor.checks import blocking_parents, check_exposure
 from app.doctor.postgres import CRASH_MESSAGE, check_index_build, probe_engine
 from app.embedded import EmbeddedPostgres
 from tests.redis_server import RedisServer
+from tests.servers import service_url
 
 ROOT = Path(__file__).resolve().parent.parent
 PGRECALL = ROOT / ".venv" / "bin" / "pgrecall"
@@ -65,6 +66,7 @@ ALL_CHECKS = [
     "versions",
     "index build",
     "migrations",
+    "row security",
     "redis",
     "embedder",
     "tokenizer",
@@ -80,7 +82,8 @@ def test_healthy_install_attached_is_all_ok(
     assert result.returncode == 0, result.stdout + result.stderr
     assert _statuses(result.stdout) == dict.fromkeys(ALL_CHECKS, "ok"), result.stdout
     assert "migrations   at head" in result.stdout
-    assert "all 11 checks ok" in result.stdout
+    assert "all 12 checks ok" in result.stdout
+    assert "row security service role pgrecall_app: no superuser, no BYPASSRLS" in result.stdout
     assert pg.is_running()  # not doctor's to stop
 
 
@@ -99,7 +102,9 @@ def test_postgres_stopped_names_postgres(workdir: Path) -> None:
     assert result.returncode == 1
     statuses = _statuses(result.stdout)
     assert statuses["postgres"] == "FAIL"
-    assert {statuses[n] for n in ("versions", "index build", "migrations")} == {"skip"}
+    assert {statuses[n] for n in ("versions", "index build", "migrations", "row security")} == {
+        "skip"
+    }
     # Checks that do not need Postgres still run.
     assert statuses["embedder"] == statuses["tokenizer"] == "ok"
     (summary,) = result.stderr.strip().splitlines()
@@ -109,7 +114,11 @@ def test_postgres_stopped_names_postgres(workdir: Path) -> None:
 
 def test_redis_unreachable_names_redis(pg: EmbeddedPostgres, workdir: Path) -> None:
     result = _run(
-        ["doctor"], workdir, database_url=pg.url, redis_url=f"unix://{workdir}/redis.sock"
+        ["doctor"],
+        workdir,
+        database_url=service_url(pg),
+        migration_database_url=pg.url,
+        redis_url=f"unix://{workdir}/redis.sock",
     )
     assert result.returncode == 1
     assert _statuses(result.stdout)["redis"] == "FAIL"
@@ -117,6 +126,20 @@ def test_redis_unreachable_names_redis(pg: EmbeddedPostgres, workdir: Path) -> N
     (summary,) = result.stderr.strip().splitlines()
     assert summary.startswith("pgrecall doctor: redis failed: PGRECALL_REDIS_URL unix://")
     assert "unreachable" in summary
+
+
+def test_service_running_as_a_superuser_fails_row_security(
+    pg: EmbeddedPostgres, workdir: Path
+) -> None:
+    """One URL naming the superuser: everything works, but RLS does not bind it."""
+    result = _run(["doctor"], workdir, database_url=pg.url)
+    assert result.returncode == 1
+    statuses = _statuses(result.stdout)
+    assert statuses["row security"] == "FAIL" and statuses["postgres"] == "ok"
+    (summary,) = result.stderr.strip().splitlines()
+    assert summary.startswith(
+        "pgrecall doctor: row security failed: the service runs as postgres, a superuser role"
+    )
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the Postgres OS user exists only under root")

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Response, status
 from pydantic import AfterValidator
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.deps import AdminDep, ResourcesDep, SessionDep, after_commit
+from app.api.deps import AdminSessionDep, ResourcesDep, after_commit
 from app.repositories.admin import MemoryFilter
 from app.schemas.admin import (
     AdminBulkResult,
@@ -75,8 +75,7 @@ def _invalidate(session: AsyncSession, resources: ResourcesDep, users: set[str])
 )
 async def create_memory(
     body: AdminMemoryCreate,
-    _: AdminDep,
-    session: SessionDep,
+    session: AdminSessionDep,
     resources: ResourcesDep,
     response: Response,
 ) -> AdminMemoryOut:
@@ -92,7 +91,7 @@ async def create_memory(
 
 @router.post("/memories:bulk", response_model=AdminBulkResult, status_code=status.HTTP_201_CREATED)
 async def create_memories(
-    body: AdminMemoryBulkCreate, _: AdminDep, session: SessionDep, resources: ResourcesDep
+    body: AdminMemoryBulkCreate, session: AdminSessionDep, resources: ResourcesDep
 ) -> AdminBulkResult:
     """Create up to 1000 memories in one transaction; texts a user already has are reported."""
     items, duplicates = await _service(session, resources).create_many(
@@ -107,8 +106,7 @@ async def create_memories(
 
 @router.get("/memories", response_model=AdminMemoryPage)
 async def list_memories(
-    _: AdminDep,
-    session: SessionDep,
+    session: AdminSessionDep,
     resources: ResourcesDep,
     user_id: UserQuery,
     type_: Annotated[MemoryType | None, Query(alias="type")] = None,
@@ -140,8 +138,7 @@ async def list_memories(
 async def get_memory(
     item_id: uuid.UUID,
     user_id: UserQuery,
-    _: AdminDep,
-    session: SessionDep,
+    session: AdminSessionDep,
     resources: ResourcesDep,
 ) -> AdminMemoryOut:
     """One memory of the user, deleted or not (404 for another user's id)."""
@@ -154,8 +151,7 @@ async def update_memory(
     item_id: uuid.UUID,
     body: AdminMemoryUpdate,
     user_id: UserQuery,
-    _: AdminDep,
-    session: SessionDep,
+    session: AdminSessionDep,
     resources: ResourcesDep,
 ) -> AdminMemoryOut:
     """Change content, type, importance or expiry; new content is re-embedded and re-indexed."""
@@ -168,8 +164,7 @@ async def update_memory(
 async def delete_memory(
     item_id: uuid.UUID,
     user_id: UserQuery,
-    _: AdminDep,
-    session: SessionDep,
+    session: AdminSessionDep,
     resources: ResourcesDep,
 ) -> Response:
     """Soft-delete: the memory stops being retrieved and can be restored."""
@@ -182,8 +177,7 @@ async def delete_memory(
 async def restore_memory(
     item_id: uuid.UUID,
     user_id: UserQuery,
-    _: AdminDep,
-    session: SessionDep,
+    session: AdminSessionDep,
     resources: ResourcesDep,
 ) -> AdminMemoryOut:
     """Undo a soft delete."""

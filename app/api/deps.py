@@ -7,6 +7,7 @@ import hmac
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -14,6 +15,7 @@ from fastapi import Depends, Header, Request
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.adapters.cache import Cache
+from app.db import admin_sessions, user_session
 from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
 from app.observability import correlation_id_var
 from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
@@ -58,13 +60,14 @@ def after_commit(session: AsyncSession, hook: AfterCommit) -> None:
     session.info.setdefault("after_commit", []).append(hook)
 
 
-async def get_session(resources: ResourcesDep) -> AsyncIterator[AsyncSession]:
+@asynccontextmanager
+async def _transaction(session: AsyncSession) -> AsyncIterator[AsyncSession]:
     """One transaction per request: commit when the route returns, roll back on error.
 
-    scope="function" below makes the commit happen before the response is sent, so a write
-    is never acknowledged unless it is committed.
+    scope="function" on the dependencies below makes the commit happen before the response is
+    sent, so a write is never acknowledged unless it is committed.
     """
-    async with resources.sessionmaker() as session:
+    async with session:
         try:
             yield session
         except BaseException:
@@ -78,7 +81,24 @@ async def get_session(resources: ResourcesDep) -> AsyncIterator[AsyncSession]:
                 log.warning("after-commit hook failed", exc_info=True)
 
 
-SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
+async def get_session(
+    resources: ResourcesDep, user_id: Annotated[str, Depends(current_user)]
+) -> AsyncIterator[AsyncSession]:
+    """The request's transaction, bound to the caller: row-level security shows it only the
+    caller's rows (the statements keep their own user_id predicates as well)."""
+    async with _transaction(user_session(resources.sessionmaker, user_id)) as session:
+        yield session
+
+
+async def get_admin_session(
+    resources: ResourcesDep,
+    _: Annotated[None, Depends(require_admin_key)],
+    request: Request,
+) -> AsyncIterator[AsyncSession]:
+    """The admin request's transaction, in the audited admin mode (every user's rows)."""
+    sessions = admin_sessions(resources.sessionmaker, f"{request.method} {request.url.path}")
+    async with _transaction(sessions()) as session:
+        yield session
 
 
 def _bearer(authorization: str | None) -> str:
@@ -187,6 +207,8 @@ async def writing_user(caller: CallerDep) -> str:
 WriteUserDep = Annotated[str, Depends(writing_user)]
 UserDep = Annotated[str, Depends(current_user)]
 AdminDep = Annotated[None, Depends(require_admin_key)]
+SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
+AdminSessionDep = Annotated[AsyncSession, Depends(get_admin_session, scope="function")]
 
 
 def correlation_id() -> uuid.UUID:

@@ -98,16 +98,36 @@ async def _database_checks(settings: Settings, url: str) -> list[Check]:
         else:
             checks.extend(_skipped(["index build"], "pgvector"))
         checks.append(await check_migrations(engine, migrate_on_start=settings.migrate_on_start))
+        checks.append(await check_row_security(settings, url))
         return checks
     finally:
         await engine.dispose()
+
+
+async def check_row_security(settings: Settings, url: str) -> Check:
+    """Row-level security binds the role requests run as (app/roles.py, docs/security.md)."""
+    from app.roles import service_role_status, with_user
+
+    if settings.database_url:
+        service, owner = settings.database_url, settings.migration_database_url or url
+    else:  # embedded: `url` is the server's superuser, requests run as the service role
+        service, owner = with_user(url, settings.app_role), url
+    status = await service_role_status(
+        owner,
+        service,
+        created_at_start=settings.embedded_database,
+        migrate_on_start=settings.migrate_on_start,
+    )
+    if status is None:
+        return _skipped(["row security"], "the migrations")[0]
+    return Check("row security", *status)
 
 
 def _skipped(names: list[str], because: str) -> list[Check]:
     return [Check(name, False, f"not checked: needs {because}", skipped=True) for name in names]
 
 
-DB_CHECKS = ["postgres", "versions", "index build", "migrations"]
+DB_CHECKS = ["postgres", "versions", "index build", "migrations", "row security"]
 
 
 def run_doctor(echo: Callable[[Check], None]) -> list[Check]:

@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app import __version__
 from app.adapters.cache import Cache
+from app.db import user_session
 from app.errors import PermissionDeniedError, ServiceError
 from app.schemas.agent import (
     ForgetMemoryResult,
@@ -117,7 +118,7 @@ def build_server(resources: Callable[[], ToolResources], caller: CallerSource) -
             if not who.can_write:
                 raise PermissionDeniedError("this API key is read-only")
             await admit_write(res.cache, who.user_id, res.write_rate_limit_per_minute)
-            async with res.sessionmaker() as session, session.begin():
+            async with user_session(res.sessionmaker, who.user_id) as session, session.begin():
                 result = await work(who, AgentMemoryService(session, res.embeddings))
             await res.cache.invalidate_user(who.user_id)
             return result
@@ -233,7 +234,7 @@ def build_server(resources: Callable[[], ToolResources], caller: CallerSource) -
         type: MemoryType | None = None,
     ) -> MemoryPage:
         async def body(who: Caller, res: ToolResources) -> MemoryPage:
-            async with res.sessionmaker() as session, session.begin():
+            async with user_session(res.sessionmaker, who.user_id) as session, session.begin():
                 service = AgentMemoryService(session, res.embeddings)
                 items, total = await service.page(
                     who.user_id, limit=limit, offset=offset, type=type

@@ -155,7 +155,7 @@ async def _store(
     title: str,
 ) -> uuid.UUID:
     """Create the conversation when absent, append the turns; committed when this returns."""
-    async with transaction(resources) as session:
+    async with transaction(resources, user_id) as session:
         conversations = ConversationService(session, resources.embeddings)
         if conversation_id is None:
             conversation_id = (await conversations.create(user_id, title)).id
@@ -189,7 +189,7 @@ async def chat_completions(
     latest_user = next((m for m in reversed(body.messages) if m.role == "user"), None)
     conversation_id = body.memory.conversation_id if body.memory else None
     if conversation_id is not None:
-        async with transaction(resources) as session:
+        async with transaction(resources, user_id) as session:
             await ConversationService(session, resources.embeddings).get(user_id, conversation_id)
     query = message_text(latest_user) if latest_user else ""
     block, memory_ids = await _memories(resources, user_id, body, query)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from app.schemas.common import (
     NON_BLANK_SCHEMA,
@@ -37,19 +37,15 @@ TIME_FIELDS = {
 
 
 class TimeFilters(BaseModel):
-    """Hard time filters shared by both query contracts (times normalised to UTC)."""
+    """Hard time filters shared by both query contracts (times normalised to UTC).
+
+    A window whose end is before its start matches nothing (an empty answer, not an error:
+    JSON Schema cannot state an order between two fields).
+    """
 
     time_from: Timestamp | None = Field(default=None, description=TIME_FIELDS["time_from"])
     time_to: Timestamp | None = Field(default=None, description=TIME_FIELDS["time_to"])
     as_of: Timestamp | None = Field(default=None, description=TIME_FIELDS["as_of"])
-
-    @field_validator("time_to")
-    @classmethod
-    def _ordered(cls, value: datetime | None, info: ValidationInfo) -> datetime | None:
-        start = info.data.get("time_from")
-        if value is not None and start is not None and value < start:
-            raise ValueError("must not be before time_from")
-        return value
 
 
 Query = Annotated[

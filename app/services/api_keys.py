@@ -24,6 +24,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.db import key_lookup_session
 from app.errors import AuthenticationError, NotFoundError, PermissionDeniedError
 from app.models import ApiKey
 from app.repositories.api_keys import ApiKeyRepository
@@ -162,7 +163,7 @@ class KeyAuthenticator:
         hit = self._cache.get(digest)
         if hit is not None and now - hit[0] < self.ttl_s:
             return hit[1]
-        async with self.sessionmaker() as session, session.begin():
+        async with key_lookup_session(self.sessionmaker, digest) as session, session.begin():
             repo = ApiKeyRepository(session)
             key = await repo.find_by_hash(digest)
             state = None

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.adapters.cache import Cache, CacheUnavailableError
+from app.db import user_session
 from app.repositories.admin import PurgeRepository
 
 _KEY_CHUNK = 1000
@@ -49,7 +50,7 @@ async def count_user_rows(
     sessionmaker: async_sessionmaker[AsyncSession], user_id: str
 ) -> dict[str, int]:
     """What a purge would delete, per table."""
-    async with sessionmaker() as session:
+    async with user_session(sessionmaker, user_id) as session:
         return await PurgeRepository(session).counts(user_id)
 
 
@@ -59,7 +60,8 @@ async def purge_user(
     """Delete the user's rows and cache keys; raises CacheUnavailableError with nothing deleted
     when Redis is configured but unreachable before the commit."""
     report = PurgeReport(user_id)
-    async with sessionmaker() as session, session.begin():
+    # Scoped to the one user, not the admin mode: row-level security keeps the delete to them.
+    async with user_session(sessionmaker, user_id) as session, session.begin():
         purged = await PurgeRepository(session).delete_user(user_id)
         report.rows = purged.counts
         report.redis_keys = await cache.delete_user(user_id)

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.db import user_session
 from app.errors import EmbeddingError
 from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository, TimeFilter
 from app.repositories.search_index import Source
@@ -269,7 +270,12 @@ class QueryService:
         # Messages carry no memory type: a type filter restricts results to memory items.
         messages = "message" in request.sources and not request.types
         n = max(preset.candidates, request.limit)
-        async with self.slots, self.sessionmaker() as session, session.begin():
+        # Both connections carry the request's user: row-level security backs up the predicates.
+        async with (
+            self.slots,
+            user_session(self.sessionmaker, request.user_id) as session,
+            session.begin(),
+        ):
             repo = RetrievalRepository(session)
             # The arms run at once on two connections: Postgres uses both cores, and a large
             # store pays max(keyword, embed + vector) instead of the sum (docs/performance.md).
@@ -368,7 +374,7 @@ class QueryService:
         vector, result.degraded, result.query_embedding_ms = await embedding
         if vector is None:
             return {}
-        async with self.sessionmaker() as session, session.begin():
+        async with user_session(self.sessionmaker, request.user_id) as session, session.begin():
             repo = RetrievalRepository(session)
             exact = await repo.item_count(request.user_id) <= self.config.exact_search_max_items
             await repo.set_vector_search(

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from tqdm import tqdm
 
+from app.db import admin_sessions
 from app.repositories.admin import MaintenanceRepository, Table
 from app.services.embedding import EmbeddingService, Priority
 from app.services.reindex import TABLES, ReindexResult, reindex
@@ -68,6 +69,7 @@ async def reembed(
     """Re-embed rows whose vector is from another model, in committed batches."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
+    sessionmaker = admin_sessions(sessionmaker, "reembed")  # rewrites every user's vectors
     model = embeddings.model
     report = ReembedReport(model=model, dry_run=dry_run)
     started = time.perf_counter()

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from tqdm import tqdm
 
 from app.adapters.cache import Cache
+from app.db import admin_sessions
 from app.repositories.admin import MaintenanceRepository
 from app.schemas.admin import AdminMemoryCreate
 from app.services.admin import AdminMemoryService, memory_input
@@ -127,6 +128,7 @@ async def seed_rows(
     )
     if parsed.errors and not options.skip_invalid:
         return report
+    sessionmaker = admin_sessions(sessionmaker, "seed")  # a file holds many users' rows
     ordered = sorted(parsed.rows, key=lambda r: (r.row.user_id, r.line))
     size = options.batch_size
     batches = [ordered[i : i + size] for i in range(0, len(ordered), size)]

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from app.config import load_settings
 from app.retrieval.presets import get_preset
+from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
 from eval.bench.drive import make_queries, run_level, timing_breakdown
 from eval.bench.recall import VectorSearch, measure_recall
 from eval.bench.report import result_path, write_result
@@ -148,8 +149,13 @@ async def run_size(server_url: str, items: int, embed: Embed, cfg: BenchConfig) 
     settings = load_settings(**dict(cfg.settings))  # the environment plus the overrides
     queries = make_queries(store, cfg.queries, big_share=cfg.big_share, seed=cfg.seed)
     suffix = f"-{cfg.tag}" if cfg.tag else ""
+    # The server runs as the service role, bound by row-level security, as in production.
+    await ensure_service_role(store.db.url, DEFAULT_APP_ROLE, create=True)
     server = await start_server(
-        store.db.url, cfg.out_dir / f"server-{items}{suffix}.log", cfg.settings, workers=cfg.workers
+        with_user(store.db.url, DEFAULT_APP_ROLE),
+        cfg.out_dir / f"server-{items}{suffix}.log",
+        cfg.settings,
+        workers=cfg.workers,
     )
     levels: list[dict[str, Any]] = []
     idle_rss = server.rss()

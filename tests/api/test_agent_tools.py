@@ -11,6 +11,7 @@ import httpx
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.db import user_session
 from app.services.api_keys import ApiKeyService
 from tests.helpers import headers, new_conversation
 
@@ -254,7 +255,10 @@ async def test_read_key_cannot_use_write_tools(
     make_client: Callable[..., Any], user_id: str
 ) -> None:
     async with make_client() as (client, app):
-        async with app.state.resources.sessionmaker() as session, session.begin():
+        async with (
+            user_session(app.state.resources.sessionmaker, user_id) as session,
+            session.begin(),
+        ):
             token = (await ApiKeyService(session).create(user_id, "read")).token
         auth = {"Authorization": f"Bearer {token}"}
         for path, body in (

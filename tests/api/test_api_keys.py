@@ -15,16 +15,12 @@ from pydantic import SecretStr
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.services.api_keys import ApiKeyService, CreatedKey, parse_duration
-from tests.helpers import headers
+from app.db import user_session
+from app.services.api_keys import ApiKeyService, parse_duration
+from tests.helpers import headers, make_key
 
 SERVICE_KEY = "service-key-0123456789"
 ADMIN_KEY = "admin-key-9876543210"
-
-
-async def make_key(app: FastAPI, user: str, scope: str = "write", **kw: Any) -> CreatedKey:
-    async with app.state.resources.sessionmaker() as session, session.begin():
-        return await ApiKeyService(session).create(user, scope, **kw)
 
 
 async def owner(engine: AsyncEngine, conversation_id: str) -> str:
@@ -122,7 +118,7 @@ async def test_revoked_and_expired_keys_are_401(
     client, app = env
     created = await make_key(app, user_id)
     assert (await client.get("/v1/conversations", headers=bearer(created.token))).status_code == 200
-    async with app.state.resources.sessionmaker() as session, session.begin():
+    async with user_session(app.state.resources.sessionmaker, user_id) as session, session.begin():
         await ApiKeyService(session).revoke(created.key.id)
     revoked = await client.get("/v1/conversations", headers=bearer(created.token))
     assert revoked.status_code == 401
@@ -177,7 +173,10 @@ async def test_revocation_is_seen_within_the_cache_period(
         assert (
             await client.get("/v1/conversations", headers=bearer(created.token))
         ).status_code == 200
-        async with app.state.resources.sessionmaker() as session, session.begin():
+        async with (
+            user_session(app.state.resources.sessionmaker, user_id) as session,
+            session.begin(),
+        ):
             await ApiKeyService(session).revoke(created.key.id)
         # Within the period the cached row still answers: that is the documented bound.
         cached = await client.get("/v1/conversations", headers=bearer(created.token))

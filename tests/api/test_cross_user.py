@@ -19,11 +19,13 @@ from fastapi import FastAPI
 
 from app.adapters.embedder import LocalEmbedder
 from app.config import Settings
+from app.db import user_session
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
 from app.services.memory import MemoryInput, MemoryService
 from tests.helpers import add_messages, headers, new_conversation
 from tests.redis_server import RedisServer
+from tests.servers import service_url
 
 QUERY = "/v1/memory/query"
 TOOL = "/v1/tools/query_memory"
@@ -82,7 +84,8 @@ async def world(
 ) -> AsyncIterator[World]:
     """One app (Redis query cache on) and a dozen users holding identical content."""
     settings = Settings(
-        database_url=pg.url,
+        database_url=service_url(pg),
+        migration_database_url=pg.url,
         redis_url=redis_srv.url,
         migrate_on_start=False,
         rate_limit_per_minute=0,
@@ -98,7 +101,7 @@ async def world(
             for n, user in enumerate(users):
                 user.secret = f"quasar{n}{run} locker combination {1000 + n}"
                 memories = [*SHARED_MEMORIES, (f"Private: {user.secret}", "note")]
-                async with res.sessionmaker() as session, session.begin():
+                async with user_session(res.sessionmaker, user.id) as session, session.begin():
                     ids = await MemoryService(session, res.embeddings).create_many(
                         [MemoryInput(user_id=user.id, content=c, type=t) for c, t in memories]
                     )

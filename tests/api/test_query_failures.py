@@ -20,6 +20,7 @@ from fastapi import FastAPI
 from redis.asyncio import Redis
 
 from app.adapters.embedder import LocalEmbedder, Vectors
+from app.db import user_session
 from app.embedded import EmbeddedPostgres
 from app.errors import EmbeddingError
 from app.services.memory import MemoryInput, MemoryService
@@ -62,7 +63,7 @@ def nonce() -> str:
 
 async def store(app: FastAPI, user: str, items: Sequence[tuple[str, str]]) -> dict[str, str]:
     res = app.state.resources
-    async with res.sessionmaker() as session, session.begin():
+    async with user_session(res.sessionmaker, user) as session, session.begin():
         ids = await MemoryService(session, res.embeddings).create_many(
             [MemoryInput(user_id=user, content=c, type=t) for c, t in items]
         )

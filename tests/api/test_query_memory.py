@@ -14,6 +14,7 @@ import pytest
 import tiktoken
 from fastapi import FastAPI
 
+from app.db import user_session
 from app.services.memory import MemoryInput, MemoryService
 from tests.helpers import add_messages, headers
 
@@ -46,7 +47,7 @@ async def store(
 ) -> list[str]:
     """Store memories through the service's own write path (embedding + keyword postings)."""
     res = app.state.resources
-    async with res.sessionmaker() as session, session.begin():
+    async with user_session(res.sessionmaker, user) as session, session.begin():
         ids = await MemoryService(session, res.embeddings).create_many(
             [
                 MemoryInput(
@@ -62,7 +63,7 @@ async def store(
 async def set_deleted(app: FastAPI, user: str, item_id: str, deleted: bool) -> None:
     """Soft-delete or restore, then invalidate the user's query cache as the admin path does."""
     res = app.state.resources
-    async with res.sessionmaker() as session, session.begin():
+    async with user_session(res.sessionmaker, user) as session, session.begin():
         assert await MemoryService(session, res.embeddings).set_deleted(
             user, uuid.UUID(item_id), deleted
         )

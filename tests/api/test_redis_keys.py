@@ -11,6 +11,7 @@ from redis.asyncio import Redis
 from sqlalchemy import text
 
 from app.adapters.embedder import LOCAL_MODEL_ID
+from app.db import user_session
 from tests.helpers import add_messages, headers, new_conversation
 
 
@@ -32,7 +33,7 @@ async def test_message_write_caches_its_embedding_for_seven_days(make_client, re
         raw = await redis.get(key)
         assert raw is not None and len(raw) == 384 * 4
         assert 7 * 86400 - 60 <= await redis.ttl(key) <= 7 * 86400
-        async with app.state.resources.sessionmaker() as session:
+        async with user_session(app.state.resources.sessionmaker, user_id) as session:
             stored = await session.scalar(
                 text("SELECT embedding::text FROM messages WHERE user_id = :u"), {"u": user_id}
             )

@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from app.db import user_session
 from app.repositories.retrieval import RetrievalRepository
 from app.repositories.search_index import Source
 from tests.api.test_query_memory import STORE, contents, query, store
@@ -26,7 +27,8 @@ async def test_prf_round_scores_items_sharing_the_seeds_rare_lexemes(
     async with make_client() as (_, app):
         ids = await store(app, user_id, POTTERY + STORE[:4])
         foreign = await store(app, other_user_id, [("Our kiln is electric", "fact")])
-        async with app.state.resources.sessionmaker() as session, session.begin():
+        sessions = app.state.resources.sessionmaker
+        async with user_session(sessions, user_id) as session, session.begin():
             repo = RetrievalRepository(session)
             hits = await repo.keyword(
                 user_id,

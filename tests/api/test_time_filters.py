@@ -11,6 +11,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
+from app.db import user_session
 from app.services.memory import MemoryInput, MemoryService
 from tests.helpers import headers, new_conversation
 
@@ -40,7 +41,7 @@ async def seed(client: httpx.AsyncClient, app: FastAPI, user: str) -> None:
     )
     assert response.status_code == 201, response.text
     res = app.state.resources
-    async with res.sessionmaker() as session, session.begin():
+    async with user_session(res.sessionmaker, user) as session, session.begin():
         await MemoryService(session, res.embeddings).create_many(
             [MemoryInput(user_id=user, content=MEMORY[0], type="fact", created_at=MEMORY[1])]
         )
@@ -78,6 +79,14 @@ async def test_time_from_and_time_to_filter_on_event_time(
         assert set(since_2023) == {TRIPS[2][0], MEMORY[0]}
         until_2021 = await ask(client, user_id, endpoint, time_to="2021-12-31T23:59:59+00:00")
         assert until_2021 == [TRIPS[0][0]]
+        inverted = await ask(
+            client,
+            user_id,
+            endpoint,
+            time_from="2023-02-01T00:00:00Z",
+            time_to="2023-01-01T00:00:00Z",
+        )
+        assert inverted == []  # an end before the start is an empty window, not an error
         # Inclusive bounds: the exact created_at is in.
         exact = TRIPS[1][1].isoformat()
         assert await ask(client, user_id, endpoint, time_from=exact, time_to=exact) == [TRIPS[1][0]]
@@ -158,7 +167,6 @@ async def test_tool_definition_offers_the_time_filters(
         ({"time_from": "not a date"}, "time_from"),
         ({"time_to": "2023-13-40"}, "time_to"),
         ({"as_of": 12.5e20}, "as_of"),
-        ({"time_from": "2023-02-01T00:00:00Z", "time_to": "2023-01-01T00:00:00Z"}, "time_to"),
         ({"time_from": "2023-02-01"}, "time_from"),  # a time zone is required, as everywhere
         ({"time_from": "0001-01-01T00:00:00+14:00"}, "time_from"),
         ({"as_of": "9999-12-31T23:59:59-12:00"}, "as_of"),

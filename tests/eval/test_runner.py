@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from app.db import user_session
 from app.repositories.memory import MemoryRepository
 from app.retrieval.budget import TRUNCATION_MARK, count_tokens
 from app.retrieval.presets import PRESETS
@@ -160,7 +161,7 @@ async def test_seeding_and_judging_on_the_real_service() -> None:
             seeded = await golden_run.seed_user(
                 harness, user, case.memories, case.messages, shift=shift, label=case.id
             )
-            async with harness.resources.sessionmaker() as session:
+            async with user_session(harness.resources.sessionmaker, user) as session:
                 repo = MemoryRepository(session)
                 for memory, item_id in zip(case.memories, seeded.memory_ids, strict=True):
                     row = await repo.get(user, uuid.UUID(item_id), include_deleted=True)

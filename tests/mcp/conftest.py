@@ -12,13 +12,6 @@ from fastapi import FastAPI
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from app.services.api_keys import ApiKeyService, CreatedKey
-
-
-async def make_key(app: FastAPI, user: str, scope: str = "write", **kw: Any) -> CreatedKey:
-    async with app.state.resources.sessionmaker() as session, session.begin():
-        return await ApiKeyService(session).create(user, scope, **kw)
-
 
 def http_client(app: FastAPI, token: str | None, **headers: str) -> httpx2.AsyncClient:
     if token is not None:

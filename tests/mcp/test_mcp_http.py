@@ -8,7 +8,7 @@ from typing import Any
 
 from mcp import Client
 
-from tests.mcp.conftest import make_key
+from tests.helpers import make_key
 
 TOOLS = {"search_memory", "save_memory", "forget_memory", "list_memories", "search_conversations"}
 
@@ -137,6 +137,7 @@ async def test_endpoint_refuses_bad_credentials(
 ) -> None:
     from pydantic import SecretStr
 
+    from app.db import user_session
     from app.services.api_keys import ApiKeyService
     from tests.mcp.conftest import http_client
 
@@ -159,7 +160,8 @@ async def test_endpoint_refuses_bad_credentials(
                 assert response.status_code == status, (token, extra, response.text)
         async with http_client(app, created.token, **accept) as http:
             assert (await http.post("/mcp", json=body)).status_code == 200
-        async with app.state.resources.sessionmaker() as session, session.begin():
+        sessions = app.state.resources.sessionmaker
+        async with user_session(sessions, user_id) as session, session.begin():
             await ApiKeyService(session).revoke(created.key.id)
         async with http_client(app, created.token, **accept) as http:
             revoked = await http.post("/mcp", json=body)

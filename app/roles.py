@@ -1,0 +1,293 @@
+"""The two database roles: the owner (runs migrations, owns the tables) and the service's role.
+
+The service's role logs in, owns nothing, is neither superuser nor BYPASSRLS, and holds only
+SELECT/INSERT/UPDATE/DELETE on the user-data tables (never TRUNCATE: it ignores row-level
+security) and SELECT on alembic_version (for /ready). Row-level security (migration 0003_rls)
+then limits every statement it sends to the rows of the user named in the transaction's
+`pgrecall.user_id` setting (app/db.py sets it), or to every row in the audited admin mode.
+
+With the embedded server the owner is the server's superuser and the role is created here at
+start-up (idempotently; unix socket with trust auth, so no password). With an external Postgres
+the operator creates the role (docs/security.md) and either sets PGRECALL_MIGRATION_DATABASE_URL,
+so start-up grants the privileges, or runs the GRANTs from `grant_statements()` by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.pool import NullPool
+
+if TYPE_CHECKING:
+    from app.config import Settings
+    from app.embedded import EmbeddedPostgres
+
+log = logging.getLogger(__name__)
+
+DEFAULT_APP_ROLE = "pgrecall_app"
+# Tables holding user data: row-level security on each (migration 0003_rls has the same list),
+# and the service's DML grants. A new user-data table is one line here and one in a migration.
+USER_TABLES: tuple[str, ...] = (
+    "conversations",
+    "messages",
+    "memory_items",
+    "search_postings",
+    "search_stats",
+    "api_keys",
+)
+READ_ONLY_TABLES: tuple[str, ...] = ("alembic_version",)
+_LOCK_KEY = 0x70677263  # "pgrc": serialises role set-up across processes
+_ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+class RoleSetupError(RuntimeError):
+    """The service role could not be created or granted its privileges."""
+
+
+def check_role_name(name: str) -> str:
+    """Role names are formatted into DDL, so only plain lower-case identifiers are accepted."""
+    if not _ROLE_NAME.fullmatch(name):
+        raise ValueError("must be a lower-case identifier: a-z, 0-9, _ (max 63, not digit-first)")
+    return name
+
+
+def with_user(url: str, user: str) -> str:
+    """The same database URL, logging in as another role (no password: socket trust auth)."""
+    return make_url(url).set(username=user, password=None).render_as_string(hide_password=False)
+
+
+def user_of(url: str) -> str | None:
+    """The role a URL logs in as (None: libpq's default, the OS user)."""
+    return make_url(url).username
+
+
+@dataclass(frozen=True)
+class DatabaseUrls:
+    """Where requests go (the service role) and where migrations and grants go (the owner)."""
+
+    service: str
+    owner: str
+    create_role: bool  # the embedded default: start-up creates the service role itself
+
+    @property
+    def separate_roles(self) -> bool:
+        return user_of(self.service) != user_of(self.owner)
+
+
+def database_urls(settings: Settings, embedded: EmbeddedPostgres | None = None) -> DatabaseUrls:
+    """The configured database, or the embedded server (started or attached).
+
+    Embedded: the owner is the server's superuser and requests run as the service role
+    (settings.app_role), created at start-up. External: requests run as PGRECALL_DATABASE_URL's
+    role, migrations as PGRECALL_MIGRATION_DATABASE_URL's (the same role when unset).
+    """
+    if settings.database_url:
+        owner = settings.migration_database_url or settings.database_url
+        return DatabaseUrls(service=settings.database_url, owner=owner, create_role=False)
+    if embedded is None:
+        from app.embedded import EmbeddedPostgres
+
+        embedded = EmbeddedPostgres(settings.data_dir)
+    owner = embedded.start()
+    return DatabaseUrls(with_user(owner, settings.app_role), owner, create_role=True)
+
+
+async def prepare_database(urls: DatabaseUrls, *, migrate: bool = True) -> None:
+    """As the owner: migrate to head, then grant the service role (and, embedded, create it:
+    that happens even with migrations off, the role is part of the embedded default)."""
+    from app.migrate import upgrade_head
+
+    if migrate:
+        await asyncio.to_thread(upgrade_head, urls.owner)
+    role = user_of(urls.service)
+    if urls.separate_roles and role is not None and (migrate or urls.create_role):
+        await ensure_service_role(urls.owner, role, create=urls.create_role)
+
+
+async def warn_unless_rls_binds(engine: AsyncEngine) -> None:
+    """One log line at start-up when the service role is not bound by row-level security."""
+    try:
+        async with engine.connect() as conn:
+            ok, message = await rls_status(conn)
+    except (SQLAlchemyError, OSError) as exc:  # serving starts anyway; /ready reports the DB
+        log.warning("could not check row-level security at start: %s", type(exc).__name__)
+        return
+    if not ok:
+        log.warning("row-level security is not enforced: %s", message)
+
+
+def grant_statements(role: str) -> list[str]:
+    """The privileges the service role needs, as SQL an operator can run as the owner."""
+    role = check_role_name(role)
+    tables = ", ".join(USER_TABLES)
+    return [
+        f"GRANT USAGE ON SCHEMA public TO {role}",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON {tables} TO {role}",
+        f"GRANT SELECT ON {', '.join(READ_ONLY_TABLES)} TO {role}",
+        # messages.seq is an identity column; inserts work without it, but a future serial may not
+        f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}",
+    ]
+
+
+def create_statement(role: str) -> str:
+    """CREATE ROLE for the service role (idempotent: an existing role is left as it is)."""
+    role = check_role_name(role)
+    return (
+        "DO $$ BEGIN "
+        f"CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE "
+        "NOREPLICATION NOINHERIT; "
+        "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+
+
+async def ensure_service_role(owner_url: str, role: str, *, create: bool) -> None:
+    """Create the role if asked (embedded default) and grant it the service's privileges.
+
+    Run as the owner after the migrations. Safe to repeat and to run from two processes at once.
+    When the owner is a superuser (embedded) the role's attributes are also reset to the safe
+    ones, so a role someone altered by hand cannot keep BYPASSRLS.
+    """
+    engine = create_async_engine(owner_url, poolclass=NullPool)
+    try:
+        async with engine.begin() as conn:
+            # Two processes starting at once (serve and an admin command) take turns: concurrent
+            # GRANTs on one table can fail with "tuple concurrently updated".
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+            exists = await conn.scalar(
+                text("SELECT true FROM pg_roles WHERE rolname = :r"), {"r": role}
+            )
+            if not exists and not create:
+                raise RoleSetupError(
+                    f"role {role} does not exist: create it as docs/security.md shows"
+                )
+            if create:
+                await conn.execute(text(create_statement(role)))
+                superuser = text("SELECT rolsuper FROM pg_roles WHERE rolname = CURRENT_USER")
+                if await conn.scalar(superuser):
+                    await conn.execute(
+                        text(
+                            f"ALTER ROLE {check_role_name(role)} LOGIN NOSUPERUSER NOBYPASSRLS "
+                            "NOCREATEDB NOCREATEROLE NOREPLICATION NOINHERIT"
+                        )
+                    )
+            for statement in grant_statements(role):
+                await conn.execute(text(statement))
+    except RoleSetupError:
+        raise
+    except Exception as exc:  # driver errors: one readable line for start-up
+        raise RoleSetupError(f"setting up role {role}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        await engine.dispose()
+    log.info("service role %s ready (privileges on %s)", role, ", ".join(USER_TABLES))
+
+
+async def rls_status(conn: AsyncConnection) -> tuple[bool, str]:
+    """Whether row-level security binds the role this connection logs in as.
+
+    Not ok when the role is a superuser or has BYPASSRLS (policies do not apply), may SET ROLE
+    to such a role, owns a user-data table or may act as its owner (it could switch RLS off),
+    holds TRUNCATE on one (TRUNCATE ignores RLS), or a user-data table lacks forced RLS.
+    """
+    role = (
+        await conn.execute(
+            text(
+                "SELECT rolname, rolsuper, rolbypassrls, "
+                "(SELECT string_agg(r.rolname, ', ' ORDER BY r.rolname) FROM pg_roles AS r "
+                " WHERE (r.rolsuper OR r.rolbypassrls) AND r.rolname <> CURRENT_USER "
+                " AND pg_has_role(CURRENT_USER, r.oid, 'MEMBER')) AS escalates_to "
+                "FROM pg_roles WHERE rolname = CURRENT_USER"
+            )
+        )
+    ).one()
+    if role.rolsuper or role.rolbypassrls:
+        attribute = "superuser" if role.rolsuper else "BYPASSRLS"
+        return False, (
+            f"the service runs as {role.rolname}, a {attribute} role: row-level security does "
+            "not apply (docs/security.md: run it as the application role)"
+        )
+    rows = (
+        await conn.execute(
+            text(
+                "SELECT t.name, c.oid IS NOT NULL AS present, "
+                "coalesce(c.relrowsecurity AND c.relforcerowsecurity, false) AS forced, "
+                "(SELECT count(*) FROM pg_policy AS p WHERE p.polrelid = c.oid) AS policies, "
+                "c.oid IS NOT NULL AND pg_has_role(CURRENT_USER, c.relowner, 'MEMBER') AS owns, "
+                "c.oid IS NOT NULL AND has_table_privilege(c.oid, 'TRUNCATE') AS truncates "
+                "FROM unnest(CAST(:tables AS text[])) AS t(name) "
+                "LEFT JOIN pg_class AS c ON c.oid = to_regclass(t.name)"
+            ),
+            {"tables": list(USER_TABLES)},
+        )
+    ).all()
+    problems = []
+    if role.escalates_to:
+        problems.append(f"may SET ROLE to {role.escalates_to} (superuser or BYPASSRLS)")
+    for r in rows:
+        if not r.present:
+            problems.append(f"{r.name} missing")
+        elif not (r.forced and r.policies):
+            problems.append(f"{r.name} without forced row-level security")
+        elif r.owns:
+            problems.append(f"{r.name} owned by the service role (or a role it may become)")
+        elif r.truncates:
+            problems.append(f"TRUNCATE on {r.name} (it ignores row-level security)")
+    if problems:
+        return False, f"service role {role.rolname}: " + "; ".join(problems)
+    return True, (
+        f"service role {role.rolname}: no superuser, no BYPASSRLS, owns no user-data table; "
+        f"forced row-level security on {len(rows)} tables"
+    )
+
+
+async def rls_status_at(url: str) -> tuple[bool, str]:
+    """rls_status for the role a URL logs in as (the service URL: `database_urls().service`);
+    a failed connection is not ok, with the reason."""
+    engine = create_async_engine(url, poolclass=NullPool)
+    try:
+        async with engine.connect() as conn:
+            return await rls_status(conn)
+    except (SQLAlchemyError, OSError) as exc:
+        return False, f"cannot connect as {user_of(url)}: {type(exc).__name__}: {exc}"
+    finally:
+        await engine.dispose()
+
+
+async def service_role_status(
+    owner_url: str, service_url: str, *, created_at_start: bool, migrate_on_start: bool
+) -> tuple[bool, str] | None:
+    """`pgrecall doctor`'s row-security check: rls_status of the service role, or why it
+    cannot be checked yet. None: not checkable (migrations pending and not applied at start).
+
+    `created_at_start`: the embedded default, whose start-up creates a missing role.
+    """
+    from app.migrate import current_revision, head_revision
+
+    role = user_of(service_url)
+    engine = create_async_engine(owner_url, poolclass=NullPool)
+    try:
+        async with engine.connect() as conn:
+            exists = await conn.scalar(
+                text("SELECT true FROM pg_roles WHERE rolname = :r"), {"r": role}
+            )
+        revision = await current_revision(engine)
+    except (SQLAlchemyError, OSError) as exc:
+        return False, f"cannot read roles as {user_of(owner_url)}: {type(exc).__name__}: {exc}"
+    finally:
+        await engine.dispose()
+    if not exists:
+        if created_at_start:
+            return True, f"service role {role} does not exist yet: start-up creates it"
+        return False, f"role {role} does not exist: create it as docs/security.md shows"
+    if revision != head_revision():
+        if migrate_on_start:
+            return True, "checked once start-up has applied the pending migrations"
+        return None
+    return await rls_status_at(service_url)

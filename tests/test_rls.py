@@ -1,0 +1,468 @@
+"""Row-level security, through the service role, with statements that forget the user.
+
+Every statement here deliberately lacks a `user_id` predicate: Postgres alone has to keep one
+user's rows from another. Rows are written as the superuser (which bypasses RLS) so each test
+knows exactly what exists; reads and writes then go through the service role.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import (
+    AsyncEngine,
+    AsyncSession,
+    async_sessionmaker,
+    create_async_engine,
+)
+
+from app.db import (
+    admin_sessions,
+    create_sessionmaker,
+    key_lookup_session,
+    user_session,
+    vector_literal,
+)
+from app.embedded import EmbeddedPostgres
+from app.models.base import EMBEDDING_DIMENSION
+from app.roles import DEFAULT_APP_ROLE, USER_TABLES, rls_status
+from tests.servers import service_url
+
+# Deleting from a table as one user must leave the other user's rows; each table's rows.
+TABLES = USER_TABLES
+
+
+@dataclass(frozen=True)
+class Pair:
+    a: str
+    b: str
+
+
+@pytest.fixture
+async def service_engine(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
+    """The service role with exactly one pooled connection: every session reuses it."""
+    engine = create_async_engine(service_url(pg), pool_size=1, max_overflow=0)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+def sessions(service_engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return create_sessionmaker(service_engine)
+
+
+async def _seed(owner: AsyncEngine, user: str) -> None:
+    """One row of the user in every user-data table (as the superuser: RLS does not apply)."""
+    conversation, message, item = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
+    vector = vector_literal([0.1] * EMBEDDING_DIMENSION)
+    async with owner.begin() as conn:
+        await conn.execute(
+            text("INSERT INTO conversations (id, user_id) VALUES (:c, :u)"),
+            {"c": conversation, "u": user},
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO messages (id, conversation_id, user_id, role, content, correlation_id)"
+                " VALUES (:m, :c, :u, 'user', 'hello there', :m)"
+            ),
+            {"m": message, "c": conversation, "u": user},
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO memory_items (id, user_id, content, content_hash, type, embedding, "
+                "embedding_model) VALUES (:i, :u, 'likes tea', :h, 'fact', CAST(:v AS vector), 'm')"
+            ),
+            {"i": item, "u": user, "h": uuid.uuid4().hex, "v": vector},
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO search_postings (user_id, lexeme, item_id, source, tf, dl) "
+                "VALUES (:u, 'tea', :i, 0, 1, 2)"
+            ),
+            {"u": user, "i": item},
+        )
+        await conn.execute(
+            text("INSERT INTO search_stats (user_id, doc_count, total_length) VALUES (:u, 1, 2)"),
+            {"u": user},
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO api_keys (id, key_hash, prefix, user_id, scope) "
+                "VALUES (:k, :h, 'pgr_test', :u, 'read')"
+            ),
+            {"k": uuid.uuid4(), "h": _key_hash(user), "u": user},
+        )
+
+
+def _key_hash(user: str) -> str:
+    return hashlib.sha256(f"token of {user}".encode()).hexdigest()
+
+
+@pytest.fixture
+async def pair(db_engine: AsyncEngine) -> Pair:
+    """Two fresh users with one row each in every user-data table."""
+    run = uuid.uuid4().hex[:12]
+    users = Pair(f"rls-a-{run}", f"rls-b-{run}")
+    await _seed(db_engine, users.a)
+    await _seed(db_engine, users.b)
+    return users
+
+
+async def _owner_count(owner: AsyncEngine, table: str, user: str) -> int:
+    async with owner.connect() as conn:
+        sql = text(f"SELECT count(*) FROM {table} WHERE user_id = :u")
+        return int(await conn.scalar(sql, {"u": user}) or 0)
+
+
+# -- statements without the user predicate ---------------------------------------------------
+
+
+@pytest.mark.parametrize("table", TABLES)
+async def test_select_without_predicate_sees_only_the_current_user(
+    sessions: async_sessionmaker[AsyncSession], pair: Pair, table: str
+) -> None:
+    async with user_session(sessions, pair.a) as session:
+        owners = (await session.execute(text(f"SELECT user_id FROM {table}"))).scalars().all()
+    # The table holds every other test's users too; only this one's row is visible.
+    assert owners == [pair.a]
+
+
+@pytest.mark.parametrize("table", TABLES)
+async def test_update_without_predicate_touches_only_the_current_user(
+    sessions: async_sessionmaker[AsyncSession], db_engine: AsyncEngine, pair: Pair, table: str
+) -> None:
+    async with user_session(sessions, pair.a) as session, session.begin():
+        result = await session.execute(text(f"UPDATE {table} SET user_id = user_id"))
+        assert result.rowcount == 1  # type: ignore[attr-defined]
+    # Moving rows to another user is refused by the policy's WITH CHECK.
+    with pytest.raises(DBAPIError, match="row-level security"):
+        async with user_session(sessions, pair.a) as session, session.begin():
+            await session.execute(text(f"UPDATE {table} SET user_id = :b"), {"b": pair.b})
+    assert await _owner_count(db_engine, table, pair.a) == 1
+    assert await _owner_count(db_engine, table, pair.b) == 1
+
+
+@pytest.mark.parametrize("table", TABLES)
+async def test_delete_without_predicate_removes_only_the_current_users_rows(
+    sessions: async_sessionmaker[AsyncSession], db_engine: AsyncEngine, pair: Pair, table: str
+) -> None:
+    async with user_session(sessions, pair.a) as session, session.begin():
+        result = await session.execute(text(f"DELETE FROM {table}"))
+        assert result.rowcount == 1  # type: ignore[attr-defined]
+    assert await _owner_count(db_engine, table, pair.a) == 0
+    assert await _owner_count(db_engine, table, pair.b) == 1
+
+
+async def test_insert_for_another_user_is_refused(
+    sessions: async_sessionmaker[AsyncSession], pair: Pair
+) -> None:
+    with pytest.raises(DBAPIError, match="row-level security"):
+        async with user_session(sessions, pair.a) as session, session.begin():
+            await session.execute(
+                text("INSERT INTO conversations (id, user_id) VALUES (:c, :u)"),
+                {"c": uuid.uuid4(), "u": pair.b},
+            )
+
+
+@pytest.mark.parametrize("table", TABLES)
+async def test_no_user_set_sees_no_rows_and_writes_nothing(
+    sessions: async_sessionmaker[AsyncSession], pair: Pair, table: str
+) -> None:
+    async with sessions() as session:
+        assert await session.scalar(text(f"SELECT count(*) FROM {table}")) == 0
+        result = await session.execute(text(f"DELETE FROM {table}"))
+        assert result.rowcount == 0  # type: ignore[attr-defined]
+        await session.rollback()
+    with pytest.raises(DBAPIError, match="row-level security"):
+        async with sessions() as session, session.begin():
+            await session.execute(
+                text("INSERT INTO search_stats (user_id, doc_count) VALUES (:u, 0)"),
+                {"u": f"nobody-{uuid.uuid4()}"},
+            )
+
+
+# -- pooled connections ----------------------------------------------------------------------
+
+
+async def _visible(session: AsyncSession) -> tuple[int, set[str], str]:
+    """(backend pid, users whose memory items are visible, the user setting)."""
+    pid = int(await session.scalar(text("SELECT pg_backend_pid()")) or 0)
+    users = set((await session.execute(text("SELECT user_id FROM memory_items"))).scalars())
+    setting = await session.scalar(text("SELECT current_setting('pgrecall.user_id', true)"))
+    return pid, users, setting or ""
+
+
+async def test_a_pooled_connection_never_carries_a_user_into_the_next(
+    sessions: async_sessionmaker[AsyncSession], pair: Pair
+) -> None:
+    async with user_session(sessions, pair.a) as session:
+        pid_a, seen_a, _ = await _visible(session)
+    async with user_session(sessions, pair.b) as session:
+        pid_b, seen_b, setting = await _visible(session)
+    assert pid_a == pid_b  # the same pooled connection served both
+    assert seen_a == {pair.a} and seen_b == {pair.b} and setting == pair.b
+    async with sessions() as session:  # and an unscoped session after them sees nothing
+        pid, seen, setting = await _visible(session)
+    assert pid == pid_a and seen == set() and setting == ""
+
+
+async def test_an_error_mid_transaction_does_not_leak_the_user(
+    sessions: async_sessionmaker[AsyncSession], pair: Pair
+) -> None:
+    with pytest.raises(DBAPIError, match="division by zero"):
+        async with user_session(sessions, pair.a) as session, session.begin():
+            pid_a, seen, _ = await _visible(session)
+            assert seen == {pair.a}
+            await session.execute(text("SELECT 1 / 0"))
+    async with user_session(sessions, pair.b) as session:
+        pid_b, seen_b, setting = await _visible(session)
+    assert pid_a == pid_b and seen_b == {pair.b} and setting == pair.b
+    async with sessions() as session:
+        _, seen, setting = await _visible(session)
+    assert seen == set() and setting == ""
+
+
+async def test_a_cancelled_transaction_does_not_leak_the_user(
+    sessions: async_sessionmaker[AsyncSession], pair: Pair
+) -> None:
+    """The query path cancels on its timeout: the next user of the pool is still on its own."""
+
+    async def slow() -> None:
+        async with user_session(sessions, pair.a) as session, session.begin():
+            await session.execute(text("SELECT pg_sleep(10)"))
+
+    task = asyncio.create_task(slow())
+    await asyncio.sleep(0.5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    async with user_session(sessions, pair.b) as session:
+        _, seen_b, setting = await _visible(session)
+    assert seen_b == {pair.b} and setting == pair.b
+    async with sessions() as session:
+        _, seen, _ = await _visible(session)
+    assert seen == set()
+
+
+async def test_every_transaction_of_a_session_carries_the_user(
+    sessions: async_sessionmaker[AsyncSession], pair: Pair
+) -> None:
+    async with user_session(sessions, pair.a) as session:
+        for _ in range(3):
+            _, seen, _ = await _visible(session)
+            assert seen == {pair.a}
+            await session.commit()
+
+
+async def test_admin_mode_sees_every_user_and_is_audited(
+    sessions: async_sessionmaker[AsyncSession], pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.INFO, logger="app.audit"):
+        async with admin_sessions(sessions, "test: both users")() as session:
+            users = set(
+                (
+                    await session.execute(
+                        text("SELECT user_id FROM memory_items WHERE user_id IN (:a, :b)"),
+                        {"a": pair.a, "b": pair.b},
+                    )
+                ).scalars()
+            )
+    assert users == {pair.a, pair.b}
+    audited = [r for r in caplog.records if r.name == "app.audit" and "admin mode" in r.message]
+    assert audited and audited[0].fields == {"reason": "test: both users"}  # type: ignore[attr-defined]
+    async with sessions() as session:  # the admin mode ends with its transaction
+        _, seen, _ = await _visible(session)
+        admin = await session.scalar(text("SELECT current_setting('pgrecall.admin', true)"))
+    assert seen == set() and admin == ""
+
+
+# -- what the service role cannot do ---------------------------------------------------------
+
+FORBIDDEN = [
+    "ALTER TABLE memory_items DISABLE ROW LEVEL SECURITY",
+    "ALTER TABLE memory_items NO FORCE ROW LEVEL SECURITY",
+    "DROP POLICY memory_items_user ON memory_items",
+    "CREATE POLICY everything ON memory_items USING (true)",
+    "DROP TABLE memory_items",
+    "TRUNCATE memory_items",
+    "ALTER TABLE memory_items OWNER TO pgrecall_app",
+    f"ALTER ROLE {DEFAULT_APP_ROLE} BYPASSRLS",
+    "SET ROLE postgres",
+    "CREATE TABLE pgrecall_escape (id int)",
+]
+
+
+@pytest.mark.parametrize("statement", FORBIDDEN)
+async def test_the_service_role_cannot_switch_row_level_security_off(
+    service_engine: AsyncEngine, statement: str
+) -> None:
+    async with service_engine.connect() as conn:
+        with pytest.raises(DBAPIError, match=r"permission denied|must be owner|must be superuser"):
+            await conn.execute(text(statement))
+
+
+async def test_row_security_off_makes_queries_fail_not_bypass(
+    service_engine: AsyncEngine,
+) -> None:
+    async with service_engine.connect() as conn:
+        await conn.execute(text("SET row_security = off"))
+        with pytest.raises(DBAPIError, match="row-level security"):
+            await conn.execute(text("SELECT count(*) FROM memory_items"))
+
+
+# -- the catalog -------------------------------------------------------------------------------
+
+
+async def test_every_table_with_user_data_has_forced_rls_and_both_policies(
+    db_engine: AsyncEngine,
+) -> None:
+    """A new table with a user_id column fails here until it is in the migration's list."""
+    async with db_engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT c.relname, c.relrowsecurity, c.relforcerowsecurity, "
+                    "array(SELECT polname::text FROM pg_policy WHERE polrelid = c.oid "
+                    "ORDER BY polname) AS policies "
+                    "FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace "
+                    "WHERE n.nspname = 'public' AND c.relkind IN ('r', 'p') AND EXISTS ("
+                    "SELECT 1 FROM pg_attribute WHERE attrelid = c.oid AND attname = 'user_id')"
+                )
+            )
+        ).all()
+    assert {r.relname for r in rows} == set(USER_TABLES)
+    for r in rows:
+        assert r.relrowsecurity and r.relforcerowsecurity, r.relname
+        assert {f"{r.relname}_admin", f"{r.relname}_user"} <= set(r.policies), r.relname
+        extra = set(r.policies) - {f"{r.relname}_admin", f"{r.relname}_user"}
+        # Only api_keys has more: the authentication lookup by token hash.
+        assert extra == (
+            {"api_keys_lookup", "api_keys_touch"} if r.relname == "api_keys" else set()
+        )
+
+
+def test_the_migration_and_the_grants_name_the_same_tables() -> None:
+    import importlib.util
+
+    path = Path(__file__).parent.parent / "migrations" / "versions" / "0003_rls.py"
+    spec = importlib.util.spec_from_file_location("rls_migration", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert tuple(module.TABLES) == USER_TABLES
+
+
+async def test_rls_status(service_engine: AsyncEngine, db_engine: AsyncEngine) -> None:
+    async with service_engine.connect() as conn:
+        ok, message = await rls_status(conn)
+    assert ok, message
+    async with db_engine.connect() as conn:
+        ok, message = await rls_status(conn)
+    assert not ok and "superuser" in message
+
+
+async def test_service_role_attributes_and_grants(db_engine: AsyncEngine) -> None:
+    async with db_engine.connect() as conn:
+        role = (
+            await conn.execute(
+                text(
+                    "SELECT rolsuper, rolbypassrls, rolcanlogin, rolcreaterole, rolcreatedb "
+                    "FROM pg_roles WHERE rolname = :r"
+                ),
+                {"r": DEFAULT_APP_ROLE},
+            )
+        ).one()
+        owned = await conn.scalar(
+            text("SELECT count(*) FROM pg_class WHERE relowner = to_regrole(:r)"),
+            {"r": DEFAULT_APP_ROLE},
+        )
+        grants = (
+            await conn.execute(
+                text(
+                    "SELECT table_name, string_agg(privilege_type, ',' ORDER BY privilege_type) "
+                    "FROM information_schema.role_table_grants WHERE grantee = :r "
+                    "GROUP BY table_name"
+                ),
+                {"r": DEFAULT_APP_ROLE},
+            )
+        ).all()
+    assert tuple(role) == (False, False, True, False, False)
+    assert owned == 0
+    expected = {t: "DELETE,INSERT,SELECT,UPDATE" for t in USER_TABLES}
+    assert dict(grants) == {**expected, "alembic_version": "SELECT"}
+
+
+# -- the running service ---------------------------------------------------------------------
+
+
+async def test_the_service_runs_requests_as_the_service_role(make_client) -> None:  # type: ignore[no-untyped-def]
+    async with make_client() as (_, app), app.state.resources.engine.connect() as conn:
+        assert await conn.scalar(text("SELECT current_user")) == DEFAULT_APP_ROLE
+
+
+async def test_both_query_arms_run_as_the_requesting_user(
+    make_client,
+    monkeypatch: pytest.MonkeyPatch,
+    user_id: str,  # type: ignore[no-untyped-def]
+) -> None:
+    """The keyword and vector arms use two connections; each carries the request's user."""
+    from app.repositories.retrieval import RetrievalRepository
+    from tests.helpers import add_messages, headers
+
+    seen: dict[str, tuple[int, str]] = {}
+
+    def spy(name: str):  # type: ignore[no-untyped-def]
+        original = getattr(RetrievalRepository, name)
+
+        async def wrapped(self: RetrievalRepository, *args, **kwargs):  # type: ignore[no-untyped-def]
+            row = (
+                await self.session.execute(
+                    text("SELECT pg_backend_pid(), current_setting('pgrecall.user_id', true)")
+                )
+            ).one()
+            seen[name] = (int(row[0]), row[1])
+            return await original(self, *args, **kwargs)
+
+        monkeypatch.setattr(RetrievalRepository, name, wrapped)
+
+    spy("keyword")
+    spy("vector")
+    async with make_client() as (client, _):
+        await add_messages(client, user_id, ["My greyhound Pixel loves the beach"])
+        response = await client.post(
+            "/v1/memory/query",
+            json={"query": "greyhound beach", "min_score": 0.0},
+            headers=headers(user_id),
+        )
+    assert response.status_code == 200 and response.json()["items"], response.text
+    assert seen["keyword"][1] == seen["vector"][1] == user_id
+    assert seen["keyword"][0] != seen["vector"][0]  # two connections
+
+
+# -- authentication: one key row by its hash, before the user is known -------------------------
+
+
+async def test_key_lookup_sees_only_the_key_with_that_hash(
+    sessions: async_sessionmaker[AsyncSession], pair: Pair
+) -> None:
+    async with key_lookup_session(sessions, _key_hash(pair.a)) as session, session.begin():
+        rows = (await session.execute(text("SELECT user_id FROM api_keys"))).scalars().all()
+        assert rows == [pair.a]
+        touched = await session.execute(text("UPDATE api_keys SET last_used_at = now()"))
+        assert touched.rowcount == 1  # type: ignore[attr-defined]
+        # The lookup scope reads and marks use; it cannot delete or move a key.
+        gone = await session.execute(text("DELETE FROM api_keys"))
+        assert gone.rowcount == 0  # type: ignore[attr-defined]
+    async with key_lookup_session(sessions, "0" * 64) as session:
+        assert await session.scalar(text("SELECT count(*) FROM api_keys")) == 0
