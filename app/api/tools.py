@@ -16,11 +16,9 @@ from app.schemas.memory import (
     MemoryQueryResponse,
     QueryMemoryArgs,
     QueryMemoryResult,
-    ToolMemory,
-    ToolMetadata,
 )
-from app.services.prompt import format_for_prompt
-from app.services.query import QueryItem, QueryRequest, QueryService
+from app.services.prompt import tool_answer
+from app.services.query import QueryRequest, QueryService
 
 router = APIRouter(tags=["tools"])
 
@@ -101,13 +99,6 @@ def _service(resources: ResourcesDep) -> QueryService:
     )
 
 
-def _context(item: QueryItem) -> str:
-    when = item.created_at.date().isoformat()
-    if item.source_kind == "message":
-        return f"{item.role} message in a past conversation, {when}"
-    return f"{item.type} stored {when}" + (f", from {item.source}" if item.source else "")
-
-
 @router.get("/v1/tools")
 async def list_tools(_: UserDep) -> dict[str, Any]:
     """Tool definitions (OpenAI function-calling format) and the system prompt snippet."""
@@ -134,29 +125,7 @@ async def query_memory(
         ),
         correlation_id=correlation_id_var.get(),
     )
-    memories = [
-        ToolMemory(
-            content=i.content,
-            type=i.type,
-            relevance=i.relevance_score,
-            context=_context(i),
-            source=i.source_kind,
-            id=i.id,
-        )
-        for i in result.items
-    ]
-    return QueryMemoryResult(
-        memories=memories,
-        metadata=ToolMetadata(
-            count=len(memories),
-            truncated=result.truncated,
-            token_count=result.token_count,
-            error=result.error,
-            degraded=result.degraded,
-            rate_limited=result.rate_limited,
-        ),
-        formatted=format_for_prompt(result.items),
-    )
+    return tool_answer(result)
 
 
 @router.post("/v1/memory/query", response_model=MemoryQueryResponse)

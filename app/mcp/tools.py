@@ -32,13 +32,12 @@ from app.schemas.agent import (
     SearchConversationsArgs,
 )
 from app.schemas.common import Timestamp
-from app.schemas.memory import MemoryType, Query, QueryMemoryResult, Sources, ToolMemory, Types
-from app.schemas.memory import ToolMetadata as QueryMetadata
+from app.schemas.memory import MemoryType, Query, QueryMemoryResult, Sources, Types
 from app.services.agent_memory import AgentMemoryService, admit_write, search_messages
 from app.services.api_keys import Caller, KeyAuthenticator
 from app.services.embedding import EmbeddingService
-from app.services.prompt import format_for_prompt
-from app.services.query import QueryConfig, QueryItem, QueryRequest, QueryService
+from app.services.prompt import tool_answer
+from app.services.query import QueryConfig, QueryRequest, QueryService
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -80,13 +79,6 @@ def caller_from_scope(ctx: Context) -> Caller:
 
 def _fail(exc: ServiceError) -> ToolError:
     return ToolError(f"{type(exc).__name__}: {exc.message}")
-
-
-def _context_line(item: QueryItem) -> str:
-    when = item.created_at.date().isoformat()
-    if item.source_kind == "message":
-        return f"{item.role} message in a past conversation, {when}"
-    return f"{item.type} stored {when}" + (f", from {item.source}" if item.source else "")
 
 
 def build_server(resources: Callable[[], ToolResources], caller: CallerSource) -> MCPServer:
@@ -150,29 +142,7 @@ def build_server(resources: Callable[[], ToolResources], caller: CallerSource) -
                     sources=tuple(sources) if sources else ("memory", "message"),
                 )
             )
-            memories = [
-                ToolMemory(
-                    content=i.content,
-                    type=i.type,
-                    relevance=i.relevance_score,
-                    context=_context_line(i),
-                    source=i.source_kind,
-                    id=i.id,
-                )
-                for i in result.items
-            ]
-            return QueryMemoryResult(
-                memories=memories,
-                metadata=QueryMetadata(
-                    count=len(memories),
-                    truncated=result.truncated,
-                    token_count=result.token_count,
-                    error=result.error,
-                    degraded=result.degraded,
-                    rate_limited=result.rate_limited,
-                ),
-                formatted=format_for_prompt(result.items),
-            )
+            return tool_answer(result)
 
         return await run(ctx, body)
 

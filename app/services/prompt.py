@@ -5,7 +5,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from app.services.query import QueryItem
+from app.schemas.memory import QueryMemoryResult, ToolMemory, ToolMetadata
+from app.services.query import QueryItem, QueryResult
 
 _MEMORY_TAG = re.compile(r"<(\s*/?\s*memor)", re.IGNORECASE)
 
@@ -31,3 +32,38 @@ def format_for_prompt(items: Sequence[QueryItem]) -> str:
         lines.append("</memory>")
     lines.append("</memories>")
     return "\n".join(lines)
+
+
+def context_line(item: QueryItem) -> str:
+    """Where a result comes from and when, in one line for the agent."""
+    when = item.created_at.date().isoformat()
+    if item.source_kind == "message":
+        return f"{item.role} message in a past conversation, {when}"
+    return f"{item.type} stored {when}" + (f", from {item.source}" if item.source else "")
+
+
+def tool_answer(result: QueryResult) -> QueryMemoryResult:
+    """The agent tool's answer to a query, the same through every front door (HTTP, MCP)."""
+    memories = [
+        ToolMemory(
+            content=i.content,
+            type=i.type,
+            relevance=i.relevance_score,
+            context=context_line(i),
+            source=i.source_kind,
+            id=i.id,
+        )
+        for i in result.items
+    ]
+    return QueryMemoryResult(
+        memories=memories,
+        metadata=ToolMetadata(
+            count=len(memories),
+            truncated=result.truncated,
+            token_count=result.token_count,
+            error=result.error,
+            degraded=result.degraded,
+            rate_limited=result.rate_limited,
+        ),
+        formatted=format_for_prompt(result.items),
+    )
