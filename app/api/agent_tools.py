@@ -138,11 +138,7 @@ async def save_memory(
         expires_at=args.expires_at,
         supersedes=args.supersedes,
     )
-    return SaveMemoryResult(
-        memory=MemoryOut.model_validate(saved.item),
-        action=saved.action,  # type: ignore[arg-type]
-        superseded=saved.superseded,
-    )
+    return saved.result()
 
 
 @router.post("/v1/tools/forget_memory", response_model=ForgetMemoryResult)

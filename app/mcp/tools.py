@@ -180,11 +180,7 @@ def build_server(resources: Callable[[], ToolResources], caller: CallerSource) -
                 expires_at=args.expires_at,
                 supersedes=args.supersedes,
             )
-            return SaveMemoryResult(
-                memory=MemoryOut.model_validate(saved.item),
-                action=saved.action,  # type: ignore[arg-type]
-                superseded=saved.superseded,
-            )
+            return saved.result()
 
         return await write(ctx, body)
 

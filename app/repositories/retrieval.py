@@ -177,21 +177,9 @@ class RetrievalRepository:
         when: TimeFilter = NO_TIME_FILTER,
     ) -> KeywordHits:
         """Top items by BM25 (per-user document frequencies) over any of the query's lexemes."""
-        source_filter = _source_filter(memories, messages, types, when)
-        if source_filter is None:
-            return KeywordHits({}, 0.0)
-        sql = text(_BM25_SQL.format(source_filter=source_filter, expansion="", terms="idf"))
-        params: dict[str, Any] = {
-            "user_id": user_id,
-            "query": query,
-            "limit": limit,
-            "k1": k1,
-            "b": b,
-            **when.params(),
-        }
-        if types:
-            params["types"] = list(types)
-        rows = (await self.session.execute(sql, params)).all()
+        rows = await self._bm25(
+            user_id, query, limit, memories, messages, types, k1, b, when, expansion=None
+        )
         scores = {(Source(r.source), r.item_id): float(r.score) for r in rows}
         max_score = float(rows[0].max_score) if rows else 0.0
         return KeywordHits(scores, max_score)
@@ -213,29 +201,51 @@ class RetrievalRepository:
         when: TimeFilter = NO_TIME_FILTER,
     ) -> dict[tuple[Source, uuid.UUID], float]:
         """BM25 of the items over the seeds' rarest lexemes the query lacks (one PRF round)."""
-        source_filter = _source_filter(memories, messages, types, when)
-        if source_filter is None or not seeds or terms <= 0:
+        if not seeds or terms <= 0:
             return {}
+        expansion = {"seeds": list(seeds), "terms": terms, "min_df": min_df}
+        rows = await self._bm25(
+            user_id, query, limit, memories, messages, types, k1, b, when, expansion=expansion
+        )
+        return {(Source(r.source), r.item_id): float(r.score) for r in rows}
+
+    async def _bm25(
+        self,
+        user_id: str,
+        query: str,
+        limit: int,
+        memories: bool,
+        messages: bool,
+        types: Sequence[str] | None,
+        k1: float,
+        b: float,
+        when: TimeFilter,
+        *,
+        expansion: dict[str, Any] | None,
+    ) -> Sequence[Any]:
+        """Run the BM25 statement over the query's lexemes, or over the expansion terms."""
+        source_filter = _source_filter(memories, messages, types, when)
+        if source_filter is None:
+            return []
         sql = text(
             _BM25_SQL.format(
-                source_filter=source_filter, expansion=_EXPANSION_CTE, terms="expansion"
+                source_filter=source_filter,
+                expansion=_EXPANSION_CTE if expansion else "",
+                terms="expansion" if expansion else "idf",
             )
         )
         params: dict[str, Any] = {
             "user_id": user_id,
             "query": query,
-            "seeds": list(seeds),
-            "terms": terms,
-            "min_df": min_df,
             "limit": limit,
             "k1": k1,
             "b": b,
             **when.params(),
+            **(expansion or {}),
         }
         if types:
             params["types"] = list(types)
-        rows = (await self.session.execute(sql, params)).all()
-        return {(Source(r.source), r.item_id): float(r.score) for r in rows}
+        return (await self.session.execute(sql, params)).all()
 
     async def set_vector_search(self, *, exact: bool, probes: int, max_probes: int) -> None:
         """Planner settings for this transaction's vector queries."""

@@ -22,6 +22,7 @@ from app.repositories.agent_memory import RATING_ORIGIN, AgentMemoryRepository
 from app.repositories.memory import MemoryRepository
 from app.retrieval.budget import pack
 from app.schemas.admin import AdminMemoryCreate
+from app.schemas.agent import MemoryOut, SaveMemoryResult
 from app.services.admin import AdminMemoryService
 from app.services.embedding import EmbeddingService
 from app.services.memory import MemoryInput, MemoryService, content_hash
@@ -38,6 +39,14 @@ class Saved:
     item: MemoryItem
     action: str  # added | updated | unchanged | restored
     superseded: uuid.UUID | None = None
+
+    def result(self) -> SaveMemoryResult:
+        """The save_memory answer, the same through HTTP and MCP."""
+        return SaveMemoryResult(
+            memory=MemoryOut.model_validate(self.item),
+            action=self.action,  # type: ignore[arg-type]
+            superseded=self.superseded,
+        )
 
 
 @dataclass(frozen=True)
