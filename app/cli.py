@@ -84,8 +84,10 @@ def serve(
         # As the owner (it migrates). The app keeps database_url unset for the embedded server:
         # its start-up attaches, creates the service role and serves requests as that role.
         preflight(settings, owner_url, embedded=embedded is not None)
+        # The preflight has applied the migrations (with a one-line cause on failure); the
+        # app's start-up still creates the service role, but need not migrate a second time.
         uvicorn.run(
-            create_app(settings),
+            create_app(settings.model_copy(update={"migrate_on_start": False})),
             host=settings.host,
             port=settings.port,
             log_config=None,

@@ -28,11 +28,11 @@ from app.doctor.checks import (
     one_line,
 )
 from app.doctor.postgres import (
-    apply_migrations,
     check_index_build,
     check_migrations,
     check_reachable,
     check_versions,
+    prepare_database_check,
     probe_engine,
 )
 
@@ -205,10 +205,9 @@ def preflight(settings: Settings, url: str, *, embedded: bool) -> None:
             await engine.dispose()
 
     asyncio.run(database())
-    if settings.migrate_on_start:
-        migrated = apply_migrations(url)
-        if not migrated.ok:
-            raise StartupError(migrated)
+    prepared = prepare_database_check(settings)
+    if not prepared.ok:
+        raise StartupError(prepared)
 
     async def index_build() -> None:
         engine = probe_engine(url)

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
+from typing import TYPE_CHECKING
+
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.doctor.checks import Check, one_line
+
+if TYPE_CHECKING:
+    from app.config import Settings
 
 MIN_PGVECTOR = (0, 8)
 # Rows for the throwaway index builds: enough for ivfflat's k-means and several hnsw layers.
@@ -173,14 +179,20 @@ async def check_migrations(engine: AsyncEngine, *, migrate_on_start: bool) -> Ch
     )
 
 
-def apply_migrations(url: str) -> Check:
-    """Upgrade to head (what `serve` does at start), with a one-line cause on failure."""
-    from app.migrate import head_revision, upgrade_head
+def prepare_database_check(settings: Settings) -> Check:
+    """What the app's start-up does to the database - migrate (when PGRECALL_MIGRATE_ON_START)
+    and create or grant the service role - once, with a one-line cause on failure."""
+    from app.migrate import head_revision
+    from app.roles import database_urls, prepare_database
 
     try:
-        upgrade_head(url)
+        asyncio.run(
+            prepare_database(database_urls(settings), migrate=settings.migrate_on_start)
+        )
     except Exception as exc:
         if backend_crashed(exc):
             return Check("migrations", False, CRASH_MESSAGE)  # CREATE INDEX in a migration
-        return Check("migrations", False, f"upgrade to head failed: {one_line(exc)}")
-    return Check("migrations", True, f"at head ({head_revision()})")
+        return Check("migrations", False, f"database set-up failed: {one_line(exc)}")
+    if settings.migrate_on_start:
+        return Check("migrations", True, f"at head ({head_revision()}), service role granted")
+    return Check("migrations", True, "service role granted (PGRECALL_MIGRATE_ON_START is off)")
