@@ -173,17 +173,16 @@ async def current_caller(
         token = _bearer(authorization)
     elif authorization is not None and authorization.lower().startswith("bearer "):
         token = authorization[7:].strip() or None
-    trusted = token is None or _matches(token, resources.api_key)
-    trusted = trusted or _matches(token or "", resources.admin_api_key)
-    if not trusted and token is not None:
-        if not looks_like_key(token):
-            if resources.api_key is not None:
-                raise PermissionDeniedError("invalid API key")
-        else:
-            caller = await resources.keys.authenticate(token)
-            if x_user_id is not None and x_user_id != caller.user_id:
-                raise PermissionDeniedError("X-User-Id names another user than the API key's")
-            return caller
+    service = token is not None and (
+        _matches(token, resources.api_key) or _matches(token, resources.admin_api_key)
+    )
+    if token is not None and not service and looks_like_key(token):
+        caller = await resources.keys.authenticate(token)
+        if x_user_id is not None and x_user_id != caller.user_id:
+            raise PermissionDeniedError("X-User-Id names another user than the API key's")
+        return caller
+    if token is not None and not service and resources.api_key is not None:
+        raise PermissionDeniedError("invalid API key")
     if x_user_id is None:
         raise ValidationFailedError("header.X-User-Id: Field required", field="header.X-User-Id")
     return Caller(validate_user_id(x_user_id))
