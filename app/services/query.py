@@ -329,17 +329,16 @@ class QueryService:
         """BM25 candidates on the request's main connection."""
         if not preset.use_keyword:
             return KeywordHits({}, 0.0)
-        hits = await repo.keyword(
-            request.user_id,
-            query,
-            limit=n,
-            memories=memories,
-            messages=messages,
-            types=request.types,
-            k1=preset.bm25_k1,
-            b=preset.bm25_b,
-            when=request.when,
-        )
+        scope: dict[str, Any] = {
+            "limit": n,
+            "memories": memories,
+            "messages": messages,
+            "types": request.types,
+            "k1": preset.bm25_k1,
+            "b": preset.bm25_b,
+            "when": request.when,
+        }
+        hits = await repo.keyword(request.user_id, query, **scope)
         if preset.prf_docs <= 0 or not hits.scores:
             return hits
         seeds = sorted(hits.scores, key=lambda k: -hits.scores[k])[: preset.prf_docs]
@@ -349,13 +348,7 @@ class QueryService:
             [i for _, i in seeds],
             terms=preset.prf_terms,
             min_df=preset.prf_min_df,
-            limit=n,
-            memories=memories,
-            messages=messages,
-            types=request.types,
-            k1=preset.bm25_k1,
-            b=preset.bm25_b,
-            when=request.when,
+            **scope,
         )
         return KeywordHits(hits.scores, hits.max_score, expansion)
 
