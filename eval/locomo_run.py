@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from eval.datasets.locomo import CATEGORY_NAMES, Conversation, load_locomo
+from eval.datasets.locomo import CATEGORY_NAMES, Conversation, Question, load_locomo
 from eval.harness import Harness
 from eval.metrics import CaseResult
 
@@ -78,41 +78,63 @@ async def ask_all(
                 token_budget=TOKEN_BUDGET_FOR_RANKING,
             )
             latency = (time.perf_counter() - t0) * 1000
-            ranked = tuple(mapping.get(i["id"], "foreign:" + i["id"]) for i in body["items"])
             results.append(
-                CaseResult(
-                    case_id=f"{conv.sample_id}-q{q.qa_index}",
-                    category=CATEGORY_NAMES[q.category],
-                    ranked=ranked,
-                    relevant=frozenset(q.evidence),
-                    latency_ms=latency,
-                    token_count=body["token_count"],
-                    token_budget=TOKEN_BUDGET_FOR_RANKING,
-                    cross_user_leak=any(r.startswith("foreign:") for r in ranked),
-                    error=body.get("error"),
+                _case(
+                    conv.sample_id,
+                    q,
+                    [i["id"] for i in body["items"]],
+                    mapping,
+                    latency,
+                    body["token_count"],
+                    TOKEN_BUDGET_FOR_RANKING,
+                    body.get("error"),
                 )
             )
             if tool_results is not None:
                 t0 = time.perf_counter()
                 tool = await harness.tool_query(conv.user_id, q.question)
                 latency = (time.perf_counter() - t0) * 1000
-                got = tuple(mapping.get(m["id"], "foreign:" + m["id"]) for m in tool["memories"])
                 tool_results.append(
-                    CaseResult(
-                        case_id=f"{conv.sample_id}-q{q.qa_index}",
-                        category=CATEGORY_NAMES[q.category],
-                        ranked=got,
-                        relevant=frozenset(q.evidence),
-                        latency_ms=latency,
-                        token_count=tool["metadata"]["token_count"],
-                        token_budget=tool_budget,
-                        cross_user_leak=any(r.startswith("foreign:") for r in got),
-                        error=tool["metadata"].get("error"),
+                    _case(
+                        conv.sample_id,
+                        q,
+                        [m["id"] for m in tool["memories"]],
+                        mapping,
+                        latency,
+                        tool["metadata"]["token_count"],
+                        tool_budget,
+                        tool["metadata"].get("error"),
                     )
                 )
             bar.update(1)
     bar.close()
     return results
+
+
+def _case(
+    sample_id: str,
+    question: Question,
+    ids: Sequence[str],
+    mapping: dict[str, str],
+    latency_ms: float,
+    token_count: int,
+    token_budget: int,
+    error: str | None,
+) -> CaseResult:
+    """One question's answer as a case: returned ids mapped to dialogue ids ("foreign:" when
+    an id is none of this user's turns, which counts as a cross-user leak)."""
+    ranked = tuple(mapping.get(i, "foreign:" + i) for i in ids)
+    return CaseResult(
+        case_id=f"{sample_id}-q{question.qa_index}",
+        category=CATEGORY_NAMES[question.category],
+        ranked=ranked,
+        relevant=frozenset(question.evidence),
+        latency_ms=latency_ms,
+        token_count=token_count,
+        token_budget=token_budget,
+        cross_user_leak=any(r.startswith("foreign:") for r in ranked),
+        error=error,
+    )
 
 
 def load(path: Path | str) -> list[Conversation]:
