@@ -8,8 +8,12 @@ that other tests inspect, and other tests' rows stay on their model.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
+import sys
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -73,3 +77,37 @@ async def cache(redis_srv: RedisServer) -> AsyncIterator[Cache]:
         yield c
     finally:
         await c.aclose()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def run(private_db: str, redis_srv: RedisServer, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The CLI as an operator runs it: `run("keys", "list")` or `run("scripts/x.py", ...)`."""
+    env = {
+        **os.environ,
+        "PGRECALL_DATABASE_URL": private_db,
+        "PGRECALL_REDIS_URL": redis_srv.url,
+        "PGRECALL_DATA_DIR": str(tmp_path),
+        "PGRECALL_LOG_LEVEL": "WARNING",
+    }
+
+    def invoke(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+        command = (
+            [sys.executable, *args]
+            if args[0].endswith(".py")
+            else [sys.executable, "-m", "app.cli", *args]
+        )
+        return subprocess.run(
+            command,
+            cwd=ROOT,
+            env=env,
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+
+    return invoke

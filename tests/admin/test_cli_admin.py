@@ -3,47 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
-
-import pytest
-
-from tests.redis_server import RedisServer
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def run(private_db: str, redis_srv: RedisServer, tmp_path: Path):  # type: ignore[no-untyped-def]
-    env = {
-        **os.environ,
-        "PGRECALL_DATABASE_URL": private_db,
-        "PGRECALL_REDIS_URL": redis_srv.url,
-        "PGRECALL_DATA_DIR": str(tmp_path),
-        "PGRECALL_LOG_LEVEL": "WARNING",
-    }
-
-    def invoke(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-        command = (
-            [sys.executable, *args]
-            if args[0].endswith(".py")
-            else [sys.executable, "-m", "app.cli", *args]
-        )
-        return subprocess.run(
-            command,
-            cwd=ROOT,
-            env=env,
-            input=stdin,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-
-    return invoke
 
 
 def test_seed_list_and_purge_from_the_command_line(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]

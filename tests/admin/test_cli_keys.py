@@ -3,43 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import os
-import subprocess
-import sys
 import uuid
-from pathlib import Path
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import create_async_engine
-
-from tests.redis_server import RedisServer
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture
-def run(private_db: str, redis_srv: RedisServer, tmp_path: Path):  # type: ignore[no-untyped-def]
-    env = {
-        **os.environ,
-        "PGRECALL_DATABASE_URL": private_db,
-        "PGRECALL_REDIS_URL": redis_srv.url,
-        "PGRECALL_DATA_DIR": str(tmp_path),
-        "PGRECALL_LOG_LEVEL": "WARNING",
-    }
-
-    def invoke(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "app.cli", *args],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-
-    return invoke
 
 
 async def test_create_list_revoke(run, private_db: str) -> None:  # type: ignore[no-untyped-def]
