@@ -87,10 +87,6 @@ return 1
 """
 
 
-# `after_id` of an unchecked append (any cached list may be extended).
-_ANY = object()
-
-
 class CacheUnavailableError(Exception):
     """Redis could not be reached for an operation that must not silently do nothing."""
 
@@ -364,36 +360,6 @@ class Cache:
 
     # -- session state -----------------------------------------------------------------------
 
-    async def append_session_messages(
-        self,
-        user_id: str,
-        conversation_id: str,
-        messages: Sequence[Mapping[str, Any]],
-        keep: int,
-        *,
-        create: bool = True,
-    ) -> None:
-        """Append messages to the session, keep the last `keep`, refresh the TTL.
-
-        With `create=False` a missing session stays missing: appending only the new messages
-        to an expired session would cache a partial history that readers then trust.
-        """
-        if keep < 1:
-            raise ValueError("keep must be at least 1")
-        key = _session_key(user_id, conversation_id)
-        if self._redis is None or not messages:
-            return
-        added = json.loads(_dump_messages(messages))  # normalised records, as they are stored
-        done = await self._guarded(
-            "append_session_messages",
-            lambda r: self._append(r, key, added, keep, create, _ANY),
-            True,
-        )
-        if not done:
-            # The cached list may now lack messages; drop it so readers rebuild from Postgres.
-            logger.warning("session append kept losing WATCH races; dropping cached session")
-            await self._guarded("append_session_messages", lambda r: r.delete(key), 0)
-
     async def extend_session(
         self,
         user_id: str,
@@ -418,7 +384,7 @@ class Cache:
         added = json.loads(_dump_messages(messages))
         done = await self._guarded(
             "extend_session",
-            lambda r: self._append(r, key, added, keep, after_id is None, after_id),
+            lambda r: self._extend(r, key, added, keep, after_id),
             True,
         )
         if not done:
@@ -429,27 +395,21 @@ class Cache:
         key = _session_key(user_id, conversation_id)
         await self._guarded("drop_session", lambda r: r.delete(key), 0)
 
-    async def _append(
-        self,
-        r: Redis,
-        key: str,
-        added: list[dict[str, Any]],
-        keep: int,
-        create: bool,
-        after_id: str | object | None,
+    async def _extend(
+        self, r: Redis, key: str, added: list[dict[str, Any]], keep: int, after_id: str | None
     ) -> bool:
-        """Optimistic read-modify-write; False when every attempt lost to a concurrent write
-        or the cached list does not end with `after_id` (unless `after_id` is _ANY)."""
+        """Optimistic read-modify-write; False when the cached list does not end with
+        `after_id`, or when every attempt lost to a concurrent write."""
         async with r.pipeline(transaction=True) as pipe:
             for _ in range(_MAX_WATCH_ATTEMPTS):
                 try:
                     await pipe.watch(key)
                     stored = _load_messages(await pipe.hget(key, "messages"))
-                    if stored is None and not create:
+                    if stored is None and after_id is not None:
                         await pipe.unwatch()
-                        return True
+                        return True  # only a conversation's first messages start a session
                     last_id = stored[-1].get("id") if stored else None
-                    if stored is not None and after_id is not _ANY and last_id != after_id:
+                    if stored is not None and last_id != after_id:
                         await pipe.unwatch()
                         return False
                     current = stored or []

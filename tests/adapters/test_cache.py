@@ -34,7 +34,7 @@ def vectors(n: int, dim: int = 8, seed: int = 0) -> np.ndarray:
 
 
 def message(i: int, **extra: Any) -> dict[str, Any]:
-    return {"id": i, "role": "user", "content": f"message {i}", "created_at": f"t{i}", **extra}
+    return {"id": str(i), "role": "user", "content": f"message {i}", "created_at": f"t{i}", **extra}
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
@@ -114,8 +114,8 @@ async def test_set_embeddings_rejects_mismatched_rows(cache: Cache) -> None:
 async def test_append_keeps_last_n_in_order_with_24h_ttl(cache: Cache, redis_client: Redis) -> None:
     created = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
     first = [message(1, created_at=created, extra="dropped"), message(2), message(3)]
-    await cache.append_session_messages("alice", CONV, first, keep=4)
-    await cache.append_session_messages("alice", CONV, [message(4), message(5)], keep=4)
+    await cache.extend_session("alice", CONV, first, keep=4, after_id=None)
+    await cache.extend_session("alice", CONV, [message(4), message(5)], keep=4, after_id="3")
 
     key = f"session:alice:{CONV}"
     assert await all_keys(redis_client) == {key}
@@ -139,7 +139,7 @@ async def test_stored_message_has_exactly_the_spec_fields(
     msg_id = uuid.UUID(int=7)
     created = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
     raw = {"id": msg_id, "role": "assistant", "content": "hi", "created_at": created, "x": 1}
-    await cache.append_session_messages("alice", CONV, [raw], keep=10)
+    await cache.extend_session("alice", CONV, [raw], keep=10, after_id=None)
 
     stored = json.loads(await redis_client.hget(f"session:alice:{CONV}", "messages"))
     assert stored == [
@@ -147,28 +147,40 @@ async def test_stored_message_has_exactly_the_spec_fields(
     ]
 
 
-async def test_concurrent_appends_lose_nothing(cache: Cache) -> None:
-    await asyncio.gather(
-        *(cache.append_session_messages("bob", CONV, [message(i)], keep=100) for i in range(20))
-    )
-
+async def test_extending_from_where_the_copy_ends_keeps_the_last_n(cache: Cache) -> None:
+    await cache.extend_session("bob", CONV, [message(0)], keep=5, after_id=None)
+    for i in range(1, 20):
+        await cache.extend_session("bob", CONV, [message(i)], keep=5, after_id=str(i - 1))
     state = await cache.get_session("bob", CONV)
     assert state is not None
-    assert sorted(m["id"] for m in state.messages) == list(range(20))
+    assert [m["id"] for m in state.messages] == [str(i) for i in range(15, 20)]
 
 
-async def test_concurrent_appends_with_small_keep_end_at_keep(cache: Cache) -> None:
-    batches = [[message(2 * i), message(2 * i + 1)] for i in range(10)]
+async def test_a_copy_that_does_not_end_where_the_write_began_is_dropped(
+    cache: Cache, redis_client: Redis
+) -> None:
+    await cache.extend_session("bob", CONV, [message(0), message(1)], keep=5, after_id=None)
+    # Message 2 was stored in Postgres, but its cache write was lost: the copy ends at 1.
+    await cache.extend_session("bob", CONV, [message(3)], keep=5, after_id="2")
+    assert await redis_client.exists(f"session:bob:{CONV}") == 0
+    # With no copy, a later message does not start one (it would be a partial history).
+    await cache.extend_session("bob", CONV, [message(4)], keep=5, after_id="3")
+    assert await cache.get_session("bob", CONV) is None
+
+
+async def test_racing_writes_from_one_point_never_leave_a_gap(cache: Cache) -> None:
+    await cache.extend_session("bob", CONV, [message(0)], keep=100, after_id=None)
     await asyncio.gather(
-        *(cache.append_session_messages("bob", CONV, batch, keep=5) for batch in batches)
+        *(
+            cache.extend_session("bob", CONV, [message(i)], keep=100, after_id="0")
+            for i in range(1, 11)
+        )
     )
-
     state = await cache.get_session("bob", CONV)
-    assert state is not None
-    ids = [m["id"] for m in state.messages]
-    assert len(ids) == 5
-    # each batch lands whole and in order: pairs (2k, 2k+1) stay adjacent
-    assert all(b == a + 1 for a, b in zip(ids[1::2], ids[2::2], strict=False))
+    # At most one of them extended the copy; any other found it moved on and dropped it.
+    if state is not None:
+        ids = [m["id"] for m in state.messages]
+        assert ids[0] == "0" and len(ids) <= 2
 
 
 async def test_set_session_rebuilds_and_replaces(cache: Cache, redis_client: Redis) -> None:
@@ -178,7 +190,7 @@ async def test_set_session_rebuilds_and_replaces(cache: Cache, redis_client: Red
     assert await redis_client.hget(key, "goal") == b"plan a trip"
     state = await cache.get_session("carol", CONV)
     assert state is not None
-    assert [m["id"] for m in state.messages] == [2, 3, 4]
+    assert [m["id"] for m in state.messages] == ["2", "3", "4"]
     assert state.goal == "plan a trip"
 
     await redis_client.expire(key, 100)
@@ -197,7 +209,7 @@ async def test_set_goal_only_on_existing_session(cache: Cache, redis_client: Red
     assert await cache.set_goal("dave", CONV, "learn go") is False
     assert await all_keys(redis_client) == set()
 
-    await cache.append_session_messages("dave", CONV, [message(1)], keep=5)
+    await cache.extend_session("dave", CONV, [message(1)], keep=5, after_id=None)
     key = f"session:dave:{CONV}"
     await redis_client.expire(key, 100)
     assert await cache.set_goal("dave", CONV, "learn go") is True
@@ -205,14 +217,14 @@ async def test_set_goal_only_on_existing_session(cache: Cache, redis_client: Red
     assert_ttl_near(await redis_client.ttl(key), DAY)
     state = await cache.get_session("dave", CONV)
     assert state is not None and state.goal == "learn go"
-    assert [m["id"] for m in state.messages] == [1]
+    assert [m["id"] for m in state.messages] == ["1"]
 
     assert await cache.set_goal("dave", CONV, None) is True
     assert await redis_client.hexists(key, "goal") == 0
 
 
 async def test_sessions_are_per_conversation(cache: Cache) -> None:
-    await cache.append_session_messages("erin", CONV, [message(1)], keep=5)
+    await cache.extend_session("erin", CONV, [message(1)], keep=5, after_id=None)
     assert await cache.get_session("erin", CONV2) is None
     assert await cache.get_session("erin2", CONV) is None
 
@@ -317,7 +329,7 @@ async def test_query_cache_is_per_user(cache: Cache) -> None:
 
 async def populate_user(cache: Cache, user: str) -> set[str]:
     """Create one key of every kind for `user`; return their names, computed by hand."""
-    await cache.append_session_messages(user, CONV, [message(1)], keep=5)
+    await cache.extend_session(user, CONV, [message(1)], keep=5, after_id=None)
     await cache.hit_rate_limit(user, 10)
     await cache.hit_rate_limit(user, 10, bucket="write_limit")
     await cache.set_query_result(user, "q", b"v0")
@@ -336,7 +348,7 @@ async def populate_user(cache: Cache, user: str) -> set[str]:
 async def test_delete_user_removes_only_that_users_keys(cache: Cache, redis_client: Redis) -> None:
     users = ["alice", "alice2", "alice:x", "a*b", "axxb", "a[b]"]
     keys = {user: await populate_user(cache, user) for user in users}
-    await cache.append_session_messages("alice", CONV2, [message(2)], keep=5)
+    await cache.extend_session("alice", CONV2, [message(2)], keep=5, after_id=None)
     keys["alice"].add(f"session:alice:{CONV2}")
     await cache.set_embeddings("m", ["alice"], vectors(1))
     everything = set().union(*keys.values()) | {"embedding_cache:" + sha("m:alice")}
@@ -363,7 +375,7 @@ async def test_disabled_cache_is_a_noop(redis_client: Redis) -> None:
     assert await cache.get_embeddings("m", ["a", "b"]) == [None, None]
     await cache.set_embeddings("m", ["a"], vectors(1))
     assert await cache.delete_embeddings("m", ["a"]) == 0
-    await cache.append_session_messages("u", CONV, [message(1)], keep=5)
+    await cache.extend_session("u", CONV, [message(1)], keep=5, after_id=None)
     await cache.set_session("u", CONV, [message(1)], "g", keep=5)
     assert await cache.get_session("u", CONV) is None
     assert await cache.set_goal("u", CONV, "g") is False
@@ -388,7 +400,11 @@ DEFAULTS: list[tuple[str, Call, Any]] = [
     ("get_embeddings", lambda c: c.get_embeddings("m", ["a", "b"]), [None, None]),
     ("set_embeddings", lambda c: c.set_embeddings("m", ["a"], vectors(1)), None),
     ("delete_embeddings", lambda c: c.delete_embeddings("m", ["a"]), 0),
-    ("append", lambda c: c.append_session_messages("u", CONV, [message(1)], keep=5), None),
+    (
+        "extend_session",
+        lambda c: c.extend_session("u", CONV, [message(1)], keep=5, after_id=None),
+        None,
+    ),
     ("set_session", lambda c: c.set_session("u", CONV, [message(1)], None, keep=5), None),
     ("get_session", lambda c: c.get_session("u", CONV), None),
     ("set_goal", lambda c: c.set_goal("u", CONV, "g"), False),
