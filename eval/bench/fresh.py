@@ -236,7 +236,8 @@ async def _run(users: int, questions: int, out: Path, settings: dict[str, str]) 
         finally:
             server.stop()
     finally:
-        await asyncio.to_thread(pg.stop)
+        if pg.started_here:
+            await asyncio.to_thread(pg.stop)
     return {"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "settings": settings, "users": rows}
 
 
