@@ -57,7 +57,9 @@ def _recall(ann: list[float], exact: list[float], k: int = 10) -> float:
     return sum(1 for d in sorted(ann)[:k] if d <= cut + 1e-9) / min(k, len(exact))
 
 
-async def _run(items: int, big_size: int, count: int, ef: list[int], out: Path) -> str:
+async def _run(
+    items: int, big_size: int, count: int, ef: list[int], probes: list[int], out: Path
+) -> str:
     cfg = load_settings()
     users = make_users(load_locomo(LOCOMO), items, big_size, 42)
     big = next(u for u in users if u.big)
@@ -93,13 +95,14 @@ async def _run(items: int, big_size: int, count: int, ef: list[int], out: Path) 
 
         async with conn.transaction():
             await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-            await conn.execute(f"SET LOCAL ivfflat.probes = {cfg.ivfflat_probes}")
             await conn.execute("SET LOCAL ivfflat.iterative_scan = relaxed_order")
             await conn.execute(f"SET LOCAL ivfflat.max_probes = {cfg.ivfflat_max_probes}")
-            for v in vectors[:5]:  # warm-up
-                await conn.fetch(ANN, big.user_id, v, 50)
-            runs = [await _timed(conn, ANN, big.user_id, v, 50) for v in vectors]
-            lines.append(line("ivfflat", f"probes={cfg.ivfflat_probes}, iterative", runs))
+            for value in probes or [cfg.ivfflat_probes]:
+                await conn.execute(f"SET LOCAL ivfflat.probes = {int(value)}")
+                for v in vectors[:5]:  # warm-up
+                    await conn.fetch(ANN, big.user_id, v, 50)
+                runs = [await _timed(conn, ANN, big.user_id, v, 50) for v in vectors]
+                lines.append(line("ivfflat", f"probes={value}, iterative", runs))
             plan = await conn.fetch("EXPLAIN " + ANN, big.user_id, vectors[0], 50)
             lines.append(f"|  | plan: {plan[0][0][:60]} | | | | | |")
         exact_runs = [await _timed(conn, EXACT, big.user_id, v, 50) for v in vectors]
@@ -146,13 +149,15 @@ def main(
     big_size: Annotated[int, typer.Option(help="turns of its big user")] = 50_000,
     queries: Annotated[int, typer.Option(help="big-user questions")] = 100,
     ef_search: Annotated[str, typer.Option(help="hnsw.ef_search values")] = "40,100",
+    probes: Annotated[str, typer.Option(help="ivfflat.probes values ('' = the setting)")] = "",
     out: Annotated[Path, typer.Option()] = ROOT / "bench/out",
 ) -> None:
     from eval.bench.__main__ import parse_size
 
     configure_logging("WARNING", "text")
     ef = [int(x) for x in ef_search.split(",")]
-    typer.echo(asyncio.run(_run(parse_size(messages), big_size, queries, ef, out)))
+    sweep = [int(x) for x in probes.split(",") if x]
+    typer.echo(asyncio.run(_run(parse_size(messages), big_size, queries, ef, sweep, out)))
 
 
 if __name__ == "__main__":
