@@ -103,6 +103,19 @@ async def _seed(owner: AsyncEngine, user: str) -> None:
             ),
             {"k": uuid.uuid4(), "h": _key_hash(user), "u": user},
         )
+        await conn.execute(
+            text(
+                "INSERT INTO extraction_jobs (id, user_id, conversation_id, message_id) "
+                "VALUES (:j, :u, :c, :m)"
+            ),
+            {"j": uuid.uuid4(), "u": user, "c": conversation, "m": message},
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO extraction_usage (user_id, day, tokens) VALUES (:u, '2026-11-26', 5)"
+            ),
+            {"u": user},
+        )
 
 
 def _key_hash(user: str) -> str:
@@ -352,15 +365,20 @@ async def test_every_table_with_user_data_has_forced_rls_and_both_policies(
         )
 
 
-def test_the_migration_and_the_grants_name_the_same_tables() -> None:
+def test_the_migrations_and_the_grants_name_the_same_tables() -> None:
+    """0003_rls and every later migration that adds user tables (a TABLES list with the same
+    policies) name exactly USER_TABLES, in order."""
     import importlib.util
 
-    path = Path(__file__).parent.parent / "migrations" / "versions" / "0003_rls.py"
-    spec = importlib.util.spec_from_file_location("rls_migration", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert tuple(module.TABLES) == USER_TABLES
+    named: list[str] = []
+    for path in sorted((Path(__file__).parent.parent / "migrations" / "versions").glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"migration_{path.stem}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if hasattr(module, "TABLES") and hasattr(module, "USER_MATCH"):
+            named += module.TABLES
+    assert tuple(named) == USER_TABLES
 
 
 async def test_rls_status(service_engine: AsyncEngine, db_engine: AsyncEngine) -> None:

@@ -313,7 +313,9 @@ class PurgeRepository:
             "(SELECT count(*) FROM messages WHERE user_id = :u) AS messages, "
             "(SELECT count(*) FROM memory_items WHERE user_id = :u) AS memory_items, "
             "(SELECT count(*) FROM search_postings WHERE user_id = :u) AS search_postings, "
-            "(SELECT count(*) FROM search_stats WHERE user_id = :u) AS search_stats"
+            "(SELECT count(*) FROM search_stats WHERE user_id = :u) AS search_stats, "
+            "(SELECT count(*) FROM extraction_jobs WHERE user_id = :u) AS extraction_jobs, "
+            "(SELECT count(*) FROM extraction_usage WHERE user_id = :u) AS extraction_usage"
         )
         row = (await self.session.execute(sql, {"u": user_id})).one()
         return {k: int(v) for k, v in row._mapping.items()}
@@ -321,6 +323,12 @@ class PurgeRepository:
     async def delete_user(self, user_id: str) -> PurgedRows:
         """Delete every row of the user; return counts and the embedded texts (cache keys)."""
         purged = PurgedRows(counts={})
+        # Extraction jobs first: they point at the user's messages (and would cascade unseen).
+        for table in ("extraction_jobs", "extraction_usage"):
+            result = await self.session.execute(
+                text(f"DELETE FROM {table} WHERE user_id = :u"), {"u": user_id}
+            )
+            purged.counts[table] = int(result.rowcount)  # type: ignore[attr-defined]
         # Memory items first: they may point at the user's messages.
         for table in ("memory_items", "messages"):
             rows = await self.session.execute(
