@@ -54,9 +54,8 @@ class ExtractionJob(CreatedAtMixin, Base):
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
     user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), nullable=False)
-    conversation_id: Mapped[uuid.UUID] = mapped_column(
-        Uuid, ForeignKey("conversations.id", ondelete="CASCADE"), nullable=False
-    )
+    # Batching key, copied from the message (whose foreign key already cascades).
+    conversation_id: Mapped[uuid.UUID] = mapped_column(Uuid, nullable=False)
     message_id: Mapped[uuid.UUID] = mapped_column(
         Uuid, ForeignKey("messages.id", ondelete="CASCADE"), nullable=False
     )

@@ -14,7 +14,6 @@ from datetime import date
 from typing import Any
 
 from sqlalchemy import select, text
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import ExtractionJob, Message
@@ -92,19 +91,15 @@ class ExtractionRepository:
         """One job per message, in one statement; a message already queued is left alone."""
         if not message_ids:
             return
-        rows = [
-            {
-                "id": uuid.uuid4(),
-                "user_id": user_id,
-                "conversation_id": conversation_id,
-                "message_id": m,
-            }
-            for m in message_ids
-        ]
-        stmt = (
-            insert(ExtractionJob).values(rows).on_conflict_do_nothing(index_elements=["message_id"])
+        # One statement and one cached plan whatever the number of turns.
+        await self.session.execute(
+            text(
+                "INSERT INTO extraction_jobs (id, user_id, conversation_id, message_id) "
+                "SELECT gen_random_uuid(), :u, :c, m FROM unnest(CAST(:ids AS uuid[])) AS m "
+                "ON CONFLICT (message_id) DO NOTHING"
+            ),
+            {"u": user_id, "c": conversation_id, "ids": list(message_ids)},
         )
-        await self.session.execute(stmt)
 
     async def claim(self, token: uuid.UUID, *, batch: int, lease_s: float) -> list[ClaimedJob]:
         """Due jobs of one conversation, marked running for this claim (admin-mode session)."""

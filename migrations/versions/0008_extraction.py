@@ -6,6 +6,9 @@ conversation, and mark them done in the same transaction that stores what they e
 retried job never stores twice. `extraction_usage` counts the tokens the endpoint reported, per
 user and UTC day, and is where the per-user cap is reserved atomically.
 
+A job references its message (deleted with it, and so with its conversation); conversation_id
+is copied for batching without a second foreign key, to keep the append's INSERT cheap.
+
 Both tables carry user_id and get the same row-level security as migration 0003_rls.
 
 Revision ID: 0008_extraction
@@ -60,12 +63,6 @@ def upgrade() -> None:
         sa.CheckConstraint(
             "state IN ('queued', 'running', 'done', 'failed', 'dead')",
             name=op.f("ck_extraction_jobs_state"),
-        ),
-        sa.ForeignKeyConstraint(
-            ["conversation_id"],
-            ["conversations.id"],
-            name=op.f("fk_extraction_jobs_conversation_id_conversations"),
-            ondelete="CASCADE",
         ),
         sa.ForeignKeyConstraint(
             ["message_id"],

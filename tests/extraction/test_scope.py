@@ -160,3 +160,18 @@ async def test_pgrecall_worker_processes_what_serve_queued(
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "processed 1 batch(es)"
     assert [m.content for m in memories] == ["User keeps bees."] and job.state == "done"
+
+
+async def test_the_chat_proxy_queues_the_user_turn_it_stores(
+    make_env: Callable[..., Any], upstream: Any, user_id: str
+) -> None:
+    async with make_env(chat_upstream_url=upstream.base) as env:
+        env.script(Answer(text="Noted."))
+        response = await env.client.post(
+            "/v1/chat/completions",
+            json={"model": "m", "messages": [{"role": "user", "content": "I own a kayak"}]},
+            headers={"X-User-Id": user_id},
+        )
+        jobs = await env.jobs(user_id)
+    assert response.status_code == 200, response.text
+    assert [j.state for j in jobs] == ["queued"]  # the user turn, not the assistant's answer
