@@ -6,16 +6,19 @@ Called inside the batch's transaction (user-scoped); services flush, never commi
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.errors import NotFoundError
 from app.repositories.admin import AdminMemoryRepository
 from app.services.embedding import EmbeddingService
-from app.services.memory import MemoryInput, MemoryService
+from app.services.memory import MemoryInput, MemoryService, content_hash
+from app.services.supersession import SupersessionService
 
 ORIGIN = "extraction"
+_NOW_SLACK = timedelta(seconds=5)
 
 
 async def add_memory(
@@ -58,22 +61,30 @@ async def supersede_memory(
     source_message_id: uuid.UUID,
     metadata: dict[str, Any],
 ) -> uuid.UUID | None:
-    """Replace the user's memory `old_id` by `content`, observed at the turn's time.
+    """Replace the user's memory `old_id` by `content` (SupersessionService: the old item is
+    closed, the new one linked to it), observed at the turn's time; None when it says the same.
 
-    Until supersession (issue 14 part A) is merged, the replaced memory is soft-deleted; then
-    this calls SupersessionService.supersede, which closes it and links the new one.
+    Raises what supersede raises (NotFoundError, ConflictError: replaced meanwhile, or another
+    valid memory has this text); the caller drops that fact.
     """
-    new_id = await add_memory(
-        session,
-        embeddings,
+    old = await AdminMemoryRepository(session).get(user_id, old_id)
+    if old is None:
+        raise NotFoundError("memory not found")
+    if content_hash(content) == old.content_hash:
+        return None
+    # Validity windows never start before the memory they replace, nor in the future: a turn
+    # imported with an older date than the memory, or with a clock ahead of the database's.
+    at: datetime | None = max(observed_at, old.valid_from)
+    if at is not None and at > datetime.now(UTC) - _NOW_SLACK:
+        at = None  # the transaction's now()
+    done = await SupersessionService(session, embeddings).supersede(
         user_id,
+        old_id,
         content,
-        type,
-        observed_at=observed_at,
+        type=type,
+        source=ORIGIN,
         source_message_id=source_message_id,
         metadata=metadata,
+        observed_at=at,
     )
-    if new_id is None:
-        return None
-    await AdminMemoryRepository(session).set_deleted(user_id, old_id, True)
-    return new_id
+    return done.new.id

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -45,11 +46,11 @@ async def _say(
     return cid, response.json()["items"]
 
 
-async def _remember(env: Env, user: str, content: str) -> None:
-    response = await env.client.post(
-        "/v1/admin/memories:bulk",
-        json={"items": [{"user_id": user, "content": content, "type": "fact"}]},
-    )
+async def _remember(env: Env, user: str, content: str, at: datetime | None = None) -> None:
+    item = {"user_id": user, "content": content, "type": "fact"}
+    if at is not None:
+        item["created_at"] = at.isoformat()
+    response = await env.client.post("/v1/admin/memories:bulk", json={"items": [item]})
     assert response.status_code == 201, response.text
 
 
@@ -131,27 +132,39 @@ async def test_add_stores_the_fact_observed_at_the_turns_date_once(
     assert "surfing" not in str(seen.body)
 
 
-async def test_update_replaces_the_memory_it_contradicts(
+async def test_update_supersedes_the_memory_it_contradicts(
     make_env: Callable[..., Any], user_id: str
 ) -> None:
     async with make_env() as env:
-        await _remember(env, user_id, "User lives in Berlin.")
+        await _remember(env, user_id, "User lives in Berlin.", at=SAID - timedelta(days=300))
         await _say(env, user_id, [("user", "We moved to Lisbon in September")])
 
         def reply(body: dict[str, Any]) -> str:
-            import json
-
             payload = json.loads(body["messages"][1]["content"])
             berlin = alias_of(payload, "Berlin")
             return facts(fact("User lives in Lisbon.", action="update", replaces=berlin))
 
         env.script(Answer(reply=reply, usage=USAGE))
         (result,) = await env.drain()
-        live = [m.content for m in await env.memories(user_id)]
-        everything = [m.content for m in await env.memories(user_id, live=False)]
+        memories = {m.content: m for m in await env.memories(user_id, live=False)}
+
+        async def where(**extra: str) -> list[str]:
+            r = await env.client.post(
+                "/v1/tools/query_memory",
+                json={"query": "where does the user live", "types": ["fact"], **extra},
+                headers=headers(user_id),
+            )
+            assert r.status_code == 200, r.text
+            return [m["content"] for m in r.json()["memories"]]
+
+        now = await where()
+        before = await where(as_of=(SAID - timedelta(days=30)).isoformat())
     assert result.state == "done" and result.outcome["updated"] == ["User lives in Lisbon."]
-    assert live == ["User lives in Lisbon."]
-    assert sorted(everything) == ["User lives in Berlin.", "User lives in Lisbon."]
+    berlin, lisbon = memories["User lives in Berlin."], memories["User lives in Lisbon."]
+    assert berlin.deleted_at is None and berlin.valid_to == SAID  # closed, not deleted
+    assert lisbon.supersedes_id == berlin.id and lisbon.valid_from == SAID
+    assert lisbon.valid_to is None and lisbon.source == "extraction"
+    assert now == ["User lives in Lisbon."] and before == ["User lives in Berlin."]
 
 
 async def test_nothing_new_stores_nothing(make_env: Callable[..., Any], user_id: str) -> None:
