@@ -17,7 +17,7 @@ import uuid
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db import admin_sessions
+from app.db import job_queue_sessions
 from app.extraction.service import BatchResult, ExtractionConfig, ExtractionProcessor
 from app.repositories.extraction import ExtractionRepository
 
@@ -31,9 +31,9 @@ class ExtractionWorker:
         processor: ExtractionProcessor,
         config: ExtractionConfig,
     ) -> None:
-        # Claims span users (a worker serves everyone): the audited admin mode. The work on a
+        # Claims span users (a worker serves everyone) but see only job rows; the work on a
         # user's rows runs in that user's scope (ExtractionProcessor).
-        self.claims = admin_sessions(sessionmaker, "extraction worker: claim jobs")
+        self.claims = job_queue_sessions(sessionmaker)
         self.processor = processor
         self.config = config
         self._stop = asyncio.Event()

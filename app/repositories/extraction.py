@@ -1,8 +1,9 @@
 """Extraction jobs and token usage: enqueue, claim, finish, retry, and the per-user cap.
 
-Every statement except the claim names its user. The claim runs in the audited admin mode (a
-worker serves every user) and only locks and marks rows; what a job reads and writes then runs
-in a session scoped to the job's user.
+Every statement except the claim and the metrics names its user. The claim runs in the job-queue
+scope (app/db.py: it sees every user's job rows and no other table) and only locks and marks
+rows; what a job reads and writes then runs in a session scoped to the job's user. The metrics
+read counts across users in the audited admin mode.
 """
 
 from __future__ import annotations

@@ -30,6 +30,9 @@ depends_on: str | Sequence[str] | None = None
 TABLES = ("extraction_jobs", "extraction_usage")
 USER_MATCH = "user_id = current_setting('pgrecall.user_id', true)"
 ADMIN_MODE = "current_setting('pgrecall.admin', true) = 'on'"
+# Workers claim jobs across users in this mode (app/db.py: job_queue_sessions): every user's job
+# rows, and no other table's rows, so a claim needs neither the admin mode nor its audit line.
+JOB_QUEUE = "current_setting('pgrecall.job_queue', true) = 'on'"
 
 
 def upgrade() -> None:
@@ -105,6 +108,10 @@ def upgrade() -> None:
         op.execute(
             f"CREATE POLICY {table}_admin ON {table} USING ({ADMIN_MODE}) WITH CHECK ({ADMIN_MODE})"
         )
+    op.execute(
+        "CREATE POLICY extraction_jobs_claim ON extraction_jobs "
+        f"USING ({JOB_QUEUE}) WITH CHECK ({JOB_QUEUE})"
+    )
 
 
 def downgrade() -> None:
