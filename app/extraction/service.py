@@ -57,7 +57,7 @@ class ExtractionConfig:
 
 @dataclass
 class BatchResult:
-    state: str  # done | retry | failed | lost
+    state: str  # done | retry | failed | dead | lost
     jobs: int
     tokens: int = 0
     error: str | None = None

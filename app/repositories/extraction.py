@@ -196,14 +196,6 @@ class ExtractionRepository:
             {"u": user_id, "d": day, "r": reserved, "t": used},
         )
 
-    async def tokens_today(self, user_id: str, day: date) -> int:
-        """Tokens the user's extraction used on `day`."""
-        value = await self.session.scalar(
-            text("SELECT tokens FROM extraction_usage WHERE user_id = :u AND day = :d"),
-            {"u": user_id, "d": day},
-        )
-        return int(value or 0)
-
     async def jobs(self, user_id: str) -> Sequence[ExtractionJob]:
         """The user's jobs, oldest first (tests and inspection)."""
         stmt = (
