@@ -329,12 +329,14 @@ class PurgeRepository:
     async def delete_user(self, user_id: str) -> PurgedRows:
         """Delete every row of the user; return counts and the embedded texts (cache keys)."""
         purged = PurgedRows(counts={})
-        # Extraction jobs first: they point at the user's messages (and would cascade unseen).
+        # Extraction jobs first: they point at the user's messages (and would cascade unseen);
+        # reported last.
+        extraction = {}
         for table in ("extraction_jobs", "extraction_usage"):
             result = await self.session.execute(
                 text(f"DELETE FROM {table} WHERE user_id = :u"), {"u": user_id}
             )
-            purged.counts[table] = int(result.rowcount)  # type: ignore[attr-defined]
+            extraction[table] = int(result.rowcount)  # type: ignore[attr-defined]
         # Memory items first: they may point at the user's messages.
         for table in ("memory_items", "messages"):
             rows = await self.session.execute(
@@ -352,4 +354,5 @@ class PurgeRepository:
                 text(f"DELETE FROM {table} WHERE user_id = :u"), {"u": user_id}
             )
             purged.counts[table] = int(result.rowcount)  # type: ignore[attr-defined]
+        purged.counts.update(extraction)
         return purged
