@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
 from collections.abc import Callable
@@ -387,3 +388,25 @@ async def test_user_daily_cap_stops_calls_once_reached(
     assert top[user_id] == 900 and top[other_user_id] == USAGE["total_tokens"]
     assert metrics["process"]["tokens"] == 900 + USAGE["total_tokens"]
     assert metrics["jobs"]["failed"] >= 1 and metrics["tokens_per_job"]["max"] >= 900
+
+
+async def test_concurrent_workers_claim_each_job_once(
+    make_env: Callable[..., Any], user_id: str
+) -> None:
+    cities = ["Oslo", "Quito", "Hanoi", "Dakar", "Lima", "Perth"]
+
+    def reply(body: dict[str, Any]) -> str:
+        (turn,) = json.loads(body["messages"][1]["content"])["turns"]
+        return facts(fact(f"User visited {turn['text'].split()[-1]}."))
+
+    async with make_env() as env:
+        for city in cities:  # one conversation each: six batches
+            await _say(env, user_id, [("user", f"Last spring I visited {city}")])
+        env.script(*[Answer(reply=reply, usage=USAGE) for _ in cities])
+        worker = env.extraction.worker
+        results = await asyncio.gather(*[worker.drain() for _ in range(3)])
+        memories = await env.memories(user_id)
+        jobs = await env.jobs(user_id)
+    assert sum(len(r) for r in results) == len(cities) == len(env.upstream.seen)
+    assert sorted(m.content for m in memories) == sorted(f"User visited {c}." for c in cities)
+    assert [(j.state, j.attempts) for j in jobs] == [("done", 1)] * len(cities)
