@@ -309,13 +309,17 @@ def _megabytes(setting: str) -> float:
 # Every table holding a user's rows, in delete order: rows that point at others go first.
 # HOOK: a new user-data table (extraction jobs, ...) is one entry here - before
 # "memory_items"/"messages" if it references them - and purge and its counts cover it.
-PURGE_TABLES: tuple[str, ...] = (
+PURGE_TABLES: tuple[str, ...] = (  # in the order the purge reports them
     "memory_items",  # every version: supersession links stay within the user's own rows
     "messages",
     "conversations",
     "search_postings",
     "search_stats",
+    "extraction_jobs",
+    "extraction_usage",
 )
+# Extraction rows are deleted first: jobs point at the user's messages (and would cascade unseen).
+_DELETE_ORDER = PURGE_TABLES[-2:] + PURGE_TABLES[:-2]
 # Tables whose texts have cached vectors in Redis (their embeddings are purged too).
 _EMBEDDED_TABLES = ("memory_items", "messages")
 
@@ -337,7 +341,7 @@ class PurgeRepository:
     async def delete_user(self, user_id: str) -> PurgedRows:
         """Delete every row of the user; return counts and the embedded texts (cache keys)."""
         purged = PurgedRows(counts={})
-        for table in PURGE_TABLES:
+        for table in _DELETE_ORDER:
             if table in _EMBEDDED_TABLES:
                 rows = await self.session.execute(
                     text(
@@ -356,4 +360,5 @@ class PurgeRepository:
                     text(f"DELETE FROM {table} WHERE user_id = :u"), {"u": user_id}
                 )
                 purged.counts[table] = int(result.rowcount)  # type: ignore[attr-defined]
+        purged.counts = {table: purged.counts[table] for table in PURGE_TABLES}
         return purged
