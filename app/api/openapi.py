@@ -47,6 +47,8 @@ _DESCRIPTIONS = {
 _OPEN = {"/health", "/ready"}
 # The agent's writes count against the per-user write limit (app/api/agent_tools.py).
 _WRITE_LIMITED = {"/v1/tools/save_memory", "/v1/tools/forget_memory", "/v1/tools/rate_message"}
+# Routes taking ids in the body: the write tools, and the admin create (`supersedes`).
+_IDS_IN_BODY = _WRITE_LIMITED | {"/v1/admin/memories"}
 
 
 def _error(status: str) -> dict[str, Any]:
@@ -59,7 +61,7 @@ def _statuses(path: str, method: str, operation: dict[str, Any], auth_routes: bo
         return statuses
     if auth_routes or path.startswith("/v1"):
         statuses += ["401", "403"]
-    if "{" in path or path in _WRITE_LIMITED:  # the write tools take ids in the body
+    if "{" in path or path in _IDS_IN_BODY:
         statuses.append("404")
     if "requestBody" in operation:
         statuses.append("413")
