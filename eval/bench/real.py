@@ -52,7 +52,15 @@ from app.config import load_settings
 from app.db import admin_sessions, create_engine, create_sessionmaker, vector_literal
 from app.migrate import upgrade_head
 from app.observability import configure_logging
-from app.repositories.retrieval import _BM25_SQL, Candidate, Source
+from app.repositories.retrieval import (
+    _BM25_SQL,
+    NO_TIME_FILTER,
+    Candidate,
+    Source,
+    _memory_valid,
+    _memory_visible,
+    _source_filter,
+)
 from app.retrieval.presets import get_preset
 from app.retrieval.scoring import (
     apply_thresholds,
@@ -256,19 +264,15 @@ def _numbered(sql: str, names: list[str]) -> str:
 
 
 PARAMS = ["user_id", "query", "limit", "k1", "b", "q", "model"]
-_VISIBLE_MEMORY = (
-    "t.user_id = :user_id AND t.deleted_at IS NULL "
-    "AND (t.expires_at IS NULL OR t.expires_at > now())"
-)
+# The service's own visibility rules (deleted, expired, superseded), on alias t.
+_VISIBLE_MEMORY = _memory_visible(None).replace("m.", "t.") + _memory_valid("t", NO_TIME_FILTER)
 
 
 def floor_sql(exact: bool) -> str:
     """Both arms, the neighbours of every message candidate and every candidate's content, in
     one statement (the default preset: no type or time filter, no PRF)."""
     bm25 = _BM25_SQL.format(
-        source_filter="(s.source = 1 OR (s.source = 0 AND EXISTS (SELECT 1 FROM memory_items "
-        "AS m WHERE m.id = s.item_id AND m.user_id = :user_id AND m.deleted_at IS NULL "
-        "AND (m.expires_at IS NULL OR m.expires_at > now()))))",
+        source_filter=_source_filter(True, True, None, NO_TIME_FILTER),
         expansion="",
         terms="idf",
     )

@@ -44,7 +44,9 @@ from app.repositories.agent_memory import AgentMemoryRepository
 from app.repositories.api_keys import ApiKeyRepository
 from app.repositories.bulk import BulkMemory, BulkRepository
 from app.repositories.conversation import ConversationRepository, NewMessage
+from app.repositories.extraction import ExtractionRepository, ExtractionStatsRepository
 from app.repositories.memory import MemoryRepository, NewMemory
+from app.repositories.portable import PortableRepository
 from app.repositories.retrieval import RetrievalRepository, Source, TimeFilter
 from app.repositories.search_index import Document, SearchIndexRepository
 from eval.bench.store import database
@@ -82,6 +84,11 @@ ALLOWED: dict[tuple[str, str], str] = {
         "users just copied, selected by their ids; user_id comes from each row"
     ),
     ("BulkRepository", "analyze"): "ANALYZE of whole tables after a bulk load",
+    ("ExtractionRepository", "claim"): (
+        "the extraction worker claims due jobs of any user (admin-mode session); every later "
+        "step of a claimed job is scoped to the job's user"
+    ),
+    ("ExtractionStatsRepository", "summary"): "counters across users for /metrics (admin mode)",
 }
 
 _current: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar("repository_call")
@@ -149,6 +156,10 @@ class RecordingConnection:
 def _vector(seed: int) -> np.ndarray:
     v = np.random.default_rng(seed).standard_normal(LOCAL_DIMENSION).astype(np.float32)
     return v / np.linalg.norm(v)
+
+
+async def _drain(rows: Any) -> list[Any]:
+    return [row async for row in rows]
 
 
 async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None:
@@ -379,6 +390,76 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
         "rebuild_index",
         maintenance.rebuild_index("messages", 10, 100, LOCAL_DIMENSION),
     )
+
+    # Validity (supersession) of memory items.
+    at = await rec.call("MemoryRepository", "now", memories.now())
+    await rec.call("MemoryRepository", "close", memories.close(user, ids[1], at))
+    await rec.call("MemoryRepository", "successor", memories.successor(user, ids[0]))
+    await rec.call("MemoryRepository", "chain", memories.chain(user, ids[0]))
+
+    portable = PortableRepository(session)
+    await rec.call("PortableRepository", "counts", portable.counts(user))
+    for name in ("conversations", "messages", "memories"):
+        await rec.call("PortableRepository", name, _drain(getattr(portable, name)(user)))
+    await rec.call("PortableRepository", "existing_ids", portable.existing_ids(user, ids))
+    await rec.call(
+        "PortableRepository", "link_memories", portable.link_memories(user, [(ids[0], ids[1])])
+    )
+    imported = uuid.uuid4()
+    await rec.call(
+        "PortableRepository",
+        "insert_conversations",
+        portable.insert_conversations([{"id": imported, "user_id": user, "title": "imported"}]),
+    )
+    message_row = {
+        "id": uuid.uuid4(),
+        "conversation_id": imported,
+        "user_id": user,
+        "role": "user",
+        "content": "imported turn",
+        "embedding": _vector(60),
+        "embedding_model": LOCAL_MODEL_ID,
+        "correlation_id": uuid.uuid4(),
+        "metadata_": {},
+    }
+    await rec.call("PortableRepository", "insert_messages", portable.insert_messages([message_row]))
+    memory_row = {
+        "id": uuid.uuid4(),
+        "user_id": user,
+        "content": "imported memory",
+        "content_hash": f"{user}-imported",
+        "type": "fact",
+        "embedding": _vector(61),
+        "embedding_model": LOCAL_MODEL_ID,
+    }
+    await rec.call("PortableRepository", "insert_memories", portable.insert_memories([memory_row]))
+
+    extraction = ExtractionRepository(session)
+    await rec.call(
+        "ExtractionRepository", "enqueue", extraction.enqueue(user, conv.id, [stored[0].id])
+    )
+    token = uuid.uuid4()
+    claimed = await rec.call(
+        "ExtractionRepository", "claim", extraction.claim(token, batch=5, lease_s=30.0)
+    )
+    job_ids = [j.id for j in claimed if j.user_id == user] or [uuid.uuid4()]
+    await rec.call("ExtractionRepository", "messages", extraction.messages(user, [stored[0].id]))
+    await rec.call("ExtractionRepository", "hold", extraction.hold(user, token, job_ids))
+    await rec.call(
+        "ExtractionRepository",
+        "settle",
+        extraction.settle(user, token, job_ids, [0] * len(job_ids), state="done"),
+    )
+    today = now.date()
+    await rec.call(
+        "ExtractionRepository", "reserve_tokens", extraction.reserve_tokens(user, today, 10, 100)
+    )
+    await rec.call(
+        "ExtractionRepository", "settle_tokens", extraction.settle_tokens(user, today, 10, 5)
+    )
+    await rec.call("ExtractionRepository", "jobs", extraction.jobs(user))
+    stats = ExtractionStatsRepository(session)
+    await rec.call("ExtractionStatsRepository", "summary", stats.summary(today, 5))
 
     purge = PurgeRepository(session)
     await rec.call("PurgeRepository", "counts", purge.counts(user))
