@@ -57,7 +57,9 @@ class Settings(BaseSettings):
     embedding_model: str = LOCAL_MODEL
     embedding_dimension: Annotated[int, Field(ge=8, le=4096)] = LOCAL_DIMENSION
     embedding_timeout_s: Annotated[float, Field(gt=0, le=120)] = 10.0
-    embedding_threads: Annotated[int, Field(ge=1, le=64)] = 1
+    # 2 onnxruntime threads (without spinning): the query embedding in half the time for about
+    # the same CPU per request on a 2-core machine (docs/performance.md, the embedder's cost).
+    embedding_threads: Annotated[int, Field(ge=1, le=64)] = 2
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
 

@@ -107,6 +107,9 @@ class LocalEmbedder:
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
+        if threads > 1:
+            # Idle intra-op threads would spin on the cores Postgres needs (docs/performance.md).
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = onnxruntime.InferenceSession(
             str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
         )

@@ -31,11 +31,14 @@ class ConversationRepository:
         self.session = session
 
     async def create(self, user_id: str, title: str | None) -> Conversation:
-        conversation = Conversation(id=uuid.uuid4(), user_id=user_id, title=title)
-        self.session.add(conversation)
-        await self.session.flush()
-        await self.session.refresh(conversation)
-        return conversation
+        # INSERT ... RETURNING, not add + refresh: the refresh would re-read the row by id alone
+        # (no user_id, so not routable to one shard: tests/repositories/test_user_scope.py).
+        stmt = (
+            insert(Conversation)
+            .values(id=uuid.uuid4(), user_id=user_id, title=title)
+            .returning(Conversation)
+        )
+        return (await self.session.execute(stmt)).scalar_one()
 
     async def get(
         self, user_id: str, conversation_id: uuid.UUID, *, lock: bool = False

@@ -47,10 +47,15 @@ WITH q AS (
            greatest(total_length::float8 / greatest(doc_count, 1), 1.0) AS avgdl
     FROM search_stats WHERE user_id = :user_id
 ), df AS (
-    SELECT p.lexeme, count(*)::float8 AS df
-    FROM search_postings AS p JOIN q ON q.lexeme = p.lexeme
-    WHERE p.user_id = :user_id
-    GROUP BY p.lexeme
+    -- Counted per query lexeme over its (user_id, lexeme) index range, whatever the statistics:
+    -- a join lets the planner read all of a just-imported user's postings (estimated 1 row,
+    -- read 14,206: docs/performance.md, "Just-imported users").
+    SELECT q.lexeme, c.df
+    FROM q CROSS JOIN LATERAL (
+        SELECT count(*)::float8 AS df FROM search_postings AS p
+        WHERE p.user_id = :user_id AND p.lexeme = q.lexeme
+    ) AS c
+    WHERE c.df > 0
 ), idf AS (
     SELECT df.lexeme, ln(1.0 + (st.n - df.df + 0.5) / (df.df + 0.5)) AS idf FROM df, st
 ), query_idf AS (

@@ -52,7 +52,9 @@ def parse_settings(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-async def _main(sizes: list[int], cfg: BenchConfig, database_url: str | None, threads: int) -> None:
+async def _main(
+    sizes: list[int], cfg: BenchConfig, database_url: str | None, threads: int
+) -> list[dict[str, object]]:
     from app.adapters.embedder import LocalEmbedder
     from app.embedded import EmbeddedPostgres
 
@@ -62,12 +64,14 @@ async def _main(sizes: list[int], cfg: BenchConfig, database_url: str | None, th
     if server_url is None:
         pg = EmbeddedPostgres(cfg.out_dir / "pg")
         server_url = await asyncio.to_thread(pg.start)
+    results = []
     try:
         for items in sizes:
-            await run_size(server_url, items, embedder.embed_sync, cfg)
+            results.append(await run_size(server_url, items, embedder.embed_sync, cfg))
     finally:
         if pg is not None and pg.started_here:
             await asyncio.to_thread(pg.stop)
+    return results
 
 
 @cli.command()
@@ -97,6 +101,10 @@ def main(
     / "bench/out",
     seed: Annotated[int, typer.Option()] = 42,
     load_threads: Annotated[int, typer.Option(help="onnxruntime threads for corpus embedding")] = 2,
+    real: Annotated[
+        str, typer.Option(help="real-conversation workload sizes (stored turns), '' = none")
+    ] = "10k",
+    synthetic: Annotated[bool, typer.Option(help="run the synthetic workload")] = True,
 ) -> None:
     """Build stores, drive query_memory over HTTP, report latency, throughput, recall, RSS."""
     configure_logging("INFO", "text")
@@ -113,11 +121,26 @@ def main(
         settings=parse_settings(set_ or []),
         tag=tag,
     )
-    asyncio.run(_main([parse_size(s) for s in sizes.split(",")], cfg, database_url, load_threads))
-    baselines = load_baselines(out)
-    if tag is None and plot(baselines, out / "latency-vs-size.png"):
-        log.info("plot written to %s", out / "latency-vs-size.png")
-    typer.echo(table(baselines))
+    synthetic_results: list[dict[str, object]] = []
+    if synthetic:
+        synthetic_results = asyncio.run(
+            _main([parse_size(s) for s in sizes.split(",")], cfg, database_url, load_threads)
+        )
+        baselines = load_baselines(out)
+        if tag is None and plot(baselines, out / "latency-vs-size.png"):
+            log.info("plot written to %s", out / "latency-vs-size.png")
+        typer.echo(table(baselines))
+    from eval.bench.real import report, run, side_by_side
+
+    for size in filter(None, real.split(",")):
+        result = asyncio.run(
+            run(parse_size(size), list(cfg.levels), cfg.timing_samples, out, dict(cfg.settings))
+        )
+        typer.echo("")
+        typer.echo(report(result))
+        if synthetic_results:
+            typer.echo("")
+            typer.echo(side_by_side(result, synthetic_results))
 
 
 if __name__ == "__main__":
