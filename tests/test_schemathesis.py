@@ -23,6 +23,7 @@ from tests.served import PGRECALL, Served, free_port
 from tests.servers import temporary_redis
 
 SCHEMATHESIS = PGRECALL.parent / "schemathesis"
+CONFIG = Path(__file__).with_name("schemathesis.toml")
 MAX_EXAMPLES = 10  # per operation and phase: about 1,300 requests, 3-5 minutes on 2 cores
 TIMEOUT_S = 900
 
@@ -56,6 +57,7 @@ def test_schemathesis_finds_no_server_error_and_no_schema_violation(workdir: Pat
             result = subprocess.run(
                 [
                     str(SCHEMATHESIS),
+                    f"--config-file={CONFIG}",
                     "run",
                     f"{served.base}/openapi.json",
                     "--checks=all",

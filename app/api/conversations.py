@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Query, status
+from fastapi import APIRouter, Query, Response, status
 
 from app.api.deps import (
     CorrelationDep,
@@ -63,14 +63,30 @@ def _session_state(
     return SessionStateService(conversations, resources.cache, resources.session_messages)
 
 
-@router.post("", status_code=status.HTTP_201_CREATED, response_model=ConversationOut)
+_LOCATION = {
+    "description": "Where the new conversation lives: /v1/conversations/{id}",
+    "schema": {"type": "string"},
+}
+
+
+@router.post(
+    "",
+    status_code=status.HTTP_201_CREATED,
+    response_model=ConversationOut,
+    responses={201: {"headers": {"Location": _LOCATION}}},
+)
 async def create_conversation(
-    body: ConversationCreate, user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
+    body: ConversationCreate,
+    user_id: WriteUserDep,
+    session: SessionDep,
+    resources: ResourcesDep,
+    response: Response,
 ) -> ConversationOut:
     """Start a conversation owned by the calling user."""
     conversation = await ConversationService(session, resources.embeddings).create(
         user_id, body.title
     )
+    response.headers["Location"] = f"{router.prefix}/{conversation.id}"
     return ConversationOut.model_validate(conversation)
 
 

@@ -52,7 +52,8 @@ async def test_create_and_get_conversation(client: httpx.AsyncClient, user_id: s
     body = created.json()
     assert body["title"] == "Trip planning"
     uuid.UUID(body["id"])
-    fetched = await client.get(f"/v1/conversations/{body['id']}", headers=headers(user_id))
+    assert created.headers["location"] == f"/v1/conversations/{body['id']}"
+    fetched = await client.get(created.headers["location"], headers=headers(user_id))
     assert fetched.status_code == 200
     assert fetched.json() == body
 
