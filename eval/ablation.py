@@ -89,6 +89,8 @@ BEFORE = DEFAULT.with_(
     session_vote_weight=0.0,
     prf_docs=0,
     cutoff_exempt_ranks=0,
+    when_boost=0.0,
+    answer_relevance=0.0,
 )
 PLAN_RANKING: list[RetrievalPreset] = [
     BEFORE,
@@ -103,6 +105,9 @@ PLAN_RANKING: list[RetrievalPreset] = [
     BEFORE.with_(name="relevance weight 0.3", relevance_weight=0.3),
     BEFORE.with_(name="relative cut exempts ranks 1-2", cutoff_exempt_ranks=2),
     BEFORE.with_(name="relative cut exempts ranks 1-5", cutoff_exempt_ranks=5),
+    BEFORE.with_(name="when-question boost 1.0", when_boost=1.0),
+    BEFORE.with_(name="when-question boost 2.0", when_boost=2.0),
+    BEFORE.with_(name="answers inherit relevance 1.0", answer_relevance=1.0),
     DEFAULT,
 ]
 
