@@ -42,9 +42,10 @@ class RetrievalPreset:
     # other speaker's) counts as relevant too: its relevance is at least this share of the
     # question's (0 = off: an item's relevance is its own words' only).
     answer_relevance: float = 1.0
-    # ... and inherits this share of the question's fused score (more than an ordinary next
-    # turn's `next_turn_weight`; 0 = off).
-    answer_weight: float = 0.0
+    # ... and inherits this share of the question's fused score in the ranking (more than an
+    # ordinary next turn's `next_turn_weight`: the answer is where a question's facts are told;
+    # 0 = off).
+    answer_weight: float = 0.9
     # Drop results whose relevance is under this share of the best result's (0 = off).
     relative_cutoff: float = 0.6
     # The first this many places of the ranking are exempt from the relative cut (still not
@@ -102,6 +103,7 @@ PRESETS: dict[str, RetrievalPreset] = {
         time_mention_slack_days=0.0,
         when_boost=0.0,
         answer_relevance=0.0,
+        answer_weight=0.0,
     ),
     "rrf_equal": DEFAULT.with_(
         name="rrf_equal", fusion="rrf", keyword_weight=1.0, vector_weight=1.0
