@@ -6,7 +6,8 @@
 
 `--plan index` (the default) varies the keyword index and fusion; `--plan ranking` loads the
 default index once and varies the re-ranking stages (time preference, diversification,
-pseudo-relevance feedback), also asking every question through the agent tool.
+pseudo-relevance feedback), also asking every question through the agent tool; `--plan latency`
+times POST /v1/tools/query_memory under the default and the `baseline` preset in one run.
 
 Loads the dialogues once per keyword-index configuration (neighbour context weights are applied
 when postings are written), then asks all questions with each ranking preset through
@@ -28,7 +29,7 @@ from app.config import Settings
 from app.retrieval.presets import DEFAULT, PRESETS, RetrievalPreset
 from eval.harness import running_service
 from eval.locomo_run import ask_all, load, load_into
-from eval.metrics import CaseResult, summarise
+from eval.metrics import CaseResult, percentile, summarise
 
 # (label, previous-turn weight, next-turn weight, presets to run on that index)
 PLAN: list[tuple[str, float, float, list[RetrievalPreset]]] = [
@@ -89,6 +90,9 @@ BEFORE = DEFAULT.with_(
     session_vote_weight=0.0,
     prf_docs=0,
     cutoff_exempt_ranks=0,
+    when_boost=0.0,
+    answer_relevance=0.0,
+    answer_weight=0.0,
 )
 PLAN_RANKING: list[RetrievalPreset] = [
     BEFORE,
@@ -103,6 +107,11 @@ PLAN_RANKING: list[RetrievalPreset] = [
     BEFORE.with_(name="relevance weight 0.3", relevance_weight=0.3),
     BEFORE.with_(name="relative cut exempts ranks 1-2", cutoff_exempt_ranks=2),
     BEFORE.with_(name="relative cut exempts ranks 1-5", cutoff_exempt_ranks=5),
+    BEFORE.with_(name="when-question boost 1.0", when_boost=1.0),
+    BEFORE.with_(name="when-question boost 2.0", when_boost=2.0),
+    BEFORE.with_(name="answers inherit relevance 1.0", answer_relevance=1.0),
+    BEFORE.with_(name="answers inherit 0.9 of the fused score", answer_weight=0.9),
+    BEFORE.with_(name="answers inherit 1.0 of the fused score", answer_weight=1.0),
     DEFAULT,
 ]
 
@@ -146,6 +155,42 @@ async def run_ranking(path: Path, names: Sequence[str] | None) -> list[str]:
     return rows
 
 
+async def run_latency(path: Path, rounds: int) -> list[str]:
+    """query_memory latency of the default preset against `baseline` (issue 13's stages off) in
+    one run: every question through POST /v1/tools/query_memory under both presets, the order
+    alternating per question so that load from other jobs falls on both alike. Each round asks
+    under a new preset name, so the query cache never answers."""
+    conversations = load(path)
+    presets = (PRESETS["baseline"], DEFAULT)
+    times: dict[str, list[float]] = {p.name: [] for p in presets}
+    async with running_service(Settings(rate_limit_per_minute=0)) as harness:
+        logging.getLogger().setLevel(logging.WARNING)
+        await load_into(harness, conversations)
+        config = harness.resources.query_config
+        for round_ in range(rounds):
+            n = 0
+            for conv in conversations:
+                for q in conv.questions:
+                    order = presets if n % 2 == 0 else presets[::-1]
+                    n += 1
+                    for preset in order:
+                        harness.resources.query_config = dataclasses.replace(
+                            config, preset=preset.with_(name=f"{preset.name}#{round_}")
+                        )
+                        started = time.perf_counter()
+                        await harness.tool_query(conv.user_id, q.question)
+                        times[preset.name].append((time.perf_counter() - started) * 1000)
+    rows = ["| preset | queries | p50 ms | p95 ms | p95 / baseline p95 |", "|---|---|---|---|---|"]
+    base = percentile(times["baseline"], 95)
+    for name, values in times.items():
+        p95 = percentile(values, 95)
+        rows.append(
+            f"| {name} | {len(values)} | {percentile(values, 50):.1f} | {p95:.1f} | "
+            f"{p95 / base:.3f} |"
+        )
+    return rows
+
+
 async def run(path: Path) -> list[str]:
     conversations = load(path)
     rows = [
@@ -177,11 +222,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--path", type=Path, required=True, help="LoCoMo JSON file")
-    parser.add_argument("--plan", choices=("index", "ranking"), default="index")
+    parser.add_argument("--plan", choices=("index", "ranking", "latency"), default="index")
+    parser.add_argument("--rounds", type=int, default=1, help="latency plan: passes over all")
     parser.add_argument("--only", nargs="*", help="ranking plan: only these preset names")
     args = parser.parse_args(argv)
     if args.plan == "ranking":
         rows = asyncio.run(run_ranking(args.path, args.only))
+    elif args.plan == "latency":
+        rows = asyncio.run(run_latency(args.path, args.rounds))
     else:
         rows = asyncio.run(run(args.path))
     print("\n" + "\n".join(rows))

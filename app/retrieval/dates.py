@@ -292,3 +292,33 @@ def _parse(text: str, now: datetime) -> TimeWindow | None:
     if m is not None:
         return TimeWindow(*_month_span(int(m["year"]), 1, 12), m[0])
     return None
+
+
+# A question that asks for a time: "When did ...", "What date/year/month ...", "How long ago".
+_ASKS_WHEN = re.compile(
+    r"^\W*(?:when\b|(?:on\s+)?what\s+(?:date|day|year|month|time|week)\b|how\s+long\s+ago\b)"
+    r"|\b(?:since|until)\s+when\b",
+    re.I,
+)
+# Words that place a told event in time (beyond the full expressions the parser reads).
+_TELLS_TIME = re.compile(
+    r"\b(?:yesterday|today|tonight|ago|recently|lately|weekend|"
+    r"(?:last|this|next|past)\s+(?:night|week|month|year|summer|winter|spring|fall|autumn)|"
+    r"monday|tuesday|wednesday|thursday|friday|saturday|sunday|"
+    r"january|february|april|june|july|august|september|october|november|december|"
+    # "march" and "may" are verbs too: months only next to a day or after a time word
+    r"(?:in|last|this|early|late|since|until|by)\s+(?:march|may)|(?:march|may)\s+[0-3]?\d)\b"
+    r"|(?<![\d-])(?:19|20)\d\d(?![\d-])",
+    re.I,
+)
+
+
+def asks_when(question: str) -> bool:
+    """Whether the question asks for a time ("When did ...?", "What year ...?")."""
+    return _ASKS_WHEN.search(question) is not None
+
+
+def tells_time(text: str) -> bool:
+    """Whether a text places something in time: a date, a weekday, a month, "yesterday",
+    "last week", "two weeks ago". A turn that does is what a "when" question needs."""
+    return _TELLS_TIME.search(text) is not None or _MONTH_DAY.search(text) is not None

@@ -38,6 +38,14 @@ class RetrievalPreset:
     next_turn_weight: float = 0.5
     previous_turn_weight: float = 0.0
     neighbour_seeds: int = 20  # how many top-ranked messages pass score to their neighbours
+    # The turn that answers a matching question (the seed ends with '?', the next turn is the
+    # other speaker's) counts as relevant too: its relevance is at least this share of the
+    # question's (0 = off: an item's relevance is its own words' only).
+    answer_relevance: float = 1.0
+    # ... and inherits this share of the question's fused score in the ranking (more than an
+    # ordinary next turn's `next_turn_weight`: the answer is where a question's facts are told;
+    # 0 = off).
+    answer_weight: float = 0.9
     # Drop results whose relevance is under this share of the best result's (0 = off).
     relative_cutoff: float = 0.6
     # The first this many places of the ranking are exempt from the relative cut (still not
@@ -51,6 +59,10 @@ class RetrievalPreset:
     # after they happen, so the window is extended by `time_mention_slack_days`.
     time_boost: float = 1.0
     time_mention_slack_days: float = 14.0
+    # A question asking *when* ("When did ...?", "What year ...?") prefers items that tell a
+    # time ("yesterday", "last week", a weekday, a date): fused x (1 + when_boost) among the
+    # first `rerank_depth` (0 = off). Its answer is the turn that places the event in time.
+    when_boost: float = 2.0
     # Diversification: at most this many items of one conversation in the first
     # `diversify_depth` places (0 = off); the best item always stays first.
     conversation_cap: int = 0
@@ -83,6 +95,16 @@ PRESETS: dict[str, RetrievalPreset] = {
     "vector_only": DEFAULT.with_(name="vector_only", use_keyword=False),
     # The ranking without the time preference (what a caller who wants no date reading gets).
     "untimed": DEFAULT.with_(name="untimed", time_boost=0.0, time_mention_slack_days=0.0),
+    # The ranking without issue 13's question-reading stages (time preference, when-questions,
+    # answers inheriting relevance): the reference for their latency cost (eval/bench).
+    "baseline": DEFAULT.with_(
+        name="baseline",
+        time_boost=0.0,
+        time_mention_slack_days=0.0,
+        when_boost=0.0,
+        answer_relevance=0.0,
+        answer_weight=0.0,
+    ),
     "rrf_equal": DEFAULT.with_(
         name="rrf_equal", fusion="rrf", keyword_weight=1.0, vector_weight=1.0
     ),

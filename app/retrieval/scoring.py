@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping
+from collections.abc import Collection, Hashable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Generic, TypeVar
@@ -182,6 +182,28 @@ def propagate(
     return merged
 
 
+def answers_inherit(
+    ranked: list[Ranked[K]], answers: Mapping[K, K], share: float
+) -> list[Ranked[K]]:
+    """An answer is relevant when its question is: `answers[question] = answer`, and the
+    answer's relevance becomes at least `share` x the question's (its keyword and semantic
+    parts stay its own). Only relevance moves, not the order: what thresholds compare."""
+    if share <= 0.0 or not answers:
+        return ranked
+    by_key = {r.key: r for r in ranked}
+    lifted: dict[K, float] = {}
+    for question, answer in answers.items():
+        asked = by_key.get(question)
+        if asked is not None and answer in by_key:
+            lifted[answer] = max(lifted.get(answer, 0.0), share * asked.relevance)
+    return [
+        Ranked(r.key, r.fused, max(r.relevance, lifted[r.key]), r.keyword, r.semantic)
+        if r.key in lifted
+        else r
+        for r in ranked
+    ]
+
+
 def prefer_window(
     ranked: list[Ranked[K]],
     times: Mapping[K, datetime],
@@ -200,6 +222,21 @@ def prefer_window(
     out = [
         Ranked(r.key, r.fused * (1.0 + boost), r.relevance, r.keyword, r.semantic)
         if r.key in times and times[r.key] in window
+        else r
+        for r in ranked
+    ]
+    out.sort(key=lambda r: (-r.fused, -r.relevance))
+    return out
+
+
+def boost(ranked: list[Ranked[K]], chosen: Collection[K], factor: float) -> list[Ranked[K]]:
+    """The chosen items get fused x (1 + factor) and the ranking is re-sorted; relevance (what
+    thresholds compare) does not change, and an item that matched nothing gains nothing."""
+    if factor <= 0.0 or not chosen:
+        return ranked
+    out = [
+        Ranked(r.key, r.fused * (1.0 + factor), r.relevance, r.keyword, r.semantic)
+        if r.key in chosen
         else r
         for r in ranked
     ]

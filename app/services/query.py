@@ -24,10 +24,12 @@ from app.errors import EmbeddingError
 from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository, TimeFilter
 from app.repositories.search_index import Source
 from app.retrieval.budget import pack
-from app.retrieval.dates import TimeWindow, parse_time_expression
+from app.retrieval.dates import TimeWindow, asks_when, parse_time_expression, tells_time
 from app.retrieval.presets import RetrievalPreset
 from app.retrieval.scoring import (
+    answers_inherit,
     apply_thresholds,
+    boost,
     diversify,
     group_vote,
     prefer_window,
@@ -284,6 +286,7 @@ class QueryService:
                 self._vector_arm(request, embedding, n, memories, messages, result),
             )
             ranked = rank(hits.scores, hits.max_score, cosines, preset, hits.expansion)
+            neighbours: dict[tuple[Source, Any], tuple[Any, Any]] = {}
             if messages and (preset.next_turn_weight > 0 or preset.previous_turn_weight > 0):
                 seeds = [r.key for r in ranked if r.key[0] is Source.MESSAGE][
                     : preset.neighbour_seeds
@@ -305,12 +308,25 @@ class QueryService:
             keep = [r.key for r in ranked[: max(request.limit * 3, 30, preset.rerank_depth)]]
             candidates = await repo.fetch(request.user_id, keep, request.when)
         ranked = [r for r in ranked if r.key in candidates]
+        if preset.answer_relevance > 0.0 or preset.answer_weight > 0.0:
+            answers = _answers(neighbours, candidates)
+            ranked = answers_inherit(ranked, answers, preset.answer_relevance)
+            ranked = propagate(
+                ranked,
+                {q: (None, a) for q, a in answers.items()},
+                next_weight=preset.answer_weight,
+                previous_weight=0.0,
+            )
         ranked = prefer_window(
             ranked,
             {k: c.created_at for k, c in candidates.items()},
             time_preference(query, request, preset),
             preset.time_boost,
         )
+        if preset.when_boost > 0.0 and asks_when(query):
+            depth = {r.key for r in ranked[: preset.rerank_depth]}
+            telling = {k for k in depth if tells_time(candidates[k].content)}
+            ranked = boost(ranked, telling, preset.when_boost)
         conversations = {k: c.conversation_id for k, c in candidates.items() if c.conversation_id}
         ranked = group_vote(ranked, conversations, preset.session_vote_weight, preset.rerank_depth)
         ranked = diversify(ranked, conversations, preset.conversation_cap, preset.diversify_depth)
@@ -421,6 +437,25 @@ def time_preference(
     if window is None:
         return None
     return window.widened(after=timedelta(days=preset.time_mention_slack_days))
+
+
+def _answers(
+    neighbours: dict[tuple[Source, Any], tuple[Any, Any]],
+    candidates: dict[tuple[Source, Any], Candidate],
+) -> dict[tuple[Source, Any], tuple[Source, Any]]:
+    """question turn -> the turn answering it: the next turn, by the other speaker, of a seed
+    turn that asks something (ends with '?')."""
+    out = {}
+    for seed, (_, following) in neighbours.items():
+        asked, answer = candidates.get(seed), candidates.get(following) if following else None
+        if (
+            asked is not None
+            and answer is not None
+            and asked.content.rstrip().endswith("?")
+            and asked.role != answer.role
+        ):
+            out[seed] = following
+    return out
 
 
 def _item(

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from app.retrieval.dates import TimeWindow, parse_time_expression
+from app.retrieval.dates import TimeWindow, asks_when, parse_time_expression, tells_time
 
 # A Wednesday.
 NOW = datetime(2024, 3, 13, 15, 30, tzinfo=UTC)
@@ -127,3 +127,42 @@ def test_widening_stops_at_the_calendar_ends() -> None:
     assert late.widened(after=timedelta(days=30)).end == datetime.max.replace(tzinfo=UTC)
     early = TimeWindow(datetime(1, 1, 2, tzinfo=UTC), datetime(1, 2, 1, tzinfo=UTC), "x")
     assert early.widened(before=timedelta(days=30)).start == datetime.min.replace(tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("question", "expected"),
+    [
+        ("When did Melanie paint a sunrise?", True),
+        ("  when was the move?", True),
+        ("What year did she start surfing?", True),
+        ("On what date did they meet?", True),
+        ("How long ago was the trip?", True),
+        ("Since when has he been vegan?", True),
+        ("What did she paint?", False),
+        ("Whenever I ask, what do you say?", False),
+        ("What time zone do I work in", True),  # a time question all the same: a soft preference
+        ("Who came to the party last week?", False),
+        ("", False),
+    ],
+)
+def test_asks_when(question: str, expected: bool) -> None:
+    assert asks_when(question) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("I went camping with the kids yesterday.", True),
+        ("We moved here two years ago", True),
+        ("Last week I joined a gym", True),
+        ("The race is on Saturday!", True),
+        ("Back in 2019 I lived in Lyon", True),
+        ("I started on March 3 with the new team", True),
+        ("I loved reading that book as a kid.", False),
+        ("You may march on with it", False),  # "may" and "march" as verbs
+        ("Room 2023-13 is free", False),
+        ("", False),
+    ],
+)
+def test_tells_time(text: str, expected: bool) -> None:
+    assert tells_time(text) is expected

@@ -9,7 +9,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.retrieval.dates import TimeWindow
-from app.retrieval.scoring import Ranked, diversify, group_vote, prefer_window
+from app.retrieval.scoring import (
+    Ranked,
+    answers_inherit,
+    boost,
+    diversify,
+    group_vote,
+    prefer_window,
+)
 
 
 def r(key: str, fused: float, relevance: float = 0.5) -> Ranked[str]:
@@ -127,3 +134,26 @@ def test_expansion_moves_the_ranking_not_the_relevance() -> None:
     assert {x.key: x.relevance for x in expanded} == {x.key: x.relevance for x in plain}
     # An item found only by the expansion has no signal of its own: it is not returned.
     assert "z" not in {x.key for x in expanded}
+
+
+def test_boost_lifts_the_chosen_items_and_keeps_their_relevance() -> None:
+    ranked = [r("a", 1.0), r("b", 0.8), r("c", 0.5), r("z", 0.0, relevance=0.0)]
+    out = boost(ranked, {"c", "z"}, 1.2)
+    assert [x.key for x in out] == ["c", "a", "b", "z"]
+    assert out[0].fused == pytest.approx(1.1) and out[0].relevance == 0.5
+    assert out[-1].fused == 0.0  # nothing gains from nothing
+    assert boost(ranked, {"c"}, 0.0) == ranked
+    assert boost(ranked, set(), 1.0) == ranked
+
+
+def test_an_answer_inherits_a_share_of_its_questions_relevance_and_keeps_its_place() -> None:
+    ranked = [r("q", 1.0, relevance=0.8), r("x", 0.9, relevance=0.5), r("a", 0.5, relevance=0.1)]
+    out = answers_inherit(ranked, {"q": "a"}, 0.75)
+    assert [x.key for x in out] == ["q", "x", "a"]  # the order does not move
+    assert out[2].relevance == pytest.approx(0.6)
+    assert out[2].keyword == 0.1  # its own parts stay its own
+    # Never lowered: an answer more relevant than its share keeps its own relevance.
+    high = [r("q", 1.0, relevance=0.4), r("a", 0.5, relevance=0.9)]
+    assert answers_inherit(high, {"q": "a"}, 0.75)[1].relevance == 0.9
+    assert answers_inherit(ranked, {"q": "a"}, 0.0) == ranked
+    assert answers_inherit(ranked, {"q": "missing"}, 0.75) == ranked
