@@ -41,6 +41,31 @@ class AsyncClient(Base):
         self._http = http or httpx.AsyncClient(timeout=timeout)
         self._sleep = sleep
 
+    @classmethod
+    def for_app(
+        cls,
+        app: Any,
+        *,
+        user_id: str | None = None,
+        api_key: str | None = None,
+        admin_key: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> AsyncClient:
+        """A client on an ASGI app in this process (no socket, same request path): the eval
+        harness drives the service this way."""
+        base_url = "http://pgrecall"
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=base_url)
+        client = cls(
+            base_url,
+            user_id=user_id,
+            api_key=api_key,
+            admin_key=admin_key,
+            retry=retry,
+            http=http,
+        )
+        client._owns_http = True
+        return client
+
     def as_user(self, user_id: str) -> AsyncClient:
         """The same client acting for another user (shares the connection pool)."""
         return AsyncClient(

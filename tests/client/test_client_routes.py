@@ -16,7 +16,8 @@ def _public(kind: type) -> dict[str, list[str]]:
     return {
         name: list(inspect.signature(member).parameters)
         for name, member in inspect.getmembers(kind, callable)
-        if not name.startswith("_") and name not in {"close", "aclose"}
+        # for_app: only the async client can drive an ASGI app in-process.
+        if not name.startswith("_") and name not in {"close", "aclose", "for_app"}
     }
 
 
