@@ -308,6 +308,25 @@ def store_namespaces(
     )
 
 
+def create_key(user_id: str, scope: str, expires_in: str | None) -> Call[t.KeyCreated]:
+    body = drop_none({"user_id": user_id, "scope": scope, "expires_in": expires_in})
+    # Not idempotent: a repeat would mint a second key.
+    return Call("POST", "/v1/admin/keys", model(t.KeyCreated), json=body, admin=True)
+
+
+def list_keys(user_id: str | None, limit: int, offset: int) -> Call[t.KeyPage]:
+    params = drop_none({"user_id": user_id, "limit": limit, "offset": offset})
+    return Call(
+        "GET", "/v1/admin/keys", model(t.KeyPage), params=params, admin=True, idempotent=True
+    )
+
+
+def revoke_key(key_id: Ident) -> Call[t.Key]:
+    return Call(
+        "POST", f"/v1/admin/keys/{key_id}/revoke", model(t.Key), admin=True, idempotent=True
+    )
+
+
 def _admin(suffix: str = "") -> str:
     return f"/v1/admin/memories{suffix}"
 

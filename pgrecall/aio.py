@@ -251,6 +251,22 @@ class AsyncClient(Base):
             c.memory_query(query, limit, types, sources, min_score, token_budget, times)
         )
 
+    async def create_key(
+        self, user_id: str, *, scope: str = "write", expires_in: str | None = None
+    ) -> t.KeyCreated:
+        """Admin: a per-user key (`expires_in` like 30d); the token is in this answer only."""
+        return await self._run(c.create_key(user_id, scope, expires_in))
+
+    async def list_keys(
+        self, user_id: str | None = None, *, limit: int = 100, offset: int = 0
+    ) -> t.KeyPage:
+        """Admin: keys (never tokens), newest first."""
+        return await self._run(c.list_keys(user_id, limit, offset))
+
+    async def revoke_key(self, key_id: Ident) -> t.Key:
+        """Admin: revoke a key for good (idempotent)."""
+        return await self._run(c.revoke_key(key_id))
+
     async def create_memory(self, item: Item) -> t.Memory:
         """Admin: one curated memory (the stored one when the user already has the text)."""
         return await self._run(c.create_memory(item))

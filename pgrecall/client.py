@@ -238,6 +238,22 @@ class Client(Base):
             c.memory_query(query, limit, types, sources, min_score, token_budget, times)
         )
 
+    def create_key(
+        self, user_id: str, *, scope: str = "write", expires_in: str | None = None
+    ) -> t.KeyCreated:
+        """Admin: a per-user key (`expires_in` like 30d); the token is in this answer only."""
+        return self._run(c.create_key(user_id, scope, expires_in))
+
+    def list_keys(
+        self, user_id: str | None = None, *, limit: int = 100, offset: int = 0
+    ) -> t.KeyPage:
+        """Admin: keys (never tokens), newest first."""
+        return self._run(c.list_keys(user_id, limit, offset))
+
+    def revoke_key(self, key_id: Ident) -> t.Key:
+        """Admin: revoke a key for good (idempotent)."""
+        return self._run(c.revoke_key(key_id))
+
     def create_memory(self, item: Item) -> t.Memory:
         """Admin: one curated memory (the stored one when the user already has the text)."""
         return self._run(c.create_memory(item))

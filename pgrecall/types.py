@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict
 from app.schemas.admin import AdminMemoryOut, DuplicateOut
 from app.schemas.agent import ForgetMemoryResult, MemoryOut, RateMessageResult, SaveMemoryResult
 from app.schemas.conversation import ConversationOut, ConversationPage, MessageOut, SessionOut
+from app.schemas.keys import KeyCreated, KeyOut, KeyPage
 from app.schemas.memory import (
     MemoryItemOut,
     MemoryQueryResponse,
@@ -28,6 +29,9 @@ __all__ = [
     "Conversation",
     "ConversationPage",
     "ForgetMemoryResult",
+    "Key",
+    "KeyCreated",
+    "KeyPage",
     "Memory",
     "MemoryItemOut",
     "MemoryQueryResponse",
@@ -47,6 +51,7 @@ __all__ = [
 
 Conversation = ConversationOut
 AgentMemory = MemoryOut  # a memory as the agent tools return it
+Key = KeyOut  # a per-user API key as the admin API lists it (never its token)
 StoreItem = StoreItemOut  # an item of /v1/store: namespace, key, value (+ score from a search)
 
 
