@@ -13,8 +13,8 @@ from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
 Lifetime = Annotated[
     str,
     Field(
-        max_length=8,
-        pattern=r"^\d{1,6}[mhdw]$",
+        max_length=7,
+        pattern=r"^0*[1-9][0-9]*[mhdw]$",
         description="lifetime such as 90m, 12h, 30d or 2w; absent: never expires",
     ),
 ]

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from app.schemas.common import (
+    MAX_METADATA_KEY_CHARS,
     STORABLE_PATTERN,
     JsonValue,
     _check_json,
@@ -75,14 +76,23 @@ def _equality_only(value: dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+# Object keys as in metadata (app/schemas/common.py): storable, at most 200 characters.
+_KEYS = {"propertyNames": {"pattern": STORABLE_PATTERN, "maxLength": MAX_METADATA_KEY_CHARS}}
+
 Value = Annotated[
     dict[str, JsonValue],
-    Field(description=f"the item, a JSON object of at most {MAX_VALUE_BYTES} bytes"),
+    Field(
+        description=f"the item, a JSON object of at most {MAX_VALUE_BYTES} bytes",
+        json_schema_extra=_KEYS,
+    ),
     AfterValidator(_bounded(MAX_VALUE_BYTES)),
 ]
 Filter = Annotated[
     dict[str, JsonValue],
-    Field(description="exact matches on top-level fields of the value (JSON containment)"),
+    Field(
+        description="exact matches on top-level fields of the value (JSON containment)",
+        json_schema_extra=_KEYS,
+    ),
     AfterValidator(_bounded(MAX_FILTER_BYTES)),
     AfterValidator(_equality_only),
 ]
