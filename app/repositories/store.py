@@ -32,6 +32,7 @@ class StoreRepository:
             MemoryItem.user_id == user_id,
             MemoryItem.store_namespace == namespace,
             MemoryItem.store_key == key,
+            MemoryItem.valid_to.is_(None),  # closed versions are history, not the item
         )
         if not include_deleted:
             stmt = stmt.where(MemoryItem.deleted_at.is_(None))
@@ -60,7 +61,7 @@ class StoreRepository:
         }
         stmt = stmt.on_conflict_do_update(
             index_elements=["user_id", "store_namespace", "store_key"],
-            index_where=MemoryItem.store_key.is_not(None),
+            index_where=MemoryItem.store_key.is_not(None) & MemoryItem.valid_to.is_(None),
             set_={**changed, "deleted_at": None, "updated_at": func.now()},
         ).returning(MemoryItem.id, literal_column("xmax = 0").label("inserted"))
         result = (await self.session.execute(stmt)).one()
@@ -75,6 +76,7 @@ class StoreRepository:
                 MemoryItem.store_namespace == namespace,
                 MemoryItem.store_key == key,
                 MemoryItem.deleted_at.is_(None),
+                MemoryItem.valid_to.is_(None),
             )
             .values(deleted_at=func.now(), updated_at=func.now())
             .returning(MemoryItem.id)
@@ -86,6 +88,7 @@ class StoreRepository:
             MemoryItem.user_id == user_id,
             MemoryItem.store_key.is_not(None),
             MemoryItem.deleted_at.is_(None),
+            MemoryItem.valid_to.is_(None),
         )
         if prefix:
             stmt = stmt.where(
@@ -145,6 +148,7 @@ class StoreRepository:
                 MemoryItem.user_id == user_id,
                 MemoryItem.store_key.is_not(None),
                 MemoryItem.deleted_at.is_(None),
+                MemoryItem.valid_to.is_(None),
             )
             .distinct()
             .order_by(MemoryItem.store_namespace)

@@ -1,12 +1,13 @@
 """Key-addressable memories for the framework adapters (the LangGraph store).
 
 A memory written through /v1/store carries the caller's namespace (labels joined with '.',
-which LangGraph forbids inside a label) and key. One row per (user, namespace, key), ever: a
-put on a deleted key revives that row, so a unique index on the address is enough. Ordinary
-memories leave both columns NULL.
+which LangGraph forbids inside a label) and key. One valid row per (user, namespace, key): a
+put replaces the value in place and a put on a deleted key revives that row; a version closed
+by supersession (an admin content edit) keeps its address as history and frees the key.
+Ordinary memories leave both columns NULL.
 
 Revision ID: 0005_adapters
-Revises: 0003_rls
+Revises: 0004_write_path
 Create Date: 2026-11-26
 """
 
@@ -16,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0005_adapters"
-down_revision: str | None = "0003_rls"
+down_revision: str | None = "0004_write_path"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -36,7 +37,7 @@ def upgrade() -> None:
         ["user_id", "store_namespace", "store_key"],
         unique=True,
         postgresql_ops={"store_namespace": "text_pattern_ops"},
-        postgresql_where=sa.text("store_key IS NOT NULL"),
+        postgresql_where=sa.text("store_key IS NOT NULL AND valid_to IS NULL"),
     )
 
 
