@@ -160,3 +160,17 @@ async def test_bad_input_is_422_naming_the_field(
     response = await method(path, json=body, headers=headers(user_id))
     assert response.status_code == 422, response.text
     assert any(field in f["field"] for f in response.json()["fields"]), response.json()
+
+
+async def test_an_admin_content_edit_supersedes_and_frees_the_key(
+    pgr: AsyncClient, user_id: str
+) -> None:
+    first = await pgr.store_put(("profile", "fact"), "city", {"content": "Lives in Berlin"})
+    newer = await pgr.update_memory(user_id, first.id, content="Lives in Lisbon")
+    assert newer.id != first.id  # 14A: a content edit supersedes
+    assert await pgr.store_get(("profile", "fact"), "city") is None  # the key is free again
+    again = await pgr.store_put(("profile", "fact"), "city", {"content": "Lives in Porto"})
+    assert again.id not in (first.id, newer.id)
+    assert (await pgr.store_get(("profile", "fact"), "city")).value == {  # type: ignore[union-attr]
+        "content": "Lives in Porto"
+    }
