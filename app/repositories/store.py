@@ -36,6 +36,8 @@ class StoreRepository:
         )
         if not include_deleted:
             stmt = stmt.where(MemoryItem.deleted_at.is_(None))
+        # populate_existing: a row replaced by upsert in this session is read afresh.
+        stmt = stmt.execution_options(populate_existing=True)
         return (await self.session.execute(stmt)).scalar_one_or_none()
 
     async def upsert(
@@ -59,6 +61,7 @@ class StoreRepository:
             columns[name].columns[0].name: stmt.excluded[columns[name].columns[0].name]
             for name in fields
         }
+        # xmax is 0 on a freshly inserted row version, set on one ON CONFLICT updated.
         stmt = stmt.on_conflict_do_update(
             index_elements=["user_id", "store_namespace", "store_key"],
             index_where=MemoryItem.store_key.is_not(None) & MemoryItem.valid_to.is_(None),
