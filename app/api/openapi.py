@@ -47,8 +47,9 @@ _DESCRIPTIONS = {
 _OPEN = {"/health", "/ready"}
 # The agent's writes count against the per-user write limit (app/api/agent_tools.py).
 _WRITE_LIMITED = {"/v1/tools/save_memory", "/v1/tools/forget_memory", "/v1/tools/rate_message"}
-# Routes that address a resource in the body rather than the path.
-_BODY_ADDRESSED = {"/v1/store/items:get"}
+# Operations that name a resource in the body rather than the path (404 when it is not the
+# caller's): the store's get, and an admin create with `supersedes`.
+_BODY_ADDRESSED = {("post", "/v1/store/items:get"), ("post", "/v1/admin/memories")}
 
 
 def _error(status: str) -> dict[str, Any]:
@@ -61,7 +62,7 @@ def _statuses(path: str, method: str, operation: dict[str, Any], auth_routes: bo
         return statuses
     if auth_routes or path.startswith("/v1"):
         statuses += ["401", "403"]
-    if "{" in path or path in _WRITE_LIMITED | _BODY_ADDRESSED:  # ids in the body
+    if "{" in path or path in _WRITE_LIMITED or (method, path) in _BODY_ADDRESSED:
         statuses.append("404")
     if "requestBody" in operation:
         statuses.append("413")

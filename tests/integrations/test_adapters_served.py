@@ -6,7 +6,7 @@ SDK Runner whose model is a real chat completions server started by the test
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any, TypedDict
 
 import pytest
@@ -142,10 +142,15 @@ def test_a_compiled_graph_uses_the_store(served: Served, user: str) -> None:
 # -- OpenAI Agents SDK ------------------------------------------------------------------------
 
 
-def _agent(upstream: Upstream) -> Agent[Any]:
-    model = OpenAIChatCompletionsModel(
-        model="gpt-test", openai_client=AsyncOpenAI(base_url=upstream.base, api_key="sk-test")
-    )
+@pytest.fixture
+async def model_client(upstream: Upstream) -> AsyncIterator[AsyncOpenAI]:
+    client = AsyncOpenAI(base_url=upstream.base, api_key="sk-test")
+    yield client
+    await client.close()  # its pooled connection would otherwise be collected in a later test
+
+
+def _agent(client: AsyncOpenAI) -> Agent[Any]:
+    model = OpenAIChatCompletionsModel(model="gpt-test", openai_client=client)
     return Agent(name="Assistant", instructions="Be brief.", model=model)
 
 
@@ -153,11 +158,11 @@ RUN = RunConfig(tracing_disabled=True)
 
 
 async def test_runner_keeps_history_in_the_session(
-    served: Served, upstream: Upstream, user: str
+    served: Served, upstream: Upstream, model_client: AsyncOpenAI, user: str
 ) -> None:
     session = await PgrecallSession.start(served.base, user_id=user, title="agents")
     assert isinstance(session, Session)
-    agent = _agent(upstream)
+    agent = _agent(model_client)
     upstream.answers.extend([Answer(text="Hello Ana."), Answer(text="Your name is Ana.")])
 
     first = await Runner.run(agent, "My name is Ana.", session=session, run_config=RUN)
