@@ -12,7 +12,17 @@ from fastapi import FastAPI
 from app import __version__
 from app.adapters.cache import Cache
 from app.adapters.embedder import Embedder, build_embedder
-from app.api import admin, agent_tools, conversations, docs, health, memories, tools
+from app.api import (
+    admin,
+    admin_keys,
+    agent_tools,
+    conversations,
+    docs,
+    health,
+    memories,
+    store,
+    tools,
+)
 from app.api.deps import Resources
 from app.api.handlers import install_handlers
 from app.api.openapi import install_openapi
@@ -134,8 +144,10 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.include_router(conversations.router)
     app.include_router(tools.router)
     app.include_router(agent_tools.router)
+    app.include_router(store.router)
     app.include_router(memories.router)
     app.include_router(admin.router)
+    app.include_router(admin_keys.router)
     app.include_router(chat_proxy.router)
     mcp_door = McpHttp(lambda: app.state.resources)  # MCP (streamable HTTP), app/mcp/
     app.router.add_route(

@@ -29,6 +29,7 @@ from eval.datasets.golden import (
 )
 from eval.harness import Harness
 from eval.metrics import CaseResult
+from pgrecall.client import PgrecallError, TimeFilters
 
 __all__ = [
     "DEFAULT_PATH",
@@ -226,15 +227,13 @@ async def apply_tool_calls(
     memory_ids, owned = list(own.memory_ids), set(own.contents)
     for n, call in enumerate(calls):
         args = {k: _resolve(v, ids_by_content, label) for k, v in call.args.items()}
-        response = await harness.client.post(
-            f"/v1/tools/{call.tool}", json=args, headers={"X-User-Id": user_id}
-        )
-        if response.status_code != 200:
+        try:
+            body = await harness.tool_call(user_id, call.tool, args)
+        except PgrecallError as exc:
             raise GoldenSetupError(
-                f"{label}: tool call {n} ({call.tool}) answered {response.status_code}: "
-                f"{response.text[:200]}"
-            )
-        body = response.json()
+                f"{label}: tool call {n} ({call.tool}) answered {exc.status}: "
+                f"{exc.error}: {exc.detail[:200]}"
+            ) from exc
         if call.expect_action is not None and body.get("action") != call.expect_action:
             raise GoldenSetupError(
                 f"{label}: tool call {n} ({call.tool}) did {body.get('action')!r}, "
@@ -298,22 +297,19 @@ async def run_case(
             own.contents | {m.content for m in conversation},
         )
 
-    body: dict[str, Any] = {"query": case.query}
-    if case.types:
-        body["types"] = list(case.types)
-    for name, stamp in case.time_filter.items():
-        body[name] = (stamp + shift).isoformat()
+    times = TimeFilters(**{name: stamp + shift for name, stamp in case.time_filter.items()})
     started = time.perf_counter()
-    response = await harness.client.post(TOOL_PATH, json=body, headers={"X-User-Id": user_id})
-    latency_ms = (time.perf_counter() - started) * 1000
-
     error: str | None
-    if response.status_code == 200:
-        payload = response.json()
+    try:
+        payload = await harness.tool_query(
+            user_id, case.query, types=list(case.types) if case.types else None, times=times
+        )
+    except PgrecallError as exc:
+        items, error, reported_tokens = [], f"HTTP {exc.status}: {exc.detail[:200]}", 0
+    else:
         items, error = payload["memories"], _error_of(payload)
         reported_tokens = int(payload["metadata"]["token_count"])
-    else:
-        items, error, reported_tokens = [], f"HTTP {response.status_code}: {response.text[:200]}", 0
+    latency_ms = (time.perf_counter() - started) * 1000
     returned = judge(items, case.expected, own.ids, set(own.contents), foreign_contents)
     result = CaseResult(
         case_id=case.id,
@@ -343,10 +339,7 @@ async def run_cases(
     shift = time_shift(dataset.reference)
     # One untimed query first: the first request pays one-off costs (embedder session,
     # connection pool, statement preparation) that are not what p95 should measure.
-    warmup = await harness.client.post(
-        TOOL_PATH, json={"query": "warm-up"}, headers={"X-User-Id": _new_user("warmup", "user")}
-    )
-    warmup.raise_for_status()
+    await harness.tool_query(_new_user("warmup", "user"), "warm-up")
     outcomes = []
     for case in tqdm(cases, desc="golden cases", unit="case", disable=not progress):
         outcomes.append(await run_case(harness, case, shift=shift, token_budget=token_budget))

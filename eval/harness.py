@@ -1,7 +1,9 @@
 """The service, in-process, over its own HTTP API: what the eval runners drive.
 
 The app runs with its real lifespan (Postgres, migrations, embedder, optional Redis) and
-requests go through httpx's ASGI transport, so every query takes the production path.
+requests go through the project's client (`pgrecall.client.AsyncClient.for_app`: the ASGI
+app in this process), so every query takes the production path and eval speaks to the service
+the way users do.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 from fastapi import FastAPI
 
 from app.api.deps import Resources
@@ -24,12 +25,13 @@ from app.db import admin_sessions, user_session
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
 from app.services.memory import MemoryInput, MemoryService
+from pgrecall.client import AsyncClient, TimeFilters
 
 
 @dataclass
 class Harness:
     app: FastAPI
-    client: httpx.AsyncClient
+    client: AsyncClient
 
     @property
     def resources(self) -> Resources:
@@ -52,37 +54,50 @@ class Harness:
         self, user_id: str, messages: Sequence[dict[str, Any]], title: str | None = None
     ) -> list[dict[str, Any]]:
         """Create a conversation and bulk-append messages over HTTP; returns the stored rows."""
-        headers = {"X-User-Id": user_id}
-        response = await self.client.post(
-            "/v1/conversations", json={"title": title}, headers=headers
-        )
-        response.raise_for_status()
-        cid = response.json()["id"]
+        pgr = self.client.as_user(user_id)
+        conversation = await pgr.create_conversation(title)
         stored: list[dict[str, Any]] = []
         for start in range(0, len(messages), 500):
             chunk = list(messages[start : start + 500])
-            response = await self.client.post(
-                f"/v1/conversations/{cid}/messages:bulk", json={"messages": chunk}, headers=headers
-            )
-            response.raise_for_status()
-            stored.extend(response.json()["items"])
+            page = await pgr.import_messages(conversation.id, chunk)
+            stored.extend(m.model_dump(mode="json") for m in page.items)
         return stored
 
     async def query(self, user_id: str, query: str, **body: Any) -> dict[str, Any]:
-        """POST /v1/memory/query as the user."""
-        response = await self.client.post(
-            "/v1/memory/query", json={"query": query, **body}, headers={"X-User-Id": user_id}
-        )
-        response.raise_for_status()
-        return response.json()  # type: ignore[no-any-return]
+        """POST /v1/memory/query as the user (body: the client's memory_query arguments)."""
+        answer = await self.client.as_user(user_id).memory_query(query, **body)
+        return answer.model_dump(mode="json")
 
-    async def tool_query(self, user_id: str, query: str, **args: Any) -> dict[str, Any]:
+    async def tool_query(
+        self,
+        user_id: str,
+        query: str,
+        *,
+        types: Sequence[str] | None = None,
+        times: TimeFilters | None = None,
+    ) -> dict[str, Any]:
         """POST /v1/tools/query_memory as the user (the agent's path, with its cut and floor)."""
-        response = await self.client.post(
-            "/v1/tools/query_memory", json={"query": query, **args}, headers={"X-User-Id": user_id}
-        )
-        response.raise_for_status()
-        return response.json()  # type: ignore[no-any-return]
+        answer = await self.client.as_user(user_id).query_memory(query, types=types, times=times)
+        return answer.model_dump(mode="json")
+
+    async def tool_call(self, user_id: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
+        """One agent write tool (save_memory, forget_memory, rate_message) as the user."""
+        pgr = self.client.as_user(user_id)
+        if tool == "save_memory":
+            known = {"importance", "expires_at", "supersedes"}
+            extra = set(args) - known - {"content", "type"}
+            if extra:
+                raise ValueError(f"save_memory: unknown arguments {sorted(extra)}")
+            answer: Any = await pgr.save_memory(
+                args["content"], args["type"], **{k: v for k, v in args.items() if k in known}
+            )
+        elif tool == "forget_memory":
+            answer = await pgr.forget_memory(args["id"])
+        elif tool == "rate_message":
+            answer = await pgr.rate_message(args["message_id"], args["vote"])
+        else:
+            raise ValueError(f"unknown tool {tool!r}")
+        return dict(answer.model_dump(mode="json"))
 
 
 @asynccontextmanager
@@ -98,10 +113,8 @@ async def running_service(settings: Settings | None = None) -> AsyncIterator[Har
         settings = base.model_copy(update={"data_dir": tmp})
     app = create_app(settings)
     try:
-        async with app.router.lifespan_context(app):
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://eval") as client:
-                yield Harness(app, client)
+        async with app.router.lifespan_context(app), AsyncClient.for_app(app) as client:
+            yield Harness(app, client)
     finally:
         if embedded is not None:
             embedded.stop()

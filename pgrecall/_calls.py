@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import httpx
 from pydantic import BaseModel
 
 from pgrecall import types as t
@@ -14,6 +16,16 @@ from pgrecall._core import Call, as_json, drop_none, dump, items, model, nothing
 
 Ident = uuid.UUID | str
 Item = BaseModel | Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class TimeFilters:
+    """query_memory / memory_query time window: event time in [time_from, time_to], and only
+    what was known at `as_of` (all aware datetimes; None leaves the bound open)."""
+
+    time_from: datetime | None = None
+    time_to: datetime | None = None
+    as_of: datetime | None = None
 
 
 def _conversations(suffix: str = "") -> str:
@@ -88,12 +100,46 @@ def set_session_goal(conversation_id: Ident, goal: str | None) -> Call[t.Session
     )
 
 
+def delete_last_message(conversation_id: Ident) -> Call[t.Message | None]:
+    # Not idempotent: a repeated pop removes the next message too, so it is never retried.
+    return Call(
+        "DELETE",
+        _conversations(f"/{conversation_id}/messages/last"),
+        lambda r: t.MessagePopped.model_validate(r.json()).message,
+    )
+
+
+def delete_messages(conversation_id: Ident) -> Call[int]:
+    return Call(
+        "DELETE",
+        _conversations(f"/{conversation_id}/messages"),
+        lambda r: int(r.json()["deleted"]),
+        idempotent=True,
+    )
+
+
+def ready() -> Call[dict[str, Any]]:
+    # A 503 here is the answer (not ready), not a failure to retry.
+    return Call("GET", "/ready", as_json, expect=frozenset({200, 503}))
+
+
 def tools() -> Call[dict[str, Any]]:
     return Call("GET", "/v1/tools", as_json, idempotent=True)
 
 
+def _time_filters(filters: TimeFilters | None) -> dict[str, Any]:
+    return drop_none(
+        {"time_from": filters.time_from, "time_to": filters.time_to, "as_of": filters.as_of}
+        if filters is not None
+        else {}
+    )
+
+
 def query_memory(
-    query: str, types: Sequence[str] | None, sources: Sequence[str] | None
+    query: str,
+    types: Sequence[str] | None,
+    sources: Sequence[str] | None,
+    times: TimeFilters | None = None,
 ) -> Call[t.QueryMemoryResult]:
     body = drop_none(
         {
@@ -101,7 +147,7 @@ def query_memory(
             "types": list(types) if types is not None else None,
             "sources": list(sources) if sources is not None else None,
         }
-    )
+    ) | _time_filters(times)
     # A read: retrying it stores nothing twice.
     return Call(
         "POST", "/v1/tools/query_memory", model(t.QueryMemoryResult), json=body, idempotent=True
@@ -115,6 +161,7 @@ def memory_query(
     sources: Sequence[str] | None,
     min_score: float | None,
     token_budget: int | None,
+    times: TimeFilters | None = None,
 ) -> Call[t.MemoryQueryResponse]:
     body = drop_none(
         {
@@ -125,9 +172,158 @@ def memory_query(
             "min_score": min_score,
             "token_budget": token_budget,
         }
-    )
+    ) | _time_filters(times)
     return Call(
         "POST", "/v1/memory/query", model(t.MemoryQueryResponse), json=body, idempotent=True
+    )
+
+
+def save_memory(
+    content: str,
+    type_: str,
+    importance: float | None,
+    expires_at: datetime | None,
+    supersedes: Ident | None,
+) -> Call[t.SaveMemoryResult]:
+    body = drop_none(
+        {
+            "content": content,
+            "type": type_,
+            "importance": importance,
+            "expires_at": expires_at,
+            "supersedes": supersedes,
+        }
+    )
+    # A repeat answers "unchanged", but one with `supersedes` finds the old memory gone (404):
+    # retried only when the service says nothing was stored.
+    return Call("POST", "/v1/tools/save_memory", model(t.SaveMemoryResult), json=body)
+
+
+def forget_memory(memory_id: Ident) -> Call[t.ForgetMemoryResult]:
+    return Call(
+        "POST",
+        "/v1/tools/forget_memory",
+        model(t.ForgetMemoryResult),
+        json={"id": str(memory_id)},
+        idempotent=True,
+    )
+
+
+def rate_message(message_id: Ident, vote: str) -> Call[t.RateMessageResult]:
+    return Call(
+        "POST",
+        "/v1/tools/rate_message",
+        model(t.RateMessageResult),
+        json={"message_id": str(message_id), "vote": vote},
+        idempotent=True,
+    )
+
+
+def _address(namespace: Sequence[str], key: str) -> dict[str, Any]:
+    return {"namespace": list(namespace), "key": key}
+
+
+def store_put(namespace: Sequence[str], key: str, value: Mapping[str, Any]) -> Call[t.StoreItem]:
+    return Call(
+        "PUT",
+        "/v1/store/items",
+        model(t.StoreItem),
+        json={**_address(namespace, key), "value": dict(value)},
+        idempotent=True,
+    )
+
+
+def _item_or_none(response: httpx.Response) -> t.StoreItem | None:
+    return None if response.status_code == 404 else t.StoreItem.model_validate(response.json())
+
+
+def store_get(namespace: Sequence[str], key: str) -> Call[t.StoreItem | None]:
+    return Call(
+        "POST",
+        "/v1/store/items:get",
+        _item_or_none,
+        json=_address(namespace, key),
+        idempotent=True,
+        expect=frozenset({200, 404}),
+    )
+
+
+def store_delete(namespace: Sequence[str], key: str) -> Call[bool]:
+    return Call(
+        "POST",
+        "/v1/store/items:delete",
+        lambda r: bool(r.json()["deleted"]),
+        json=_address(namespace, key),
+        idempotent=True,
+    )
+
+
+def store_search(
+    namespace_prefix: Sequence[str],
+    query: str | None,
+    filter_: Mapping[str, Any] | None,
+    limit: int,
+    offset: int,
+) -> Call[list[t.StoreItem]]:
+    body = drop_none(
+        {
+            "namespace_prefix": list(namespace_prefix),
+            "query": query,
+            "filter": dict(filter_) if filter_ is not None else None,
+            "limit": limit,
+            "offset": offset,
+        }
+    )
+    return Call(
+        "POST",
+        "/v1/store/items:search",
+        lambda r: t.StoreItemPage.model_validate(r.json()).items,
+        json=body,
+        idempotent=True,
+    )
+
+
+def store_namespaces(
+    prefix: Sequence[str],
+    suffix: Sequence[str],
+    max_depth: int | None,
+    limit: int,
+    offset: int,
+) -> Call[list[tuple[str, ...]]]:
+    body = drop_none(
+        {
+            "prefix": list(prefix),
+            "suffix": list(suffix),
+            "max_depth": max_depth,
+            "limit": limit,
+            "offset": offset,
+        }
+    )
+    return Call(
+        "POST",
+        "/v1/store/namespaces",
+        lambda r: [tuple(n) for n in r.json()["namespaces"]],
+        json=body,
+        idempotent=True,
+    )
+
+
+def create_key(user_id: str, scope: str, expires_in: str | None) -> Call[t.KeyCreated]:
+    body = drop_none({"user_id": user_id, "scope": scope, "expires_in": expires_in})
+    # Not idempotent: a repeat would mint a second key.
+    return Call("POST", "/v1/admin/keys", model(t.KeyCreated), json=body, admin=True)
+
+
+def list_keys(user_id: str | None, limit: int, offset: int) -> Call[t.KeyPage]:
+    params = drop_none({"user_id": user_id, "limit": limit, "offset": offset})
+    return Call(
+        "GET", "/v1/admin/keys", model(t.KeyPage), params=params, admin=True, idempotent=True
+    )
+
+
+def revoke_key(key_id: Ident) -> Call[t.Key]:
+    return Call(
+        "POST", f"/v1/admin/keys/{key_id}/revoke", model(t.Key), admin=True, idempotent=True
     )
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 
 from app.schemas.admin import AdminMemoryOut, DuplicateOut
+from app.schemas.agent import ForgetMemoryResult, MemoryOut, RateMessageResult, SaveMemoryResult
 from app.schemas.conversation import ConversationOut, ConversationPage, MessageOut, SessionOut
+from app.schemas.keys import KeyCreated, KeyOut, KeyPage
 from app.schemas.memory import (
     MemoryItemOut,
     MemoryQueryResponse,
@@ -18,25 +20,39 @@ from app.schemas.memory import (
     ToolMemory,
     ToolMetadata,
 )
+from app.schemas.store import StoreItemOut, StoreItemPage
 
 __all__ = [
     "AdminBulkResult",
     "AdminMemoryPage",
+    "AgentMemory",
     "Conversation",
     "ConversationPage",
+    "ForgetMemoryResult",
+    "Key",
+    "KeyCreated",
+    "KeyPage",
     "Memory",
     "MemoryItemOut",
     "MemoryQueryResponse",
     "Message",
     "MessageList",
     "MessagePage",
+    "MessagePopped",
     "QueryMemoryResult",
+    "RateMessageResult",
+    "SaveMemoryResult",
     "SessionOut",
+    "StoreItem",
+    "StoreItemPage",
     "ToolMemory",
     "ToolMetadata",
 ]
 
 Conversation = ConversationOut
+AgentMemory = MemoryOut  # a memory as the agent tools return it
+Key = KeyOut  # a per-user API key as the admin API lists it (never its token)
+StoreItem = StoreItemOut  # an item of /v1/store: namespace, key, value (+ score from a search)
 
 
 class Message(MessageOut):
@@ -52,6 +68,10 @@ class MessageList(BaseModel):
 class MessagePage(BaseModel):
     items: list[Message]
     next_after: int | None
+
+
+class MessagePopped(BaseModel):
+    message: Message | None
 
 
 class Memory(AdminMemoryOut):

@@ -25,13 +25,15 @@ import tempfile
 import time
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from eval.bench.server import Server, free_port  # noqa: E402
 from eval.metrics import percentile  # noqa: E402
+from pgrecall.client import AsyncClient, Client, PgrecallError, RetryPolicy  # noqa: E402
+
+# No retries: every request is timed once, as it was answered.
+NO_RETRY = RetryPolicy(max_retries=0)
 
 WORDS = [
     "notebook",
@@ -108,16 +110,17 @@ def start_server(data_dir: Path, log_path: Path) -> Server:
     )
     server = Server(process, f"http://127.0.0.1:{port}", log)
     deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            server.stop()
-            raise SystemExit(f"server exited with {process.returncode}; see {log_path}")
-        try:
-            if httpx.get(f"{server.base_url}/ready", timeout=2).status_code == 200:
-                return server
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
+    with Client(server.base_url, timeout=2, retry=NO_RETRY) as probe:
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                server.stop()
+                raise SystemExit(f"server exited with {process.returncode}; see {log_path}")
+            try:
+                if probe.ready()["ready"]:
+                    return server
+            except PgrecallError:
+                pass  # not listening yet
+            time.sleep(0.3)
     server.stop()
     raise SystemExit(f"server not ready within 180 s; see {log_path}")
 
@@ -139,18 +142,12 @@ class Timings:
         )
 
 
-async def conversation(client: httpx.AsyncClient, user: str) -> str:
-    response = await client.post("/v1/conversations", json={"title": "bench"}, headers=user_h(user))
-    response.raise_for_status()
-    return str(response.json()["id"])
-
-
-def user_h(user: str) -> dict[str, str]:
-    return {"X-User-Id": user}
+async def conversation(client: AsyncClient, user: str) -> str:
+    return str((await client.as_user(user).create_conversation("bench")).id)
 
 
 async def measure(
-    client: httpx.AsyncClient,
+    client: AsyncClient,
     timings: Timings,
     *,
     reader: str,
@@ -165,39 +162,36 @@ async def measure(
     while (count is not None and i < count) or (until is not None and not until.done()):
         question = f"{rng.choice(QUESTIONS)} ({i})"  # distinct text: nothing is cached
         started = time.perf_counter()
-        response = await client.post(
-            "/v1/tools/query_memory", json={"query": question}, headers=user_h(reader)
-        )
+        try:
+            answer = await client.as_user(reader).query_memory(question)
+        except PgrecallError:
+            answer = None
         timings.query_ms.append((time.perf_counter() - started) * 1000)
-        if response.status_code != 200:
+        if answer is None:
             timings.errors += 1
-        elif response.json()["metadata"].get("degraded"):
+        elif answer.metadata.degraded:
             timings.degraded += 1
         if i % 5 == 4:
             started = time.perf_counter()
-            response = await client.post(
-                f"/v1/conversations/{writer_conversation}/messages",
-                json={"role": "user", "content": long_text(rng, 300)},
-                headers=user_h(writer),
-            )
+            try:
+                await client.as_user(writer).append_message(
+                    writer_conversation, "user", long_text(rng, 300)
+                )
+                failed = False
+            except PgrecallError:
+                failed = True
             timings.append_ms.append((time.perf_counter() - started) * 1000)
-            if response.status_code != 201:
-                timings.errors += 1
+            timings.errors += failed
         i += 1
 
 
 async def run(args: argparse.Namespace, base_url: str) -> None:
     rng = random.Random(7)
     reader, writer, importer = "bench-reader", "bench-writer", "bench-importer"
-    async with httpx.AsyncClient(base_url=base_url, timeout=600) as client:
+    async with AsyncClient(base_url, timeout=600, retry=NO_RETRY) as client:
         history = await conversation(client, reader)
         seed = [{"role": "user", "content": f"{q} {long_text(rng, 200)}"} for q in QUESTIONS * 5]
-        response = await client.post(
-            f"/v1/conversations/{history}/messages:bulk",
-            json={"messages": seed},
-            headers=user_h(reader),
-        )
-        response.raise_for_status()
+        await client.as_user(reader).import_messages(history, seed)
         writer_conversation = await conversation(client, writer)
         target = await conversation(client, importer)
         bulk = [
@@ -218,13 +212,15 @@ async def run(args: argparse.Namespace, base_url: str) -> None:
 
         async def import_all() -> tuple[int, float]:
             started = time.perf_counter()
-            async with httpx.AsyncClient(base_url=base_url, timeout=3600) as importer_client:
-                result = await importer_client.post(
-                    f"/v1/conversations/{target}/messages:bulk",
-                    json={"messages": bulk},
-                    headers=user_h(importer),
-                )
-            return result.status_code, time.perf_counter() - started
+            async with AsyncClient(
+                base_url, user_id=importer, timeout=3600, retry=NO_RETRY
+            ) as importer_client:
+                try:
+                    await importer_client.import_messages(target, bulk)
+                    status = 201
+                except PgrecallError as exc:
+                    status = exc.status
+            return status, time.perf_counter() - started
 
         importing = asyncio.create_task(import_all())
         await asyncio.sleep(1.0)  # let the import's embedding start

@@ -25,6 +25,8 @@ from app.schemas.conversation import (
     MessageList,
     MessageOut,
     MessagePage,
+    MessagePopped,
+    MessagesCleared,
     SessionGoal,
     SessionOut,
 )
@@ -171,6 +173,33 @@ async def list_messages(
     )
     items = [MessageOut.model_validate(m) for m in rows[:limit]]
     return MessagePage(items=items, next_after=items[-1].seq if len(rows) > limit else None)
+
+
+@router.delete("/{conversation_id}/messages/last", response_model=MessagePopped)
+async def delete_last_message(
+    conversation_id: uuid.UUID, user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
+) -> MessagePopped:
+    """Delete the conversation's newest message and return it (null when it has none)."""
+    conversations = ConversationService(session, resources.embeddings)
+    deleted = await conversations.delete_last(user_id, conversation_id)
+    if deleted is not None:
+        refresh = await _session_state(resources, conversations).after_delete(
+            user_id, conversation_id
+        )
+        after_commit(session, refresh)
+    return MessagePopped(message=MessageOut.model_validate(deleted) if deleted else None)
+
+
+@router.delete("/{conversation_id}/messages", response_model=MessagesCleared)
+async def delete_messages(
+    conversation_id: uuid.UUID, user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
+) -> MessagesCleared:
+    """Delete every message of the conversation; the conversation itself stays."""
+    conversations = ConversationService(session, resources.embeddings)
+    deleted = await conversations.delete_all(user_id, conversation_id)
+    refresh = await _session_state(resources, conversations).after_delete(user_id, conversation_id)
+    after_commit(session, refresh)
+    return MessagesCleared(deleted=deleted)
 
 
 @router.get("/{conversation_id}/session", response_model=SessionOut)

@@ -47,8 +47,12 @@ _DESCRIPTIONS = {
 _OPEN = {"/health", "/ready"}
 # The agent's writes count against the per-user write limit (app/api/agent_tools.py).
 _WRITE_LIMITED = {"/v1/tools/save_memory", "/v1/tools/forget_memory", "/v1/tools/rate_message"}
-# Routes taking ids in the body: the write tools, and the admin create (`supersedes`).
-_IDS_IN_BODY = _WRITE_LIMITED | {"/v1/admin/memories"}
+# Operations that name a resource in the body rather than the path (404 when it is not the
+# caller's): the write tools, the store's get, and an admin create with `supersedes`.
+_BODY_ADDRESSED = {("post", path) for path in _WRITE_LIMITED} | {
+    ("post", "/v1/store/items:get"),
+    ("post", "/v1/admin/memories"),
+}
 
 
 def _error(status: str) -> dict[str, Any]:
@@ -61,7 +65,7 @@ def _statuses(path: str, method: str, operation: dict[str, Any], auth_routes: bo
         return statuses
     if auth_routes or path.startswith("/v1"):
         statuses += ["401", "403"]
-    if "{" in path or path in _IDS_IN_BODY:
+    if "{" in path or (method, path) in _BODY_ADDRESSED:
         statuses.append("404")
     if "requestBody" in operation:
         statuses.append("413")

@@ -68,6 +68,16 @@ class MemoryItem(CreatedAtMixin, Base):
             text("to_tsvector('english'::regconfig, content)"),
             postgresql_using="gin",
         ),
+        CheckConstraint("(store_namespace IS NULL) = (store_key IS NULL)", name="store_address"),
+        Index(
+            "uq_memory_items_store_address",
+            "user_id",
+            "store_namespace",
+            "store_key",
+            unique=True,
+            postgresql_ops={"store_namespace": "text_pattern_ops"},
+            postgresql_where=text("store_key IS NOT NULL AND valid_to IS NULL"),
+        ),
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
@@ -90,6 +100,9 @@ class MemoryItem(CreatedAtMixin, Base):
     metadata_: Mapped[dict[str, Any]] = mapped_column(
         "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
+    # Set for memories written through /v1/store (the LangGraph adapter): the caller's address.
+    store_namespace: Mapped[str | None] = mapped_column(Text, nullable=True)
+    store_key: Mapped[str | None] = mapped_column(Text, nullable=True)
     # Validity (migration 0004_write_path): valid from valid_from until valid_to (NULL: still
     # valid). Superseding closes an item and links its replacement back through supersedes_id.
     valid_from: Mapped[datetime] = mapped_column(

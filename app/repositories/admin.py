@@ -171,6 +171,7 @@ class AdminMemoryRepository:
                 FROM memory_items AS m
                 WHERE m.user_id = :user_id AND m.deleted_at IS NULL AND m.valid_to IS NULL
                   AND m.embedding_model = :model
+                  AND m.store_key IS NULL  -- a store item changes only through its address
                 ORDER BY (m.embedding <=> q.vec) + 0
                 LIMIT :k
             ) AS c

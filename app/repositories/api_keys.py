@@ -38,11 +38,15 @@ class ApiKeyRepository:
         await self.session.refresh(key)
         return key
 
-    async def list(self, user_id: str | None) -> Sequence[ApiKey]:
-        """Keys, newest first; one user's when given (an admin listing)."""
+    async def list(
+        self, user_id: str | None, *, limit: int | None = None, offset: int = 0
+    ) -> Sequence[ApiKey]:
+        """Keys, newest first; one user's when given (an admin listing); a page when limited."""
         stmt = select(ApiKey).order_by(ApiKey.created_at.desc(), ApiKey.id)
         if user_id is not None:
             stmt = stmt.where(ApiKey.user_id == user_id)
+        if limit is not None:
+            stmt = stmt.limit(limit).offset(offset)
         return (await self.session.execute(stmt)).scalars().all()
 
     async def revoke(self, key_id: uuid.UUID) -> ApiKey | None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import Conversation, Message
@@ -137,3 +137,28 @@ class ConversationRepository:
         )
         rows = (await self.session.execute(stmt)).scalars().all()
         return list(reversed(rows))
+
+    async def delete_last_message(self, user_id: str, conversation_id: uuid.UUID) -> Message | None:
+        """Delete the conversation's newest message; the deleted row, None when it had none."""
+        newest = (
+            select(Message.id)
+            .where(Message.conversation_id == conversation_id, Message.user_id == user_id)
+            .order_by(Message.seq.desc())
+            .limit(1)
+            .scalar_subquery()
+        )
+        stmt = (
+            delete(Message)
+            .where(Message.user_id == user_id, Message.id == newest)
+            .returning(Message)
+        )
+        return (await self.session.execute(stmt)).scalar_one_or_none()
+
+    async def delete_messages(self, user_id: str, conversation_id: uuid.UUID) -> list[uuid.UUID]:
+        """Delete every message of the conversation; the deleted ids."""
+        stmt = (
+            delete(Message)
+            .where(Message.conversation_id == conversation_id, Message.user_id == user_id)
+            .returning(Message.id)
+        )
+        return list((await self.session.execute(stmt)).scalars().all())

@@ -70,6 +70,14 @@ class MessagePage(BaseModel):
     next_after: int | None = Field(description="pass as `after` to read the next page")
 
 
+class MessagePopped(BaseModel):
+    message: MessageOut | None = Field(description="the deleted message; null when there was none")
+
+
+class MessagesCleared(BaseModel):
+    deleted: int = Field(description="how many messages were deleted")
+
+
 class SessionOut(BaseModel):
     conversation_id: uuid.UUID
     messages: list[dict[str, object]]

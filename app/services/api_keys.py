@@ -100,9 +100,11 @@ class ApiKeyService:
         )
         return CreatedKey(key, token)
 
-    async def list(self, user_id: str | None = None) -> Sequence[ApiKey]:
-        """All keys (or one user's), newest first."""
-        return await self.repo.list(user_id)
+    async def list(
+        self, user_id: str | None = None, *, limit: int | None = None, offset: int = 0
+    ) -> Sequence[ApiKey]:
+        """All keys (or one user's), newest first; a page when limited."""
+        return await self.repo.list(user_id, limit=limit, offset=offset)
 
     async def revoke(self, key_id: uuid.UUID) -> ApiKey:
         """Revoke a key for good (idempotent)."""

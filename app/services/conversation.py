@@ -115,6 +115,38 @@ class ConversationService:
             await ExtractionRepository(self.repo.session).enqueue(user_id, conversation_id, turns)
         return StoredMessages(conversation, stored, previous_id=tail[0].id if tail else None)
 
+    async def delete_last(self, user_id: str, conversation_id: uuid.UUID) -> Message | None:
+        """Delete the newest message (None when there is none) and its keyword postings."""
+        await self._locked(user_id, conversation_id)
+        deleted = await self.repo.delete_last_message(user_id, conversation_id)
+        if deleted is None:
+            return None
+        await self.index.unindex(user_id, [deleted.id])
+        tail = await self.repo.last_messages(user_id, conversation_id, 2)
+        if tail:
+            # The new last turn loses its following turn: refresh its keyword context.
+            before = tail[1].content if len(tail) > 1 else None
+            await self.index.reindex(
+                user_id, [turn_document(tail[0].id, tail[0].content, before, None)]
+            )
+        await self.repo.touch(conversation_id, user_id)
+        return deleted
+
+    async def delete_all(self, user_id: str, conversation_id: uuid.UUID) -> int:
+        """Delete every message of the conversation (it stays, empty); how many there were."""
+        await self._locked(user_id, conversation_id)
+        ids = await self.repo.delete_messages(user_id, conversation_id)
+        await self.index.unindex(user_id, ids)
+        await self.repo.touch(conversation_id, user_id)
+        return len(ids)
+
+    async def _locked(self, user_id: str, conversation_id: uuid.UUID) -> Conversation:
+        # The same row lock appends take: a delete and an append never interleave.
+        conversation = await self.repo.get(user_id, conversation_id, lock=True)
+        if conversation is None:
+            raise NotFoundError("conversation not found")
+        return conversation
+
     async def messages(
         self, user_id: str, conversation_id: uuid.UUID, *, after: int | None, limit: int
     ) -> Sequence[Message]:

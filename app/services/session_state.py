@@ -57,6 +57,25 @@ class SessionStateService:
 
         return refresh
 
+    async def after_delete(
+        self, user_id: str, conversation_id: uuid.UUID
+    ) -> Callable[[], Awaitable[None]]:
+        """The work to do once a delete has committed: the cached copy takes Postgres's new
+        tail (keeping the goal), and cached answers that could quote the deleted turns go."""
+        recent = await self.conversations.recent(user_id, conversation_id, self.keep)
+        entries = [session_entry(m) for m in recent]
+        key = str(conversation_id)
+
+        async def refresh() -> None:
+            cached = await self.cache.get_session(user_id, key)
+            if cached is not None:
+                await self.cache.set_session(
+                    user_id, key, entries, goal=cached.goal, keep=self.keep
+                )
+            await self.cache.invalidate_user(user_id)
+
+        return refresh
+
     async def read(self, user_id: str, conversation_id: uuid.UUID) -> SessionView:
         """The session state, from the cache when it is complete, else rebuilt from Postgres."""
         await self.conversations.get(user_id, conversation_id)

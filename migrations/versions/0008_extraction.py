@@ -12,7 +12,7 @@ is copied for batching without a second foreign key, to keep the append's INSERT
 Both tables carry user_id and get the same row-level security as migration 0003_rls.
 
 Revision ID: 0008_extraction
-Revises: 0004_write_path (chained after issue 14A; the lead re-chains at merge)
+Revises: 0005_adapters
 Create Date: 2026-11-26
 """
 
@@ -23,7 +23,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0008_extraction"
-down_revision: str | None = "0004_write_path"
+down_revision: str | None = "0005_adapters"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,0 +1,107 @@
+"""Key-addressable memories: /v1/store (what the LangGraph store adapter calls).
+
+Every route acts for the caller's user (from the credential); a namespace never names a user.
+Writes are committed before the answer and drop the user's cached query results afterwards,
+since query_memory returns store items like any other memory.
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from app.api.deps import ResourcesDep, SessionDep, UserDep, WriteUserDep, after_commit
+from app.models import MemoryItem
+from app.schemas.store import (
+    NamespaceList,
+    StoreAddress,
+    StoreDeleted,
+    StoreItemOut,
+    StoreItemPage,
+    StoreNamespaces,
+    StorePut,
+    StoreSearch,
+)
+from app.services.store import StoreService, split
+
+router = APIRouter(prefix="/v1/store", tags=["store"])
+
+
+def _out(item: MemoryItem, score: float | None = None) -> StoreItemOut:
+    return StoreItemOut(
+        id=item.id,
+        namespace=split(item.store_namespace or ""),
+        key=item.store_key or "",
+        value=item.metadata_.get("value", {}),
+        type=item.type,
+        created_at=item.created_at,
+        updated_at=item.updated_at,
+        score=score,
+    )
+
+
+def _invalidate_after_commit(resources: ResourcesDep, session: SessionDep, user_id: str) -> None:
+    async def invalidate() -> None:
+        await resources.cache.invalidate_user(user_id)
+
+    after_commit(session, invalidate)
+
+
+@router.put("/items", response_model=StoreItemOut)
+async def put_item(
+    body: StorePut, user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
+) -> StoreItemOut:
+    """Store a value at (namespace, key), replacing the value there; committed first."""
+    item = await StoreService(session, resources.embeddings).put(
+        user_id, body.namespace, body.key, body.value
+    )
+    _invalidate_after_commit(resources, session, user_id)
+    return _out(item)
+
+
+@router.post("/items:get", response_model=StoreItemOut)
+async def get_item(
+    body: StoreAddress, user_id: UserDep, session: SessionDep, resources: ResourcesDep
+) -> StoreItemOut:
+    """The item at (namespace, key); 404 when there is none for this caller."""
+    item = await StoreService(session, resources.embeddings).get(user_id, body.namespace, body.key)
+    return _out(item)
+
+
+@router.post("/items:delete", response_model=StoreDeleted)
+async def delete_item(
+    body: StoreAddress, user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
+) -> StoreDeleted:
+    """Delete the item at (namespace, key) (a soft delete, as forget_memory); idempotent."""
+    deleted = await StoreService(session, resources.embeddings).delete(
+        user_id, body.namespace, body.key
+    )
+    if deleted:
+        _invalidate_after_commit(resources, session, user_id)
+    return StoreDeleted(deleted=deleted)
+
+
+@router.post("/items:search", response_model=StoreItemPage)
+async def search_items(
+    body: StoreSearch, user_id: UserDep, session: SessionDep, resources: ResourcesDep
+) -> StoreItemPage:
+    """Items under a namespace prefix: by meaning when `query` is given, else newest first."""
+    found = await StoreService(session, resources.embeddings).search(
+        user_id,
+        body.namespace_prefix,
+        body.query,
+        body.filter,
+        limit=body.limit,
+        offset=body.offset,
+    )
+    return StoreItemPage(items=[_out(f.item, f.score) for f in found])
+
+
+@router.post("/namespaces", response_model=NamespaceList)
+async def list_namespaces(
+    body: StoreNamespaces, user_id: UserDep, session: SessionDep, resources: ResourcesDep
+) -> NamespaceList:
+    """The caller's namespaces, filtered by prefix and suffix ('*' matches any label)."""
+    namespaces = await StoreService(session, resources.embeddings).namespaces(
+        user_id, body.prefix, body.suffix, body.max_depth, limit=body.limit, offset=body.offset
+    )
+    return NamespaceList(namespaces=namespaces)

@@ -1,0 +1,160 @@
+"""Key-addressable memories: memory_items rows with a (store_namespace, store_key) address."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import func, literal_column, select, update
+from sqlalchemy.dialects.postgresql import JSONB, insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.models import MemoryItem
+
+# Distinct namespaces read for one listing, at most (a user's namespaces are few).
+MAX_NAMESPACES = 10_000
+
+
+def _like_prefix(namespace: str) -> str:
+    escaped = namespace.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped + ".%"
+
+
+class StoreRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def get(
+        self, user_id: str, namespace: str, key: str, *, include_deleted: bool = False
+    ) -> MemoryItem | None:
+        stmt = select(MemoryItem).where(
+            MemoryItem.user_id == user_id,
+            MemoryItem.store_namespace == namespace,
+            MemoryItem.store_key == key,
+            MemoryItem.valid_to.is_(None),  # closed versions are history, not the item
+        )
+        if not include_deleted:
+            stmt = stmt.where(MemoryItem.deleted_at.is_(None))
+        # populate_existing: a row replaced by upsert in this session is read afresh.
+        stmt = stmt.execution_options(populate_existing=True)
+        return (await self.session.execute(stmt)).scalar_one_or_none()
+
+    async def upsert(
+        self, user_id: str, namespace: str, key: str, fields: dict[str, Any]
+    ) -> tuple[uuid.UUID, bool]:
+        """Insert the item at its address, or replace the one there (reviving a deleted one).
+
+        The row's id and whether it was inserted. One statement, so two concurrent puts on a new
+        address end as one row (the later value wins) instead of a unique violation.
+        """
+        row = {
+            "id": uuid.uuid4(),
+            "user_id": user_id,
+            "store_namespace": namespace,
+            "store_key": key,
+            **fields,
+        }
+        stmt = insert(MemoryItem).values(**row)
+        columns = MemoryItem.__mapper__.attrs
+        changed = {
+            columns[name].columns[0].name: stmt.excluded[columns[name].columns[0].name]
+            for name in fields
+        }
+        # xmax is 0 on a freshly inserted row version, set on one ON CONFLICT updated.
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["user_id", "store_namespace", "store_key"],
+            index_where=MemoryItem.store_key.is_not(None) & MemoryItem.valid_to.is_(None),
+            set_={**changed, "deleted_at": None, "updated_at": func.now()},
+        ).returning(MemoryItem.id, literal_column("xmax = 0").label("inserted"))
+        result = (await self.session.execute(stmt)).one()
+        return result.id, bool(result.inserted)
+
+    async def delete(self, user_id: str, namespace: str, key: str) -> uuid.UUID | None:
+        """Soft-delete the live item at the address; its id, None when there was none."""
+        stmt = (
+            update(MemoryItem)
+            .where(
+                MemoryItem.user_id == user_id,
+                MemoryItem.store_namespace == namespace,
+                MemoryItem.store_key == key,
+                MemoryItem.deleted_at.is_(None),
+                MemoryItem.valid_to.is_(None),
+            )
+            .values(deleted_at=func.now(), updated_at=func.now())
+            .returning(MemoryItem.id)
+        )
+        return (await self.session.execute(stmt)).scalar_one_or_none()
+
+    def _within(self, user_id: str, prefix: str, value_filter: dict[str, Any] | None) -> Any:
+        stmt = select(MemoryItem).where(
+            MemoryItem.user_id == user_id,
+            MemoryItem.store_key.is_not(None),
+            MemoryItem.deleted_at.is_(None),
+            MemoryItem.valid_to.is_(None),
+        )
+        if prefix:
+            stmt = stmt.where(
+                (MemoryItem.store_namespace == prefix)
+                | MemoryItem.store_namespace.like(_like_prefix(prefix), escape="\\")
+            )
+        if value_filter:
+            stmt = stmt.where(
+                MemoryItem.metadata_["value"].op("@>")(func.cast(value_filter, JSONB))
+            )
+        return stmt
+
+    async def newest(
+        self,
+        user_id: str,
+        prefix: str,
+        value_filter: dict[str, Any] | None,
+        *,
+        limit: int,
+        offset: int,
+    ) -> Sequence[MemoryItem]:
+        """Items under the namespace prefix, most recently updated first."""
+        stmt = self._within(user_id, prefix, value_filter)
+        stmt = stmt.order_by(MemoryItem.updated_at.desc(), MemoryItem.id).limit(limit)
+        return (await self.session.execute(stmt.offset(offset))).scalars().all()
+
+    async def nearest(
+        self,
+        user_id: str,
+        prefix: str,
+        value_filter: dict[str, Any] | None,
+        vector: Any,
+        model: str,
+        *,
+        limit: int,
+        offset: int,
+    ) -> list[tuple[MemoryItem, float]]:
+        """Items under the prefix by cosine similarity to `vector`, best first (exact scan:
+        `+ 0` keeps the ANN index out, which filters by user only after its scan)."""
+        distance = MemoryItem.embedding.cosine_distance(vector)
+        stmt = self._within(user_id, prefix, value_filter).where(
+            MemoryItem.embedding_model == model
+        )
+        stmt = (
+            stmt.add_columns((1 - distance).label("similarity"))
+            .order_by(distance + 0, MemoryItem.id)
+            .limit(limit)
+            .offset(offset)
+        )
+        return [(row[0], float(row[1])) for row in (await self.session.execute(stmt)).all()]
+
+    async def namespaces(self, user_id: str) -> list[str]:
+        """The user's distinct live namespaces (joined), sorted."""
+        stmt = (
+            select(MemoryItem.store_namespace)
+            .where(
+                MemoryItem.user_id == user_id,
+                MemoryItem.store_key.is_not(None),
+                MemoryItem.deleted_at.is_(None),
+                MemoryItem.valid_to.is_(None),
+            )
+            .distinct()
+            .order_by(MemoryItem.store_namespace)
+            .limit(MAX_NAMESPACES)
+        )
+        return [str(n) for n in (await self.session.execute(stmt)).scalars().all()]

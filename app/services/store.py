@@ -1,0 +1,174 @@
+"""Key-addressable memories for the framework adapters (the LangGraph store).
+
+An item is a JSON value at (namespace, key) within one user, stored as a memory item so that
+query_memory finds it like any other memory:
+- its text (what is embedded and keyword-indexed) is the value's `content` or `text` field when
+  that is a non-blank string, else the whole value as JSON;
+- its memory type is the namespace's last label when that is a memory type
+  (`("memories", "preference")` -> preference), else `note`;
+- a put on an existing key replaces the value in place (same id; a deleted key is revived).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.errors import NotFoundError
+from app.models import MemoryItem
+from app.repositories.search_index import Document, SearchIndexRepository, Source
+from app.repositories.store import StoreRepository
+from app.services.embedding import EmbeddingService, Priority
+
+MEMORY_TYPES = ("fact", "preference", "decision", "note")
+SEPARATOR = "."
+WILDCARD = "*"
+STORE_SOURCE = "store"
+
+
+def joined(namespace: Sequence[str]) -> str:
+    """The stored form of a namespace (labels never contain the separator)."""
+    return SEPARATOR.join(namespace)
+
+
+def split(namespace: str) -> list[str]:
+    return namespace.split(SEPARATOR)
+
+
+def memory_type(namespace: Sequence[str]) -> str:
+    return namespace[-1] if namespace and namespace[-1] in MEMORY_TYPES else "note"
+
+
+def item_text(value: dict[str, Any]) -> str:
+    """What query_memory matches the item on."""
+    for field in ("content", "text"):
+        candidate = value.get(field)
+        if isinstance(candidate, str) and candidate.strip():
+            return candidate
+    return json.dumps(value, ensure_ascii=False, sort_keys=True)
+
+
+def address_hash(namespace: str, key: str) -> str:
+    """content_hash of a store item: its address, so equal values at two keys never collide
+    (ordinary memories hash their text; the 'store' prefix keeps the two domains apart)."""
+    return hashlib.sha256(f"store\x1f{namespace}\x1f{key}".encode()).hexdigest()
+
+
+def _matches(labels: Sequence[str], pattern: Sequence[str]) -> bool:
+    return len(labels) >= len(pattern) and all(
+        p in (WILDCARD, label) for label, p in zip(labels, pattern, strict=False)
+    )
+
+
+def match_namespaces(
+    namespaces: Sequence[Sequence[str]],
+    prefix: Sequence[str],
+    suffix: Sequence[str],
+    max_depth: int | None,
+    limit: int,
+    offset: int,
+) -> list[list[str]]:
+    """LangGraph's list_namespaces: filter by prefix and suffix ('*' matches any label),
+    truncate to max_depth, deduplicate, sort, page."""
+    found: set[tuple[str, ...]] = set()
+    for labels in namespaces:
+        if not _matches(labels, prefix):
+            continue
+        if suffix and not _matches(list(reversed(labels)), list(reversed(suffix))):
+            continue
+        found.add(tuple(labels[:max_depth] if max_depth is not None else labels))
+    return [list(n) for n in sorted(found)[offset : offset + limit]]
+
+
+@dataclass(frozen=True)
+class Found:
+    item: MemoryItem
+    score: float | None = None
+
+
+class StoreService:
+    def __init__(self, session: AsyncSession, embeddings: EmbeddingService) -> None:
+        self.repo = StoreRepository(session)
+        self.index = SearchIndexRepository(session)
+        self.embeddings = embeddings
+
+    async def put(
+        self, user_id: str, namespace: Sequence[str], key: str, value: dict[str, Any]
+    ) -> MemoryItem:
+        """Store the value at the address (replacing what is there), embedded and indexed."""
+        text = item_text(value)
+        (vector,) = await self.embeddings.embed([text], priority=Priority.INTERACTIVE)
+        address = joined(namespace)
+        fields = {
+            "content": text,
+            "content_hash": address_hash(address, key),
+            "type": memory_type(namespace),
+            "embedding": vector,
+            "embedding_model": self.embeddings.model,
+            "source": STORE_SOURCE,
+            "metadata_": {"value": value},
+        }
+        item_id, inserted = await self.repo.upsert(user_id, address, key, fields)
+        if not inserted:
+            await self.index.unindex(user_id, [item_id])
+        await self.index.index(user_id, [Document(item_id, Source.MEMORY, text)])
+        return await self.get(user_id, namespace, key)
+
+    async def get(self, user_id: str, namespace: Sequence[str], key: str) -> MemoryItem:
+        """The live item at the address, or NotFoundError (also for other users' addresses)."""
+        item = await self.repo.get(user_id, joined(namespace), key)
+        if item is None:
+            raise NotFoundError("store item not found")
+        return item
+
+    async def delete(self, user_id: str, namespace: Sequence[str], key: str) -> bool:
+        """Soft-delete the item (as forget_memory does); False when nothing live was there."""
+        return await self.repo.delete(user_id, joined(namespace), key) is not None
+
+    async def search(
+        self,
+        user_id: str,
+        prefix: Sequence[str],
+        query: str | None,
+        value_filter: dict[str, Any] | None,
+        *,
+        limit: int,
+        offset: int,
+    ) -> list[Found]:
+        """Items under the prefix: by similarity to `query` when given, else newest first."""
+        address = joined(prefix)
+        if query is None:
+            rows = await self.repo.newest(
+                user_id, address, value_filter, limit=limit, offset=offset
+            )
+            return [Found(row) for row in rows]
+        (vector,) = await self.embeddings.embed([query], priority=Priority.INTERACTIVE)
+        ranked = await self.repo.nearest(
+            user_id,
+            address,
+            value_filter,
+            vector,
+            self.embeddings.model,
+            limit=limit,
+            offset=offset,
+        )
+        return [Found(row, score) for row, score in ranked]
+
+    async def namespaces(
+        self,
+        user_id: str,
+        prefix: Sequence[str],
+        suffix: Sequence[str],
+        max_depth: int | None,
+        *,
+        limit: int,
+        offset: int,
+    ) -> list[list[str]]:
+        """The user's namespaces that match, as LangGraph's list_namespaces."""
+        stored = [split(n) for n in await self.repo.namespaces(user_id)]
+        return match_namespaces(stored, prefix, suffix, max_depth, limit, offset)

@@ -1,0 +1,311 @@
+"""The asynchronous client: `AsyncClient`, the same methods as `pgrecall.client.Client`, awaited.
+
+Import it from `pgrecall.client`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+import httpx
+
+from pgrecall import _calls as c
+from pgrecall import types as t
+from pgrecall._base import DEFAULT_TIMEOUT, Base
+from pgrecall._calls import Ident, Item, TimeFilters
+from pgrecall._core import Call, RetryPolicy, retry_delay
+
+T = TypeVar("T")
+
+
+class AsyncClient(Base):
+    """Asynchronous client; the same methods as `Client`, awaited."""
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        user_id: str | None = None,
+        api_key: str | None = None,
+        admin_key: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        http: httpx.AsyncClient | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        super().__init__(base_url, user_id, api_key, admin_key, retry)
+        self._owns_http = http is None
+        self._http = http or httpx.AsyncClient(timeout=timeout)
+        self._sleep = sleep
+
+    @classmethod
+    def for_app(
+        cls,
+        app: Any,
+        *,
+        user_id: str | None = None,
+        api_key: str | None = None,
+        admin_key: str | None = None,
+        retry: RetryPolicy | None = None,
+    ) -> AsyncClient:
+        """A client on an ASGI app in this process (no socket, same request path): the eval
+        harness drives the service this way."""
+        base_url = "http://pgrecall"
+        http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=base_url)
+        client = cls(
+            base_url,
+            user_id=user_id,
+            api_key=api_key,
+            admin_key=admin_key,
+            retry=retry,
+            http=http,
+        )
+        client._owns_http = True
+        return client
+
+    def as_user(self, user_id: str) -> AsyncClient:
+        """The same client acting for another user (shares the connection pool)."""
+        return AsyncClient(
+            self.base_url,
+            user_id=user_id,
+            api_key=self.api_key,
+            admin_key=self.admin_key,
+            retry=self.retry,
+            http=self._http,
+            sleep=self._sleep,
+        )
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    async def _run(self, call: Call[T]) -> T:
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.send(self._request(self._http, call))
+            except httpx.TransportError as exc:
+                delay = retry_delay(call, attempt, self.retry, error=exc)
+                if delay is None:
+                    raise self._transport_error(exc) from exc
+            else:
+                delay = retry_delay(call, attempt, self.retry, response=response)
+                if delay is None:
+                    return self._result(call, response)
+            await self._sleep(delay)
+            attempt += 1
+
+    async def create_conversation(self, title: str | None = None) -> t.Conversation:
+        """Start a conversation for the client's user."""
+        return await self._run(c.create_conversation(title))
+
+    async def get_conversation(self, conversation_id: Ident) -> t.Conversation:
+        """One of the user's conversations."""
+        return await self._run(c.get_conversation(conversation_id))
+
+    async def list_conversations(self, *, limit: int = 50, offset: int = 0) -> t.ConversationPage:
+        """The user's conversations, most recently updated first."""
+        return await self._run(c.list_conversations(limit, offset))
+
+    async def append_message(
+        self,
+        conversation_id: Ident,
+        role: str,
+        content: str,
+        *,
+        created_at: datetime | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> t.Message:
+        """Store one message (committed before this returns)."""
+        return await self._run(
+            c.append_message(conversation_id, role, content, created_at, metadata)
+        )
+
+    async def import_messages(
+        self, conversation_id: Ident, messages: Sequence[Item]
+    ) -> t.MessageList:
+        """Store up to 1000 messages in order, all or nothing."""
+        return await self._run(c.import_messages(conversation_id, messages))
+
+    async def list_messages(
+        self, conversation_id: Ident, *, after: int | None = None, limit: int = 100
+    ) -> t.MessagePage:
+        """A page of the conversation's messages in order."""
+        return await self._run(c.list_messages(conversation_id, after, limit))
+
+    async def get_session(self, conversation_id: Ident) -> t.SessionOut:
+        """Session state: the last messages and the goal."""
+        return await self._run(c.get_session(conversation_id))
+
+    async def set_session_goal(self, conversation_id: Ident, goal: str | None) -> t.SessionOut:
+        """Set (or clear with None) the session's goal."""
+        return await self._run(c.set_session_goal(conversation_id, goal))
+
+    async def delete_last_message(self, conversation_id: Ident) -> t.Message | None:
+        """Delete the conversation's newest message and return it (None when it had none)."""
+        return await self._run(c.delete_last_message(conversation_id))
+
+    async def delete_messages(self, conversation_id: Ident) -> int:
+        """Delete every message of the conversation (it stays); how many there were."""
+        return await self._run(c.delete_messages(conversation_id))
+
+    async def save_memory(
+        self,
+        content: str,
+        type: str,
+        *,
+        importance: float | None = None,
+        expires_at: datetime | None = None,
+        supersedes: Ident | None = None,
+    ) -> t.SaveMemoryResult:
+        """The agent write tool: store a memory (a near-duplicate updates the stored one)."""
+        return await self._run(c.save_memory(content, type, importance, expires_at, supersedes))
+
+    async def forget_memory(self, memory_id: Ident) -> t.ForgetMemoryResult:
+        """The agent tool: soft-delete one of the user's memories."""
+        return await self._run(c.forget_memory(memory_id))
+
+    async def rate_message(self, message_id: Ident, vote: str) -> t.RateMessageResult:
+        """The agent tool: `up` keeps a message as a note, `down` removes that note."""
+        return await self._run(c.rate_message(message_id, vote))
+
+    async def store_put(
+        self, namespace: Sequence[str], key: str, value: Mapping[str, Any]
+    ) -> t.StoreItem:
+        """Store a JSON value at (namespace, key), replacing what is there."""
+        return await self._run(c.store_put(namespace, key, value))
+
+    async def store_get(self, namespace: Sequence[str], key: str) -> t.StoreItem | None:
+        """The item at (namespace, key), None when there is none."""
+        return await self._run(c.store_get(namespace, key))
+
+    async def store_delete(self, namespace: Sequence[str], key: str) -> bool:
+        """Delete the item at (namespace, key); False when there was none."""
+        return await self._run(c.store_delete(namespace, key))
+
+    async def store_search(
+        self,
+        namespace_prefix: Sequence[str] = (),
+        *,
+        query: str | None = None,
+        filter: Mapping[str, Any] | None = None,
+        limit: int = 10,
+        offset: int = 0,
+    ) -> list[t.StoreItem]:
+        """Items under a namespace prefix, by meaning when `query` is given, else newest first."""
+        return await self._run(c.store_search(namespace_prefix, query, filter, limit, offset))
+
+    async def store_namespaces(
+        self,
+        *,
+        prefix: Sequence[str] = (),
+        suffix: Sequence[str] = (),
+        max_depth: int | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[tuple[str, ...]]:
+        """The user's store namespaces ('*' in prefix or suffix matches any label)."""
+        return await self._run(c.store_namespaces(prefix, suffix, max_depth, limit, offset))
+
+    async def ready(self) -> dict[str, Any]:
+        """GET /ready: database reachable and migrated, Redis state (200 or 503 body)."""
+        return await self._run(c.ready())
+
+    async def tools(self) -> dict[str, Any]:
+        """The tool definitions and the system-prompt snippet."""
+        return await self._run(c.tools())
+
+    async def query_memory(
+        self,
+        query: str,
+        *,
+        types: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+        times: TimeFilters | None = None,
+    ) -> t.QueryMemoryResult:
+        """The agent tool: relevant memories and past turns, with a prompt-ready block."""
+        return await self._run(c.query_memory(query, types, sources, times))
+
+    async def memory_query(
+        self,
+        query: str,
+        *,
+        limit: int | None = None,
+        types: Sequence[str] | None = None,
+        sources: Sequence[str] | None = None,
+        min_score: float | None = None,
+        token_budget: int | None = None,
+        times: TimeFilters | None = None,
+    ) -> t.MemoryQueryResponse:
+        """The internal retrieval contract: scores, references, timings."""
+        return await self._run(
+            c.memory_query(query, limit, types, sources, min_score, token_budget, times)
+        )
+
+    async def create_key(
+        self, user_id: str, *, scope: str = "write", expires_in: str | None = None
+    ) -> t.KeyCreated:
+        """Admin: a per-user key (`expires_in` like 30d); the token is in this answer only."""
+        return await self._run(c.create_key(user_id, scope, expires_in))
+
+    async def list_keys(
+        self, user_id: str | None = None, *, limit: int = 100, offset: int = 0
+    ) -> t.KeyPage:
+        """Admin: keys (never tokens), newest first."""
+        return await self._run(c.list_keys(user_id, limit, offset))
+
+    async def revoke_key(self, key_id: Ident) -> t.Key:
+        """Admin: revoke a key for good (idempotent)."""
+        return await self._run(c.revoke_key(key_id))
+
+    async def create_memory(self, item: Item) -> t.Memory:
+        """Admin: one curated memory (the stored one when the user already has the text)."""
+        return await self._run(c.create_memory(item))
+
+    async def create_memories(self, memories: Sequence[Item]) -> t.AdminBulkResult:
+        """Admin: up to 1000 curated memories in one transaction."""
+        return await self._run(c.create_memories(memories))
+
+    async def list_memories(
+        self,
+        user_id: str,
+        *,
+        type: str | None = None,
+        q: str | None = None,
+        created_after: datetime | None = None,
+        created_before: datetime | None = None,
+        include_deleted: bool = False,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> t.AdminMemoryPage:
+        """Admin: one user's memories, newest first."""
+        return await self._run(
+            c.list_memories(
+                user_id, type, q, created_after, created_before, include_deleted, limit, offset
+            )
+        )
+
+    async def get_memory(self, user_id: str, memory_id: Ident) -> t.Memory:
+        """Admin: one memory of the user."""
+        return await self._run(c.get_memory(user_id, memory_id))
+
+    async def update_memory(self, user_id: str, memory_id: Ident, **changes: Any) -> t.Memory:
+        """Admin: change content, type, importance or expires_at."""
+        return await self._run(c.update_memory(user_id, memory_id, changes))
+
+    async def delete_memory(self, user_id: str, memory_id: Ident) -> None:
+        """Admin: soft-delete a memory."""
+        return await self._run(c.delete_memory(user_id, memory_id))
+
+    async def restore_memory(self, user_id: str, memory_id: Ident) -> t.Memory:
+        """Admin: undo a soft delete."""
+        return await self._run(c.restore_memory(user_id, memory_id))

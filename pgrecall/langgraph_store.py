@@ -1,0 +1,186 @@
+"""LangGraph `BaseStore` backed by pgrecall's HTTP API (`pip install pgrecall[langgraph]`).
+
+    from pgrecall.langgraph_store import PgrecallStore
+    store = PgrecallStore("http://127.0.0.1:8000", api_key="pgr_...")   # a per-user key
+    store.put(("memories", "preference"), "editor", {"content": "Prefers Helix"})
+    graph = builder.compile(store=store)
+
+The user is the credential's (a per-user key, or `user_id` with the service key): namespaces
+never name a user, and nothing in one user's store is visible to another. Every item is a
+memory of that user (`/v1/store`, app/services/store.py): query_memory and the chat proxy find
+it, its type is the namespace's last label when that is a memory type (fact, preference,
+decision, note) and `note` otherwise, and its searchable text is the value's `content` or
+`text` field (else the value as JSON). Search ranks by meaning when a query is given (the
+service's embedder: no `index` configuration here), else newest first; filters are exact
+matches on top-level fields (`$eq` too; other operators are refused). No TTL support.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from langgraph.store.base import (
+    BaseStore,
+    GetOp,
+    Item,
+    ListNamespacesOp,
+    Op,
+    PutOp,
+    Result,
+    SearchItem,
+    SearchOp,
+    validate_op_namespace,
+)
+
+from pgrecall import types as t
+from pgrecall.client import AsyncClient, Client
+
+__all__ = ["PgrecallStore"]
+
+
+def _item(stored: t.StoreItem) -> Item:
+    return Item(
+        value=stored.value,
+        key=stored.key,
+        namespace=tuple(stored.namespace),
+        created_at=stored.created_at,
+        updated_at=stored.updated_at,
+    )
+
+
+def _search_item(stored: t.StoreItem) -> SearchItem:
+    return SearchItem(
+        namespace=tuple(stored.namespace),
+        key=stored.key,
+        value=stored.value,
+        created_at=stored.created_at,
+        updated_at=stored.updated_at,
+        score=stored.score,
+    )
+
+
+def _filter(op: SearchOp) -> dict[str, Any] | None:
+    """`{"k": {"$eq": v}}` is `{"k": v}`; other operators go to the service, which refuses them."""
+    if not op.filter:
+        return None
+    return {
+        k: v["$eq"] if isinstance(v, dict) and set(v) == {"$eq"} else v
+        for k, v in op.filter.items()
+    }
+
+
+def _conditions(op: ListNamespacesOp) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    prefix: tuple[str, ...] = ()
+    suffix: tuple[str, ...] = ()
+    for condition in op.match_conditions or ():
+        if condition.match_type == "prefix":
+            if prefix:
+                raise ValueError("at most one prefix condition")
+            prefix = tuple(condition.path)
+        elif condition.match_type == "suffix":
+            if suffix:
+                raise ValueError("at most one suffix condition")
+            suffix = tuple(condition.path)
+        else:
+            raise ValueError(f"unknown match type {condition.match_type!r}")
+    return prefix, suffix
+
+
+class PgrecallStore(BaseStore):
+    """A LangGraph store whose items are the user's pgrecall memories."""
+
+    supports_ttl = False
+
+    def __init__(
+        self,
+        base_url: str = "http://127.0.0.1:8000",
+        *,
+        user_id: str | None = None,
+        api_key: str | None = None,
+        client: Client | None = None,
+        async_client: AsyncClient | None = None,
+    ) -> None:
+        self._client = client or Client(base_url, user_id=user_id, api_key=api_key)
+        self._async = async_client or AsyncClient(base_url, user_id=user_id, api_key=api_key)
+        self._owns = (client is None, async_client is None)
+
+    def close(self) -> None:
+        if self._owns[0]:
+            self._client.close()
+
+    async def aclose(self) -> None:
+        if self._owns[1]:
+            await self._async.aclose()
+
+    def batch(self, ops: Iterable[Op]) -> list[Result]:
+        """Run the operations in order, one HTTP call each."""
+        return [self._run(op) for op in ops]
+
+    async def abatch(self, ops: Iterable[Op]) -> list[Result]:
+        """As `batch`, on the async client."""
+        return [await self._arun(op) for op in ops]
+
+    def _run(self, op: Op) -> Result:
+        validate_op_namespace(op)
+        pgr = self._client
+        if isinstance(op, GetOp):
+            found = pgr.store_get(op.namespace, op.key)
+            return _item(found) if found is not None else None
+        if isinstance(op, PutOp):
+            if op.value is None:
+                pgr.store_delete(op.namespace, op.key)
+            else:
+                pgr.store_put(op.namespace, op.key, op.value)
+            return None
+        if isinstance(op, SearchOp):
+            hits = pgr.store_search(
+                op.namespace_prefix,
+                query=op.query,
+                filter=_filter(op),
+                limit=op.limit,
+                offset=op.offset,
+            )
+            return [_search_item(h) for h in hits]
+        if isinstance(op, ListNamespacesOp):
+            prefix, suffix = _conditions(op)
+            return pgr.store_namespaces(
+                prefix=prefix,
+                suffix=suffix,
+                max_depth=op.max_depth,
+                limit=op.limit,
+                offset=op.offset,
+            )
+        raise ValueError(f"unknown operation {type(op).__name__}")
+
+    async def _arun(self, op: Op) -> Result:
+        validate_op_namespace(op)
+        pgr = self._async
+        if isinstance(op, GetOp):
+            found = await pgr.store_get(op.namespace, op.key)
+            return _item(found) if found is not None else None
+        if isinstance(op, PutOp):
+            if op.value is None:
+                await pgr.store_delete(op.namespace, op.key)
+            else:
+                await pgr.store_put(op.namespace, op.key, op.value)
+            return None
+        if isinstance(op, SearchOp):
+            hits = await pgr.store_search(
+                op.namespace_prefix,
+                query=op.query,
+                filter=_filter(op),
+                limit=op.limit,
+                offset=op.offset,
+            )
+            return [_search_item(h) for h in hits]
+        if isinstance(op, ListNamespacesOp):
+            prefix, suffix = _conditions(op)
+            return await pgr.store_namespaces(
+                prefix=prefix,
+                suffix=suffix,
+                max_depth=op.max_depth,
+                limit=op.limit,
+                offset=op.offset,
+            )
+        raise ValueError(f"unknown operation {type(op).__name__}")

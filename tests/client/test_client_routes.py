@@ -1,0 +1,75 @@
+"""The client's newer methods: agent write tools, message deletion, time filters, readiness;
+and the two clients offering the same methods."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from pgrecall import _calls
+from pgrecall.client import AsyncClient, Client, TimeFilters
+
+
+def _public(kind: type) -> dict[str, list[str]]:
+    return {
+        name: list(inspect.signature(member).parameters)
+        for name, member in inspect.getmembers(kind, callable)
+        # for_app: only the async client can drive an ASGI app in-process.
+        if not name.startswith("_") and name not in {"close", "aclose", "for_app"}
+    }
+
+
+def test_sync_and_async_clients_offer_the_same_methods() -> None:
+    assert _public(Client) == _public(AsyncClient)
+    assert all(
+        inspect.iscoroutinefunction(getattr(AsyncClient, n))
+        for n in _public(Client)
+        if n != "as_user"
+    )
+
+
+def test_retry_safety_of_the_destructive_calls() -> None:
+    # A repeated pop would remove a second message: never retried. The rest repeat safely.
+    assert not _calls.delete_last_message("c").idempotent
+    assert _calls.delete_messages("c").idempotent
+    assert _calls.forget_memory("m").idempotent
+    assert _calls.store_put(("a",), "k", {}).idempotent
+    assert not _calls.save_memory("x", "fact", None, None, "old").idempotent
+
+
+async def test_write_tools_deletion_time_filters_and_ready(
+    make_pgrecall: Callable[..., Any], user_id: str
+) -> None:
+    async with make_pgrecall(user_id) as pgr:
+        saved = await pgr.save_memory("Drinks oat milk in coffee", "preference", importance=0.8)
+        assert (saved.action, saved.memory.type) == ("added", "preference")
+        again = await pgr.save_memory("Drinks oat milk in coffee", "preference")
+        assert again.action == "unchanged" and again.memory.id == saved.memory.id
+
+        conv = await pgr.create_conversation()
+        question = await pgr.append_message(conv.id, "user", "What should I cook tonight?")
+        answer = await pgr.append_message(conv.id, "assistant", "Try a mushroom risotto.")
+        rated = await pgr.rate_message(answer.id, "up")
+        assert rated.action == "added" and rated.memory is not None
+        assert (await pgr.rate_message(answer.id, "down")).removed == 1
+
+        window = TimeFilters(time_to=datetime.now(UTC) - timedelta(days=1))
+        assert (await pgr.query_memory("oat milk", times=window)).memories == []
+        assert (await pgr.query_memory("oat milk")).memories[0].id == str(saved.memory.id)
+        recent = TimeFilters(time_from=datetime.now(UTC) - timedelta(hours=1))
+        assert (await pgr.memory_query("risotto", min_score=0.0, times=recent)).items
+
+        forgotten = await pgr.forget_memory(saved.memory.id)
+        assert forgotten.forgotten and forgotten.id == saved.memory.id
+        assert (await pgr.query_memory("oat milk in coffee")).memories == []
+
+        popped = await pgr.delete_last_message(conv.id)
+        assert popped is not None and popped.id == answer.id
+        assert [m.id for m in (await pgr.list_messages(conv.id)).items] == [question.id]
+        assert await pgr.delete_messages(conv.id) == 1
+        assert await pgr.delete_last_message(conv.id) is None
+
+        state = await pgr.ready()
+        assert state["ready"] is True and state["checks"]["database"] == "ok"
