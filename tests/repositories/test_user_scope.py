@@ -49,6 +49,7 @@ from app.repositories.memory import MemoryRepository, NewMemory
 from app.repositories.portable import PortableRepository
 from app.repositories.retrieval import RetrievalRepository, Source, TimeFilter
 from app.repositories.search_index import Document, SearchIndexRepository
+from app.repositories.store import StoreRepository
 from eval.bench.store import database
 from tests.sql_scope import copy_violations, violations
 
@@ -434,6 +435,34 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     }
     await rec.call("PortableRepository", "insert_memories", portable.insert_memories([memory_row]))
 
+    store = StoreRepository(session)
+    fields = {
+        "content": "prefers tea",
+        "content_hash": f"{user}-store",
+        "type": "preference",
+        "embedding": _vector(62),
+        "embedding_model": LOCAL_MODEL_ID,
+        "source": "store",
+        "metadata_": {"value": {"drink": "tea"}},
+    }
+    await rec.call("StoreRepository", "upsert", store.upsert(user, "prefs.food", "drink", fields))
+    await rec.call("StoreRepository", "get", store.get(user, "prefs.food", "drink"))
+    for value_filter in (None, {"drink": "tea"}):
+        await rec.call(
+            "StoreRepository",
+            "newest",
+            store.newest(user, "prefs", value_filter, limit=5, offset=0),
+        )
+        await rec.call(
+            "StoreRepository",
+            "nearest",
+            store.nearest(
+                user, "prefs", value_filter, _vector(62), LOCAL_MODEL_ID, limit=5, offset=0
+            ),
+        )
+    await rec.call("StoreRepository", "namespaces", store.namespaces(user))
+    await rec.call("StoreRepository", "delete", store.delete(user, "prefs.food", "drink"))
+
     extraction = ExtractionRepository(session)
     await rec.call(
         "ExtractionRepository", "enqueue", extraction.enqueue(user, conv.id, [stored[0].id])
@@ -460,6 +489,15 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     await rec.call("ExtractionRepository", "jobs", extraction.jobs(user))
     stats = ExtractionStatsRepository(session)
     await rec.call("ExtractionStatsRepository", "summary", stats.summary(today, 5))
+
+    await rec.call(
+        "ConversationRepository",
+        "delete_last_message",
+        conversations.delete_last_message(user, conv.id),
+    )
+    await rec.call(
+        "ConversationRepository", "delete_messages", conversations.delete_messages(user, conv.id)
+    )
 
     purge = PurgeRepository(session)
     await rec.call("PurgeRepository", "counts", purge.counts(user))
