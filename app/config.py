@@ -7,7 +7,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -86,6 +93,13 @@ class Settings(BaseSettings):
         default=None, description="key sent upstream instead of the caller's Authorization"
     )
     chat_upstream_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
+
+    mlflow_tracking_uri: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PGRECALL_MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_URI"),
+        description="the evaluation runs the console's Health page lists; unset = "
+        "sqlite:///./mlruns/mlflow.db (where `python -m eval` logs)",
+    )
 
     db_pool_size: Annotated[int, Field(ge=1, le=200)] = 10
     max_body_bytes: Annotated[int, Field(ge=1024)] = 5 * 1024 * 1024

@@ -23,10 +23,11 @@ from app.db import user_session
 from app.errors import EmbeddingError
 from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository, TimeFilter
 from app.repositories.search_index import Source
-from app.retrieval.budget import pack
+from app.retrieval.budget import Packed, pack
 from app.retrieval.dates import TimeWindow, parse_time_expression
 from app.retrieval.presets import RetrievalPreset
 from app.retrieval.scoring import (
+    Ranked,
     apply_thresholds,
     diversify,
     group_vote,
@@ -127,6 +128,23 @@ class QueryResult:
         return cls(items=items, **data)
 
 
+@dataclass
+class QueryTrace:
+    """What the ranking did with every candidate of one query (the admin console explains it).
+
+    Filled only when asked for (`QueryService.explain`); the ranking itself is the same code
+    path as `query`, so an explanation never differs from what the agent would get.
+    """
+
+    bm25: dict[tuple[Source, Any], float] = field(default_factory=dict)  # raw keyword scores
+    cosine: dict[tuple[Source, Any], float] = field(default_factory=dict)  # raw similarities
+    ranked: list[Ranked[tuple[Source, Any]]] = field(default_factory=list)  # before thresholds
+    kept: list[tuple[Source, Any]] = field(default_factory=list)  # passed both thresholds
+    candidates: dict[tuple[Source, Any], Candidate] = field(default_factory=dict)
+    packed: dict[tuple[Source, Any], Packed] = field(default_factory=dict)  # what the budget let in
+    budget: int = 0
+
+
 def query_hash(query: str) -> str:
     return hashlib.sha256(query.encode()).hexdigest()
 
@@ -203,6 +221,19 @@ class QueryService:
             await self.cache.set_query_result(request.user_id, key, result.to_json())
         return self._finish(request, result, started, correlation_id)
 
+    async def explain(self, request: QueryRequest) -> tuple[QueryResult, QueryTrace]:
+        """Answer like `query`, but fresh (no result cache, no rate limit) and with the trace of
+        every candidate's scores and fate."""
+        started = time.perf_counter()
+        trace = QueryTrace()
+        budget = request.token_budget or self.config.token_budget
+        trace.budget = budget
+        result = await self._search(
+            request, request.query[:MAX_QUERY_CHARS], budget, self.config.preset, trace
+        )
+        result.query_truncated = len(request.query) > MAX_QUERY_CHARS
+        return self._finish(request, result, started, "console"), trace
+
     async def _embed(self, query: str) -> tuple[Any | None, str | None, int]:
         """(vector, degraded flag, ms). EmbeddingService.embed asks the Redis cache before the
         embedder, so a cached query vector is used even when the embedder is down."""
@@ -219,7 +250,12 @@ class QueryService:
             return None, "keyword_only", int((time.perf_counter() - t0) * 1000)
 
     async def _search(
-        self, request: QueryRequest, query: str, budget: int, preset: RetrievalPreset
+        self,
+        request: QueryRequest,
+        query: str,
+        budget: int,
+        preset: RetrievalPreset,
+        trace: QueryTrace | None = None,
     ) -> QueryResult:
         result = QueryResult()
         # The query is embedded (in a worker thread) while the keyword arm runs in Postgres:
@@ -228,7 +264,8 @@ class QueryService:
         t0 = time.perf_counter()
         try:
             candidates, ranked = await asyncio.wait_for(
-                self._candidates(request, query, embedding, preset, result), self.config.timeout_s
+                self._candidates(request, query, embedding, preset, result, trace),
+                self.config.timeout_s,
             )
         except (SQLAlchemyError, OSError, TimeoutError) as exc:
             log.error("retrieval failed closed: %s", type(exc).__name__)
@@ -249,6 +286,9 @@ class QueryService:
         result.total_count = len(kept)
         top = kept[: request.limit]
         packed = pack([candidates[r.key].content for r in top], budget)
+        if trace is not None:
+            trace.ranked, trace.kept, trace.candidates = ranked, [r.key for r in kept], candidates
+            trace.packed = {top[p.index].key: p for p in packed.items}
         for p in packed.items:
             r, c = top[p.index], candidates[top[p.index].key]
             result.items.append(
@@ -265,6 +305,7 @@ class QueryService:
         embedding: asyncio.Task[tuple[Any | None, str | None, int]] | None,
         preset: RetrievalPreset,
         result: QueryResult,
+        trace: QueryTrace | None = None,
     ) -> tuple[dict[tuple[Source, Any], Candidate], list[Any]]:
         memories = "memory" in request.sources
         # Messages carry no memory type: a type filter restricts results to memory items.
@@ -284,6 +325,8 @@ class QueryService:
                 self._vector_arm(request, embedding, n, memories, messages, result),
             )
             ranked = rank(hits.scores, hits.max_score, cosines, preset, hits.expansion)
+            if trace is not None:
+                trace.bm25, trace.cosine = hits.scores, cosines
             if messages and (preset.next_turn_weight > 0 or preset.previous_turn_weight > 0):
                 seeds = [r.key for r in ranked if r.key[0] is Source.MESSAGE][
                     : preset.neighbour_seeds
