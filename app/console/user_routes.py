@@ -79,6 +79,15 @@ def _optional(form: dict[str, str], name: str) -> str | None:
     return value or None
 
 
+def _number(value: str) -> float | str:
+    """A form's number as a number (the schemas take JSON numbers); anything else as typed,
+    so the schema's error names the field."""
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
 @router.get("/user")
 async def user_page(
     request: Request,
@@ -129,7 +138,7 @@ async def create_memory(
             "user_id": user_id,
             "content": form.get("content", ""),
             "type": form.get("type", ""),
-            **({"importance": v} if (v := _optional(form, "importance")) else {}),
+            **({"importance": _number(v)} if (v := _optional(form, "importance")) else {}),
             **({"expires_at": v} if (v := _optional(form, "expires_at")) else {}),
             **({"source": v} if (v := _optional(form, "source")) else {}),
         },
@@ -172,7 +181,7 @@ async def update_memory(
         {
             "content": form.get("content", ""),
             "type": form.get("type", ""),
-            "importance": form.get("importance", ""),
+            "importance": _number(form.get("importance", "").strip()),
             "expires_at": _optional(form, "expires_at"),
         },
     )
