@@ -186,10 +186,12 @@ async def update_memory(
         },
     )
     async with _as_user(resources, user_id) as db:
-        await AdminMemoryService(db, resources.embeddings).update(user_id, memory_id, changes)
+        service = AdminMemoryService(db, resources.embeddings)
+        item = await service.update(user_id, memory_id, changes)
         _invalidate(db, resources, user_id)
-    record(session, "memory.update", user_id, memory_id=memory_id)
-    return see_other(url("/memory", user=user_id, id=memory_id))
+    # The service may answer with another row (a new version of the memory): show that one.
+    record(session, "memory.update", user_id, memory_id=memory_id, result_id=item.id)
+    return see_other(url("/memory", user=user_id, id=item.id))
 
 
 @router.post("/memory/delete")
