@@ -135,10 +135,17 @@ def main() -> None:
     parser.add_argument("--memories", type=int, default=10_000)
     parser.add_argument("--conversations", type=int, default=20)
     parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="keep the seeded database in this directory and reuse it on the next run",
+    )
     args = parser.parse_args()
 
-    work = Path(tempfile.mkdtemp(prefix="pgr-bench-console-"))
+    work = args.keep or Path(tempfile.mkdtemp(prefix="pgr-bench-console-"))
+    work.mkdir(parents=True, exist_ok=True)
     work.chmod(0o755)  # the embedded Postgres user must be able to enter it when run as root
+    seeded = work / "seeded"
     pg = EmbeddedPostgres(work / "pg")
     try:
         url = pg.start()
@@ -156,7 +163,13 @@ def main() -> None:
         server, thread, base = serve(settings)
         try:
             with httpx.Client(base_url=base, timeout=60) as client:
-                memory_id, conversation_id = seed(client, args.memories, args.conversations)
+                if seeded.exists():
+                    memory_id, conversation_id = seeded.read_text().split()
+                    print(f"reusing the seeded database in {work}")
+                else:
+                    memory_id, conversation_id = seed(client, args.memories, args.conversations)
+                    if args.keep:
+                        seeded.write_text(f"{memory_id} {conversation_id}")
                 csrf = sign_in(client)
                 last_page = max(1, -(-args.memories // 50))
                 pages = [
@@ -207,7 +220,8 @@ def main() -> None:
             thread.join(30)
     finally:
         pg.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
 
     floor = statistics.median(results[0][1])
     print(

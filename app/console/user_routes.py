@@ -108,7 +108,6 @@ async def user_page(
         include_deleted=deleted == "all",
     )
     async with _as_user(resources, user_id) as db:
-        counts = await UserDirectoryService(db).counts(user_id)
         items, total = await AdminMemoryService(db, None).list(
             filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
         )
@@ -117,7 +116,6 @@ async def user_page(
         "user.html",
         session=session,
         user_id=user_id,
-        counts=counts,
         items=items,
         total=total,
         page=page,
