@@ -138,7 +138,7 @@ class ConsoleRoute(APIRoute):
                 return _error_page(request, 422, exc.message, [exc.field or "request"])
             except ServiceError as exc:
                 return _error_page(request, exc.status_code, exc.message, [])
-            except sa_exc.SQLAlchemyError as exc:
+            except (sa_exc.SQLAlchemyError, OSError) as exc:
                 mapped = database_error(exc)
                 if mapped is None:
                     log.exception("console: unexpected database error")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -116,6 +117,14 @@ async def test_bad_input_is_a_page_naming_the_field(make_client: Callable[..., A
         assert r.status_code == 422 and "query.user" in r.text
         r = await client.get("/console/memory", params={"user": "u1", "id": "not-a-uuid"})
         assert r.status_code == 422 and "query.id" in r.text
+        r = await client.post(
+            "/v1/admin/memories",
+            json={"user_id": f"owner-{uuid.uuid4()}", "content": "mine", "type": "fact"},
+        )
+        owned = r.json()["id"]
+        r = await client.get("/console/memory", params={"user": "u-other", "id": owned})
+        assert r.status_code == 404 and "memory not found" in r.text  # no existence leak
+        assert r.headers["content-type"].startswith("text/html")
         page = await client.get("/console/user", params={"user": "u1"})
         token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
         assert token is not None
