@@ -48,6 +48,7 @@ UserParam = Annotated[
 ]
 Page = Annotated[int, Query(ge=1, le=100_000)]
 MAX_QUERY_CHARS = 2000
+MEMORY_TYPES = ("fact", "preference", "decision", "note")
 
 
 @asynccontextmanager
@@ -289,7 +290,14 @@ async def ask_page(
     """The "Ask as this user" form."""
     cfg = resources.query_config
     return render(
-        request, "ask.html", session=session, user_id=user_id, query="", answer=None, cfg=cfg
+        request,
+        "ask.html",
+        session=session,
+        user_id=user_id,
+        query="",
+        answer=None,
+        cfg=cfg,
+        chosen={"type": "", "source": ""},
     )
 
 
@@ -307,9 +315,20 @@ async def ask(
         raise RequestValidationError(
             [{"loc": ("form", "query"), "msg": f"1-{MAX_QUERY_CHARS} characters", "type": "value"}]
         )
+    kind, source = form.get("type", ""), form.get("source", "")
+    if kind not in ("", *MEMORY_TYPES) or source not in ("", "memory", "message"):
+        field = "type" if kind not in ("", *MEMORY_TYPES) else "source"
+        raise RequestValidationError(
+            [{"loc": ("form", field), "msg": "not one of the listed values", "type": "value"}]
+        )
     cfg = resources.query_config
     query = QueryRequest(
-        user_id=user_id, query=text, limit=cfg.max_results, min_score=cfg.min_relevance
+        user_id=user_id,
+        query=text,
+        limit=cfg.max_results,
+        min_score=cfg.min_relevance,
+        types=(kind,) if kind else None,
+        sources=(source,) if source else ("memory", "message"),  # type: ignore[arg-type]
     )
     service = QueryService(
         resources.sessionmaker,
@@ -327,6 +346,7 @@ async def ask(
         user_id=user_id,
         query=text,
         cfg=cfg,
+        chosen={"type": kind, "source": source},
         answer=explain(query, trace),
         result=result,
         formatted=format_for_prompt(result.items),

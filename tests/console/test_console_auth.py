@@ -139,3 +139,35 @@ async def test_bad_input_is_a_page_naming_the_field(make_client: Callable[..., A
             headers={"content-type": "application/json"},
         )
         assert r.status_code == 422 and "body" in r.text
+
+
+async def test_ask_as_this_user_honours_type_and_source(
+    make_client: Callable[..., Any], user_id: str
+) -> None:
+    async with make_client() as (client, _):
+        for content, kind in (
+            ("Dana owns a sailing boat", "fact"),
+            ("Dana likes boat trips", "note"),
+        ):
+            r = await client.post(
+                "/v1/admin/memories", json={"user_id": user_id, "content": content, "type": kind}
+            )
+            assert r.status_code == 201
+        await _sign_in(client)
+        page = await client.get("/console/ask", params={"user": user_id})
+        token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+        assert token is not None
+        ask = {"csrf_token": token.group(1), "query": "Dana boat"}
+
+        async def returned(**extra: str) -> list[str]:
+            r = await client.post(f"/console/ask?user={user_id}", data={**ask, **extra})
+            assert r.status_code == 200, r.text
+            return re.findall(
+                r'<tr class="returned" data-id="[^"]+">.*?<a [^>]*>([^<]+)</a>', r.text, re.S
+            )
+
+        assert sorted(await returned()) == ["Dana likes boat trips", "Dana owns a sailing boat"]
+        assert await returned(type="note") == ["Dana likes boat trips"]
+        assert await returned(source="message") == []
+        r = await client.post(f"/console/ask?user={user_id}", data={**ask, "type": "secret"})
+        assert r.status_code == 422 and "form.type" in r.text
