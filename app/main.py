@@ -12,7 +12,7 @@ from fastapi import FastAPI
 from app import __version__
 from app.adapters.cache import Cache
 from app.adapters.embedder import Embedder, build_embedder
-from app.api import admin, agent_tools, conversations, docs, health, tools
+from app.api import admin, agent_tools, conversations, docs, health, memories, tools
 from app.api.deps import Resources
 from app.api.handlers import install_handlers
 from app.api.openapi import install_openapi
@@ -127,6 +127,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.include_router(conversations.router)
     app.include_router(tools.router)
     app.include_router(agent_tools.router)
+    app.include_router(memories.router)
     app.include_router(admin.router)
     app.include_router(chat_proxy.router)
     install_console(app, settings)  # /console, app/console/

@@ -19,3 +19,19 @@ def test_the_documented_tables_are_the_protected_ones() -> None:
     doc = DOC.read_text()
     listed = ", ".join(f"`{t}`" for t in USER_TABLES)
     assert listed in doc.replace("\n", " ")
+
+
+ROOT = DOC.parent.parent
+
+
+def test_the_compose_stack_serves_as_the_application_role() -> None:
+    """docker-compose.yml: requests as the role RLS binds, migrations as the owner."""
+    compose = (ROOT / "docker-compose.yml").read_text()
+    init = (ROOT / "deploy" / "postgres-init" / "01-roles.sh").read_text()
+    assert f"PGRECALL_DATABASE_URL: postgresql://{DEFAULT_APP_ROLE}:" in compose
+    assert "PGRECALL_MIGRATION_DATABASE_URL: postgresql://pgrecall_owner:" in compose
+    assert "./deploy/postgres-init:/docker-entrypoint-initdb.d" in compose
+    created = init.split(f"CREATE ROLE {DEFAULT_APP_ROLE} ", 1)[1].split(";", 1)[0]
+    for attribute in ("NOSUPERUSER", "NOBYPASSRLS", "NOCREATEROLE"):
+        assert attribute in created
+    assert "CREATE DATABASE pgrecall OWNER pgrecall_owner" in init

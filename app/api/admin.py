@@ -14,7 +14,8 @@ from app.repositories.admin import MemoryFilter
 from app.schemas.admin import (
     AdminBulkResult,
     AdminMemoryBulkCreate,
-    AdminMemoryCreate,
+    AdminMemoryCreateOne,
+    AdminMemoryHistory,
     AdminMemoryOut,
     AdminMemoryPage,
     AdminMemoryUpdate,
@@ -74,12 +75,17 @@ def _invalidate(session: AsyncSession, resources: ResourcesDep, users: set[str])
     responses={200: {"model": AdminMemoryOut, "description": "the user already had this text"}},
 )
 async def create_memory(
-    body: AdminMemoryCreate,
+    body: AdminMemoryCreateOne,
     session: AdminSessionDep,
     resources: ResourcesDep,
     response: Response,
 ) -> AdminMemoryOut:
-    """Create one memory; 201, or 200 with the stored item when the user already has this text."""
+    """Create one memory; 201, or 200 with the stored item when the user already has this text.
+    With `supersedes`, the new memory replaces that one (409 if the text belongs to another)."""
+    if body.supersedes is not None:
+        done = await _service(session, resources).supersede(body)
+        _invalidate(session, resources, {body.user_id})
+        return AdminMemoryOut.model_validate(done)
     items, duplicates = await _service(session, resources).create_many([body])
     if duplicates:
         response.status_code = status.HTTP_200_OK
@@ -114,6 +120,9 @@ async def list_memories(
     created_after: Timestamp | None = None,
     created_before: Timestamp | None = None,
     include_deleted: bool = False,
+    include_superseded: Annotated[
+        bool, Query(description="also earlier versions that were superseded")
+    ] = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> AdminMemoryPage:
@@ -125,6 +134,7 @@ async def list_memories(
         created_after=created_after,
         created_before=created_before,
         include_deleted=include_deleted,
+        include_superseded=include_superseded,
     )
     items, total = await _service(session, resources).list(filters, limit=limit, offset=offset)
     return AdminMemoryPage(
@@ -146,6 +156,23 @@ async def get_memory(
     return AdminMemoryOut.model_validate(item)
 
 
+@router.get("/memories/{item_id}/history", response_model=AdminMemoryHistory)
+async def memory_history(
+    item_id: uuid.UUID,
+    user_id: UserQuery,
+    session: AdminSessionDep,
+    resources: ResourcesDep,
+) -> AdminMemoryHistory:
+    """Every version of the memory (older and newer, deleted ones too), oldest first."""
+    versions = await _service(session, resources).history(user_id, item_id)
+    current = next((m.id for m in versions if m.valid_to is None and m.deleted_at is None), None)
+    return AdminMemoryHistory(
+        id=item_id,
+        current=current,
+        versions=[AdminMemoryOut.model_validate(m) for m in versions],
+    )
+
+
 @router.patch("/memories/{item_id}", response_model=AdminMemoryOut)
 async def update_memory(
     item_id: uuid.UUID,
@@ -154,7 +181,8 @@ async def update_memory(
     session: AdminSessionDep,
     resources: ResourcesDep,
 ) -> AdminMemoryOut:
-    """Change content, type, importance or expiry; new content is re-embedded and re-indexed."""
+    """Change type, importance or expiry in place; a new content supersedes the memory: the
+    answer is the new version (a new id, `supersedes_id` = this one)."""
     item = await _service(session, resources).update(user_id, item_id, body)
     _invalidate(session, resources, {user_id})
     return AdminMemoryOut.model_validate(item)

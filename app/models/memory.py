@@ -34,11 +34,28 @@ class MemoryItem(CreatedAtMixin, Base):
     __table_args__ = (
         CheckConstraint("type IN ('fact', 'preference', 'decision', 'note')", name="type"),
         CheckConstraint("importance >= 0 AND importance <= 1", name="importance_range"),
+        CheckConstraint("supersedes_id <> id", name="not_self_superseding"),
+        CheckConstraint("valid_to IS NULL OR valid_to >= valid_from", name="valid_window"),
         Index("idx_memory_items_user_id", "user_id", postgresql_where=text("deleted_at IS NULL")),
         Index(
             "idx_memory_items_type", "user_id", "type", postgresql_where=text("deleted_at IS NULL")
         ),
-        Index("uq_memory_items_user_content_hash", "user_id", "content_hash", unique=True),
+        # Unique among valid items only: a superseded text may be stated again later.
+        Index(
+            "uq_memory_items_user_content_hash",
+            "user_id",
+            "content_hash",
+            unique=True,
+            postgresql_where=text("valid_to IS NULL"),
+        ),
+        # Retrieval's "valid now" filter, by user.
+        Index(
+            "idx_memory_items_current",
+            "user_id",
+            postgresql_where=text("deleted_at IS NULL AND valid_to IS NULL"),
+        ),
+        # Chains are linear (superseded at most once); also the "newer version" lookup.
+        Index("uq_memory_items_supersedes_id", "supersedes_id", unique=True),
         Index(
             "idx_memory_items_embedding",
             "embedding",
@@ -72,6 +89,15 @@ class MemoryItem(CreatedAtMixin, Base):
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     metadata_: Mapped[dict[str, Any]] = mapped_column(
         "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    # Validity (migration 0004_write_path): valid from valid_from until valid_to (NULL: still
+    # valid). Superseding closes an item and links its replacement back through supersedes_id.
+    valid_from: Mapped[datetime] = mapped_column(
+        DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    supersedes_id: Mapped[uuid.UUID | None] = mapped_column(
+        Uuid, ForeignKey("memory_items.id", ondelete="SET NULL"), nullable=True
     )
 
 

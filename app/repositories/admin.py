@@ -40,6 +40,7 @@ class MemoryFilter:
     created_after: datetime | None = None
     created_before: datetime | None = None
     include_deleted: bool = False
+    include_superseded: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ class AdminMemoryRepository:
         where: list[ColumnElement[bool]] = [MemoryItem.user_id == f.user_id]
         if not f.include_deleted:
             where.append(MemoryItem.deleted_at.is_(None))
+        if not f.include_superseded:
+            where.append(MemoryItem.valid_to.is_(None))
         if f.type is not None:
             where.append(MemoryItem.type == f.type)
         if f.q:
@@ -113,11 +116,14 @@ class AdminMemoryRepository:
         return (await self.session.execute(stmt)).scalars().all()
 
     async def ids_by_hash(self, user_id: str, hashes: Sequence[str]) -> dict[str, uuid.UUID]:
-        """Stored memory ids of the user by content hash (deleted ones included)."""
+        """Valid memory ids of the user by content hash (deleted ones included; superseded
+        versions are history, not the user's current text)."""
         if not hashes:
             return {}
         stmt = select(MemoryItem.content_hash, MemoryItem.id).where(
-            MemoryItem.user_id == user_id, MemoryItem.content_hash.in_(list(set(hashes)))
+            MemoryItem.user_id == user_id,
+            MemoryItem.content_hash.in_(list(set(hashes))),
+            MemoryItem.valid_to.is_(None),
         )
         return {h: i for h, i in (await self.session.execute(stmt)).all()}
 
@@ -144,7 +150,7 @@ class AdminMemoryRepository:
     async def nearest(
         self, user_id: str, model: str, vectors: Sequence[Any], *, min_cosine: float, k: int
     ) -> list[list[tuple[uuid.UUID, float]]]:
-        """Per vector, up to k of the user's live memories with cosine >= min_cosine, best first.
+        """Per vector, up to k of the user's valid memories with cosine >= min_cosine, best first.
 
         One statement for the whole batch. `+ 0` keeps the ivfflat index out (it filters by
         user only after the scan, so it can miss rows); the user_id index makes this an exact
@@ -163,7 +169,7 @@ class AdminMemoryRepository:
             FROM q CROSS JOIN LATERAL (
                 SELECT m.id, m.embedding <=> q.vec AS distance
                 FROM memory_items AS m
-                WHERE m.user_id = :user_id AND m.deleted_at IS NULL
+                WHERE m.user_id = :user_id AND m.deleted_at IS NULL AND m.valid_to IS NULL
                   AND m.embedding_model = :model
                 ORDER BY (m.embedding <=> q.vec) + 0
                 LIMIT :k

@@ -53,10 +53,11 @@ class AgentMemoryRepository:
     async def live_page(
         self, user_id: str, *, limit: int, offset: int, type: str | None = None
     ) -> tuple[Sequence[MemoryItem], int]:
-        """A page of the user's live (not deleted, not expired) memories, newest first."""
+        """A page of the user's live (not deleted, not expired, valid) memories, newest first."""
         where = [
             MemoryItem.user_id == user_id,
             MemoryItem.deleted_at.is_(None),
+            MemoryItem.valid_to.is_(None),
             or_(MemoryItem.expires_at.is_(None), MemoryItem.expires_at > func.now()),
         ]
         if type is not None:

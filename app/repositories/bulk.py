@@ -31,6 +31,7 @@ _COLUMNS = (
     "importance",
     "created_at",
     "updated_at",
+    "valid_from",
 )
 
 
@@ -112,6 +113,7 @@ class BulkRepository:
                 r.embedding,
                 r.embedding_model,
                 r.importance,
+                r.created_at,
                 r.created_at,
                 r.created_at,
             )

@@ -1,6 +1,7 @@
 """Candidate queries for query_memory: BM25 over the postings, cosine over pgvector.
 
-Every statement is scoped by `user_id`; memory items additionally by deleted/expired/type.
+Every statement is scoped by `user_id`; memory items additionally by deleted/expired/type and
+validity (valid now, or at as_of).
 """
 
 from __future__ import annotations
@@ -108,6 +109,18 @@ def _memory_visible(types: Sequence[str] | None) -> str:
     )
 
 
+def _memory_valid(alias: str, when: TimeFilter) -> str:
+    """' AND ...': the memory is valid now, or (with as_of) was not yet superseded at as_of.
+
+    Validity ends at valid_to, which is never in the future (app/services/supersession.py), so
+    "valid now" is `valid_to IS NULL` (the partial index idx_memory_items_current). The start
+    of the window is created_at (= valid_from), which TimeFilter.sql already bounds by as_of.
+    """
+    if when.as_of is None:
+        return f" AND {alias}.valid_to IS NULL"
+    return f" AND ({alias}.valid_to IS NULL OR {alias}.valid_to > :as_of)"
+
+
 @dataclass(frozen=True)
 class TimeFilter:
     """Hard limits on an item's event time (its created_at): time_from <= t <= time_to, and
@@ -154,7 +167,8 @@ def _source_filter(
     if memories:
         parts.append(
             "(s.source = 0 AND EXISTS (SELECT 1 FROM memory_items AS m "
-            f"WHERE m.id = s.item_id AND {_memory_visible(types)}{when.sql('m')}))"
+            f"WHERE m.id = s.item_id AND {_memory_visible(types)}{when.sql('m')}"
+            f"{_memory_valid('m', when)}))"
         )
     return " OR ".join(parts) if parts else None
 
@@ -300,7 +314,8 @@ class RetrievalRepository:
                 (
                     Source.MEMORY,
                     "SELECT t.id, t.embedding FROM memory_items AS t "
-                    f"WHERE {visible} AND t.embedding_model = :model{when.sql('t')}",
+                    f"WHERE {visible} AND t.embedding_model = :model{when.sql('t')}"
+                    f"{_memory_valid('t', when)}",
                 )
             )
         if messages:
@@ -338,6 +353,7 @@ class RetrievalRepository:
                     "FROM memory_items WHERE user_id = :user_id AND id = ANY(CAST(:ids AS uuid[])) "
                     "AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())"
                     + when.sql("memory_items")
+                    + _memory_valid("memory_items", when)
                 ),
                 {"user_id": user_id, "ids": memory_ids, **when.params()},
             )

@@ -55,6 +55,16 @@ class AdminMemoryCreate(BaseModel):
     metadata: Metadata = Field(default_factory=dict)
 
 
+class AdminMemoryCreateOne(AdminMemoryCreate):
+    """One memory through the admin API; `supersedes` makes it replace a memory of the user."""
+
+    supersedes: uuid.UUID | None = Field(
+        default=None,
+        description="id of the user's valid memory this one replaces: it is closed (valid_to = "
+        "created_at, default now) and linked as the new one's earlier version",
+    )
+
+
 class AdminMemoryBulkCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     items: list[AdminMemoryCreate] = Field(min_length=1, max_length=MAX_BULK_MEMORIES)
@@ -95,6 +105,17 @@ class AdminMemoryOut(BaseModel):
     expires_at: datetime | None
     deleted_at: datetime | None
     metadata: dict[str, object] = Field(validation_alias="metadata_")
+    valid_from: datetime
+    valid_to: datetime | None
+    supersedes_id: uuid.UUID | None
+
+
+class AdminMemoryHistory(BaseModel):
+    """All versions of one memory (deleted ones too), oldest first."""
+
+    id: uuid.UUID
+    current: uuid.UUID | None
+    versions: list[AdminMemoryOut]
 
 
 class DuplicateOut(BaseModel):

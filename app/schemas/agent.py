@@ -42,7 +42,8 @@ class SaveMemoryArgs(BaseModel):
     )
     supersedes: uuid.UUID | None = Field(
         default=None,
-        description="id of one of the user's memories this one replaces (it is forgotten)",
+        description="id of one of the user's memories this one replaces: it stops being "
+        "returned and stays in the new memory's history",
     )
 
 
@@ -92,6 +93,17 @@ class MemoryOut(BaseModel):
     updated_at: datetime
     expires_at: datetime | None
     source_message_id: uuid.UUID | None
+    valid_from: datetime
+    valid_to: datetime | None = Field(description="when it stopped being true (superseded)")
+    supersedes_id: uuid.UUID | None = Field(description="the earlier version it replaced")
+
+
+class MemoryHistory(BaseModel):
+    """The versions of one memory, oldest first: each supersedes the one before it."""
+
+    id: uuid.UUID = Field(description="the memory asked about")
+    current: uuid.UUID | None = Field(description="the version valid now, if any")
+    versions: list[MemoryOut]
 
 
 SaveAction = Literal["added", "updated", "unchanged", "restored"]
@@ -100,10 +112,13 @@ SaveAction = Literal["added", "updated", "unchanged", "restored"]
 class SaveMemoryResult(BaseModel):
     memory: MemoryOut
     action: SaveAction = Field(
-        description="added; updated (a near-duplicate, cosine >= 0.90, took the new text); "
-        "unchanged (the user already had this text); restored (a forgotten identical memory)"
+        description="added; updated (the new memory supersedes `superseded`: the one named, or "
+        "a near-duplicate at cosine >= 0.90); unchanged (the user already had this text); "
+        "restored (a forgotten identical memory)"
     )
-    superseded: uuid.UUID | None = None
+    superseded: uuid.UUID | None = Field(
+        default=None, description="the memory the new one replaced (now in its history)"
+    )
 
 
 class ForgetMemoryResult(BaseModel):

@@ -12,9 +12,10 @@ from app.errors import ConflictError, NotFoundError
 from app.models import MemoryItem
 from app.repositories.admin import AdminMemoryRepository, MemoryFilter
 from app.repositories.search_index import Document, SearchIndexRepository, Source
-from app.schemas.admin import AdminMemoryCreate, AdminMemoryUpdate
+from app.schemas.admin import AdminMemoryCreate, AdminMemoryCreateOne, AdminMemoryUpdate
 from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import MemoryInput, MemoryService, content_hash
+from app.services.supersession import SupersessionService
 
 
 def memory_input(row: AdminMemoryCreate) -> MemoryInput:
@@ -79,6 +80,30 @@ class AdminMemoryService:
             found.update((m.id, m) for m in await self.repo.get_many(user, ids))
         return [found[i] for i in order if i in found], duplicates
 
+    async def supersede(self, row: AdminMemoryCreateOne) -> MemoryItem:
+        """Store the row as the replacement of `row.supersedes` (valid from row.created_at,
+        default now); returns the new version."""
+        assert row.supersedes is not None
+        fields = row.model_fields_set
+        done = await SupersessionService(self.session, self.embeddings).supersede(
+            row.user_id,
+            row.supersedes,
+            row.content,
+            type=row.type,
+            importance=row.importance,
+            expires_at=row.expires_at,
+            source=row.source if "source" in fields else None,
+            source_message_id=None,
+            metadata=row.metadata,
+            observed_at=row.created_at,
+        )
+        return done.new
+
+    async def history(self, user_id: str, item_id: uuid.UUID) -> list[MemoryItem]:
+        """All versions of the user's memory, deleted ones too, oldest first."""
+        service = SupersessionService(self.session, self.embeddings)
+        return await service.history(user_id, item_id, include_deleted=True)
+
     async def get(self, user_id: str, item_id: uuid.UUID) -> MemoryItem:
         """The user's memory (deleted ones too); NotFoundError otherwise."""
         return await self._get(user_id, item_id)
@@ -98,15 +123,25 @@ class AdminMemoryService:
     async def update(
         self, user_id: str, item_id: uuid.UUID, changes: AdminMemoryUpdate
     ) -> MemoryItem:
-        """Change fields; a new content is re-embedded and its keyword postings rebuilt."""
+        """Change fields. A new content supersedes the item: it is closed and a new version
+        (new id, linked back) holds the new text with the other changes; the new version is
+        returned. Type, importance and expiry alone change the item in place."""
         item = await self._get(user_id, item_id)
         fields = changes.model_fields_set
-        values: dict[str, Any] = {}
         if changes.content is not None and changes.content != item.content:
-            (vector,) = await self.embeddings.embed(
-                [changes.content], priority=Priority.INTERACTIVE
+            if item.deleted_at is not None:
+                raise ConflictError("restore the memory before changing its content")
+            done = await SupersessionService(self.session, self.embeddings).supersede(
+                user_id,
+                item_id,
+                changes.content,
+                type=changes.type,
+                importance=changes.importance,
+                expires_at=changes.expires_at if "expires_at" in fields else item.expires_at,
+                metadata=dict(item.metadata_),
             )
-            values |= await self._content_values(item, changes.content, vector)
+            return done.new
+        values: dict[str, Any] = {}
         if changes.type is not None:
             values["type"] = changes.type
         if changes.importance is not None:

@@ -1,8 +1,13 @@
 """What agents may do to their user's memory: save, forget, rate a message, list, search turns.
 
 One implementation behind both front doors (HTTP tools in app/api/agent_tools.py, MCP tools in
-app/mcp/). Saving goes through the seeding path (app/services/seed.py::upsert_memories), so a
-near-duplicate (cosine >= 0.90) updates the stored memory exactly as a seed file would.
+app/mcp/). Saving a near-duplicate of a valid memory (cosine >= NEAR_DUPLICATE_COSINE, the
+seeding threshold) that says something new supersedes it (app/services/supersession.py): the
+old statement is closed and kept in the memory's history, never overwritten. 0.90 is measured
+by `python -m eval.near_duplicates` (docs/admin.md): it catches 8 of 10 restatements and none of
+10 pairs of distinct facts that are both true (highest such pair 0.739); lower thresholds catch
+more restatements but come closer to hiding a true fact. Same-slot updates ("lives in Berlin" ->
+"moved to Lisbon", cosine 0.41-0.88) need an explicit `supersedes`.
 Services flush, never commit: the caller owns the transaction.
 """
 
@@ -16,18 +21,18 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.adapters.cache import Cache
-from app.errors import NotFoundError, RateLimitedError
+from app.errors import ConflictError, NotFoundError, RateLimitedError
 from app.models import MemoryItem
 from app.repositories.agent_memory import RATING_ORIGIN, AgentMemoryRepository
 from app.repositories.memory import MemoryRepository
 from app.retrieval.budget import pack
-from app.schemas.admin import AdminMemoryCreate
 from app.schemas.agent import MemoryOut, SaveMemoryResult
 from app.services.admin import AdminMemoryService
-from app.services.embedding import EmbeddingService
+from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import MemoryInput, MemoryService, content_hash
 from app.services.query import QueryItem, QueryRequest, QueryResult, QueryService
-from app.services.seed import upsert_memories
+from app.services.seed import NEAR_DUPLICATE_COSINE
+from app.services.supersession import SupersessionService
 
 SAVE_ORIGIN = "save_memory"
 # With a time range, the range is applied to this many ranked messages (see search_messages).
@@ -85,45 +90,64 @@ class AgentMemoryService:
         expires_at: datetime | None = None,
         supersedes: uuid.UUID | None = None,
     ) -> Saved:
-        """Store a memory; an identical or near-identical one of the user is reused instead."""
-        superseded = None
-        if supersedes is not None:
-            # Validity chains come with issue 14; until then the replaced memory is forgotten.
-            if await self.memories.get(user_id, supersedes) is None:
-                raise NotFoundError("memory not found")
-            await self.admin.set_deleted(user_id, supersedes, True)
-            superseded = supersedes
+        """Store a memory. An identical valid one of the user is reused (or restored); one
+        that replaces a memory - named by `supersedes`, or the user's nearest valid memory at
+        cosine >= NEAR_DUPLICATE_COSINE - supersedes it (closed, kept as history)."""
         digest = content_hash(content)
-        existing = await self._by_hash(user_id, digest)
-        if existing is not None:
-            expired = existing.expires_at is not None and existing.expires_at <= datetime.now(UTC)
-            if existing.deleted_at is None and not expired:
-                return Saved(existing, "unchanged", superseded)
-            # A forgotten or expired copy of the same text: the new statement brings it back.
-            restored = await self.admin.repo.update(
-                user_id, existing.id, {"deleted_at": None, "expires_at": expires_at}
+        if supersedes is None:
+            existing = await self._by_hash(user_id, digest)
+            if existing is not None:
+                expired = existing.expires_at is not None and existing.expires_at <= datetime.now(
+                    UTC
+                )
+                if existing.deleted_at is None and not expired:
+                    return Saved(existing, "unchanged")
+                # A forgotten or expired copy of the same text: the new statement brings it back.
+                restored = await self.admin.repo.update(
+                    user_id, existing.id, {"deleted_at": None, "expires_at": expires_at}
+                )
+                if restored is None:  # purged by a concurrent transaction
+                    raise NotFoundError("memory not found")
+                return Saved(restored, "restored")
+        (vector,) = await self.embeddings.embed([content], priority=Priority.INTERACTIVE)
+        if supersedes is None:
+            (near,) = await self.admin.repo.nearest(
+                user_id, self.embeddings.model, [vector], min_cosine=NEAR_DUPLICATE_COSINE, k=1
             )
-            if restored is None:  # purged by a concurrent transaction
-                raise NotFoundError("memory not found")
-            return Saved(restored, "restored", superseded)
-        # The new statement replaces a near-duplicate wholesale: its expiry too (None clears).
-        fields: dict[str, object] = {"expires_at": expires_at}
-        if importance is not None:
-            fields["importance"] = importance
-        row = AdminMemoryCreate(
+            supersedes = near[0][0] if near else None
+        metadata = {"via": SAVE_ORIGIN}
+        if supersedes is not None:
+            # The new statement replaces the old one wholesale: its expiry too (None clears).
+            done = await SupersessionService(self.session, self.embeddings).supersede(
+                user_id,
+                supersedes,
+                content,
+                type=type,
+                importance=importance,
+                expires_at=expires_at,
+                source="agent",
+                source_message_id=None,
+                metadata=metadata,
+                vector=vector,
+            )
+            return Saved(done.new, "updated", supersedes)
+        item = MemoryInput(
             user_id=user_id,
             content=content,
-            type=type,  # type: ignore[arg-type]
+            type=type,
+            importance=0.5 if importance is None else importance,
+            expires_at=expires_at,
             source="agent",
-            metadata={"via": SAVE_ORIGIN},
-            **fields,  # type: ignore[arg-type]
+            metadata=metadata,
         )
-        report = await upsert_memories(self.session, [row], self.embeddings)
-        stored = await self._by_hash(user_id, digest)
-        if stored is None:  # purged by a concurrent transaction
-            raise NotFoundError("memory not found")
-        action = "updated" if report.updated else "added" if report.added else "unchanged"
-        return Saved(stored, action, superseded)
+        created = await MemoryService(self.session, self.embeddings).store([item], [vector])
+        stored = await self.memories.get(user_id, created[0]) if created else None
+        if stored is None:  # the same text was stored concurrently: that one is it
+            stored = await self._by_hash(user_id, digest)
+            if stored is None:
+                raise ConflictError("memory changed concurrently; retry")
+            return Saved(stored, "unchanged")
+        return Saved(stored, "added")
 
     async def forget(self, user_id: str, item_id: uuid.UUID) -> MemoryItem:
         """Soft-delete one of the user's memories (idempotent); 404 for any other id."""

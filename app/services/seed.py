@@ -23,7 +23,6 @@ from tqdm import tqdm
 from app.adapters.cache import Cache
 from app.db import admin_sessions
 from app.repositories.admin import MaintenanceRepository
-from app.schemas.admin import AdminMemoryCreate
 from app.services.admin import AdminMemoryService, memory_input
 from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import content_hash
@@ -160,25 +159,6 @@ async def seed_rows(
     if report.written and options.reindex and (report.added or report.updated):
         async with sessionmaker() as session, session.begin():
             report.reindex = await reindex(session, "memory_items", only_if_stale=True)
-    return report
-
-
-async def upsert_memories(
-    session: AsyncSession,
-    rows: Sequence[AdminMemoryCreate],
-    embeddings: EmbeddingService,
-    *,
-    near_duplicate_cosine: float = NEAR_DUPLICATE_COSINE,
-) -> SeedReport:
-    """Write rows in the caller's transaction exactly as `seed --update-near-duplicates` does.
-
-    A text the user already has is skipped; a near-duplicate (cosine >= the threshold) updates
-    the stored memory instead of adding one. The agent tool save_memory writes through here.
-    """
-    report = SeedReport(rows=len(rows))
-    options = SeedOptions(update_near_duplicates=True, near_duplicate_cosine=near_duplicate_cosine)
-    batch = [SeedRow(line=n, row=row) for n, row in enumerate(rows, start=1)]
-    await _load_batch(session, batch, embeddings, options, report)
     return report
 
 

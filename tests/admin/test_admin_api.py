@@ -170,7 +170,7 @@ async def test_list_filters_and_pages(
     assert naive.status_code == 422
 
 
-async def test_update_reembeds_and_reindexes_new_content(
+async def test_new_content_supersedes_with_a_reembedded_reindexed_version(
     admin: httpx.AsyncClient, pg: EmbeddedPostgres, embedder: LocalEmbedder, user_id: str
 ) -> None:
     item = await _create(admin, user_id, "Favourite editor is Emacs", importance=0.4)
@@ -188,8 +188,14 @@ async def test_update_reembeds_and_reindexes_new_content(
         "preference",
         0.4,
     )
-    assert updated["updated_at"] > item["updated_at"]
-    after, lexemes = await _stored(pg, user_id, item["id"])
+    # The edit made a new version; the old one is closed, unchanged, and still indexed.
+    assert updated["id"] != item["id"] and updated["supersedes_id"] == item["id"]
+    assert updated["valid_to"] is None and updated["valid_from"] >= item["valid_from"]
+    closed = (await admin.get(f"{BASE}/{item['id']}", params={"user_id": user_id})).json()
+    assert closed["content"] == item["content"] and closed["valid_to"] == updated["valid_from"]
+    still, still_lexemes = await _stored(pg, user_id, item["id"])
+    assert still.content_hash == before.content_hash and still_lexemes == old_lexemes
+    after, lexemes = await _stored(pg, user_id, updated["id"])
     assert after.content_hash != before.content_hash
     assert np.allclose(
         np.array(json.loads(after.vec)),
@@ -198,6 +204,8 @@ async def test_update_reembeds_and_reindexes_new_content(
     )
     assert "helix" in lexemes and "emac" not in lexemes
 
+    # Type, importance and expiry change the valid version in place.
+    item = updated
     expiry = await admin.patch(
         f"{BASE}/{item['id']}",
         params={"user_id": user_id},
@@ -208,6 +216,12 @@ async def test_update_reembeds_and_reindexes_new_content(
         f"{BASE}/{item['id']}", params={"user_id": user_id}, json={"expires_at": None}
     )
     assert cleared.json()["expires_at"] is None
+    assert cleared.json()["id"] == item["id"]
+    # A superseded version cannot be superseded again: the chain stays linear.
+    again = await admin.patch(
+        f"{BASE}/{closed['id']}", params={"user_id": user_id}, json={"content": "Uses vi"}
+    )
+    assert again.status_code == 409 and again.json()["error"] == "ConflictError"
     for body in ({}, {"content": None}, {"importance": 3}):
         bad = await admin.patch(f"{BASE}/{item['id']}", params={"user_id": user_id}, json=body)
         assert bad.status_code == 422, body

@@ -65,9 +65,15 @@ async def test_identical_text_is_unchanged_and_near_duplicate_updates(
     assert again.json()["action"] == "unchanged"
     assert again.json()["memory"]["id"] == item["id"]
     near = await save(client, user_id, content="My favourite colour is teal.", type="preference")
+    # A near-duplicate supersedes: a new version, linked back to the closed old one.
     assert near.json()["action"] == "updated"
-    assert near.json()["memory"]["id"] == item["id"]
-    assert near.json()["memory"]["content"] == "My favourite colour is teal."
+    assert near.json()["superseded"] == item["id"]
+    version = near.json()["memory"]
+    assert version["id"] != item["id"] and version["supersedes_id"] == item["id"]
+    assert version["content"] == "My favourite colour is teal."
+    history = await client.get(f"/v1/memories/{item['id']}/history", headers=headers(user_id))
+    assert [v["id"] for v in history.json()["versions"]] == [item["id"], version["id"]]
+    assert history.json()["current"] == version["id"]
     other = await save(client, user_id, content="I work as a marine biologist", type="fact")
     assert other.json()["action"] == "added"
     assert other.json()["memory"]["id"] != item["id"]

@@ -247,6 +247,15 @@ async def test_foreign_ids_in_every_field(world: World) -> None:
         response = await client.request(method, path, json=body, headers=h)
         assert response.status_code == 404, (method, path, response.text)
         assert other.secret not in response.text
+    # Memory history: another user's memory does not exist for this caller (same 404 body).
+    unknown = await client.get(f"/v1/memories/{uuid.uuid4()}/history", headers=h)
+    assert unknown.status_code == 404
+    for foreign in [*other.memories, *other.messages, cid]:
+        response = await client.get(f"/v1/memories/{foreign}/history", headers=h)
+        assert response.status_code == 404 and response.json() == unknown.json()
+    own = next(iter(user.memories))
+    response = await client.get(f"/v1/memories/{own}/history", headers=h)
+    assert [v["id"] for v in response.json()["versions"]] == [own]
     # Message and memory ids are not conversation ids either.
     for foreign in [*other.memories, *other.messages]:
         response = await client.get(f"/v1/conversations/{foreign}/messages", headers=h)

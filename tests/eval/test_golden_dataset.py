@@ -111,9 +111,15 @@ def _own_live_contents(case: dict[str, Any]) -> set[str]:
     contents = {m["content"] for m in case["setup_memories"] if _is_live(m)}
     contents |= {m["content"] for m in case.get("setup_messages", [])}
     contents |= {m["content"] for c in case.get("setup_conversations", []) for m in c}
-    # The agent writes, in order: what they add and what they take away.
+    # The agent writes, in order: what they add and what they take away. They happen at the
+    # reference time; as of an earlier moment, a superseded memory was still valid and its
+    # replacement not yet stated.
+    as_of = case.get("time_filter", {}).get("as_of")
+    before_writes = as_of is not None and _parse_ts(as_of) < REFERENCE_NOW
     for call in case.get("setup_tool_calls", []):
         args = call["args"]
+        if call["tool"] == "save_memory" and before_writes:
+            continue
         if call["tool"] == "save_memory":
             contents.add(args["content"])
             if "supersedes" in args:

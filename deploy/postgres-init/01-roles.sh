@@ -1,0 +1,17 @@
+#!/bin/bash
+# Runs once, when the compose stack's Postgres volume is first initialised (as the superuser).
+# Creates the two roles of docs/security.md: the owner (migrates, owns the tables) and the
+# service's role (no superuser, no BYPASSRLS, owns nothing), so row-level security binds the API.
+set -euo pipefail
+
+psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname postgres \
+  -v owner_pw="$PGRECALL_OWNER_PASSWORD" -v app_pw="$PGRECALL_APP_PASSWORD" <<'SQL'
+CREATE ROLE pgrecall_owner LOGIN PASSWORD :'owner_pw';
+CREATE ROLE pgrecall_app LOGIN PASSWORD :'app_pw'
+  NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE NOREPLICATION NOINHERIT;
+CREATE DATABASE pgrecall OWNER pgrecall_owner;
+SQL
+
+# pgvector is not a trusted extension: the superuser creates it in the new database.
+psql -v ON_ERROR_STOP=1 --username "$POSTGRES_USER" --dbname pgrecall \
+  -c "CREATE EXTENSION IF NOT EXISTS vector;"
