@@ -98,15 +98,17 @@ async def user_page(
     type_: Annotated[MemoryType | Literal[""], Query(alias="type")] = "",
     q: Annotated[str, Query(max_length=1000)] = "",
     deleted: Literal["live", "all"] = "live",
+    validity: Literal["current", "all"] = "current",
     page: Page = 1,
     notice: Annotated[str, Query(max_length=200)] = "",
 ) -> Response:
-    """A user's counts and memories (newest first), filtered by type, text and deletion."""
+    """A user's memories (newest first), filtered by type, text, deletion and validity."""
     filters = MemoryFilter(
         user_id=user_id,
         type=type_ or None,
         q=q.strip() or None,
         include_deleted=deleted == "all",
+        include_superseded=validity == "all",
     )
     async with _as_user(resources, user_id) as db:
         items, total = await AdminMemoryService(db, None).list(
@@ -121,7 +123,7 @@ async def user_page(
         total=total,
         page=page,
         pages=max(1, -(-total // PAGE_SIZE)),
-        filters={"type": type_, "q": q, "deleted": deleted},
+        filters={"type": type_, "q": q, "deleted": deleted, "validity": validity},
         notice=notice,
     )
 
@@ -160,10 +162,14 @@ async def memory_page(
     user_id: UserParam,
     memory_id: Annotated[uuid.UUID, Query(alias="id")],
 ) -> Response:
-    """One memory, with the edit form and delete or restore."""
+    """One memory and its versions, with the edit form and delete or restore."""
     async with _as_user(resources, user_id) as db:
-        item = await AdminMemoryService(db, None).get(user_id, memory_id)
-    return render(request, "memory.html", session=session, user_id=user_id, item=item)
+        service = AdminMemoryService(db, resources.embeddings)
+        item = await service.get(user_id, memory_id)
+        versions = await service.history(user_id, memory_id)
+    return render(
+        request, "memory.html", session=session, user_id=user_id, item=item, versions=versions
+    )
 
 
 @router.post("/memory/update")

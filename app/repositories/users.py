@@ -28,7 +28,7 @@ SELECT u.user_id,
        (SELECT count(*) FROM conversations AS c WHERE c.user_id = u.user_id) AS conversations,
        (SELECT count(*) FROM messages AS m WHERE m.user_id = u.user_id) AS messages,
        (SELECT count(*) FROM memory_items AS i
-         WHERE i.user_id = u.user_id AND i.deleted_at IS NULL) AS memories,
+         WHERE i.user_id = u.user_id AND i.deleted_at IS NULL AND i.valid_to IS NULL) AS memories,
        (SELECT count(*) FROM memory_items AS i
          WHERE i.user_id = u.user_id AND i.deleted_at IS NOT NULL) AS deleted_memories
 FROM unnest(CAST(:user_ids AS text[])) WITH ORDINALITY AS u(user_id, n)
@@ -42,7 +42,7 @@ class UserCounts:
     user_id: str
     conversations: int
     messages: int
-    memories: int  # not deleted
+    memories: int  # current (not deleted, not superseded)
     deleted_memories: int
 
 

@@ -235,10 +235,24 @@ def test_memory_lifecycle_and_ask_as_this_user(
         driver.find_element(By.ID, "save").click()
         wait_for(driver, "memory-content")
     assert text_of(driver, "memory-content") == edited
+    # New content is a new version (issue 14's supersession): a new id replaces the old one.
+    original, memory_id = memory_id, text_of(driver, "memory-id")
+    assert memory_id != original
     assert memory(console, user, memory_id)["content"] == edited
-    actions = [r.fields for r in caplog.records if r.name == "app.audit" and hasattr(r, "fields")]
-    assert {"action": "memory.update", "user_id": user} | {"memory_id": memory_id} in [
-        {k: a.get(k) for k in ("action", "user_id", "memory_id")} for a in actions
+    assert memory(console, user, original)["valid_to"] is not None
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#versions tbody tr")) == 2
+    audited = [
+        {k: r.fields.get(k) for k in ("action", "user_id", "memory_id", "result_id")}
+        for r in caplog.records
+        if r.name == "app.audit" and "action" in getattr(r, "fields", {})
+    ]
+    assert [a for a in audited if a["action"] == "memory.update"] == [
+        {
+            "action": "memory.update",
+            "user_id": user,
+            "memory_id": original,
+            "result_id": memory_id,
+        }
     ]
     screenshot(driver, "memory")
 
