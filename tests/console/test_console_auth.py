@@ -11,6 +11,7 @@ import httpx
 from pydantic import SecretStr
 
 from app.console.auth import SESSION_TTL_S, ConsoleAuth
+from app.errors import EmbeddingError
 
 
 def test_a_session_cookie_round_trips_and_carries_its_csrf_token() -> None:
@@ -171,3 +172,29 @@ async def test_ask_as_this_user_honours_type_and_source(
         assert await returned(source="message") == []
         r = await client.post(f"/console/ask?user={user_id}", data={**ask, "type": "secret"})
         assert r.status_code == 422 and "form.type" in r.text
+
+
+async def test_health_reports_a_failing_redis_and_embedder_as_failing(
+    make_client: Callable[..., Any], tmp_path: Any
+) -> None:
+    """A dead Redis and a broken embedder are rows of the page, never a server error."""
+
+    class BrokenEmbedder:
+        model = "broken-model"
+        dimension = 384
+
+        async def embed(self, texts: Any) -> Any:
+            raise EmbeddingError("the model is gone")
+
+    missing = f"unix://{tmp_path / 'no-redis.sock'}"
+    async with make_client(redis_url=missing, embedder=BrokenEmbedder()) as (client, _):
+        await _sign_in(client)
+        page = await client.get("/console/health")
+        assert page.status_code == 200
+        rows = dict(re.findall(r"<tr class=\"(?:ok|bad)\"><td>(\w+)</td><td>(\w+)</td>", page.text))
+        assert rows == {
+            "database": "ok",
+            "migrations": "ok",
+            "redis": "FAILING",
+            "embedder": "FAILING",
+        }
