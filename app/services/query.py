@@ -23,11 +23,10 @@ from app.db import user_session
 from app.errors import EmbeddingError
 from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository, TimeFilter
 from app.repositories.search_index import Source
-from app.retrieval.budget import Packed, pack
+from app.retrieval.budget import pack
 from app.retrieval.dates import TimeWindow, parse_time_expression
 from app.retrieval.presets import RetrievalPreset
 from app.retrieval.scoring import (
-    Ranked,
     apply_thresholds,
     diversify,
     group_vote,
@@ -39,6 +38,8 @@ from app.services.embedding import EmbeddingService, Priority
 
 if TYPE_CHECKING:
     from app.adapters.cache import Cache
+    from app.retrieval.budget import Packed
+    from app.retrieval.scoring import Ranked
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("app.audit")
@@ -325,8 +326,6 @@ class QueryService:
                 self._vector_arm(request, embedding, n, memories, messages, result),
             )
             ranked = rank(hits.scores, hits.max_score, cosines, preset, hits.expansion)
-            if trace is not None:
-                trace.bm25, trace.cosine = hits.scores, cosines
             if messages and (preset.next_turn_weight > 0 or preset.previous_turn_weight > 0):
                 seeds = [r.key for r in ranked if r.key[0] is Source.MESSAGE][
                     : preset.neighbour_seeds
@@ -347,6 +346,8 @@ class QueryService:
                 )
             keep = [r.key for r in ranked[: max(request.limit * 3, 30, preset.rerank_depth)]]
             candidates = await repo.fetch(request.user_id, keep, request.when)
+            if trace is not None:
+                trace.bm25, trace.cosine = hits.scores, cosines
         ranked = [r for r in ranked if r.key in candidates]
         ranked = prefer_window(
             ranked,
