@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.adapters.cache import CacheUnavailableError
 from app.api.deps import Resources, ResourcesDep, after_commit, request_transaction
+from app.console.auth import ConsoleSession
 from app.console.explain import explain
 from app.console.web import (
     PAGE_SIZE,
@@ -224,7 +225,7 @@ async def restore_memory(
 
 
 async def _set_deleted(
-    session: Any, resources: Resources, user_id: str, memory_id: uuid.UUID, deleted: bool
+    session: ConsoleSession, resources: Resources, user_id: str, memory_id: uuid.UUID, deleted: bool
 ) -> Response:
     async with _as_user(resources, user_id) as db:
         await AdminMemoryService(db, None).set_deleted(user_id, memory_id, deleted)
