@@ -14,6 +14,8 @@ import httpx
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
+from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.console.conftest import (
@@ -89,10 +91,17 @@ def memory(console: Console, user: str, memory_id: str) -> dict[str, Any]:
 def sign_in(driver: WebDriver, console: Console, key: str = ADMIN_KEY) -> None:
     driver.get(console.url("/console/login"))
     driver.find_element(By.ID, "admin_key").send_keys(key)
-    driver.find_element(By.ID, "sign-in").click()
+    click(driver, driver.find_element(By.ID, "sign-in"))
     WebDriverWait(driver, 20).until(
         lambda d: d.find_elements(By.ID, "login-error") or d.find_elements(By.ID, "users")
     )
+
+
+def click(driver: WebDriver, element: WebElement) -> None:
+    """Click something that loads a page, and wait until the old page is gone."""
+    old = driver.find_element(By.TAG_NAME, "html")
+    element.click()
+    WebDriverWait(driver, 20).until(staleness_of(old))
 
 
 def text_of(driver: WebDriver, element_id: str) -> str:
@@ -158,22 +167,22 @@ def test_sign_in_find_a_user_and_read_their_conversations(
     user = new_user("findme")
     made = seed(console, user, [("Prefers window seats", "preference"), ("Lives in Lyon", "fact")])
     driver.find_element(By.ID, "q").send_keys(user[-12:])
-    driver.find_element(By.ID, "find-user").click()
+    click(driver, driver.find_element(By.ID, "find-user"))
     wait_for(driver, "users")
     rows = driver.find_elements(By.CSS_SELECTOR, "#users tbody tr")
     assert len(rows) == 1
     cells = [c.text for c in rows[0].find_elements(By.TAG_NAME, "td")]
     assert cells == [user, "1", "2", "2", "0"]
     screenshot(driver, "users")
-    rows[0].find_element(By.LINK_TEXT, user).click()
+    click(driver, rows[0].find_element(By.LINK_TEXT, user))
     wait_for(driver, "memories")
     assert text_of(driver, "user-id") == user
     contents = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#memories td.content")]
     assert sorted(contents) == ["Lives in Lyon", "Prefers window seats"]
     screenshot(driver, "user")
-    driver.find_element(By.LINK_TEXT, "Conversations").click()
+    click(driver, driver.find_element(By.LINK_TEXT, "Conversations"))
     wait_for(driver, "conversations")
-    driver.find_element(By.LINK_TEXT, "kitchen plans").click()
+    click(driver, driver.find_element(By.LINK_TEXT, "kitchen plans"))
     wait_for(driver, "messages")
     messages = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#messages td.content")]
     assert messages == ["Shall we paint the kitchen blue?", "Blue works."]
@@ -185,7 +194,7 @@ def _ask(driver: WebDriver, console: Console, user: str, question: str) -> dict[
     """Ask as the user; the candidate rows by memory id (cells as text)."""
     driver.get(console.url(f"/console/ask?user={user}"))
     driver.find_element(By.ID, "query").send_keys(question)
-    driver.find_element(By.ID, "ask").click()
+    click(driver, driver.find_element(By.ID, "ask"))
     wait_for(driver, "candidates")
     return {
         row.get_attribute("data-id"): [c.text for c in row.find_elements(By.TAG_NAME, "td")]
@@ -203,7 +212,7 @@ def test_memory_lifecycle_and_ask_as_this_user(
     content = "Alice drinks green tea every morning and avoids coffee"
     driver.find_element(By.ID, "content").send_keys(content)
     Select(driver.find_element(By.ID, "new-type")).select_by_value("preference")
-    driver.find_element(By.ID, "create").click()
+    click(driver, driver.find_element(By.ID, "create"))
     wait_for(driver, "notice")
     assert text_of(driver, "notice") == "memory created"
     link = driver.find_element(By.LINK_TEXT, content)
@@ -232,7 +241,7 @@ def test_memory_lifecycle_and_ask_as_this_user(
     edited = "Alice drinks jasmine tea every morning and avoids coffee"
     box.send_keys(edited)
     with caplog.at_level("INFO", logger="app.audit"):
-        driver.find_element(By.ID, "save").click()
+        click(driver, driver.find_element(By.ID, "save"))
         wait_for(driver, "memory-content")
     assert text_of(driver, "memory-content") == edited
     # New content is a new version (issue 14's supersession): a new id replaces the old one.
@@ -257,7 +266,7 @@ def test_memory_lifecycle_and_ask_as_this_user(
     screenshot(driver, "memory")
 
     # Delete: gone from the live list and from the answers.
-    driver.find_element(By.ID, "delete").click()
+    click(driver, driver.find_element(By.ID, "delete"))
     wait_for(driver, "restore")
     assert text_of(driver, "memory-state").startswith("deleted")
     assert memory(console, user, memory_id)["deleted_at"] is not None
@@ -265,13 +274,13 @@ def test_memory_lifecycle_and_ask_as_this_user(
     driver.get(console.url(f"/console/user?user={user}"))
     assert not driver.find_elements(By.LINK_TEXT, edited)
     Select(driver.find_element(By.ID, "deleted")).select_by_value("all")
-    driver.find_element(By.ID, "filter").click()
+    click(driver, driver.find_element(By.ID, "filter"))
     wait_for(driver, "memories")
     assert driver.find_elements(By.LINK_TEXT, edited)
 
     # Restore: back in the answers.
     driver.get(console.url(f"/console/memory?user={user}&id={memory_id}"))
-    driver.find_element(By.ID, "restore").click()
+    click(driver, driver.find_element(By.ID, "restore"))
     wait_for(driver, "delete")
     assert text_of(driver, "memory-state") == "live"
     assert memory(console, user, memory_id)["deleted_at"] is None
@@ -310,7 +319,7 @@ def test_a_form_without_the_csrf_token_is_refused(signed_in: WebDriver, console:
     driver.execute_script(
         "document.querySelectorAll('input[name=csrf_token]').forEach(e => e.remove())"
     )
-    driver.find_element(By.ID, "delete").click()
+    click(driver, driver.find_element(By.ID, "delete"))
     wait_for(driver, "error-message")
     assert "CSRF" in text_of(driver, "error-message")
     assert memory(console, user, memory_id)["deleted_at"] is None
@@ -332,12 +341,12 @@ def test_purge_a_user_with_typed_confirmation(signed_in: WebDriver, console: Con
     driver.get(console.url(f"/console/purge?user={user}"))
     screenshot(driver, "purge")
     driver.find_element(By.ID, "confirm").send_keys(user + "x")
-    driver.find_element(By.ID, "purge").click()
+    click(driver, driver.find_element(By.ID, "purge"))
     wait_for(driver, "purge-error")
     with console.api() as api:
         assert api.get("/v1/admin/memories", params={"user_id": user}).json()["total"] == 1
     driver.find_element(By.ID, "confirm").send_keys(user)
-    driver.find_element(By.ID, "purge").click()
+    click(driver, driver.find_element(By.ID, "purge"))
     wait_for(driver, "purged")
     assert "memory_items 1" in text_of(driver, "purged")
     with console.api() as api:
@@ -371,7 +380,7 @@ def test_health_page(signed_in: WebDriver, console: Console) -> None:
 def test_sign_out_ends_the_session(signed_in: WebDriver, console: Console) -> None:
     driver = signed_in
     old = driver.get_cookie("pgrecall_console")["value"]
-    driver.find_element(By.CSS_SELECTOR, "form.logout button").click()
+    click(driver, driver.find_element(By.CSS_SELECTOR, "form.logout button"))
     wait_for(driver, "admin_key")
     driver.get(console.url("/console/users"))
     assert driver.current_url.startswith(console.url("/console/login"))
