@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
+from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.remote.webelement import WebElement
-from selenium.webdriver.support.expected_conditions import staleness_of
 from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from tests.console.conftest import (
@@ -98,10 +98,15 @@ def sign_in(driver: WebDriver, console: Console, key: str = ADMIN_KEY) -> None:
 
 
 def click(driver: WebDriver, element: WebElement) -> None:
-    """Click something that loads a page, and wait until the old page is gone."""
-    old = driver.find_element(By.TAG_NAME, "html")
+    """Click something that loads a page, and wait until the new page has loaded (a mark set
+    on the old page's window is gone with it)."""
+    driver.execute_script("window.__before_click = true")
     element.click()
-    WebDriverWait(driver, 20).until(staleness_of(old))
+    WebDriverWait(driver, 20, ignored_exceptions=(WebDriverException,)).until(
+        lambda d: d.execute_script(
+            "return window.__before_click === undefined && document.readyState === 'complete'"
+        )
+    )
 
 
 def text_of(driver: WebDriver, element_id: str) -> str:
