@@ -143,6 +143,8 @@ def db_url() -> None:
 from app.cli_admin import memories_app, purge_user, reembed, reindex, seed  # noqa: E402
 from app.cli_keys import keys_app  # noqa: E402
 from app.cli_mcp import mcp_stdio  # noqa: E402
+from app.cli_portable import export, import_  # noqa: E402
+from app.cli_worker import worker  # noqa: E402
 from app.doctor import doctor  # noqa: E402
 
 app.command()(seed)
@@ -153,6 +155,9 @@ app.add_typer(memories_app, name="memories")
 app.command()(doctor)
 app.add_typer(keys_app, name="keys")
 app.command("mcp")(mcp_stdio)
+app.command()(export)
+app.command("import")(import_)
+app.command("worker")(worker)
 
 
 def main() -> None:

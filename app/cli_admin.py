@@ -305,6 +305,7 @@ UserOption = Annotated[str, typer.Option("--user", help="the user the memories b
 
 def _line(item: MemoryItem) -> str:
     state = " [deleted]" if item.deleted_at else ""
+    state += " [superseded]" if item.valid_to else ""
     text = item.content if len(item.content) <= 80 else item.content[:77] + "..."
     when = f"{item.created_at:%Y-%m-%d}"
     return f"{item.id}  {item.type:<10} {item.importance:.2f}  {when}{state}  {text}"
@@ -346,6 +347,9 @@ def memories_list(
     created_after: Annotated[datetime | None, typer.Option()] = None,
     created_before: Annotated[datetime | None, typer.Option()] = None,
     include_deleted: Annotated[bool, typer.Option("--include-deleted")] = False,
+    include_superseded: Annotated[
+        bool, typer.Option("--include-superseded", help="also earlier, superseded versions")
+    ] = False,
     limit: Annotated[int, typer.Option(min=1, max=10_000)] = 50,
     offset: Annotated[int, typer.Option(min=0)] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="one JSON object per line")] = False,
@@ -362,6 +366,7 @@ def memories_list(
         created_after=_aware(created_after),
         created_before=_aware(created_before),
         include_deleted=include_deleted,
+        include_superseded=include_superseded,
     )
     items, total = _admin_call(
         filters.user_id, lambda s: s.list(filters, limit=limit, offset=offset)

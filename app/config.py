@@ -23,6 +23,11 @@ class EmbeddingProvider(StrEnum):
     OPENAI = "openai"
 
 
+class ExtractionMode(StrEnum):
+    OFF = "off"
+    LLM = "llm"
+
+
 class LogFormat(StrEnum):
     TEXT = "text"
     JSON = "json"
@@ -101,6 +106,36 @@ class Settings(BaseSettings):
         "sqlite:///./mlruns/mlflow.db (where `python -m eval` logs)",
     )
 
+    # LLM extraction of memories from user turns (docs/extraction.md); off by default.
+    extraction: ExtractionMode = ExtractionMode.OFF
+    extraction_base_url: str | None = Field(
+        default=None, description="OpenAI-compatible base URL; unset = the openai client's default"
+    )
+    extraction_model: str = "gpt-4o-mini"
+    extraction_api_key: SecretStr | None = None
+    extraction_timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+    extraction_max_attempts: Annotated[int, Field(ge=1, le=100)] = 5
+    extraction_backoff_s: Annotated[float, Field(ge=0, le=86_400)] = Field(
+        default=10.0, description="first retry delay; doubles per attempt"
+    )
+    extraction_backoff_max_s: Annotated[float, Field(ge=0, le=86_400)] = 3600.0
+    extraction_max_output_tokens: Annotated[int, Field(ge=16, le=100_000)] = 1024
+    extraction_job_token_cap: Annotated[int, Field(ge=1)] = Field(
+        default=20_000, description="tokens one job (one user turn) may spend over all attempts"
+    )
+    extraction_user_daily_token_cap: Annotated[int, Field(ge=1)] = Field(
+        default=200_000, description="tokens extraction may spend per user per UTC day"
+    )
+    extraction_workers: Annotated[int, Field(ge=0, le=64)] = Field(
+        default=1, description="worker tasks in `pgrecall serve`; 0 = serve only queues jobs"
+    )
+    extraction_poll_interval_s: Annotated[float, Field(gt=0, le=3600)] = 2.0
+    extraction_batch_messages: Annotated[int, Field(ge=1, le=200)] = 20
+    extraction_candidates: Annotated[int, Field(ge=0, le=50)] = 10
+    extraction_lease_s: Annotated[float, Field(gt=0, le=86_400)] = Field(
+        default=300.0, description="a claimed batch not finished by then is claimable again"
+    )
+
     db_pool_size: Annotated[int, Field(ge=1, le=200)] = 10
     max_body_bytes: Annotated[int, Field(ge=1024)] = 5 * 1024 * 1024
     log_level: str = "INFO"
@@ -146,6 +181,32 @@ class Settings(BaseSettings):
         if not value.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("must be a redis://, rediss:// or unix:// URL")
         return value
+
+    @field_validator("extraction_base_url")
+    @classmethod
+    def _check_extraction_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @field_validator("extraction_api_key", mode="before")
+    @classmethod
+    def _blank_extraction_key(cls, value: object) -> object:
+        raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+        return None if isinstance(raw, str) and not raw.strip() else value
+
+    @model_validator(mode="after")
+    def _check_extraction(self) -> Settings:
+        if self.extraction is ExtractionMode.LLM and (
+            self.extraction_api_key is None and self.extraction_base_url is None
+        ):
+            raise ValueError(
+                "PGRECALL_EXTRACTION=llm needs PGRECALL_EXTRACTION_API_KEY or "
+                "PGRECALL_EXTRACTION_BASE_URL"
+            )
+        return self
 
     @field_validator("chat_upstream_url")
     @classmethod

@@ -34,6 +34,7 @@ _SCOPE = "pgrecall.scope"
 _SET_USER = text("SELECT set_config('pgrecall.user_id', :user_id, true)")
 _SET_ADMIN = text("SELECT set_config('pgrecall.admin', 'on', true)")
 _SET_KEY_HASH = text("SELECT set_config('pgrecall.key_hash', :key_hash, true)")
+_SET_JOB_QUEUE = text("SELECT set_config('pgrecall.job_queue', 'on', true)")
 
 
 def create_engine(
@@ -91,6 +92,19 @@ class KeyLookupScope:
     key_hash: str
 
 
+@dataclass(frozen=True)
+class JobQueueScope:
+    """Transactions see every user's extraction job rows and nothing else (the workers' claims;
+    migration 0008_extraction's extraction_jobs_claim policy)."""
+
+
+def job_queue_sessions(
+    sessionmaker: async_sessionmaker[AsyncSession],
+) -> async_sessionmaker[AsyncSession]:
+    """A sessionmaker for claiming extraction jobs across users without the admin mode."""
+    return _scoped(sessionmaker, JobQueueScope())
+
+
 def key_lookup_session(
     sessionmaker: async_sessionmaker[AsyncSession], key_hash: str
 ) -> AsyncSession:
@@ -116,7 +130,7 @@ def admin_sessions(
 
 
 def _scoped(
-    sessionmaker: async_sessionmaker[AsyncSession], scope: UserScope | AdminScope
+    sessionmaker: async_sessionmaker[AsyncSession], scope: UserScope | AdminScope | JobQueueScope
 ) -> async_sessionmaker[AsyncSession]:
     kw = dict(sessionmaker.kw)
     kw["info"] = {**kw.get("info", {}), _SCOPE: scope}
@@ -125,10 +139,11 @@ def _scoped(
 
 def session_scope(
     session: Session | AsyncSession,
-) -> UserScope | AdminScope | KeyLookupScope | None:
+) -> UserScope | AdminScope | KeyLookupScope | JobQueueScope | None:
     """The scope a session was made with (None: unscoped)."""
     scope = session.info.get(_SCOPE)
-    return scope if isinstance(scope, UserScope | AdminScope | KeyLookupScope) else None
+    kinds = UserScope | AdminScope | KeyLookupScope | JobQueueScope
+    return scope if isinstance(scope, kinds) else None
 
 
 @event.listens_for(Session, "after_begin")
@@ -139,6 +154,8 @@ def _apply_scope(session: Session, _tx: SessionTransaction, connection: Connecti
         connection.execute(_SET_USER, {"user_id": scope.user_id})
     elif isinstance(scope, KeyLookupScope):
         connection.execute(_SET_KEY_HASH, {"key_hash": scope.key_hash})
+    elif isinstance(scope, JobQueueScope):
+        connection.execute(_SET_JOB_QUEUE)
     elif isinstance(scope, AdminScope):
         audit.info(
             "admin mode: all users' rows visible",

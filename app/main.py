@@ -19,6 +19,7 @@ from app.api.openapi import install_openapi
 from app.config import Settings
 from app.console import install_console
 from app.db import create_engine, create_sessionmaker
+from app.extraction.runtime import build_extraction
 from app.mcp.http import McpHttp
 from app.middleware import BodySizeLimitMiddleware, CorrelationIdMiddleware
 from app.proxy import routes as chat_proxy
@@ -84,10 +85,12 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         if not settings.auth_enabled:
             log.warning("no PGRECALL_API_KEY: authentication is off (listening on loopback only)")
         sessionmaker = create_sessionmaker(engine)
+        embeddings = EmbeddingService(the_embedder, cache if cache.enabled else None)
+        extraction = build_extraction(settings, sessionmaker, embeddings)
         app.state.resources = Resources(
             engine=engine,
             sessionmaker=sessionmaker,
-            embeddings=EmbeddingService(the_embedder, cache if cache.enabled else None),
+            embeddings=embeddings,
             cache=cache,
             query_config=query_config(settings),
             api_key=settings.api_key.get_secret_value() if settings.api_key else None,
@@ -98,12 +101,17 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             query_slots=asyncio.Semaphore(max(1, settings.db_pool_size)),
             keys=KeyAuthenticator(sessionmaker, ttl_s=settings.key_cache_ttl_s),
             write_rate_limit_per_minute=settings.write_rate_limit_per_minute,
+            extraction=extraction,
         )
+        if extraction is not None and settings.extraction_workers:
+            extraction.worker.start()
         app.state.chat_upstream = ChatUpstream.from_settings(settings)
         try:
             async with mcp_door.running():
                 yield
         finally:
+            if extraction is not None:
+                await extraction.aclose()  # lets the batches in hand finish first
             await app.state.chat_upstream.aclose()
             await cache.aclose()
             close = getattr(the_embedder, "aclose", None)

@@ -42,6 +42,8 @@ USER_TABLES: tuple[str, ...] = (
     "search_postings",
     "search_stats",
     "api_keys",
+    "extraction_jobs",  # migration 0008_extraction
+    "extraction_usage",
 )
 READ_ONLY_TABLES: tuple[str, ...] = ("alembic_version",)
 _LOCK_KEY = 0x70677263  # "pgrc": serialises role set-up across processes

@@ -28,6 +28,7 @@ from sqlalchemy.ext.asyncio import (
 from app.db import (
     admin_sessions,
     create_sessionmaker,
+    job_queue_sessions,
     key_lookup_session,
     user_session,
     vector_literal,
@@ -102,6 +103,19 @@ async def _seed(owner: AsyncEngine, user: str) -> None:
                 "VALUES (:k, :h, 'pgr_test', :u, 'read')"
             ),
             {"k": uuid.uuid4(), "h": _key_hash(user), "u": user},
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO extraction_jobs (id, user_id, conversation_id, message_id) "
+                "VALUES (:j, :u, :c, :m)"
+            ),
+            {"j": uuid.uuid4(), "u": user, "c": conversation, "m": message},
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO extraction_usage (user_id, day, tokens) VALUES (:u, '2026-11-26', 5)"
+            ),
+            {"u": user},
         )
 
 
@@ -287,6 +301,28 @@ async def test_admin_mode_sees_every_user_and_is_audited(
     assert seen == set() and admin == ""
 
 
+async def test_the_job_queue_scope_sees_every_users_jobs_and_nothing_else(
+    sessions: async_sessionmaker[AsyncSession], pair: Pair
+) -> None:
+    """Extraction workers claim jobs across users in this scope, not in the admin mode."""
+    async with job_queue_sessions(sessions)() as session:
+        jobs = set(
+            (
+                await session.execute(
+                    text("SELECT user_id FROM extraction_jobs WHERE user_id IN (:a, :b)"),
+                    {"a": pair.a, "b": pair.b},
+                )
+            ).scalars()
+        )
+        others = {
+            t: await session.scalar(text(f"SELECT count(*) FROM {t}"))
+            for t in TABLES
+            if t != "extraction_jobs"
+        }
+    assert jobs == {pair.a, pair.b}
+    assert set(others.values()) == {0}
+
+
 # -- what the service role cannot do ---------------------------------------------------------
 
 FORBIDDEN = [
@@ -346,21 +382,29 @@ async def test_every_table_with_user_data_has_forced_rls_and_both_policies(
         assert r.relrowsecurity and r.relforcerowsecurity, r.relname
         assert {f"{r.relname}_admin", f"{r.relname}_user"} <= set(r.policies), r.relname
         extra = set(r.policies) - {f"{r.relname}_admin", f"{r.relname}_user"}
-        # Only api_keys has more: the authentication lookup by token hash.
-        assert extra == (
-            {"api_keys_lookup", "api_keys_touch"} if r.relname == "api_keys" else set()
-        )
+        # Only api_keys has more (the authentication lookup by token hash), and extraction_jobs
+        # (the workers' claims across users).
+        more = {
+            "api_keys": {"api_keys_lookup", "api_keys_touch"},
+            "extraction_jobs": {"extraction_jobs_claim"},
+        }
+        assert extra == more.get(r.relname, set())
 
 
-def test_the_migration_and_the_grants_name_the_same_tables() -> None:
+def test_the_migrations_and_the_grants_name_the_same_tables() -> None:
+    """0003_rls and every later migration that adds user tables (a TABLES list with the same
+    policies) name exactly USER_TABLES, in order."""
     import importlib.util
 
-    path = Path(__file__).parent.parent / "migrations" / "versions" / "0003_rls.py"
-    spec = importlib.util.spec_from_file_location("rls_migration", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assert tuple(module.TABLES) == USER_TABLES
+    named: list[str] = []
+    for path in sorted((Path(__file__).parent.parent / "migrations" / "versions").glob("*.py")):
+        spec = importlib.util.spec_from_file_location(f"migration_{path.stem}", path)
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        if hasattr(module, "TABLES") and hasattr(module, "USER_MATCH"):
+            named += module.TABLES
+    assert tuple(named) == USER_TABLES
 
 
 async def test_rls_status(service_engine: AsyncEngine, db_engine: AsyncEngine) -> None:

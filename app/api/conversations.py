@@ -46,7 +46,12 @@ async def _store(
 ) -> list[MessageOut]:
     conversations = ConversationService(session, resources.embeddings)
     stored = await conversations.append(
-        user_id, conversation_id, messages, correlation, priority=priority
+        user_id,
+        conversation_id,
+        messages,
+        correlation,
+        priority=priority,
+        extract=resources.extraction is not None,
     )
     after_commit(session, _session_state(resources, conversations).after_append(user_id, stored))
     return [MessageOut.model_validate(m) for m in stored.messages]

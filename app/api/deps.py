@@ -9,7 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 from fastapi import Depends, Header, Request
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -22,6 +22,9 @@ from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
 from app.services.api_keys import Caller, KeyAuthenticator, looks_like_key
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig
+
+if TYPE_CHECKING:
+    from app.extraction.runtime import Extraction
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +49,8 @@ class Resources:
     # Per-user API keys (table api_keys), looked up by hash through a short in-process cache.
     keys: KeyAuthenticator
     write_rate_limit_per_minute: int = 0
+    # LLM extraction (PGRECALL_EXTRACTION=llm): user turns are queued for it; None = off.
+    extraction: Extraction | None = None
 
 
 def get_resources(request: Request) -> Resources:

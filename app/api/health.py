@@ -6,6 +6,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 
 from app.api.deps import ResourcesDep, require_service_key
+from app.extraction.stats import extraction_metrics
 from app.migrate import current_revision, head_revision
 
 router = APIRouter(tags=["health"])
@@ -40,9 +41,12 @@ async def ready(resources: ResourcesDep) -> JSONResponse:
 
 @router.get("/metrics", dependencies=[Depends(require_service_key)])
 async def metrics(resources: ResourcesDep) -> dict[str, object]:
-    """Process counters: cache hits and misses (embedding and query caches), Redis state."""
+    """Process counters: cache hits and misses (embedding and query caches), Redis state;
+    extraction's jobs and tokens (per job, per user today) when it is on."""
     stats = resources.cache.stats
+    extraction = await extraction_metrics(resources.sessionmaker, resources.extraction)
     return {
+        "extraction": extraction,
         "redis": {"enabled": resources.cache.enabled, "available": resources.cache.available},
         "embedding_cache": {
             "hits": stats.embedding_hits,

@@ -149,8 +149,8 @@ def build_server(resources: Callable[[], ToolResources], caller: CallerSource) -
     @server.tool(
         description="Remember something lasting about the user (a fact, preference, "
         "decision or note) as one self-contained statement. A near-identical memory "
-        "(cosine >= 0.90) is updated instead of duplicated; `supersedes` forgets the "
-        "memory this one replaces."
+        "(cosine >= 0.90) is superseded instead of duplicated; `supersedes` names the "
+        "memory this one replaces (it is kept in the history, no longer returned)."
     )
     async def save_memory(
         content: SaveContent,

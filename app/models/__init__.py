@@ -3,12 +3,15 @@
 from app.models.api_key import ApiKey
 from app.models.base import Base
 from app.models.conversation import Conversation, Message
+from app.models.extraction import ExtractionJob, ExtractionUsage
 from app.models.memory import MemoryItem, SearchPosting, SearchStats
 
 __all__ = [
     "ApiKey",
     "Base",
     "Conversation",
+    "ExtractionJob",
+    "ExtractionUsage",
     "MemoryItem",
     "Message",
     "SearchPosting",

@@ -160,7 +160,13 @@ async def _store(
         if conversation_id is None:
             conversation_id = (await conversations.create(user_id, title)).id
         if turns:
-            stored = await conversations.append(user_id, conversation_id, turns, correlation)
+            stored = await conversations.append(
+                user_id,
+                conversation_id,
+                turns,
+                correlation,
+                extract=resources.extraction is not None,
+            )
             state = SessionStateService(conversations, resources.cache, resources.session_messages)
             after_commit(session, state.after_append(user_id, stored))
     return conversation_id

@@ -306,6 +306,24 @@ def _megabytes(setting: str) -> float:
     return int(match.group(1)) * factor
 
 
+# Every table holding a user's rows, in delete order: rows that point at others go first.
+# HOOK: a new user-data table (extraction jobs, ...) is one entry here - before
+# "memory_items"/"messages" if it references them - and purge and its counts cover it.
+PURGE_TABLES: tuple[str, ...] = (  # in the order the purge reports them
+    "memory_items",  # every version: supersession links stay within the user's own rows
+    "messages",
+    "conversations",
+    "search_postings",
+    "search_stats",
+    "extraction_jobs",
+    "extraction_usage",
+)
+# Extraction rows are deleted first: jobs point at the user's messages (and would cascade unseen).
+_DELETE_ORDER = PURGE_TABLES[-2:] + PURGE_TABLES[:-2]
+# Tables whose texts have cached vectors in Redis (their embeddings are purged too).
+_EMBEDDED_TABLES = ("memory_items", "messages")
+
+
 class PurgeRepository:
     """Hard deletes of everything one user owns."""
 
@@ -314,34 +332,33 @@ class PurgeRepository:
 
     async def counts(self, user_id: str) -> dict[str, int]:
         """Rows the user owns, per table."""
-        sql = text(
-            "SELECT (SELECT count(*) FROM conversations WHERE user_id = :u) AS conversations, "
-            "(SELECT count(*) FROM messages WHERE user_id = :u) AS messages, "
-            "(SELECT count(*) FROM memory_items WHERE user_id = :u) AS memory_items, "
-            "(SELECT count(*) FROM search_postings WHERE user_id = :u) AS search_postings, "
-            "(SELECT count(*) FROM search_stats WHERE user_id = :u) AS search_stats"
+        selects = ", ".join(
+            f"(SELECT count(*) FROM {t} WHERE user_id = :u) AS {t}" for t in PURGE_TABLES
         )
-        row = (await self.session.execute(sql, {"u": user_id})).one()
+        row = (await self.session.execute(text(f"SELECT {selects}"), {"u": user_id})).one()
         return {k: int(v) for k, v in row._mapping.items()}
 
     async def delete_user(self, user_id: str) -> PurgedRows:
         """Delete every row of the user; return counts and the embedded texts (cache keys)."""
         purged = PurgedRows(counts={})
-        # Memory items first: they may point at the user's messages.
-        for table in ("memory_items", "messages"):
-            rows = await self.session.execute(
-                text(f"DELETE FROM {table} WHERE user_id = :u RETURNING content, embedding_model"),
-                {"u": user_id},
-            )
-            n = 0
-            for content, model in rows:
-                n += 1
-                if model is not None:
-                    purged.texts.setdefault(model, []).append(content)
-            purged.counts[table] = n
-        for table in ("conversations", "search_postings", "search_stats"):
-            result = await self.session.execute(
-                text(f"DELETE FROM {table} WHERE user_id = :u"), {"u": user_id}
-            )
-            purged.counts[table] = int(result.rowcount)  # type: ignore[attr-defined]
+        for table in _DELETE_ORDER:
+            if table in _EMBEDDED_TABLES:
+                rows = await self.session.execute(
+                    text(
+                        f"DELETE FROM {table} WHERE user_id = :u RETURNING content, embedding_model"
+                    ),
+                    {"u": user_id},
+                )
+                n = 0
+                for content, model in rows:
+                    n += 1
+                    if model is not None:
+                        purged.texts.setdefault(model, []).append(content)
+                purged.counts[table] = n
+            else:
+                result = await self.session.execute(
+                    text(f"DELETE FROM {table} WHERE user_id = :u"), {"u": user_id}
+                )
+                purged.counts[table] = int(result.rowcount)  # type: ignore[attr-defined]
+        purged.counts = {table: purged.counts[table] for table in PURGE_TABLES}
         return purged

@@ -96,6 +96,7 @@ class AdminMemoryService:
             source_message_id=None,
             metadata=row.metadata,
             observed_at=row.created_at,
+            observed_field="body.created_at",
         )
         return done.new
 

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.errors import NotFoundError
 from app.models import Conversation, Message
 from app.repositories.conversation import ConversationRepository, NewMessage
+from app.repositories.extraction import ExtractionRepository
 from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.schemas.conversation import MessageCreate
 from app.services.embedding import EmbeddingService, Priority
@@ -65,8 +66,10 @@ class ConversationService:
         correlation_id: uuid.UUID,
         *,
         priority: Priority = Priority.INTERACTIVE,
+        extract: bool = False,
     ) -> StoredMessages:
-        """Embed, then store the messages in order with their keyword postings."""
+        """Embed, then store the messages in order with their keyword postings; `extract`
+        queues the user turns for LLM extraction in the same transaction (one INSERT)."""
         # Embed before taking the row lock: the lock is held only for the inserts.
         await self.get(user_id, conversation_id)
         vectors = await self.embeddings.embed([m.content for m in messages], priority=priority)
@@ -107,6 +110,9 @@ class ConversationService:
                 user_id, [turn_document(tail[0].id, tail[0].content, before, contents[0])]
             )
         await self.repo.touch(conversation_id, user_id)
+        if extract:
+            turns = [m.id for m in new if m.role == "user"]
+            await ExtractionRepository(self.repo.session).enqueue(user_id, conversation_id, turns)
         return StoredMessages(conversation, stored, previous_id=tail[0].id if tail else None)
 
     async def messages(

@@ -67,14 +67,20 @@ class SupersessionService:
         metadata: dict[str, Any] | None = None,
         observed_at: datetime | None = None,
         vector: Any = None,
+        observed_field: str = "observed_at",
     ) -> Superseded:
         """Close the user's memory `old_id` at `observed_at` (default now) and store `content`
         as its replacement; type, importance, source and source message default to the old
-        item's, metadata to {}. `vector` skips embedding when the caller has it already."""
+        item's, metadata to {}. `vector` skips embedding when the caller has it already;
+        `observed_field` names observed_at in errors as the caller's input calls it.
+        After an error the transaction must be rolled back (the old item may be closed)."""
+        name = observed_field.rsplit(".", 1)[-1]
+        if observed_at is not None and observed_at.utcoffset() is None:
+            raise ValidationFailedError(f"{name} needs a time zone", observed_field)
         now = await self.memories.now()
         at = now if observed_at is None else observed_at
         if at > now:
-            raise ValidationFailedError("observed_at must not be in the future", "observed_at")
+            raise ValidationFailedError(f"{name} must not be in the future", observed_field)
         current = await self.memories.get(user_id, old_id)
         if current is None:
             raise NotFoundError("memory not found")
@@ -83,7 +89,7 @@ class SupersessionService:
             raise ConflictError(f"memory {old_id} was already superseded by {newer}")
         if at < current.valid_from:
             raise ValidationFailedError(
-                "observed_at is before the superseded memory became valid", "observed_at"
+                f"{name} is before the superseded memory became valid", observed_field
             )
         digest = content_hash(content)
         if digest != current.content_hash:

@@ -19,7 +19,15 @@ from tests.helpers import add_messages, headers
 from tests.redis_server import RedisServer
 
 Sessions = async_sessionmaker[AsyncSession]
-TABLES = ("conversations", "messages", "memory_items", "search_postings", "search_stats")
+TABLES = (
+    "conversations",
+    "messages",
+    "memory_items",
+    "search_postings",
+    "search_stats",
+    "extraction_jobs",
+    "extraction_usage",
+)
 
 
 async def _populate(client: httpx.AsyncClient, user: str) -> list[str]:
@@ -88,6 +96,8 @@ async def test_purge_user_removes_every_row_and_key_of_that_user_only(
         "memory_items": 2,
         "search_postings": before["search_postings"],
         "search_stats": 1,
+        "extraction_jobs": 0,  # extraction is off here: tests/extraction covers its purge
+        "extraction_usage": 0,
     }
     assert before["search_postings"] > 0
     keys = await _user_keys(cache, user_id)

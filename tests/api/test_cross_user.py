@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -256,6 +257,12 @@ async def test_foreign_ids_in_every_field(world: World) -> None:
     own = next(iter(user.memories))
     response = await client.get(f"/v1/memories/{own}/history", headers=h)
     assert [v["id"] for v in response.json()["versions"]] == [own]
+    # The export holds exactly the caller's rows, whatever the query string says.
+    exported = await client.get(f"/v1/export?embeddings=true&user_id={other.id}", headers=h)
+    assert exported.status_code == 200
+    lines = [json.loads(line) for line in exported.text.splitlines()]
+    assert {line["id"] for line in lines if "id" in line} == user.ids | {user.conversation}
+    assert lines[0]["user_id"] == user.id and other.secret not in exported.text
     # Message and memory ids are not conversation ids either.
     for foreign in [*other.memories, *other.messages]:
         response = await client.get(f"/v1/conversations/{foreign}/messages", headers=h)

@@ -8,6 +8,7 @@ move returns Berlin, and the history shows both.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -15,6 +16,7 @@ import pytest
 from pydantic import SecretStr
 
 from app.db import user_session
+from app.errors import ValidationFailedError
 from app.services.agent_memory import AgentMemoryService
 from app.services.supersession import SupersessionService
 
@@ -138,6 +140,7 @@ async def test_observed_time_bounds_the_windows(served: Any, user_id: str) -> No
         created_at="2025-08-01T00:00:00Z",
     )
     assert early.status_code == 422
+    assert early.json()["fields"][0]["field"] == "body.created_at"
     future = await create_raw(
         client,
         user_id,
@@ -212,3 +215,8 @@ async def test_supersede_service_keeps_the_old_version_indexed(served: Any, user
     assert done.new.metadata_ == {"via": "test"}
     assert await search(client, user_id) == [LISBON]
     assert await search(client, user_id, as_of="2025-06-01T00:00:00Z") == [BERLIN]
+    async with user_session(res.sessionmaker, user_id) as session, session.begin():
+        with pytest.raises(ValidationFailedError, match="time zone"):
+            await SupersessionService(session, res.embeddings).supersede(
+                user_id, done.new.id, BERLIN, observed_at=datetime(2026, 1, 1)
+            )

@@ -1,14 +1,18 @@
 """A real HTTP server speaking the chat completions protocol, scripted by the test.
 
 Each request takes the next scripted `Answer` and is recorded (headers and JSON body), so a
-test can see exactly what pgrecall sent upstream.
+test can see exactly what pgrecall sent upstream. tests/extraction uses it too: answers built
+from the request (`reply`), token usage, and a delay (timeouts).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 import threading
+import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -25,6 +29,9 @@ class Answer:
     gate: threading.Event | None = None  # streams wait here after the first chunk
     drop_after: int | None = None  # streams: close the connection after this many chunks
     headers: dict[str, str] = field(default_factory=dict)
+    reply: Callable[[dict[str, Any]], str] | None = None  # the text, from the request body
+    usage: dict[str, int] | None = None  # replaces the default usage
+    delay_s: float = 0.0  # wait before answering
 
 
 @dataclass
@@ -33,7 +40,7 @@ class Seen:
     body: dict[str, Any]
 
 
-def completion(model: str, text: str) -> dict[str, Any]:
+def completion(model: str, text: str, usage: dict[str, int] | None = None) -> dict[str, Any]:
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion",
@@ -46,7 +53,7 @@ def completion(model: str, text: str) -> dict[str, Any]:
                 "finish_reason": "stop",
             }
         ],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        "usage": usage or {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
     }
 
 
@@ -59,6 +66,13 @@ def chunk(model: str, delta: dict[str, Any], finish: str | None = None) -> bytes
         "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
     }
     return b"data: " + json.dumps(event).encode() + b"\n\n"
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        # A client that gave up (a timeout test) closes the socket before the answer is sent.
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 class Upstream:
@@ -81,10 +95,14 @@ class Upstream:
                 answer = upstream.answers.popleft() if upstream.answers else Answer()
                 if self.path != "/v1/chat/completions":
                     answer = Answer(status=404, error={"error": {"message": self.path}})
+                if answer.delay_s:
+                    time.sleep(answer.delay_s)
+                text = answer.reply(body) if answer.reply is not None else answer.text
                 if answer.status != 200:
                     self._json(answer.status, answer.error or {}, answer.headers)
                 elif answer.stream_pieces is None:
-                    self._json(200, completion(body["model"], answer.text), answer.headers)
+                    reply = completion(body["model"], text, answer.usage)
+                    self._json(200, reply, answer.headers)
                 else:
                     self._stream(body["model"], answer)
 
@@ -122,7 +140,7 @@ class Upstream:
                 self.wfile.flush()
                 upstream.finished.set()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.base = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)

@@ -1,0 +1,252 @@
+"""Extraction jobs and token usage: enqueue, claim, finish, retry, and the per-user cap.
+
+Every statement except the claim and the metrics names its user. The claim runs in the job-queue
+scope (app/db.py: it sees every user's job rows and no other table) and only locks and marks
+rows; what a job reads and writes then runs in a session scoped to the job's user. The metrics
+read counts across users in the audited admin mode.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date
+from typing import Any
+
+from sqlalchemy import select, text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.models import ExtractionJob, Message
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    id: uuid.UUID
+    user_id: str
+    conversation_id: uuid.UUID
+    message_id: uuid.UUID
+    attempts: int  # including the one this claim starts
+    tokens_used: int
+
+
+# One due job (queued and due, or running with an expired lease) picks the conversation; then
+# up to :batch due jobs of that conversation are taken, oldest first. SKIP LOCKED lets workers
+# claim side by side; a row this transaction already locked is not skipped.
+_CLAIM_SQL = text(
+    """
+    WITH first AS (
+        SELECT user_id, conversation_id FROM extraction_jobs
+        WHERE (state = 'queued' OR (state = 'running' AND lease_until < now()))
+          AND next_attempt_at <= now()
+        ORDER BY next_attempt_at, created_at
+        LIMIT 1
+        FOR UPDATE SKIP LOCKED
+    ), batch AS (
+        SELECT j.id FROM extraction_jobs AS j JOIN first
+          ON j.user_id = first.user_id AND j.conversation_id = first.conversation_id
+        WHERE (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()))
+          AND j.next_attempt_at <= now()
+        ORDER BY j.created_at, j.id
+        LIMIT :batch
+        FOR UPDATE OF j SKIP LOCKED
+    )
+    UPDATE extraction_jobs AS j
+    SET state = 'running', claimed_by = :token, attempts = j.attempts + 1,
+        lease_until = now() + make_interval(secs => :lease_s), updated_at = now()
+    FROM batch WHERE j.id = batch.id
+    RETURNING j.id, j.user_id, j.conversation_id, j.message_id, j.attempts, j.tokens_used,
+              j.created_at
+    """
+)
+
+# Ends the claim's jobs; only rows this claim still holds change (the fence), with their share
+# of the tokens the call used.
+_SETTLE_SQL = text(
+    """
+    UPDATE extraction_jobs AS j
+    SET state = CASE
+            WHEN :state = 'retry' AND j.attempts >= :max_attempts THEN 'dead'
+            WHEN :state = 'retry' THEN 'queued'
+            ELSE :state END,
+        next_attempt_at = CASE WHEN :state = 'retry'
+            THEN now() + make_interval(secs => :delay_s) ELSE j.next_attempt_at END,
+        last_error = :error, tokens_used = j.tokens_used + t.tokens,
+        outcome = CAST(:outcome AS jsonb), claimed_by = NULL, lease_until = NULL,
+        updated_at = now()
+    FROM unnest(CAST(:ids AS uuid[]), CAST(:tokens AS integer[])) AS t(id, tokens)
+    WHERE j.id = t.id AND j.user_id = :user_id AND j.claimed_by = :token
+      AND j.state = 'running'
+    RETURNING j.id, j.state
+    """
+)
+
+
+class ExtractionRepository:
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def enqueue(
+        self, user_id: str, conversation_id: uuid.UUID, message_ids: Sequence[uuid.UUID]
+    ) -> None:
+        """One job per message, in one statement; a message already queued is left alone."""
+        if not message_ids:
+            return
+        # One statement and one cached plan whatever the number of turns.
+        await self.session.execute(
+            text(
+                "INSERT INTO extraction_jobs (id, user_id, conversation_id, message_id) "
+                "SELECT gen_random_uuid(), :u, :c, m FROM unnest(CAST(:ids AS uuid[])) AS m "
+                "ON CONFLICT (message_id) DO NOTHING"
+            ),
+            {"u": user_id, "c": conversation_id, "ids": list(message_ids)},
+        )
+
+    async def claim(self, token: uuid.UUID, *, batch: int, lease_s: float) -> list[ClaimedJob]:
+        """Due jobs of one conversation, marked running for this claim (admin-mode session)."""
+        rows = await self.session.execute(
+            _CLAIM_SQL, {"token": token, "batch": batch, "lease_s": lease_s}
+        )
+        claimed = sorted(rows.all(), key=lambda r: (r.created_at, r.id))
+        return [
+            ClaimedJob(r.id, r.user_id, r.conversation_id, r.message_id, r.attempts, r.tokens_used)
+            for r in claimed
+        ]
+
+    async def messages(self, user_id: str, message_ids: Sequence[uuid.UUID]) -> Sequence[Message]:
+        """The user's messages with these ids, in conversation order."""
+        stmt = (
+            select(Message)
+            .where(Message.user_id == user_id, Message.id.in_(list(message_ids)))
+            .order_by(Message.seq)
+        )
+        return (await self.session.execute(stmt)).scalars().all()
+
+    async def hold(self, user_id: str, token: uuid.UUID, job_ids: Sequence[uuid.UUID]) -> int:
+        """Lock the claim's jobs that it still holds; how many (fewer: its lease was lost)."""
+        rows = await self.session.execute(
+            select(ExtractionJob.id)
+            .where(
+                ExtractionJob.user_id == user_id,
+                ExtractionJob.id.in_(list(job_ids)),
+                ExtractionJob.claimed_by == token,
+                ExtractionJob.state == "running",
+            )
+            .with_for_update()
+        )
+        return len(rows.all())
+
+    async def settle(
+        self,
+        user_id: str,
+        token: uuid.UUID,
+        job_ids: Sequence[uuid.UUID],
+        tokens: Sequence[int],
+        *,
+        state: str,
+        error: str | None = None,
+        delay_s: float = 0.0,
+        max_attempts: int = 1,
+        outcome: str = "{}",
+    ) -> dict[uuid.UUID, str]:
+        """End the claim's jobs: `state` done, failed, or retry (queued after `delay_s`, dead
+        once attempts reach `max_attempts`). Returns the new state of each job still held."""
+        rows = await self.session.execute(
+            _SETTLE_SQL,
+            {
+                "ids": list(job_ids),
+                "tokens": list(tokens),
+                "user_id": user_id,
+                "token": token,
+                "state": state,
+                "error": error,
+                "delay_s": delay_s,
+                "max_attempts": max_attempts,
+                "outcome": outcome,
+            },
+        )
+        return {r.id: r.state for r in rows.all()}
+
+    async def reserve_tokens(self, user_id: str, day: date, amount: int, cap: int) -> bool:
+        """Reserve `amount` tokens of the user's daily cap; False (nothing reserved) if the
+        tokens spent plus those in flight would pass it. Atomic across workers."""
+        if amount > cap:
+            return False
+        row = await self.session.execute(
+            text(
+                "INSERT INTO extraction_usage (user_id, day, reserved) VALUES (:u, :d, :n) "
+                "ON CONFLICT (user_id, day) DO UPDATE "
+                "SET reserved = extraction_usage.reserved + EXCLUDED.reserved "
+                "WHERE extraction_usage.user_id = :u "
+                "AND extraction_usage.tokens + extraction_usage.reserved + EXCLUDED.reserved "
+                "<= :cap RETURNING tokens"
+            ),
+            {"u": user_id, "d": day, "n": amount, "cap": cap},
+        )
+        return row.first() is not None
+
+    async def settle_tokens(self, user_id: str, day: date, reserved: int, used: int) -> None:
+        """Release a reservation and count what the call really used."""
+        await self.session.execute(
+            text(
+                "UPDATE extraction_usage SET reserved = greatest(reserved - :r, 0), "
+                "tokens = tokens + :t, calls = calls + CASE WHEN :t > 0 THEN 1 ELSE 0 END "
+                "WHERE user_id = :u AND day = :d"
+            ),
+            {"u": user_id, "d": day, "r": reserved, "t": used},
+        )
+
+    async def jobs(self, user_id: str) -> Sequence[ExtractionJob]:
+        """The user's jobs, oldest first (tests and inspection)."""
+        stmt = (
+            select(ExtractionJob)
+            .where(ExtractionJob.user_id == user_id)
+            .order_by(ExtractionJob.created_at, ExtractionJob.id)
+        )
+        return (await self.session.execute(stmt)).scalars().all()
+
+
+class ExtractionStatsRepository:
+    """Counters across users for /metrics (admin-mode session)."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+
+    async def summary(self, day: date, top: int) -> dict[str, Any]:
+        """Jobs per state, tokens per job, and the users who spent most on `day`."""
+        states = await self.session.execute(
+            text("SELECT state, count(*) AS n FROM extraction_jobs GROUP BY state")
+        )
+        per_job = (
+            await self.session.execute(
+                text(
+                    "SELECT count(*) AS jobs, coalesce(sum(tokens_used), 0) AS tokens, "
+                    "coalesce(max(tokens_used), 0) AS max FROM extraction_jobs "
+                    "WHERE tokens_used > 0"
+                )
+            )
+        ).one()
+        users = await self.session.execute(
+            text(
+                "SELECT user_id, tokens, calls FROM extraction_usage WHERE day = :d "
+                "ORDER BY tokens DESC, user_id LIMIT :top"
+            ),
+            {"d": day, "top": top},
+        )
+        total = await self.session.scalar(
+            text("SELECT coalesce(sum(tokens), 0) FROM extraction_usage WHERE day = :d"),
+            {"d": day},
+        )
+        return {
+            "jobs": {r.state: int(r.n) for r in states.all()},
+            "tokens_per_job": {
+                "jobs": int(per_job.jobs),
+                "tokens": int(per_job.tokens),
+                "max": int(per_job.max),
+            },
+            "tokens_today": int(total or 0),
+            "top_users_today": [
+                {"user_id": r.user_id, "tokens": int(r.tokens), "calls": int(r.calls)}
+                for r in users.all()
+            ],
+        }
