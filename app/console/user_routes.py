@@ -1,9 +1,11 @@
 """Console pages of one user: memories (filter, create, edit, delete, restore), conversations,
-"Ask as this user", purge. Reads and writes run in a session scoped to that user (row-level
-security) through the same services as the admin API; every change is audit-logged."""
+"Ask as this user" (export and purge: user_data.py). Reads and writes run in a session scoped
+to that user (row-level security) through the same services as the admin API; every change is
+audit-logged."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,7 +16,6 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import AfterValidator, BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.adapters.cache import CacheUnavailableError
 from app.api.deps import Resources, ResourcesDep, after_commit, request_transaction
 from app.console.auth import ConsoleSession
 from app.console.explain import explain
@@ -29,17 +30,16 @@ from app.console.web import (
     url,
 )
 from app.db import user_session
-from app.errors import ServiceError
 from app.schemas.admin import AdminMemoryCreate, AdminMemoryUpdate
 from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
 from app.schemas.memory import MemoryType
 from app.services.admin import AdminMemoryService, MemoryFilter
 from app.services.conversation import ConversationService
 from app.services.prompt import format_for_prompt
-from app.services.purge import PurgeIncompleteError, count_user_rows, purge_user
 from app.services.query import QueryRequest, QueryService
 from app.services.users import UserDirectoryService
 
+log = logging.getLogger(__name__)
 router = APIRouter(prefix="/console", route_class=ConsoleRoute, include_in_schema=False)
 
 UserParam = Annotated[
@@ -358,45 +358,3 @@ async def ask(
         result=result,
         formatted=format_for_prompt(result.items),
     )
-
-
-@router.get("/purge")
-async def purge_page(
-    request: Request, session: SessionDep, resources: ResourcesDep, user_id: UserParam
-) -> Response:
-    """What a purge would delete, and the typed confirmation."""
-    counts = await count_user_rows(resources.sessionmaker, user_id)
-    return render(
-        request, "purge.html", session=session, user_id=user_id, counts=counts, error=None
-    )
-
-
-@router.post("/purge")
-async def purge(
-    request: Request,
-    session: SessionDep,
-    form: FormDep,
-    resources: ResourcesDep,
-    user_id: UserParam,
-) -> Response:
-    """Delete everything of the user (the `pgrecall purge-user` service) once the id is typed."""
-    if form.get("confirm", "") != user_id:
-        counts = await count_user_rows(resources.sessionmaker, user_id)
-        return render(
-            request,
-            "purge.html",
-            422,
-            session=session,
-            user_id=user_id,
-            counts=counts,
-            error="type the user id exactly to confirm",
-        )
-    try:
-        report = await purge_user(resources.sessionmaker, resources.cache, user_id)
-    except CacheUnavailableError:
-        raise ServiceError("Redis is unreachable: nothing was deleted; retry later", 503) from None
-    except PurgeIncompleteError as exc:
-        record(session, "user.purge", user_id, outcome="rows deleted, Redis keys remain")
-        raise ServiceError(str(exc), 503) from None
-    record(session, "user.purge", user_id, **report.rows, redis_keys=report.redis_keys)
-    return render(request, "purged.html", session=session, user_id=user_id, report=report)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Callable
@@ -198,3 +199,24 @@ async def test_health_reports_a_failing_redis_and_embedder_as_failing(
             "redis": "FAILING",
             "embedder": "FAILING",
         }
+
+
+async def test_export_downloads_the_users_data_as_json_lines(
+    make_client: Callable[..., Any], user_id: str
+) -> None:
+    async with make_client() as (client, _):
+        r = await client.post(
+            "/v1/admin/memories",
+            json={"user_id": user_id, "content": "Eve collects stamps", "type": "fact"},
+        )
+        assert r.status_code == 201
+        assert (await client.get("/console/export", params={"user": user_id})).status_code == 303
+        await _sign_in(client)
+        r = await client.get("/console/export", params={"user": user_id})
+        assert r.status_code == 200
+        assert r.headers["content-type"].startswith("application/x-ndjson")
+        assert "attachment" in r.headers["content-disposition"]
+        lines = [json.loads(line) for line in r.text.splitlines()]
+        assert lines[0]["user_id"] == user_id
+        assert lines[-1]["counts"] == {"conversations": 0, "messages": 0, "memories": 1}
+        assert any(line.get("content") == "Eve collects stamps" for line in lines)
