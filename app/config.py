@@ -7,7 +7,14 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    AliasChoices,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -93,6 +100,13 @@ class Settings(BaseSettings):
         default=None, description="key sent upstream instead of the caller's Authorization"
     )
     chat_upstream_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
+
+    mlflow_tracking_uri: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("PGRECALL_MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_URI"),
+        description="the evaluation runs the console's Health page lists; unset = "
+        "sqlite:///./mlruns/mlflow.db (where `python -m eval` logs)",
+    )
 
     # LLM extraction of memories from user turns (docs/extraction.md); off by default.
     extraction: ExtractionMode = ExtractionMode.OFF

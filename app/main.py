@@ -27,6 +27,7 @@ from app.api.deps import Resources
 from app.api.handlers import install_handlers
 from app.api.openapi import install_openapi
 from app.config import Settings
+from app.console import install_console
 from app.db import create_engine, create_sessionmaker
 from app.extraction.runtime import build_extraction
 from app.mcp.http import McpHttp
@@ -149,6 +150,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.include_router(admin.router)
     app.include_router(admin_keys.router)
     app.include_router(chat_proxy.router)
+    install_console(app, settings)  # /console, app/console/
     mcp_door = McpHttp(lambda: app.state.resources)  # MCP (streamable HTTP), app/mcp/
     app.router.add_route(
         "/mcp", mcp_door, methods=["GET", "POST", "DELETE"], include_in_schema=False

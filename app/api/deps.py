@@ -7,7 +7,7 @@ import hmac
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated
 
@@ -84,6 +84,12 @@ async def _transaction(session: AsyncSession) -> AsyncIterator[AsyncSession]:
                 await hook()
             except Exception:  # a cache refresh must not fail a committed write
                 log.warning("after-commit hook failed", exc_info=True)
+
+
+def request_transaction(session: AsyncSession) -> AbstractAsyncContextManager[AsyncSession]:
+    """The per-request transaction above, for front doors that open their own sessions (the
+    admin console): commit on success, roll back on error, then the after-commit hooks."""
+    return _transaction(session)
 
 
 async def get_session(

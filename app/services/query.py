@@ -40,6 +40,8 @@ from app.services.embedding import EmbeddingService, Priority
 
 if TYPE_CHECKING:
     from app.adapters.cache import Cache
+    from app.retrieval.budget import Packed
+    from app.retrieval.scoring import Ranked
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("app.audit")
@@ -129,6 +131,23 @@ class QueryResult:
         return cls(items=items, **data)
 
 
+@dataclass
+class QueryTrace:
+    """What the ranking did with every candidate of one query (the admin console explains it).
+
+    Filled only when asked for (`QueryService.explain`); the ranking itself is the same code
+    path as `query`, so an explanation never differs from what the agent would get.
+    """
+
+    bm25: dict[tuple[Source, Any], float] = field(default_factory=dict)  # raw keyword scores
+    cosine: dict[tuple[Source, Any], float] = field(default_factory=dict)  # raw similarities
+    ranked: list[Ranked[tuple[Source, Any]]] = field(default_factory=list)  # before thresholds
+    kept: list[tuple[Source, Any]] = field(default_factory=list)  # passed both thresholds
+    candidates: dict[tuple[Source, Any], Candidate] = field(default_factory=dict)
+    packed: dict[tuple[Source, Any], Packed] = field(default_factory=dict)  # what the budget let in
+    budget: int = 0
+
+
 def query_hash(query: str) -> str:
     return hashlib.sha256(query.encode()).hexdigest()
 
@@ -205,6 +224,19 @@ class QueryService:
             await self.cache.set_query_result(request.user_id, key, result.to_json())
         return self._finish(request, result, started, correlation_id)
 
+    async def explain(self, request: QueryRequest) -> tuple[QueryResult, QueryTrace]:
+        """Answer like `query`, but fresh (no result cache, no rate limit) and with the trace of
+        every candidate's scores and fate."""
+        started = time.perf_counter()
+        trace = QueryTrace()
+        budget = request.token_budget or self.config.token_budget
+        trace.budget = budget
+        result = await self._search(
+            request, request.query[:MAX_QUERY_CHARS], budget, self.config.preset, trace
+        )
+        result.query_truncated = len(request.query) > MAX_QUERY_CHARS
+        return self._finish(request, result, started, "console"), trace
+
     async def _embed(self, query: str) -> tuple[Any | None, str | None, int]:
         """(vector, degraded flag, ms). EmbeddingService.embed asks the Redis cache before the
         embedder, so a cached query vector is used even when the embedder is down."""
@@ -221,7 +253,12 @@ class QueryService:
             return None, "keyword_only", int((time.perf_counter() - t0) * 1000)
 
     async def _search(
-        self, request: QueryRequest, query: str, budget: int, preset: RetrievalPreset
+        self,
+        request: QueryRequest,
+        query: str,
+        budget: int,
+        preset: RetrievalPreset,
+        trace: QueryTrace | None = None,
     ) -> QueryResult:
         result = QueryResult()
         # The query is embedded (in a worker thread) while the keyword arm runs in Postgres:
@@ -230,7 +267,8 @@ class QueryService:
         t0 = time.perf_counter()
         try:
             candidates, ranked = await asyncio.wait_for(
-                self._candidates(request, query, embedding, preset, result), self.config.timeout_s
+                self._candidates(request, query, embedding, preset, result, trace),
+                self.config.timeout_s,
             )
         except (SQLAlchemyError, OSError, TimeoutError) as exc:
             log.error("retrieval failed closed: %s", type(exc).__name__)
@@ -251,6 +289,9 @@ class QueryService:
         result.total_count = len(kept)
         top = kept[: request.limit]
         packed = pack([candidates[r.key].content for r in top], budget)
+        if trace is not None:
+            trace.ranked, trace.kept, trace.candidates = ranked, [r.key for r in kept], candidates
+            trace.packed = {top[p.index].key: p for p in packed.items}
         for p in packed.items:
             r, c = top[p.index], candidates[top[p.index].key]
             result.items.append(
@@ -267,6 +308,7 @@ class QueryService:
         embedding: asyncio.Task[tuple[Any | None, str | None, int]] | None,
         preset: RetrievalPreset,
         result: QueryResult,
+        trace: QueryTrace | None = None,
     ) -> tuple[dict[tuple[Source, Any], Candidate], list[Any]]:
         memories = "memory" in request.sources
         # Messages carry no memory type: a type filter restricts results to memory items.
@@ -307,6 +349,8 @@ class QueryService:
                 )
             keep = [r.key for r in ranked[: max(request.limit * 3, 30, preset.rerank_depth)]]
             candidates = await repo.fetch(request.user_id, keep, request.when)
+            if trace is not None:
+                trace.bm25, trace.cosine = hits.scores, cosines
         ranked = [r for r in ranked if r.key in candidates]
         if preset.answer_relevance > 0.0 or preset.answer_weight > 0.0:
             answers = _answers(neighbours, candidates)

@@ -1,0 +1,360 @@
+"""Console pages of one user: memories (filter, create, edit, delete, restore), conversations,
+"Ask as this user" (export and purge: user_data.py). Reads and writes run in a session scoped
+to that user (row-level security) through the same services as the admin API; every change is
+audit-logged."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import AfterValidator, BaseModel, ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from app.api.deps import Resources, ResourcesDep, after_commit, request_transaction
+from app.console.auth import ConsoleSession
+from app.console.explain import explain
+from app.console.web import (
+    PAGE_SIZE,
+    ConsoleRoute,
+    FormDep,
+    SessionDep,
+    record,
+    render,
+    see_other,
+    url,
+)
+from app.db import user_session
+from app.schemas.admin import AdminMemoryCreate, AdminMemoryUpdate
+from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
+from app.schemas.memory import MemoryType
+from app.services.admin import AdminMemoryService, MemoryFilter
+from app.services.conversation import ConversationService
+from app.services.prompt import format_for_prompt
+from app.services.query import QueryRequest, QueryService
+from app.services.users import UserDirectoryService
+
+log = logging.getLogger(__name__)
+router = APIRouter(prefix="/console", route_class=ConsoleRoute, include_in_schema=False)
+
+UserParam = Annotated[
+    str,
+    Query(alias="user", max_length=255, json_schema_extra={"pattern": USER_ID_PATTERN_TEXT}),
+    AfterValidator(check_user_id),
+]
+Page = Annotated[int, Query(ge=1, le=100_000)]
+MAX_QUERY_CHARS = 2000
+MEMORY_TYPES = ("fact", "preference", "decision", "note")
+
+
+@asynccontextmanager
+async def _as_user(resources: Resources, user_id: str) -> AsyncIterator[AsyncSession]:
+    async with request_transaction(user_session(resources.sessionmaker, user_id)) as session:
+        yield session
+
+
+def _invalidate(session: AsyncSession, resources: Resources, user_id: str) -> None:
+    """The user's cached query results are stale once the write commits (as the admin API)."""
+
+    async def hook() -> None:
+        await resources.cache.invalidate_user(user_id)
+
+    after_commit(session, hook)
+
+
+def _parse(model: type[BaseModel], data: dict[str, Any]) -> Any:
+    """A form validated by the API's own schema; errors name the form field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("form", *e["loc"])} for e in exc.errors()]
+        raise RequestValidationError(errors) from None
+
+
+def _optional(form: dict[str, str], name: str) -> str | None:
+    value = form.get(name, "").strip()
+    return value or None
+
+
+def _number(value: str) -> float | str:
+    """A form's number as a number (the schemas take JSON numbers); anything else as typed,
+    so the schema's error names the field."""
+    try:
+        return float(value)
+    except ValueError:
+        return value
+
+
+@router.get("/user")
+async def user_page(
+    request: Request,
+    session: SessionDep,
+    resources: ResourcesDep,
+    user_id: UserParam,
+    type_: Annotated[MemoryType | Literal[""], Query(alias="type")] = "",
+    q: Annotated[str, Query(max_length=1000)] = "",
+    deleted: Literal["live", "all"] = "live",
+    validity: Literal["current", "all"] = "current",
+    page: Page = 1,
+    notice: Annotated[str, Query(max_length=200)] = "",
+) -> Response:
+    """A user's memories (newest first), filtered by type, text, deletion and validity."""
+    filters = MemoryFilter(
+        user_id=user_id,
+        type=type_ or None,
+        q=q.strip() or None,
+        include_deleted=deleted == "all",
+        include_superseded=validity == "all",
+    )
+    async with _as_user(resources, user_id) as db:
+        items, total = await AdminMemoryService(db, None).list(
+            filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
+        )
+    return render(
+        request,
+        "user.html",
+        session=session,
+        user_id=user_id,
+        items=items,
+        total=total,
+        page=page,
+        pages=max(1, -(-total // PAGE_SIZE)),
+        filters={"type": type_, "q": q, "deleted": deleted, "validity": validity},
+        notice=notice,
+    )
+
+
+@router.post("/memory/create")
+async def create_memory(
+    session: SessionDep, form: FormDep, resources: ResourcesDep, user_id: UserParam
+) -> Response:
+    """Create a memory for the user (the admin API's create)."""
+    row = _parse(
+        AdminMemoryCreate,
+        {
+            "user_id": user_id,
+            "content": form.get("content", ""),
+            "type": form.get("type", ""),
+            **({"importance": _number(v)} if (v := _optional(form, "importance")) else {}),
+            **({"expires_at": v} if (v := _optional(form, "expires_at")) else {}),
+            **({"source": v} if (v := _optional(form, "source")) else {}),
+        },
+    )
+    async with _as_user(resources, user_id) as db:
+        created, duplicates = await AdminMemoryService(db, resources.embeddings).create_many([row])
+        if created:
+            _invalidate(db, resources, user_id)
+    if duplicates:
+        return see_other(url("/user", user=user_id, notice="the user already has this text"))
+    record(session, "memory.create", user_id, memory_id=created[0].id)
+    return see_other(url("/user", user=user_id, notice="memory created"))
+
+
+@router.get("/memory")
+async def memory_page(
+    request: Request,
+    session: SessionDep,
+    resources: ResourcesDep,
+    user_id: UserParam,
+    memory_id: Annotated[uuid.UUID, Query(alias="id")],
+) -> Response:
+    """One memory and its versions, with the edit form and delete or restore."""
+    async with _as_user(resources, user_id) as db:
+        service = AdminMemoryService(db, resources.embeddings)
+        item = await service.get(user_id, memory_id)
+        versions = await service.history(user_id, memory_id)
+    return render(
+        request, "memory.html", session=session, user_id=user_id, item=item, versions=versions
+    )
+
+
+@router.post("/memory/update")
+async def update_memory(
+    session: SessionDep,
+    form: FormDep,
+    resources: ResourcesDep,
+    user_id: UserParam,
+    memory_id: Annotated[uuid.UUID, Query(alias="id")],
+) -> Response:
+    """Edit content, type, importance and expiry (new content is re-embedded and re-indexed)."""
+    changes = _parse(
+        AdminMemoryUpdate,
+        {
+            "content": form.get("content", ""),
+            "type": form.get("type", ""),
+            "importance": _number(form.get("importance", "").strip()),
+            "expires_at": _optional(form, "expires_at"),
+        },
+    )
+    async with _as_user(resources, user_id) as db:
+        service = AdminMemoryService(db, resources.embeddings)
+        item = await service.update(user_id, memory_id, changes)
+        _invalidate(db, resources, user_id)
+    # The service may answer with another row (a new version of the memory): show that one.
+    record(session, "memory.update", user_id, memory_id=memory_id, result_id=item.id)
+    return see_other(url("/memory", user=user_id, id=item.id))
+
+
+@router.post("/memory/delete")
+async def delete_memory(
+    session: SessionDep,
+    _: FormDep,
+    resources: ResourcesDep,
+    user_id: UserParam,
+    memory_id: Annotated[uuid.UUID, Query(alias="id")],
+) -> Response:
+    """Soft-delete: no longer retrieved, can be restored."""
+    return await _set_deleted(session, resources, user_id, memory_id, True)
+
+
+@router.post("/memory/restore")
+async def restore_memory(
+    session: SessionDep,
+    _: FormDep,
+    resources: ResourcesDep,
+    user_id: UserParam,
+    memory_id: Annotated[uuid.UUID, Query(alias="id")],
+) -> Response:
+    """Undo a soft delete."""
+    return await _set_deleted(session, resources, user_id, memory_id, False)
+
+
+async def _set_deleted(
+    session: ConsoleSession, resources: Resources, user_id: str, memory_id: uuid.UUID, deleted: bool
+) -> Response:
+    async with _as_user(resources, user_id) as db:
+        await AdminMemoryService(db, None).set_deleted(user_id, memory_id, deleted)
+        _invalidate(db, resources, user_id)
+    record(session, "memory.delete" if deleted else "memory.restore", user_id, memory_id=memory_id)
+    return see_other(url("/memory", user=user_id, id=memory_id))
+
+
+@router.get("/conversations")
+async def conversations_page(
+    request: Request,
+    session: SessionDep,
+    resources: ResourcesDep,
+    user_id: UserParam,
+    page: Page = 1,
+) -> Response:
+    """The user's conversations, most recently active first."""
+    async with _as_user(resources, user_id) as db:
+        counts = await UserDirectoryService(db).counts(user_id)
+        rows = await ConversationService(db, resources.embeddings).list(
+            user_id, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
+        )
+    return render(
+        request,
+        "conversations.html",
+        session=session,
+        user_id=user_id,
+        rows=rows,
+        page=page,
+        pages=max(1, -(-counts.conversations // PAGE_SIZE)),
+        total=counts.conversations,
+    )
+
+
+@router.get("/conversation")
+async def conversation_page(
+    request: Request,
+    session: SessionDep,
+    resources: ResourcesDep,
+    user_id: UserParam,
+    conversation_id: Annotated[uuid.UUID, Query(alias="id")],
+    after: Annotated[int | None, Query(ge=0)] = None,
+) -> Response:
+    """One conversation's messages in order, a page at a time (by sequence number)."""
+    service_rows: list[Any]
+    async with _as_user(resources, user_id) as db:
+        service = ConversationService(db, resources.embeddings)
+        conversation = await service.get(user_id, conversation_id)
+        service_rows = list(
+            await service.messages(user_id, conversation_id, after=after, limit=PAGE_SIZE + 1)
+        )
+    more = len(service_rows) > PAGE_SIZE
+    rows = service_rows[:PAGE_SIZE]
+    return render(
+        request,
+        "conversation.html",
+        session=session,
+        user_id=user_id,
+        conversation=conversation,
+        rows=rows,
+        next_after=rows[-1].seq if more else None,
+    )
+
+
+@router.get("/ask")
+async def ask_page(
+    request: Request, session: SessionDep, resources: ResourcesDep, user_id: UserParam
+) -> Response:
+    """The "Ask as this user" form."""
+    cfg = resources.query_config
+    return render(
+        request,
+        "ask.html",
+        session=session,
+        user_id=user_id,
+        query="",
+        answer=None,
+        cfg=cfg,
+        chosen={"type": "", "source": ""},
+    )
+
+
+@router.post("/ask")
+async def ask(
+    request: Request,
+    session: SessionDep,
+    form: FormDep,
+    resources: ResourcesDep,
+    user_id: UserParam,
+) -> Response:
+    """Run query_memory as the user and explain every candidate: scores, thresholds, budget."""
+    text = form.get("query", "").strip()
+    if not text or len(text) > MAX_QUERY_CHARS:
+        raise RequestValidationError(
+            [{"loc": ("form", "query"), "msg": f"1-{MAX_QUERY_CHARS} characters", "type": "value"}]
+        )
+    kind, source = form.get("type", ""), form.get("source", "")
+    if kind not in ("", *MEMORY_TYPES) or source not in ("", "memory", "message"):
+        field = "type" if kind not in ("", *MEMORY_TYPES) else "source"
+        raise RequestValidationError(
+            [{"loc": ("form", field), "msg": "not one of the listed values", "type": "value"}]
+        )
+    cfg = resources.query_config
+    query = QueryRequest(
+        user_id=user_id,
+        query=text,
+        limit=cfg.max_results,
+        min_score=cfg.min_relevance,
+        types=(kind,) if kind else None,
+        sources=(source,) if source else ("memory", "message"),  # type: ignore[arg-type]
+    )
+    service = QueryService(
+        resources.sessionmaker,
+        resources.embeddings,
+        resources.cache,
+        cfg,
+        slots=resources.query_slots,
+    )
+    result, trace = await service.explain(query)
+    record(session, "ask-as-user", user_id, returned=len(result.items))
+    return render(
+        request,
+        "ask.html",
+        session=session,
+        user_id=user_id,
+        query=text,
+        cfg=cfg,
+        chosen={"type": kind, "source": source},
+        answer=explain(query, trace),
+        result=result,
+        formatted=format_for_prompt(result.items),
+    )

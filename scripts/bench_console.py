@@ -1,0 +1,241 @@
+#!/usr/bin/env python
+"""Benchmark: how fast are the admin console's pages for a user with 10k memories? (prints figures)
+
+Starts a throwaway embedded Postgres and the app (uvicorn on a loopback port, admin key set, no
+Redis, so nothing is served from a cache), seeds one user with `--memories` memories through
+the admin bulk API and `--conversations` conversations of 50 messages, signs in to the console
+and times each page over real HTTP (`--repeat` requests after 3 warm-ups). Target: every page
+under 100 ms at the median (pages are paginated: 50 rows). `GET /health` (no work) is timed in
+the same run as the floor, and the machine's load average is printed before and after.
+
+    .venv/bin/python scripts/bench_console.py [--memories 10000] [--repeat 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import uvicorn
+from pydantic import SecretStr
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.config import Settings  # noqa: E402
+from app.embedded import EmbeddedPostgres  # noqa: E402
+from app.main import create_app  # noqa: E402
+from app.migrate import upgrade_head  # noqa: E402
+from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user  # noqa: E402
+from eval.bench.server import free_port  # noqa: E402
+
+ADMIN_KEY = "bench-console-admin-key"
+USER = "bench-console-user"
+TOPICS = ["garden", "train", "invoice", "museum", "recipe", "bicycle", "harbour", "concert"]
+TYPES = ["fact", "preference", "decision", "note"]
+
+
+def memory_text(i: int) -> str:
+    topic = TOPICS[i % len(TOPICS)]
+    detail = i * 7919 % 10007
+    return f"Memory {i}: the user mentioned the {topic} on day {i % 365} with detail {detail}"
+
+
+def serve(settings: Settings) -> tuple[uvicorn.Server, threading.Thread, str]:
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise SystemExit("the app did not start")
+        time.sleep(0.1)
+    return server, thread, f"http://127.0.0.1:{port}"
+
+
+def seed(client: httpx.Client, memories: int, conversations: int) -> tuple[str, str]:
+    """The user's memories (admin bulk API) and conversations; returns a memory and a
+    conversation id."""
+    auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    started = time.perf_counter()
+    first = ""
+    for start in range(0, memories, 1000):
+        items = [
+            {"user_id": USER, "content": memory_text(i), "type": TYPES[i % 4]}
+            for i in range(start, min(start + 1000, memories))
+        ]
+        r = client.post("/v1/admin/memories:bulk", json={"items": items}, headers=auth, timeout=600)
+        r.raise_for_status()
+        first = first or r.json()["items"][0]["id"]
+    user = {**auth, "X-User-Id": USER}
+    conversation = ""
+    for c in range(conversations):
+        r = client.post("/v1/conversations", json={"title": f"conversation {c}"}, headers=user)
+        r.raise_for_status()
+        conversation = conversation or r.json()["id"]
+        messages = [
+            {"role": "user" if m % 2 == 0 else "assistant", "content": memory_text(c * 50 + m)}
+            for m in range(50)
+        ]
+        r = client.post(
+            f"/v1/conversations/{r.json()['id']}/messages:bulk",
+            json={"messages": messages},
+            headers=user,
+            timeout=600,
+        )
+        r.raise_for_status()
+    print(
+        f"seeded {memories} memories and {conversations} x 50 messages "
+        f"in {time.perf_counter() - started:.1f} s"
+    )
+    return first, conversation
+
+
+def sign_in(client: httpx.Client) -> str:
+    page = client.get("/console/login")
+    nonce = re.search(r'name="nonce" value="([^"]+)"', page.text)
+    assert nonce is not None
+    r = client.post("/console/login", data={"nonce": nonce.group(1), "admin_key": ADMIN_KEY})
+    assert r.status_code == 303, r.text
+    page = client.get("/console/users")
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page.text)
+    assert token is not None
+    return token.group(1)
+
+
+def timed(client: httpx.Client, method: str, path: str, repeat: int, **kw: object) -> list[float]:
+    times = []
+    for n in range(repeat + 3):
+        started = time.perf_counter()
+        r = client.request(method, path, **kw)  # type: ignore[arg-type]
+        elapsed = (time.perf_counter() - started) * 1000
+        if r.status_code != 200:
+            raise SystemExit(f"{method} {path}: {r.status_code}\n{r.text[:500]}")
+        if n >= 3:
+            times.append(elapsed)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--memories", type=int, default=10_000)
+    parser.add_argument("--conversations", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=30)
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="keep the seeded database in this directory and reuse it on the next run",
+    )
+    args = parser.parse_args()
+
+    work = args.keep or Path(tempfile.mkdtemp(prefix="pgr-bench-console-"))
+    work.mkdir(parents=True, exist_ok=True)
+    work.chmod(0o755)  # the embedded Postgres user must be able to enter it when run as root
+    seeded = work / "seeded"
+    pg = EmbeddedPostgres(work / "pg")
+    try:
+        url = pg.start()
+        upgrade_head(url)
+        asyncio.run(ensure_service_role(url, DEFAULT_APP_ROLE, create=True))
+        settings = Settings(
+            database_url=with_user(url, DEFAULT_APP_ROLE),
+            migration_database_url=url,
+            migrate_on_start=False,
+            rate_limit_per_minute=0,
+            data_dir=work,
+            admin_api_key=SecretStr(ADMIN_KEY),
+            MLFLOW_TRACKING_URI=f"sqlite:///{ROOT / 'mlruns' / 'mlflow.db'}",
+        )
+        server, thread, base = serve(settings)
+        try:
+            with httpx.Client(base_url=base, timeout=60) as client:
+                if seeded.exists():
+                    memory_id, conversation_id = seeded.read_text().split()
+                    print(f"reusing the seeded database in {work}")
+                else:
+                    memory_id, conversation_id = seed(client, args.memories, args.conversations)
+                    if args.keep:
+                        seeded.write_text(f"{memory_id} {conversation_id}")
+                csrf = sign_in(client)
+                last_page = max(1, -(-args.memories // 50))
+                pages = [
+                    ("GET /health (floor: no work)", "GET", "/health", {}),
+                    ("users", "GET", "/console/users", {}),
+                    ("users, search by id", "GET", "/console/users?q=bench", {}),
+                    ("user: memories page 1", "GET", f"/console/user?user={USER}", {}),
+                    (
+                        f"user: memories page {last_page} (last)",
+                        "GET",
+                        f"/console/user?user={USER}&page={last_page}",
+                        {},
+                    ),
+                    ("user: type filter", "GET", f"/console/user?user={USER}&type=decision", {}),
+                    ("user: text filter", "GET", f"/console/user?user={USER}&q=harbour", {}),
+                    (
+                        "user: live and deleted",
+                        "GET",
+                        f"/console/user?user={USER}&deleted=all",
+                        {},
+                    ),
+                    ("memory", "GET", f"/console/memory?user={USER}&id={memory_id}", {}),
+                    ("conversations", "GET", f"/console/conversations?user={USER}", {}),
+                    (
+                        "conversation messages",
+                        "GET",
+                        f"/console/conversation?user={USER}&id={conversation_id}",
+                        {},
+                    ),
+                    ("ask as this user (form)", "GET", f"/console/ask?user={USER}", {}),
+                    (
+                        "ask as this user (query + explanation)",
+                        "POST",
+                        f"/console/ask?user={USER}",
+                        {"data": {"csrf_token": csrf, "query": "what about the harbour?"}},
+                    ),
+                    ("purge (counts)", "GET", f"/console/purge?user={USER}", {}),
+                    ("health", "GET", "/console/health", {}),
+                ]
+                load_before = os.getloadavg()
+                results = [
+                    (name, timed(client, method, path, args.repeat, **kw))
+                    for name, method, path, kw in pages
+                ]
+                load_after = os.getloadavg()
+        finally:
+            server.should_exit = True
+            thread.join(30)
+    finally:
+        pg.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+    floor = statistics.median(results[0][1])
+    print(
+        f"\n{platform.processor() or platform.machine()}, {os.cpu_count()} cores; load average "
+        f"{load_before[0]:.2f} before, {load_after[0]:.2f} after; {args.repeat} requests a page"
+    )
+    print(f"{'page':44} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8} {'p50/floor':>10}  <100 ms")
+    for name, times in results:
+        ordered = sorted(times)
+        p50 = statistics.median(ordered)
+        p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+        ok = "yes" if p50 < 100 else "NO"
+        print(f"{name:44} {p50:8.1f} {p95:8.1f} {ordered[-1]:8.1f} {p50 / floor:10.1f}  {ok}")
+
+
+if __name__ == "__main__":
+    main()
