@@ -50,6 +50,7 @@ from app.repositories.portable import PortableRepository
 from app.repositories.retrieval import RetrievalRepository, Source, TimeFilter
 from app.repositories.search_index import Document, SearchIndexRepository
 from app.repositories.store import StoreRepository
+from app.repositories.users import UserDirectoryRepository
 from eval.bench.store import database
 from tests.sql_scope import copy_violations, violations
 
@@ -90,6 +91,13 @@ ALLOWED: dict[tuple[str, str], str] = {
         "step of a claimed job is scoped to the job's user"
     ),
     ("ExtractionStatsRepository", "summary"): "counters across users for /metrics (admin mode)",
+    ("UserDirectoryRepository", "page"): (
+        "the console's user directory lists the ids of every user (audited admin mode)"
+    ),
+    ("UserDirectoryRepository", "counts"): (
+        "the console's user directory counts rows per listed user id (admin mode); each count "
+        "is pinned to one id of the page"
+    ),
 }
 
 _current: contextvars.ContextVar[tuple[str, str]] = contextvars.ContextVar("repository_call")
@@ -498,6 +506,10 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     await rec.call(
         "ConversationRepository", "delete_messages", conversations.delete_messages(user, conv.id)
     )
+
+    directory = UserDirectoryRepository(session)
+    await rec.call("UserDirectoryRepository", "page", directory.page(user, limit=5, offset=0))
+    await rec.call("UserDirectoryRepository", "counts", directory.counts([user]))
 
     purge = PurgeRepository(session)
     await rec.call("PurgeRepository", "counts", purge.counts(user))
