@@ -16,11 +16,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, func, literal_column, select, text, update
+from sqlalchemy import (
+    ARRAY,
+    ColumnElement,
+    Uuid,
+    any_,
+    cast,
+    func,
+    literal_column,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import vector_literal
-from app.models import MemoryItem
+from app.models import MemoryItem, SearchPosting
 
 Table = Literal["memory_items", "messages"]
 # Fixed identifiers (never user input), so they may be formatted into DDL.
@@ -67,7 +78,12 @@ class AdminMemoryRepository:
         self.session = session
 
     @staticmethod
-    def _where(f: MemoryFilter) -> list[ColumnElement[bool]]:
+    def _where(f: MemoryFilter, *, via_postings: bool = False) -> list[ColumnElement[bool]]:
+        """The filter's predicates. `via_postings` (only when the text query has a positive
+        term): the items are first narrowed to those with a keyword posting of one of the query's
+        words. Under row-level security `@@` is not leakproof, so Postgres may not use the GIN
+        index for it and would test every row of the user; the postings' primary key
+        (user_id, lexeme) is usable, and `@@` then checks the few rows left."""
         where: list[ColumnElement[bool]] = [MemoryItem.user_id == f.user_id]
         if not f.include_deleted:
             where.append(MemoryItem.deleted_at.is_(None))
@@ -75,6 +91,17 @@ class AdminMemoryRepository:
             where.append(MemoryItem.valid_to.is_(None))
         if f.type is not None:
             where.append(MemoryItem.type == f.type)
+        if f.q and via_postings:
+            words = func.tsvector_to_array(func.to_tsvector(_ENGLISH, f.q))
+            # One array, computed once (an InitPlan): a semi-join here is planned from the
+            # `@@` estimate, which can be far off, and then probes the postings once per row.
+            matched = select(func.array_agg(SearchPosting.item_id)).where(
+                SearchPosting.user_id == f.user_id,
+                SearchPosting.lexeme == any_(words),
+                SearchPosting.source == 0,
+            )
+            ids = cast(matched.scalar_subquery(), ARRAY(Uuid))  # ANY of an array, not a subquery
+            where.append(MemoryItem.id == any_(ids))
         if f.q:
             # Same expression as the GIN index idx_memory_items_content_fts, so it can serve it.
             where.append(
@@ -92,18 +119,32 @@ class AdminMemoryRepository:
         self, f: MemoryFilter, *, limit: int, offset: int
     ) -> tuple[Sequence[MemoryItem], int]:
         """A page of the user's memories, newest first, and the total matching the filter."""
-        where = self._where(f)
+        where = self._where(f, via_postings=bool(f.q) and await self._has_positive_term(f.q))
+        order = (MemoryItem.created_at.desc(), MemoryItem.id.desc())
+        count = select(func.count()).select_from(MemoryItem).where(*where)
+        if not f.q:
+            page = select(MemoryItem).where(*where).order_by(*order).limit(limit).offset(offset)
+            items = (await self.session.execute(page)).scalars().all()
+            return items, int((await self.session.execute(count)).scalar_one())
+        # A text filter tests every candidate row with `@@`: the total rides on the page as a
+        # window count (one scan instead of two); only a page past the end counts on its own.
         page = (
-            select(MemoryItem)
+            select(MemoryItem, func.count().over().label("total"))
             .where(*where)
-            .order_by(MemoryItem.created_at.desc(), MemoryItem.id.desc())
+            .order_by(*order)
             .limit(limit)
             .offset(offset)
         )
-        items = (await self.session.execute(page)).scalars().all()
-        count = select(func.count()).select_from(MemoryItem).where(*where)
-        total = (await self.session.execute(count)).scalar_one()
-        return items, int(total)
+        rows = (await self.session.execute(page)).all()
+        if rows:
+            return [row[0] for row in rows], int(rows[0].total)
+        return [], 0 if offset == 0 else int((await self.session.execute(count)).scalar_one())
+
+    async def _has_positive_term(self, q: str | None) -> bool:
+        """Whether every match of the text query contains one of its words ("-tea" alone does
+        not: it matches the items without the word)."""
+        tree = func.querytree(func.websearch_to_tsquery(_ENGLISH, q))
+        return bool((await self.session.execute(select(tree.not_in(["T", ""])))).scalar_one())
 
     async def get(self, user_id: str, item_id: uuid.UUID) -> MemoryItem | None:
         """The user's memory, deleted or not (admins see both)."""

@@ -154,6 +154,20 @@ async def test_list_filters_and_pages(
     # Full text with stemming ("deploys" ~ "deployment"), only this user's rows.
     assert [m["id"] for m in (await listed(q="deploy"))["items"]] == [ids[3], ids[0]]
     assert [m["id"] for m in (await listed(q="postgres database"))["items"]] == [ids[2]]
+    # Or, negation, and a negation alone (it matches the items without the word).
+    assert [m["id"] for m in (await listed(q="deploy or staging"))["items"]] == [
+        ids[3],
+        ids[2],
+        ids[0],
+    ]
+    assert [m["id"] for m in (await listed(q="deploy -freezes"))["items"]] == [ids[0]]
+    assert [m["id"] for m in (await listed(q="-deploy"))["items"]] == [ids[2], ids[1]]
+    assert (await listed(q="the"))["items"] == []  # only a stop word: nothing to match
+    # A text filter's total comes with its page, and a page past the end still knows it.
+    first = await listed(q="deploy", limit=1)
+    assert ([m["id"] for m in first["items"]], first["total"]) == ([ids[3]], 2)
+    beyond = await listed(q="deploy", limit=1, offset=5)
+    assert (beyond["items"], beyond["total"]) == ([], 2)
     ranged = await listed(
         created_after="2024-02-01T00:00:00Z", created_before="2024-04-01T00:00:00Z"
     )
