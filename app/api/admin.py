@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Response, status
 from pydantic import AfterValidator
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.deps import AdminSessionDep, ResourcesDep, after_commit
+from app.api.deps import AdminSessionDep, ResourcesDep, invalidate_after_commit
 from app.repositories.admin import MemoryFilter
 from app.schemas.admin import (
     AdminBulkResult,
@@ -57,17 +57,6 @@ def _service(session: AsyncSession, resources: ResourcesDep) -> AdminMemoryServi
     return AdminMemoryService(session, resources.embeddings)
 
 
-def _invalidate(session: AsyncSession, resources: ResourcesDep, users: set[str]) -> None:
-    """Cached query results of these users are stale once the write commits."""
-    cache = resources.cache
-
-    async def hook() -> None:
-        for user in users:
-            await cache.invalidate_user(user)
-
-    after_commit(session, hook)
-
-
 @router.post(
     "/memories",
     response_model=AdminMemoryOut,
@@ -84,14 +73,14 @@ async def create_memory(
     With `supersedes`, the new memory replaces that one (409 if the text belongs to another)."""
     if body.supersedes is not None:
         done = await _service(session, resources).supersede(body)
-        _invalidate(session, resources, {body.user_id})
+        invalidate_after_commit(session, resources.cache, body.user_id)
         return AdminMemoryOut.model_validate(done)
     items, duplicates = await _service(session, resources).create_many([body])
     if duplicates:
         response.status_code = status.HTTP_200_OK
         existing = await _service(session, resources).get(body.user_id, duplicates[0][1])
         return AdminMemoryOut.model_validate(existing)
-    _invalidate(session, resources, {body.user_id})
+    invalidate_after_commit(session, resources.cache, body.user_id)
     return AdminMemoryOut.model_validate(items[0])
 
 
@@ -103,7 +92,7 @@ async def create_memories(
     items, duplicates = await _service(session, resources).create_many(
         body.items, priority=Priority.BULK
     )
-    _invalidate(session, resources, {m.user_id for m in items})
+    invalidate_after_commit(session, resources.cache, *(m.user_id for m in items))
     return AdminBulkResult(
         items=[AdminMemoryOut.model_validate(m) for m in items],
         duplicates=[DuplicateOut(index=i, id=item_id) for i, item_id in duplicates],
@@ -184,7 +173,7 @@ async def update_memory(
     """Change type, importance or expiry in place; a new content supersedes the memory: the
     answer is the new version (a new id, `supersedes_id` = this one)."""
     item = await _service(session, resources).update(user_id, item_id, body)
-    _invalidate(session, resources, {user_id})
+    invalidate_after_commit(session, resources.cache, user_id)
     return AdminMemoryOut.model_validate(item)
 
 
@@ -197,7 +186,7 @@ async def delete_memory(
 ) -> Response:
     """Soft-delete: the memory stops being retrieved and can be restored."""
     await _service(session, resources).set_deleted(user_id, item_id, True)
-    _invalidate(session, resources, {user_id})
+    invalidate_after_commit(session, resources.cache, user_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -210,5 +199,5 @@ async def restore_memory(
 ) -> AdminMemoryOut:
     """Undo a soft delete."""
     item = await _service(session, resources).set_deleted(user_id, item_id, False)
-    _invalidate(session, resources, {user_id})
+    invalidate_after_commit(session, resources.cache, user_id)
     return AdminMemoryOut.model_validate(item)

@@ -11,7 +11,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
-from app.api.deps import ResourcesDep, SessionDep, WriteUserDep, after_commit
+from app.api.deps import ResourcesDep, SessionDep, WriteUserDep, invalidate_after_commit
 from app.schemas.agent import (
     MAX_SAVE_CHARS,
     ForgetMemoryArgs,
@@ -117,11 +117,7 @@ def _service(session: SessionDep, resources: ResourcesDep) -> AgentMemoryService
 
 async def _admit(resources: ResourcesDep, session: SessionDep, user_id: str) -> None:
     await admit_write(resources.cache, user_id, resources.write_rate_limit_per_minute)
-
-    async def invalidate() -> None:
-        await resources.cache.invalidate_user(user_id)
-
-    after_commit(session, invalidate)
+    invalidate_after_commit(session, resources.cache, user_id)
 
 
 @router.post("/v1/tools/save_memory", response_model=SaveMemoryResult)

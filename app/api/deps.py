@@ -65,6 +65,16 @@ def after_commit(session: AsyncSession, hook: AfterCommit) -> None:
     session.info.setdefault("after_commit", []).append(hook)
 
 
+def invalidate_after_commit(session: AsyncSession, cache: Cache, *user_ids: str) -> None:
+    """These users' cached query results are stale once the write commits."""
+
+    async def invalidate() -> None:
+        for user_id in dict.fromkeys(user_ids):
+            await cache.invalidate_user(user_id)
+
+    after_commit(session, invalidate)
+
+
 @asynccontextmanager
 async def _transaction(session: AsyncSession) -> AsyncIterator[AsyncSession]:
     """One transaction per request: commit when the route returns, roll back on error.

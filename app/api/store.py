@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.api.deps import ResourcesDep, SessionDep, UserDep, WriteUserDep, after_commit
+from app.api.deps import ResourcesDep, SessionDep, UserDep, WriteUserDep, invalidate_after_commit
 from app.models import MemoryItem
 from app.schemas.store import (
     NamespaceList,
@@ -39,13 +39,6 @@ def _out(item: MemoryItem, score: float | None = None) -> StoreItemOut:
     )
 
 
-def _invalidate_after_commit(resources: ResourcesDep, session: SessionDep, user_id: str) -> None:
-    async def invalidate() -> None:
-        await resources.cache.invalidate_user(user_id)
-
-    after_commit(session, invalidate)
-
-
 @router.put("/items", response_model=StoreItemOut)
 async def put_item(
     body: StorePut, user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
@@ -54,7 +47,7 @@ async def put_item(
     item = await StoreService(session, resources.embeddings).put(
         user_id, body.namespace, body.key, body.value
     )
-    _invalidate_after_commit(resources, session, user_id)
+    invalidate_after_commit(session, resources.cache, user_id)
     return _out(item)
 
 
@@ -76,7 +69,7 @@ async def delete_item(
         user_id, body.namespace, body.key
     )
     if deleted:
-        _invalidate_after_commit(resources, session, user_id)
+        invalidate_after_commit(session, resources.cache, user_id)
     return StoreDeleted(deleted=deleted)
 
 

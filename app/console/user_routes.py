@@ -16,7 +16,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import AfterValidator, BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.deps import Resources, ResourcesDep, after_commit, request_transaction
+from app.api.deps import Resources, ResourcesDep, invalidate_after_commit, request_transaction
 from app.console.auth import ConsoleSession
 from app.console.explain import explain
 from app.console.web import (
@@ -56,15 +56,6 @@ MEMORY_TYPES = ("fact", "preference", "decision", "note")
 async def _as_user(resources: Resources, user_id: str) -> AsyncIterator[AsyncSession]:
     async with request_transaction(user_session(resources.sessionmaker, user_id)) as session:
         yield session
-
-
-def _invalidate(session: AsyncSession, resources: Resources, user_id: str) -> None:
-    """The user's cached query results are stale once the write commits (as the admin API)."""
-
-    async def hook() -> None:
-        await resources.cache.invalidate_user(user_id)
-
-    after_commit(session, hook)
 
 
 def _parse(model: type[BaseModel], data: dict[str, Any]) -> Any:
@@ -148,7 +139,7 @@ async def create_memory(
     async with _as_user(resources, user_id) as db:
         created, duplicates = await AdminMemoryService(db, resources.embeddings).create_many([row])
         if created:
-            _invalidate(db, resources, user_id)
+            invalidate_after_commit(db, resources.cache, user_id)
     if duplicates:
         return see_other(url("/user", user=user_id, notice="the user already has this text"))
     record(session, "memory.create", user_id, memory_id=created[0].id)
@@ -194,7 +185,7 @@ async def update_memory(
     async with _as_user(resources, user_id) as db:
         service = AdminMemoryService(db, resources.embeddings)
         item = await service.update(user_id, memory_id, changes)
-        _invalidate(db, resources, user_id)
+        invalidate_after_commit(db, resources.cache, user_id)
     # The service may answer with another row (a new version of the memory): show that one.
     record(session, "memory.update", user_id, memory_id=memory_id, result_id=item.id)
     return see_other(url("/memory", user=user_id, id=item.id))
@@ -229,7 +220,7 @@ async def _set_deleted(
 ) -> Response:
     async with _as_user(resources, user_id) as db:
         await AdminMemoryService(db, None).set_deleted(user_id, memory_id, deleted)
-        _invalidate(db, resources, user_id)
+        invalidate_after_commit(db, resources.cache, user_id)
     record(session, "memory.delete" if deleted else "memory.restore", user_id, memory_id=memory_id)
     return see_other(url("/memory", user=user_id, id=memory_id))
 

@@ -361,7 +361,8 @@ PURGE_TABLES: tuple[str, ...] = (  # in the order the purge reports them
     "extraction_usage",
 )
 # Extraction rows are deleted first: jobs point at the user's messages (and would cascade unseen).
-_DELETE_ORDER = PURGE_TABLES[-2:] + PURGE_TABLES[:-2]
+_DELETED_FIRST = ("extraction_jobs", "extraction_usage")
+_DELETE_ORDER = _DELETED_FIRST + tuple(t for t in PURGE_TABLES if t not in _DELETED_FIRST)
 # Tables whose texts have cached vectors in Redis (their embeddings are purged too).
 _EMBEDDED_TABLES = ("memory_items", "messages")
 
