@@ -17,7 +17,7 @@ matches on top-level fields (`$eq` too; other operators are refused). No TTL sup
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from langgraph.store.base import (
@@ -33,7 +33,9 @@ from langgraph.store.base import (
     validate_op_namespace,
 )
 
+from pgrecall import _calls as c
 from pgrecall import types as t
+from pgrecall._core import Call
 from pgrecall.client import AsyncClient, Client
 
 __all__ = ["PgrecallStore"]
@@ -122,65 +124,31 @@ class PgrecallStore(BaseStore):
         return [await self._arun(op) for op in ops]
 
     def _run(self, op: Op) -> Result:
-        validate_op_namespace(op)
-        pgr = self._client
-        if isinstance(op, GetOp):
-            found = pgr.store_get(op.namespace, op.key)
-            return _item(found) if found is not None else None
-        if isinstance(op, PutOp):
-            if op.value is None:
-                pgr.store_delete(op.namespace, op.key)
-            else:
-                pgr.store_put(op.namespace, op.key, op.value)
-            return None
-        if isinstance(op, SearchOp):
-            hits = pgr.store_search(
-                op.namespace_prefix,
-                query=op.query,
-                filter=_filter(op),
-                limit=op.limit,
-                offset=op.offset,
-            )
-            return [_search_item(h) for h in hits]
-        if isinstance(op, ListNamespacesOp):
-            prefix, suffix = _conditions(op)
-            return pgr.store_namespaces(
-                prefix=prefix,
-                suffix=suffix,
-                max_depth=op.max_depth,
-                limit=op.limit,
-                offset=op.offset,
-            )
-        raise ValueError(f"unknown operation {type(op).__name__}")
+        call, finish = _plan(op)
+        return finish(self._client._run(call))
 
     async def _arun(self, op: Op) -> Result:
-        validate_op_namespace(op)
-        pgr = self._async
-        if isinstance(op, GetOp):
-            found = await pgr.store_get(op.namespace, op.key)
-            return _item(found) if found is not None else None
-        if isinstance(op, PutOp):
-            if op.value is None:
-                await pgr.store_delete(op.namespace, op.key)
-            else:
-                await pgr.store_put(op.namespace, op.key, op.value)
-            return None
-        if isinstance(op, SearchOp):
-            hits = await pgr.store_search(
-                op.namespace_prefix,
-                query=op.query,
-                filter=_filter(op),
-                limit=op.limit,
-                offset=op.offset,
-            )
-            return [_search_item(h) for h in hits]
-        if isinstance(op, ListNamespacesOp):
-            prefix, suffix = _conditions(op)
-            return await pgr.store_namespaces(
-                prefix=prefix,
-                suffix=suffix,
-                max_depth=op.max_depth,
-                limit=op.limit,
-                offset=op.offset,
-            )
-        raise ValueError(f"unknown operation {type(op).__name__}")
+        call, finish = _plan(op)
+        return finish(await self._async._run(call))
+
+
+def _plan(op: Op) -> tuple[Call[Any], Callable[[Any], Result]]:
+    """The one HTTP call an operation is, and how its answer becomes the store's result (the
+    same for the sync and the async client)."""
+    validate_op_namespace(op)
+    if isinstance(op, GetOp):
+        return c.store_get(op.namespace, op.key), lambda found: (
+            _item(found) if found is not None else None
+        )
+    if isinstance(op, PutOp):
+        if op.value is None:
+            return c.store_delete(op.namespace, op.key), lambda _: None
+        return c.store_put(op.namespace, op.key, op.value), lambda _: None
+    if isinstance(op, SearchOp):
+        search = c.store_search(op.namespace_prefix, op.query, _filter(op), op.limit, op.offset)
+        return search, lambda hits: [_search_item(h) for h in hits]
+    if isinstance(op, ListNamespacesOp):
+        prefix, suffix = _conditions(op)
+        listing = c.store_namespaces(prefix, suffix, op.max_depth, op.limit, op.offset)
+        return listing, lambda namespaces: namespaces
+    raise ValueError(f"unknown operation {type(op).__name__}")
