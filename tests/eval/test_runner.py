@@ -300,13 +300,12 @@ async def test_broken_retrieval_fails_the_gate_with_a_breakdown(
 
 
 def _pid_alive(pid: int) -> bool:
+    """True for a running process; a zombie waiting for its reaper has exited, so counts as gone."""
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
         return False
-    except PermissionError:  # alive, owned by the pgserver user
-        return True
-    return True
+    return state not in ("Z", "X")
 
 
 def _start_eval(tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], Path]:
@@ -336,6 +335,22 @@ def _start_eval(tmp_path: Path, name: str) -> tuple[subprocess.Popen[str], Path]
     return process, temp
 
 
+def _ready_postmaster(temp: Path) -> int | None:
+    """The server's pid once it accepts connections, else None.
+
+    postmaster.pid is written in steps, and initdb's single-user backend writes one too; only
+    the real server ends it with the status line "ready".
+    """
+    for found in temp.glob("pgrecall-eval-*/pg/postmaster.pid"):
+        try:
+            lines = found.read_text().splitlines()
+        except FileNotFoundError:
+            return None
+        if len(lines) >= 8 and lines[7].strip() == "ready" and lines[0].isdigit():
+            return int(lines[0])
+    return None
+
+
 def test_interrupted_runs_stop_and_remove_their_database(tmp_path: Path) -> None:
     """Ctrl-C or SIGTERM mid-run: a distinct exit code, no server or data dir left behind."""
     runs = {
@@ -348,9 +363,10 @@ def test_interrupted_runs_stop_and_remove_their_database(tmp_path: Path) -> None
         while len(postmasters) < len(runs) and time.monotonic() < deadline:
             time.sleep(0.2)
             for sig, (_, process, temp) in runs.items():
-                found = list(temp.glob("pgrecall-eval-*/pg/postmaster.pid"))
-                if sig not in postmasters and found and process.poll() is None:
-                    postmasters[sig] = int(found[0].read_text().split()[0])
+                if sig not in postmasters and process.poll() is None:
+                    pid = _ready_postmaster(temp)
+                    if pid is not None:
+                        postmasters[sig] = pid
         assert len(postmasters) == len(runs), "a run never started its database"
         time.sleep(1.0)  # into the run
         for sig, (_, process, _) in runs.items():
@@ -364,7 +380,7 @@ def test_interrupted_runs_stop_and_remove_their_database(tmp_path: Path) -> None
         for _, process, _ in runs.values():
             if process.poll() is None:
                 process.kill()
-                process.wait()
+            process.communicate()  # reaps the child and closes its pipes
 
 
 def _locomo_file(path: Path) -> Path:
