@@ -35,7 +35,8 @@ async def load_into(
                         "role": role,
                         "content": turn.content,
                         "created_at": turn.created_at.isoformat(),
-                        "metadata": {"dia_id": turn.dia_id},
+                        # The turn's speaker, as any multi-party import would name it.
+                        "metadata": {"dia_id": turn.dia_id, "speaker": turn.speaker},
                     }
                 )
             stored = await harness.add_conversation(

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import vector_literal
 from app.repositories.search_index import Source
+from app.retrieval.speakers import usable_speaker
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Candidate:
     reference: str | None
     conversation_id: uuid.UUID | None
     role: str | None
+    speaker: str | None = None  # a message's metadata.speaker, when the writer named one
 
 
 _BM25_SQL = """
@@ -380,7 +382,9 @@ class RetrievalRepository:
         if message_ids:
             rows = await self.session.execute(
                 text(
-                    "SELECT m.id, m.content, m.role, m.created_at, m.conversation_id, m.seq "
+                    "SELECT m.id, m.content, m.role, m.created_at, m.conversation_id, m.seq, "
+                    "CASE WHEN jsonb_typeof(m.metadata -> 'speaker') = 'string' "
+                    "THEN m.metadata ->> 'speaker' END AS speaker "
                     "FROM messages AS m JOIN conversations AS c ON c.id = m.conversation_id "
                     "WHERE m.user_id = :user_id AND c.user_id = :user_id "
                     "AND m.id = ANY(CAST(:ids AS uuid[]))" + when.sql("m")
@@ -398,6 +402,7 @@ class RetrievalRepository:
                     f"conversation:{r.conversation_id}#{r.seq}",
                     r.conversation_id,
                     r.role,
+                    usable_speaker(r.speaker),
                 )
         return out
 

@@ -63,6 +63,11 @@ class RetrievalPreset:
     # time ("yesterday", "last week", a weekday, a date): fused x (1 + when_boost) among the
     # first `rerank_depth` (0 = off). Its answer is the turn that places the event in time.
     when_boost: float = 2.0
+    # A question that names a conversation participant ("What books has Tim read?") prefers
+    # that participant's own turns (messages whose `metadata.speaker` is a name in the
+    # question): fused x (1 + speaker_boost) among the fetched candidates (0 = off). Messages
+    # without a speaker are never moved.
+    speaker_boost: float = 1.0
     # Diversification: at most this many items of one conversation in the first
     # `diversify_depth` places (0 = off); the best item always stays first.
     conversation_cap: int = 0
@@ -96,7 +101,8 @@ PRESETS: dict[str, RetrievalPreset] = {
     # The ranking without the time preference (what a caller who wants no date reading gets).
     "untimed": DEFAULT.with_(name="untimed", time_boost=0.0, time_mention_slack_days=0.0),
     # The ranking without issue 13's question-reading stages (time preference, when-questions,
-    # answers inheriting relevance): the reference for their latency cost (eval/bench).
+    # answers inheriting relevance, named speakers): the reference for their latency cost
+    # (eval/bench).
     "baseline": DEFAULT.with_(
         name="baseline",
         time_boost=0.0,
@@ -104,6 +110,7 @@ PRESETS: dict[str, RetrievalPreset] = {
         when_boost=0.0,
         answer_relevance=0.0,
         answer_weight=0.0,
+        speaker_boost=0.0,
     ),
     "rrf_equal": DEFAULT.with_(
         name="rrf_equal", fusion="rrf", keyword_weight=1.0, vector_weight=1.0
