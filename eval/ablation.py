@@ -93,6 +93,7 @@ BEFORE = DEFAULT.with_(
     when_boost=0.0,
     answer_relevance=0.0,
     answer_weight=0.0,
+    speaker_boost=0.0,
 )
 PLAN_RANKING: list[RetrievalPreset] = [
     BEFORE,
@@ -112,6 +113,10 @@ PLAN_RANKING: list[RetrievalPreset] = [
     BEFORE.with_(name="answers inherit relevance 1.0", answer_relevance=1.0),
     BEFORE.with_(name="answers inherit 0.9 of the fused score", answer_weight=0.9),
     BEFORE.with_(name="answers inherit 1.0 of the fused score", answer_weight=1.0),
+    BEFORE.with_(name="named speakers x1.5", speaker_boost=0.5),
+    BEFORE.with_(name="named speakers x2", speaker_boost=1.0),
+    BEFORE.with_(name="named speakers x3", speaker_boost=2.0),
+    DEFAULT.with_(name="default without named speakers", speaker_boost=0.0),
     DEFAULT,
 ]
 
