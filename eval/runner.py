@@ -71,6 +71,7 @@ class Options:
     tracking_uri: str | None
     progress: bool = True
     overrides: tuple[str, ...] = ()  # FIELD=VALUE assignments on the preset
+    samples: tuple[str, ...] = ()  # LoCoMo: only these conversations (sample ids); () = all
 
 
 @dataclass
@@ -128,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--min-score", type=_unit_float,
                         help="LoCoMo only: min_score of each query (default 0.0, so the full "
                              "ranking is measured, not the relevance cut-off)")
+    parser.add_argument("--samples", nargs="+", metavar="SAMPLE_ID", default=[],
+                        help="LoCoMo only: only these conversations (e.g. conv-26 conv-42), to "
+                             "judge a change on a held-out part of the set")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bars")
     return parser
@@ -140,12 +144,19 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     if args.dataset == "locomo" and args.path is None:
         parser.error("--dataset locomo needs --path FILE "
                      "(e.g. ../shared/datasets/locomo/locomo-dev.json)")
+    if args.dataset == "memory" and args.samples:
+        parser.error("--samples applies to --dataset locomo only")
     if args.dataset == "memory" and args.min_score is not None:
         parser.error("--min-score applies to --dataset locomo only (the golden set uses the "
                      "service's own min_relevance, as agents do)")
     path = args.path or golden_run.DEFAULT_PATH
     if not path.is_file():
         parser.error(f"dataset file not found: {path}")
+    if args.samples:
+        try:
+            _only_samples(locomo_run.load(path), args.samples)
+        except ValueError as exc:
+            parser.error(f"--samples: {exc}")
     try:
         with_overrides(get_preset(args.preset or "default"), args.overrides)
     except ValueError as exc:
@@ -154,7 +165,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         dataset=args.dataset, path=path, preset=args.preset, out=args.out, mlflow=args.mlflow,
         limit=args.limit, min_score=args.min_score if args.min_score is not None else 0.0,
         tracking_uri=args.tracking_uri, progress=args.progress,
-        overrides=tuple(args.overrides),
+        overrides=tuple(args.overrides), samples=tuple(args.samples),
     )
 
 
@@ -221,6 +232,7 @@ def base_params(options: Options, settings: Settings) -> dict[str, object]:
         "git_commit": git_commit(),
         "git_dirty": git_dirty(),
         "limit": options.limit if options.limit is not None else "all",
+        "samples": ",".join(options.samples) or "all",
     }
 
 
@@ -249,6 +261,20 @@ async def run_memory(options: Options, settings: Settings) -> DatasetRun:
         breakdown=golden_run.render_breakdown(outcomes, K),
         failure_details={o.case.id: golden_run.failure_details(o, K) for o in failing},
     )
+
+
+def _only_samples(
+    conversations: Sequence[Conversation], samples: Sequence[str]
+) -> list[Conversation]:
+    """The conversations named by sample id (all when none are named); ValueError names the
+    unknown ones and the known ones."""
+    if not samples:
+        return list(conversations)
+    known = {c.sample_id for c in conversations}
+    unknown = sorted(set(samples) - known)
+    if unknown:
+        raise ValueError(f"unknown LoCoMo samples {unknown}; known: {sorted(known)}")
+    return [c for c in conversations if c.sample_id in samples]
 
 
 def _limit_questions(
@@ -320,7 +346,9 @@ def render_tool_path(tool: Summary, ranking: Summary, tool_results: Sequence[Cas
 
 async def run_locomo(options: Options, settings: Settings) -> DatasetRun:
     """LoCoMo through POST /v1/memory/query; report only (no blocking gate)."""
-    conversations = _limit_questions(locomo_run.load(options.path), options.limit)
+    conversations = _limit_questions(
+        _only_samples(locomo_run.load(options.path), options.samples), options.limit
+    )
     questions = sum(len(c.questions) for c in conversations)
     async with running_service(settings) as harness:
         _apply_preset(harness, run_preset(options, settings))

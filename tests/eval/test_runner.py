@@ -23,10 +23,10 @@ from app.db import user_session
 from app.repositories.memory import MemoryRepository
 from app.retrieval.budget import TRUNCATION_MARK, count_tokens
 from app.retrieval.presets import PRESETS
-from eval import golden_run
+from eval import golden_run, locomo_run
 from eval.golden_run import Returned, judge, match_expected, ranked_keys
 from eval.harness import running_service
-from eval.runner import eval_settings, main, parse_args, run
+from eval.runner import _only_samples, eval_settings, main, parse_args, run
 
 REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = {
@@ -442,3 +442,17 @@ async def test_locomo_reports_without_gating(
     # Unambiguous questions over six turns: the evidence turn is ranked first.
     first = next(r for r in rows if r["case_id"] == "tiny-1-q0")
     assert json.loads(first["ranked"])[0] == "D1:1"
+
+
+def test_samples_pick_conversations_and_unknown_ones_are_refused(tmp_path: Path) -> None:
+    path = _locomo_file(tmp_path / "tiny.json")
+    options = parse_args(["--dataset", "locomo", "--path", str(path), "--samples", "tiny-1"])
+    assert options.samples == ("tiny-1",)
+    with pytest.raises(SystemExit) as refused:
+        parse_args(["--dataset", "locomo", "--path", str(path), "--samples", "tiny-2"])
+    assert refused.value.code == 2
+    with pytest.raises(SystemExit):
+        parse_args(["--dataset", "memory", "--samples", "tiny-1"])
+    conversations = locomo_run.load(path)
+    assert [c.sample_id for c in _only_samples(conversations, ["tiny-1"])] == ["tiny-1"]
+    assert _only_samples(conversations, []) == conversations
