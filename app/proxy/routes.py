@@ -32,6 +32,7 @@ from app.observability import correlation_id_var
 from app.proxy.schemas import ChatRequest, message_text
 from app.proxy.stream import Relay, RelayResponse
 from app.proxy.upstream import ChatUpstream
+from app.retrieval.speakers import usable_speaker
 from app.schemas.common import MAX_CONTENT_CHARS
 from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
@@ -80,9 +81,15 @@ async def proxy_user(
 ProxyUserDep = Annotated[str, Depends(proxy_user)]
 
 
-def _storable(text: str, field: str) -> MessageCreate:
+def _storable(text: str, field: str, name: object = None) -> MessageCreate:
+    """The user turn to store; the message's OpenAI `name` (a participant) becomes its
+    `metadata.speaker`, which ranking reads (docs/retrieval.md, named speakers)."""
+    metadata: dict[str, Any] = {"source": "chat_proxy"}
+    speaker = usable_speaker(name)
+    if speaker is not None:
+        metadata["speaker"] = speaker
     try:
-        return MessageCreate(role="user", content=text, metadata={"source": "chat_proxy"})
+        return MessageCreate(role="user", content=text, metadata=metadata)
     except ValidationError as exc:
         reason = exc.errors()[0].get("msg", "invalid")
         raise ValidationFailedError(f"{field}: {reason}", field=field) from None
@@ -188,7 +195,11 @@ async def chat_completions(
     # Only a request that ends with the user's message has a new user turn (a tool-call loop
     # resends the same user message; it was stored the first time).
     user_turn = (
-        _storable(message_text(last), f"body.messages.{len(body.messages) - 1}.content")
+        _storable(
+            message_text(last),
+            f"body.messages.{len(body.messages) - 1}.content",
+            (last.model_extra or {}).get("name"),
+        )
         if last.role == "user"
         else None
     )

@@ -133,3 +133,33 @@ async def test_tool_call_round_stores_no_second_user_turn(
         "It is 12:00.",
     ]
     assert upstream.seen[1].body["messages"][-1]["tool_call_id"] == "c1"  # passed through
+
+
+async def test_a_named_user_message_is_stored_with_its_speaker(
+    make_client: Callable[..., Any], upstream: Upstream, user_id: str
+) -> None:
+    """OpenAI's `name` on a message (a participant of a group chat) becomes metadata.speaker,
+    which the ranking's named-speaker stage reads; an odd name is not stored."""
+    upstream.answers.extend([Answer(text="Noted."), Answer(text="Noted too.")])
+    headers = {"X-User-Id": user_id}
+    async with make_client(chat_upstream_url=upstream.base) as (client, _):
+        first = await client.post(
+            CHAT,
+            json={"model": "m", "messages": [{"role": "user", "name": "Tim", "content": "Hi"}]},
+            headers=headers,
+        )
+        cid = first.headers["x-pgrecall-conversation-id"]
+        await client.post(
+            CHAT,
+            json={
+                "model": "m",
+                "messages": [{"role": "user", "name": ["x"], "content": "Again"}],
+                "memory": {"conversation_id": cid},
+            },
+            headers=headers,
+        )
+        messages = await client.get(f"/v1/conversations/{cid}/messages", headers=headers)
+    items = messages.json()["items"]
+    assert items[0]["metadata"] == {"source": "chat_proxy", "speaker": "Tim"}
+    assert "speaker" not in items[2]["metadata"]
+    assert upstream.seen[0].body["messages"][0]["name"] == "Tim"  # forwarded as sent
