@@ -12,6 +12,19 @@ T = TypeVar("T")
 DEFAULT_TIMEOUT = 30.0
 
 
+def pool(max_connections: int | None, http: object | None) -> dict[str, Any]:
+    """The keyword arguments sizing the client's own connection pool: httpx's default, or
+    `max_connections` connections all kept alive (a load driver holding its concurrency)."""
+    if max_connections is None:
+        return {}
+    if http is not None:
+        raise ValueError("max_connections sizes the client's own pool: size `http` instead")
+    if max_connections < 1:
+        raise ValueError("max_connections must be at least 1")
+    n = max_connections
+    return {"limits": httpx.Limits(max_connections=n, max_keepalive_connections=n)}
+
+
 class Base:
     def __init__(
         self,
@@ -41,8 +54,9 @@ class Base:
             call.method,
             self.base_url + call.path,
             json=call.json,
+            data=call.form,
             params=call.params,
-            headers=self._headers(call),
+            headers=self._headers(call) if call.identity else None,
         )
 
     @staticmethod

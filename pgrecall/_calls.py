@@ -118,6 +118,10 @@ def delete_messages(conversation_id: Ident) -> Call[int]:
     )
 
 
+def health() -> Call[dict[str, Any]]:
+    return Call("GET", "/health", as_json, idempotent=True)
+
+
 def ready() -> Call[dict[str, Any]]:
     # A 503 here is the answer (not ready), not a failure to retry.
     return Call("GET", "/ready", as_json, expect=frozenset({200, 503}))

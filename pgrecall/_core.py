@@ -80,7 +80,11 @@ class Call(Generic[T]):
     parse: Callable[[httpx.Response], T]
     json: Any = None
     params: Mapping[str, Any] | None = None
+    # An HTML form post (the admin console) instead of a JSON body.
+    form: Mapping[str, str] | None = None
     admin: bool = False
+    # Send the client's key and user id; the console signs in with a cookie instead.
+    identity: bool = True
     # Reads and PUT-style writes: repeating them changes nothing.
     idempotent: bool = False
     expect: frozenset[int] = field(default_factory=lambda: frozenset({200, 201, 204}))

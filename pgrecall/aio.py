@@ -8,15 +8,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime
+from functools import cached_property
 from typing import Any, TypeVar
 
 import httpx
 
 from pgrecall import _calls as c
 from pgrecall import types as t
-from pgrecall._base import DEFAULT_TIMEOUT, Base
+from pgrecall._base import DEFAULT_TIMEOUT, Base, pool
 from pgrecall._calls import Ident, Item, TimeFilters
 from pgrecall._core import Call, RetryPolicy, retry_delay
+from pgrecall.console import AsyncConsole
 
 T = TypeVar("T")
 
@@ -34,11 +36,13 @@ class AsyncClient(Base):
         timeout: float = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
         http: httpx.AsyncClient | None = None,
+        max_connections: int | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         super().__init__(base_url, user_id, api_key, admin_key, retry)
         self._owns_http = http is None
-        self._http = http or httpx.AsyncClient(timeout=timeout)
+        sizing = pool(max_connections, http)
+        self._http = http or httpx.AsyncClient(timeout=timeout, **sizing)
         self._sleep = sleep
 
     @classmethod
@@ -65,6 +69,11 @@ class AsyncClient(Base):
         )
         client._owns_http = True
         return client
+
+    @cached_property
+    def console(self) -> AsyncConsole:
+        """The admin console (sign in with the admin key, fetch pages, post forms)."""
+        return AsyncConsole(self)
 
     def as_user(self, user_id: str) -> AsyncClient:
         """The same client acting for another user (shares the connection pool)."""
@@ -215,6 +224,10 @@ class AsyncClient(Base):
     ) -> list[tuple[str, ...]]:
         """The user's store namespaces ('*' in prefix or suffix matches any label)."""
         return await self._run(c.store_namespaces(prefix, suffix, max_depth, limit, offset))
+
+    async def health(self) -> dict[str, Any]:
+        """GET /health: the process is up (no database work)."""
+        return await self._run(c.health())
 
     async def ready(self) -> dict[str, Any]:
         """GET /ready: database reachable and migrated, Redis state (200 or 503 body)."""

@@ -12,7 +12,10 @@ store's get/search/namespaces) or an idempotent write (session goal, forget/rate
 delete, clearing messages, admin create/update/delete/restore: the service deduplicates memories
 by text), and a 503 on any other write (new conversations and messages, save_memory, popping
 the newest message) only when its body says nothing was stored (DatabaseUnavailableError,
-EmbeddingError); connection failures before the request was sent.
+EmbeddingError); connection failures before the request was sent. `RetryPolicy(max_retries=0)`
+turns retries off (load drivers measure each request once); `max_connections` sizes the
+client's own pool (all of them kept alive). `client.console` drives the admin console (sign in,
+pages as HTML, forms): see pgrecall/console.py.
 """
 
 from __future__ import annotations
@@ -20,18 +23,27 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
+from functools import cached_property
 from typing import Any, TypeVar
 
 import httpx
 
 from pgrecall import _calls as c
 from pgrecall import types as t
-from pgrecall._base import DEFAULT_TIMEOUT, Base
+from pgrecall._base import DEFAULT_TIMEOUT, Base, pool
 from pgrecall._calls import Ident, Item, TimeFilters
 from pgrecall._core import Call, PgrecallError, RetryPolicy, retry_delay
 from pgrecall.aio import AsyncClient
+from pgrecall.console import Console, ConsolePage
 
-__all__ = ["AsyncClient", "Client", "PgrecallError", "RetryPolicy", "TimeFilters"]
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "ConsolePage",
+    "PgrecallError",
+    "RetryPolicy",
+    "TimeFilters",
+]
 
 T = TypeVar("T")
 
@@ -49,12 +61,19 @@ class Client(Base):
         timeout: float = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
         http: httpx.Client | None = None,
+        max_connections: int | None = None,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         super().__init__(base_url, user_id, api_key, admin_key, retry)
         self._owns_http = http is None
-        self._http = http or httpx.Client(timeout=timeout)
+        sizing = pool(max_connections, http)
+        self._http = http or httpx.Client(timeout=timeout, **sizing)
         self._sleep = sleep
+
+    @cached_property
+    def console(self) -> Console:
+        """The admin console (sign in with the admin key, fetch pages, post forms)."""
+        return Console(self)
 
     def as_user(self, user_id: str) -> Client:
         """The same client acting for another user (shares the connection pool)."""
@@ -202,6 +221,10 @@ class Client(Base):
     ) -> list[tuple[str, ...]]:
         """The user's store namespaces ('*' in prefix or suffix matches any label)."""
         return self._run(c.store_namespaces(prefix, suffix, max_depth, limit, offset))
+
+    def health(self) -> dict[str, Any]:
+        """GET /health: the process is up (no database work)."""
+        return self._run(c.health())
 
     def ready(self) -> dict[str, Any]:
         """GET /ready: database reachable and migrated, Redis state (200 or 503 body)."""

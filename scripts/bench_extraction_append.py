@@ -2,7 +2,8 @@
 """Benchmark: does PGRECALL_EXTRACTION=llm slow appending down? (prints figures)
 
 Starts an embedded Postgres in a temp dir and two copies of the app in this process (ASGI, no
-sockets, no Redis, the real local embedder): one with extraction off, one with it on (jobs
+sockets, no Redis, the real local embedder), each driven by the project's client
+(`AsyncClient.for_app`, retries off): one with extraction off, one with it on (jobs
 queued, no worker tasks: only the append path is measured). The two are timed interleaved, in
 random order per round, so machine load hits both alike:
   single  POST /v1/conversations/{id}/messages (one user turn)
@@ -26,11 +27,9 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
-
-import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -44,6 +43,10 @@ from app.embedded import EmbeddedPostgres  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.migrate import upgrade_head  # noqa: E402
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user  # noqa: E402
+from pgrecall.client import AsyncClient, PgrecallError, RetryPolicy  # noqa: E402
+
+# Each append is timed once: a retried 503 would hide in the latency.
+NO_RETRY = RetryPolicy(max_retries=0)
 
 WORDS = [
     "garden",
@@ -70,27 +73,30 @@ def pct(values: list[float], q: float) -> float:
 
 
 @asynccontextmanager
-async def client(settings: Settings, embedder: LocalEmbedder) -> AsyncIterator[httpx.AsyncClient]:
+async def client(
+    settings: Settings, embedder: LocalEmbedder, user: str
+) -> AsyncIterator[AsyncClient]:
+    """The project's client on an app in this process (ASGI: no socket), acting for `user`."""
     app = create_app(settings, embedder=embedder)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as c:
-            yield c
+    async with (
+        app.router.lifespan_context(app),
+        AsyncClient.for_app(app, user_id=user, retry=NO_RETRY) as c,
+    ):
+        yield c
 
 
-async def conversation(c: httpx.AsyncClient, user: str) -> str:
-    r = await c.post("/v1/conversations", json={"title": "bench"}, headers={"X-User-Id": user})
-    r.raise_for_status()
-    return str(r.json()["id"])
+async def conversation(c: AsyncClient) -> str:
+    return str((await c.create_conversation("bench")).id)
 
 
-async def timed(c: httpx.AsyncClient, url: str, body: dict[str, object], user: str) -> float:
+async def timed(append: Awaitable[object]) -> float:
+    """Milliseconds until the append is stored (201); a refused one stops the benchmark."""
     start = time.perf_counter()
-    r = await c.post(url, json=body, headers={"X-User-Id": user})
-    elapsed = (time.perf_counter() - start) * 1000
-    if r.status_code != 201:
-        raise SystemExit(f"append failed: {r.status_code} {r.text}")
-    return elapsed
+    try:
+        await append
+    except PgrecallError as exc:
+        raise SystemExit(f"append failed: {exc}") from exc
+    return (time.perf_counter() - start) * 1000
 
 
 def report(name: str, off: list[float], on: list[float]) -> None:
@@ -166,24 +172,23 @@ async def main(args: argparse.Namespace) -> None:
             }
         )
         embedder = LocalEmbedder()
+        users = {
+            "off": f"bench-off-{uuid.uuid4().hex[:8]}",
+            "on": f"bench-on-{uuid.uuid4().hex[:8]}",
+        }
         async with AsyncExitStack() as stack:
-            off = await stack.enter_async_context(client(base, embedder))
-            on = await stack.enter_async_context(client(on_settings, embedder))
-            users = {
-                "off": f"bench-off-{uuid.uuid4().hex[:8]}",
-                "on": f"bench-on-{uuid.uuid4().hex[:8]}",
-            }
+            off = await stack.enter_async_context(client(base, embedder, users["off"]))
+            on = await stack.enter_async_context(client(on_settings, embedder, users["on"]))
             clients = {"off": off, "on": on}
-            cids = {k: await conversation(clients[k], users[k]) for k in clients}
+            cids = {k: await conversation(clients[k]) for k in clients}
             single: dict[str, list[float]] = {"off": [], "on": []}
             bulk: dict[str, list[float]] = {"off": [], "on": []}
             for n in range(args.warmup + args.rounds):
                 order = ["off", "on"]
                 rng.shuffle(order)
-                body = {"role": "user", "content": sentence(rng)}
+                content = sentence(rng)
                 for k in order:
-                    url = f"/v1/conversations/{cids[k]}/messages"
-                    ms = await timed(clients[k], url, body, users[k])
+                    ms = await timed(clients[k].append_message(cids[k], "user", content))
                     if n >= args.warmup:
                         single[k].append(ms)
             for n in range(args.bulk_rounds):
@@ -194,8 +199,7 @@ async def main(args: argparse.Namespace) -> None:
                     for i in range(args.bulk)
                 ]
                 for k in order:
-                    url = f"/v1/conversations/{cids[k]}/messages:bulk"
-                    ms = await timed(clients[k], url, {"messages": turns}, users[k])
+                    ms = await timed(clients[k].import_messages(cids[k], turns))
                     if n > 0:  # the first round warms up
                         bulk[k].append(ms)
         enqueue = await time_enqueue(owner, users["off"], cids["off"], args.rounds)

@@ -1,4 +1,8 @@
-"""Load: realistic questions for a mix of users, sent over HTTP at fixed concurrency."""
+"""Load: realistic questions for a mix of users, sent over HTTP at fixed concurrency.
+
+Requests go through the project's client (`pgrecall.client.AsyncClient`), built by the caller
+with retries off (`NO_RETRY`): each sample is one request, as the service answered it.
+"""
 
 from __future__ import annotations
 
@@ -8,13 +12,13 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
 import numpy as np
 
 from eval.bench.store import Store
+from pgrecall.client import AsyncClient, PgrecallError, RetryPolicy
 
-TOOL = "/v1/tools/query_memory"
-TIMED = "/v1/memory/query"
+# A benchmark measures each request once: a retried 503 would hide the failure in a latency.
+NO_RETRY = RetryPolicy(max_retries=0)
 
 
 @dataclass(frozen=True)
@@ -67,23 +71,22 @@ class _Sample:
     returned: int
 
 
-async def _one(client: httpx.AsyncClient, query: BenchQuery) -> _Sample:
+async def _one(client: AsyncClient, query: BenchQuery) -> _Sample:
+    """One query_memory call; an error answer is a failed sample, a broken connection stops."""
     started = time.perf_counter()
-    response = await client.post(
-        TOOL, json={"query": query.text}, headers={"X-User-Id": query.user_id}
-    )
+    try:
+        body = await client.as_user(query.user_id).query_memory(query.text)
+    except PgrecallError as exc:
+        if exc.status == 0:  # no answer at all (connection or timeout): the run is broken
+            raise
+        return _Sample((time.perf_counter() - started) * 1000, query.big, False, 0)
     latency = (time.perf_counter() - started) * 1000
-    ok = response.status_code == 200
-    returned = 0
-    if ok:
-        body = response.json()
-        ok = body["metadata"].get("error") is None and body["metadata"].get("degraded") is None
-        returned = len(body["memories"])
-    return _Sample(latency, query.big, ok, returned)
+    ok = body.metadata.error is None and body.metadata.degraded is None
+    return _Sample(latency, query.big, ok, len(body.memories))
 
 
 async def run_level(
-    client: httpx.AsyncClient,
+    client: AsyncClient,
     queries: list[BenchQuery],
     *,
     concurrency: int,
@@ -125,7 +128,7 @@ async def run_level(
 
 
 async def timing_breakdown(
-    client: httpx.AsyncClient,
+    client: AsyncClient,
     queries: list[BenchQuery],
     samples: int,
     *,
@@ -143,16 +146,12 @@ async def timing_breakdown(
     retrieval: list[float] = []
     for query in queries[:samples]:
         started = time.perf_counter()
-        response = await client.post(
-            TIMED,
-            json={"query": query.text, "limit": limit, "min_score": min_score},
-            headers={"X-User-Id": query.user_id},
+        body = await client.as_user(query.user_id).memory_query(
+            query.text, limit=limit, min_score=min_score
         )
         total.append((time.perf_counter() - started) * 1000)
-        response.raise_for_status()
-        body = response.json()
-        embedding.append(body["query_embedding_ms"])
-        retrieval.append(body["retrieval_ms"])
+        embedding.append(body.query_embedding_ms)
+        retrieval.append(body.retrieval_ms)
     mean_total = float(np.mean(total))
     mean_embedding = float(np.mean(embedding)) + 0.5
     mean_retrieval = float(np.mean(retrieval)) + 0.5

@@ -23,15 +23,16 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import asyncpg
-import httpx
 import typer
 
 from app.migrate import upgrade_head
 from app.observability import configure_logging
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
+from eval.bench.drive import NO_RETRY
 from eval.bench.server import start_server
 from eval.bench.store import create_database, database
 from eval.datasets.locomo import Conversation, load_locomo
+from pgrecall.client import AsyncClient
 
 log = logging.getLogger("eval.bench")
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,20 +40,16 @@ LOCOMO = ROOT.parent / "shared/datasets/locomo/locomo-dev.json"
 TABLES = ("memory_items", "messages", "conversations", "search_postings", "search_stats")
 
 
-async def import_conversation(client: httpx.AsyncClient, user_id: str, conv: Conversation) -> float:
+async def import_conversation(client: AsyncClient, user_id: str, conv: Conversation) -> float:
     """Each LoCoMo session as a conversation of `user_id`, turns via messages:bulk; seconds."""
     started = time.perf_counter()
-    headers = {"X-User-Id": user_id}
+    user = client.as_user(user_id)
     sessions: dict[int, list[Any]] = {}
     for turn in conv.turns:
         sessions.setdefault(turn.session, []).append(turn)
     speakers: dict[str, str] = {}
     for number, turns in sorted(sessions.items()):
-        response = await client.post(
-            "/v1/conversations", json={"title": f"session {number}"}, headers=headers
-        )
-        response.raise_for_status()
-        cid = response.json()["id"]
+        conversation = await user.create_conversation(f"session {number}")
         messages = [
             {
                 "role": speakers.setdefault(t.speaker, "user" if not speakers else "assistant"),
@@ -62,30 +59,20 @@ async def import_conversation(client: httpx.AsyncClient, user_id: str, conv: Con
             }
             for t in turns
         ]
-        response = await client.post(
-            f"/v1/conversations/{cid}/messages:bulk", json={"messages": messages}, headers=headers
-        )
-        response.raise_for_status()
+        await user.import_messages(conversation.id, messages)
     return time.perf_counter() - started
 
 
-async def ask(
-    client: httpx.AsyncClient, user_id: str, questions: list[str]
-) -> dict[str, list[float]]:
+async def ask(client: AsyncClient, user_id: str, questions: list[str]) -> dict[str, list[float]]:
     """/v1/memory/query per question, one client with keep-alive: latency and the stages."""
     out: dict[str, list[float]] = {"total": [], "embedding": [], "database": []}
+    user = client.as_user(user_id)
     for q in questions:
         t = time.perf_counter()
-        response = await client.post(
-            "/v1/memory/query",
-            json={"query": q, "limit": 10},
-            headers={"X-User-Id": user_id},
-        )
+        answer = await user.memory_query(q, limit=10)
         out["total"].append((time.perf_counter() - t) * 1000)
-        response.raise_for_status()
-        meta = response.json()
-        out["embedding"].append(float(meta.get("query_embedding_ms") or 0))
-        out["database"].append(float(meta.get("retrieval_ms") or 0))
+        out["embedding"].append(float(answer.query_embedding_ms))
+        out["database"].append(float(answer.retrieval_ms))
     return out
 
 
@@ -195,7 +182,7 @@ async def _run(users: int, questions: int, out: Path, settings: dict[str, str]) 
             with_user(db.url, DEFAULT_APP_ROLE), out / "server-fresh.log", settings
         )
         try:
-            async with httpx.AsyncClient(base_url=server.base_url, timeout=60.0) as client:
+            async with AsyncClient(server.base_url, timeout=60.0, retry=NO_RETRY) as client:
                 # Background users with statistics, as in a service that has been running.
                 for conv in conversations[:2]:
                     await import_conversation(client, f"settled-{conv.sample_id}", conv)

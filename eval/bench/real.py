@@ -43,7 +43,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import asyncpg
-import httpx
 import numpy as np
 import typer
 
@@ -75,13 +74,14 @@ from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService, Priority
 from app.services.query import QueryRequest, time_preference
-from eval.bench.drive import BenchQuery, percentiles, run_level, timing_breakdown
+from eval.bench.drive import NO_RETRY, BenchQuery, percentiles, run_level, timing_breakdown
 from eval.bench.fresh import import_conversation
 from eval.bench.run import _cpu, _cpu_per_request
 from eval.bench.server import start_server
 from eval.bench.store import _schema_fingerprint, create_database, database
 from eval.bench.vocabulary import PEOPLE
 from eval.datasets.locomo import Conversation, Turn, load_locomo
+from pgrecall.client import AsyncClient
 
 log = logging.getLogger("eval.bench")
 ROOT = Path(__file__).resolve().parents[2]
@@ -472,15 +472,10 @@ async def ann_recall(
 # ---------------------------------------------------------------- run
 
 
-async def _service_ids(client: httpx.AsyncClient, q: BenchQuery) -> tuple[list[str], float]:
+async def _service_ids(client: AsyncClient, q: BenchQuery) -> tuple[list[str], float]:
     t = time.perf_counter()
-    r = await client.post(
-        "/v1/memory/query",
-        json={"query": q.text, "limit": 10, "min_score": 0.0},
-        headers={"X-User-Id": q.user_id},
-    )
-    r.raise_for_status()
-    return [i["id"] for i in r.json()["items"]], (time.perf_counter() - t) * 1000
+    answer = await client.as_user(q.user_id).memory_query(q.text, limit=10, min_score=0.0)
+    return [i.id for i in answer.items], (time.perf_counter() - t) * 1000
 
 
 async def run(
@@ -543,9 +538,8 @@ async def run(
             with_user(db.url, DEFAULT_APP_ROLE), out / f"server-real-{items}.log", settings
         )
         try:
-            limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-            async with httpx.AsyncClient(
-                base_url=server.base_url, timeout=30.0, limits=limits
+            async with AsyncClient(
+                server.base_url, timeout=30.0, retry=NO_RETRY, max_connections=64
             ) as client:
                 await run_level(
                     client, qs, concurrency=1, requests=30, time_cap_s=60, offset=len(qs) // 2

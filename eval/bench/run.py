@@ -14,18 +14,18 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
-import httpx
 import numpy as np
 import numpy.typing as npt
 
 from app.config import load_settings
 from app.retrieval.presets import get_preset
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
-from eval.bench.drive import make_queries, run_level, timing_breakdown
+from eval.bench.drive import NO_RETRY, make_queries, run_level, timing_breakdown
 from eval.bench.recall import VectorSearch, measure_recall
 from eval.bench.report import result_path, write_result
 from eval.bench.server import Server, cpu_seconds, start_server
 from eval.bench.store import Store, build_store
+from pgrecall.client import AsyncClient
 
 log = logging.getLogger("eval.bench")
 Embed = Callable[[list[str]], npt.NDArray[np.float32]]
@@ -161,9 +161,8 @@ async def run_size(server_url: str, items: int, embed: Embed, cfg: BenchConfig) 
     idle_rss = server.rss()
     sampler = asyncio.create_task(server.sample_rss())
     try:
-        limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
-        async with httpx.AsyncClient(
-            base_url=server.base_url, timeout=30.0, limits=limits
+        async with AsyncClient(
+            server.base_url, timeout=30.0, retry=NO_RETRY, max_connections=256
         ) as client:
             await run_level(
                 client,

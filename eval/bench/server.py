@@ -15,8 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
-import httpx
 import psutil
+
+from pgrecall.client import AsyncClient, PgrecallError, RetryPolicy
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -146,14 +147,16 @@ async def start_server(
         start_new_session=True,
     )
     server = Server(process, f"http://127.0.0.1:{port}", log)
-    async with httpx.AsyncClient(base_url=server.base_url, timeout=2.0) as client:
+    # This loop is the retry: each probe is one request (not listening yet = PgrecallError).
+    probe = AsyncClient(server.base_url, timeout=2.0, retry=RetryPolicy(max_retries=0))
+    async with probe:
         while True:
             if process.poll() is not None:
                 server.stop()
                 raise RuntimeError(f"server exited with {process.returncode}; see {log_path}")
-            with contextlib.suppress(httpx.TransportError):
-                if (await client.get("/health")).status_code == 200:
-                    break
+            with contextlib.suppress(PgrecallError):
+                await probe.health()
+                break
             if time.perf_counter() - started > timeout_s:
                 server.stop()
                 raise RuntimeError(f"server not healthy after {timeout_s:.0f}s; see {log_path}")

@@ -144,6 +144,26 @@ async def test_auth_keys_are_sent(make_pgrecall: Callable[..., Any], user_id: st
         assert forbidden.value.status == 403
 
 
+async def test_async_console_signs_in_and_reads_pages(
+    make_pgrecall: Callable[..., Any], user_id: str
+) -> None:
+    keys = {"admin_api_key": SecretStr("adm-key")}
+    async with make_pgrecall(user_id, settings=keys, admin_key="adm-key") as pgr:
+        assert await pgr.health() == {"status": "ok"}
+        await pgr.create_memory({"user_id": user_id, "content": "Uses tabs", "type": "fact"})
+        await pgr.console.login()
+        page = await pgr.console.page("/user", {"user": user_id})
+        assert page.status == 200 and "Uses tabs" in page.html
+        created = await pgr.console.submit(
+            "/memory/create", {"content": "Uses spaces in YAML", "type": "fact"}, {"user": user_id}
+        )
+        assert created.status == 303 and created.location is not None
+        assert [m.content for m in (await pgr.list_memories(user_id)).items] == [
+            "Uses spaces in YAML",
+            "Uses tabs",
+        ]
+
+
 async def test_write_is_retried_across_a_postgres_outage(
     make_pgrecall: Callable[..., Any], restore_pg: EmbeddedPostgres, user_id: str
 ) -> None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from pgrecall import types as t
-from pgrecall.client import Client, PgrecallError
+from pgrecall.client import AsyncClient, Client, PgrecallError, RetryPolicy
 from tests.served import Served, serving
 
 KEYS = {"PGRECALL_API_KEY": "svc-key", "PGRECALL_ADMIN_API_KEY": "adm-key"}
@@ -57,3 +58,47 @@ def test_sync_client_wrong_key(served: Served) -> None:
     ):
         pgr.list_conversations()
     assert (denied.value.status, denied.value.error) == (403, "PermissionDeniedError")
+
+
+def test_health_and_the_console_as_an_admin_drives_it(served: Served) -> None:
+    with Client(
+        served.base,
+        user_id="carol",
+        api_key="svc-key",
+        admin_key="adm-key",
+        retry=RetryPolicy(max_retries=0),
+        max_connections=2,
+    ) as pgr:
+        assert pgr.health() == {"status": "ok"}
+        with pytest.raises(PgrecallError) as anonymous:
+            pgr.console.page("/users")
+        assert anonymous.value.status == 303  # sent to the sign-in page, not followed
+        with pytest.raises(RuntimeError, match="sign in first"):
+            pgr.console.submit("/ask", {"query": "anything"}, {"user": "carol"})
+        with pytest.raises(PgrecallError) as wrong:
+            pgr.console.login("not-the-admin-key")
+        assert wrong.value.status == 401 and "wrong admin key" in wrong.value.detail
+
+        pgr.console.login()
+        fact = "Carol keeps the backups on a NAS called vault"
+        pgr.create_memory({"user_id": "carol", "content": fact, "type": "fact"})
+        users = pgr.console.page("/users", {"q": "carol"})
+        assert users.status == 200 and ">carol<" in users.html
+        answer = pgr.console.submit("/ask", {"query": "where are the backups?"}, {"user": "carol"})
+        assert answer.status == 200 and "vault" in answer.html
+        pgr.console.csrf = "forged"
+        with pytest.raises(PgrecallError) as forged:
+            pgr.console.submit("/ask", {"query": "where are the backups?"}, {"user": "carol"})
+        assert forged.value.status == 403
+        with pytest.raises(ValueError, match="single '/'"):
+            pgr.console.page("//elsewhere.example/users")
+
+
+def test_max_connections_sizes_the_clients_own_pool_only() -> None:
+    with Client("http://127.0.0.1:9", max_connections=3) as pgr:
+        assert pgr._http._transport._pool._max_connections == 3  # type: ignore[attr-defined]
+        assert pgr._http._transport._pool._max_keepalive_connections == 3  # type: ignore[attr-defined]
+    with httpx.Client() as http, pytest.raises(ValueError, match="size `http`"):
+        Client("http://127.0.0.1:9", http=http, max_connections=3)
+    with pytest.raises(ValueError, match="at least 1"):
+        AsyncClient("http://127.0.0.1:9", max_connections=0)
