@@ -200,7 +200,7 @@ async def seed_user(
     message_ids: list[str] = []
     if messages:
         rows = await harness.add_conversation(
-            user_id, [{"role": m.role, "content": m.content} for m in messages], title=label
+            user_id, [m.body() for m in messages], title=label
         )
         message_ids = [str(row["id"]) for row in rows]
     return Seeded(
@@ -288,7 +288,7 @@ async def run_case(
     for n, conversation in enumerate(case.conversations):
         rows = await harness.add_conversation(
             user_id,
-            [{"role": m.role, "content": m.content} for m in conversation],
+            [m.body() for m in conversation],
             title=f"{case.id} conversation {n}",
         )
         own = Seeded(

@@ -71,9 +71,9 @@ class ConversationRepository:
     async def last_messages(
         self, user_id: str, conversation_id: uuid.UUID, count: int
     ) -> Sequence[Any]:
-        """(id, content) of the conversation's last `count` messages, newest first."""
+        """(id, content, metadata_) of the conversation's last `count` messages, newest first."""
         stmt = (
-            select(Message.id, Message.content)
+            select(Message.id, Message.content, Message.metadata_)
             .where(Message.conversation_id == conversation_id, Message.user_id == user_id)
             .order_by(Message.seq.desc())
             .limit(count)

@@ -359,5 +359,5 @@ async def _index(
         for i, m in enumerate(turns):
             before = turns[i - 1].content if i > 0 else None
             after = turns[i + 1].content if i + 1 < len(turns) else None
-            docs.append(turn_document(new_id[m.id], m.content, before, after))
+            docs.append(turn_document(new_id[m.id], m.content, before, after, m.metadata))
     await SearchIndexRepository(session).index(user_id, docs)

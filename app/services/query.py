@@ -36,7 +36,7 @@ from app.retrieval.scoring import (
     propagate,
     rank,
 )
-from app.retrieval.speakers import named_speakers
+from app.retrieval.speakers import prefer_named
 from app.services.embedding import EmbeddingService, Priority
 
 if TYPE_CHECKING:
@@ -372,11 +372,8 @@ class QueryService:
             depth = {r.key for r in ranked[: preset.rerank_depth]}
             telling = {k for k in depth if tells_time(candidates[k].content)}
             ranked = boost(ranked, telling, preset.when_boost)
-        if preset.speaker_boost > 0.0:
-            speakers = {k: c.speaker for k, c in candidates.items() if c.speaker}
-            named = named_speakers(query, speakers.values())
-            chosen = {k for k, s in speakers.items() if s in named}
-            ranked = boost(ranked, chosen, preset.speaker_boost)
+        speakers = {k: c.speaker for k, c in candidates.items() if c.speaker}
+        ranked = prefer_named(ranked, speakers, query, preset.speaker_boost)
         conversations = {k: c.conversation_id for k, c in candidates.items() if c.conversation_id}
         ranked = group_vote(ranked, conversations, preset.session_vote_weight, preset.rerank_depth)
         ranked = diversify(ranked, conversations, preset.conversation_cap, preset.diversify_depth)

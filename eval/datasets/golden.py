@@ -46,6 +46,14 @@ class GoldenMemory:
 class GoldenMessage:
     role: str
     content: str
+    speaker: str | None = None  # stored as the message's metadata.speaker (a participant)
+
+    def body(self) -> dict[str, object]:
+        """The message as the import API takes it."""
+        out: dict[str, object] = {"role": self.role, "content": self.content}
+        if self.speaker is not None:
+            out["metadata"] = {"speaker": self.speaker}
+        return out
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,7 @@ def _memory(raw: Mapping[str, Any]) -> GoldenMemory:
 
 
 def _messages(raw: Sequence[Mapping[str, Any]]) -> tuple[GoldenMessage, ...]:
-    return tuple(GoldenMessage(m["role"], m["content"]) for m in raw)
+    return tuple(GoldenMessage(m["role"], m["content"], m.get("speaker")) for m in raw)
 
 
 def _case(raw: Mapping[str, Any]) -> GoldenCase:
