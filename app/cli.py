@@ -140,7 +140,14 @@ def db_url() -> None:
 
 
 # Admin commands (app/cli_admin.py); imported last because they use settings_or_exit above.
-from app.cli_admin import memories_app, purge_user, reembed, reindex, seed  # noqa: E402
+from app.cli_admin import (  # noqa: E402
+    memories_app,
+    purge_user,
+    rebuild_keywords,
+    reembed,
+    reindex,
+    seed,
+)
 from app.cli_keys import keys_app  # noqa: E402
 from app.cli_mcp import mcp_stdio  # noqa: E402
 from app.cli_portable import export, import_  # noqa: E402
@@ -150,6 +157,7 @@ from app.doctor import doctor  # noqa: E402
 app.command()(seed)
 app.command()(reindex)
 app.command()(reembed)
+app.command("rebuild-keywords")(rebuild_keywords)
 app.command("purge-user")(purge_user)
 app.add_typer(memories_app, name="memories")
 app.command()(doctor)

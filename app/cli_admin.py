@@ -265,6 +265,36 @@ def reembed(
         typer.echo(f"rebuilt {r.table} vector index: lists {r.lists} for {r.rows} rows")
 
 
+def rebuild_keywords(
+    users: Annotated[
+        list[str] | None,
+        typer.Option("--user", help="only this user (repeatable); default: every user"),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+) -> None:
+    """Rebuild keyword postings from stored memories and messages (after an upgrade that
+    changes how documents are made; one transaction per user)."""
+    from app.services.keywords import KeywordReport
+    from app.services.keywords import rebuild_keywords as run_rebuild
+
+    for user_id in users or []:
+        _user(user_id)
+
+    async def work(rt: Runtime) -> KeywordReport:
+        return await run_rebuild(
+            rt.sessionmaker, users or None, cache=rt.cache, progress=_show_progress(quiet)
+        )
+
+    try:
+        report = _run(work)
+    except ServiceError as exc:
+        raise _fail(f"{exc.message}; users done so far stay rebuilt, run it again") from None
+    typer.echo(
+        f"rebuilt keyword postings of {report.users} users ({report.documents} documents) "
+        f"in {report.elapsed_s:.1f} s"
+    )
+
+
 # -- purge -----------------------------------------------------------------------------------
 
 

@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -148,3 +149,28 @@ class SearchIndexRepository:
         """Remove an item's postings (content changed or purged). Zero-lexeme items stay counted."""
         if item_ids:
             await self.session.execute(_UNINDEX_SQL, {"user_id": user_id, "ids": list(item_ids)})
+
+    async def clear(self, user_id: str) -> None:
+        """Drop every posting and the corpus statistics of one user (before a rebuild)."""
+        await self.session.execute(
+            text("DELETE FROM search_postings WHERE user_id = :user_id"), {"user_id": user_id}
+        )
+        await self.session.execute(
+            text("DELETE FROM search_stats WHERE user_id = :user_id"), {"user_id": user_id}
+        )
+
+    async def sources(self, user_id: str) -> tuple[Sequence[Any], Sequence[Any]]:
+        """What the index is built from: the user's memories (id, content) and messages (id,
+        conversation_id, content, metadata) in conversation order."""
+        memories = await self.session.execute(
+            text("SELECT id, content FROM memory_items WHERE user_id = :user_id ORDER BY id"),
+            {"user_id": user_id},
+        )
+        messages = await self.session.execute(
+            text(
+                "SELECT id, conversation_id, content, metadata FROM messages "
+                "WHERE user_id = :user_id ORDER BY conversation_id, seq"
+            ),
+            {"user_id": user_id},
+        )
+        return memories.all(), messages.all()

@@ -40,6 +40,28 @@ def turn_document(
     return Document(message_id, Source.MESSAGE, content, previous or "", following or "")
 
 
+def conversation_documents(
+    turns: Sequence[tuple[uuid.UUID, uuid.UUID, str, Mapping[str, Any] | None]],
+) -> list[Document]:
+    """Keyword documents of (id, conversation_id, content, metadata) turns given in
+    conversation order: each with its neighbours in its own conversation, as the write path
+    makes them (imports and rebuilds use this too)."""
+    documents: list[Document] = []
+    for i, (item_id, conversation_id, content, metadata) in enumerate(turns):
+        before = turns[i - 1] if i > 0 and turns[i - 1][1] == conversation_id else None
+        after = turns[i + 1] if i + 1 < len(turns) and turns[i + 1][1] == conversation_id else None
+        documents.append(
+            turn_document(
+                item_id,
+                content,
+                before[2] if before else None,
+                after[2] if after else None,
+                metadata,
+            )
+        )
+    return documents
+
+
 @dataclass(frozen=True)
 class StoredMessages:
     conversation: Conversation

@@ -40,7 +40,7 @@ from app.schemas.portable import (
     MemoryLine,
     MessageLine,
 )
-from app.services.conversation import turn_document
+from app.services.conversation import conversation_documents
 from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import content_hash
 
@@ -350,14 +350,15 @@ async def _index(
     session: AsyncSession, user_id: str, p: ParsedExport, new_id: dict[uuid.UUID, uuid.UUID]
 ) -> None:
     """Keyword postings as the write paths make them: a memory's own text; a turn's text with
-    its neighbours in the conversation (app/services/conversation.py::turn_document)."""
+    its neighbours in the conversation (app/services/conversation.py::conversation_documents)."""
     docs = [Document(new_id[m.id], Source.MEMORY, m.content) for m in p.memories]
     by_conversation: dict[uuid.UUID, list[MessageLine]] = {}
     for m in p.messages:
         by_conversation.setdefault(m.conversation_id, []).append(m)
-    for turns in by_conversation.values():
-        for i, m in enumerate(turns):
-            before = turns[i - 1].content if i > 0 else None
-            after = turns[i + 1].content if i + 1 < len(turns) else None
-            docs.append(turn_document(new_id[m.id], m.content, before, after, m.metadata))
+    turns = [
+        (new_id[m.id], m.conversation_id, m.content, m.metadata)
+        for lines in by_conversation.values()
+        for m in lines
+    ]
+    docs += conversation_documents(turns)
     await SearchIndexRepository(session).index(user_id, docs)

@@ -250,6 +250,7 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     await rec.call("SearchIndexRepository", "index", index.index(user, docs))
     await rec.call("SearchIndexRepository", "reindex", index.reindex(user, docs[:1]))
     await rec.call("SearchIndexRepository", "unindex", index.unindex(user, [ids[2]]))
+    await rec.call("SearchIndexRepository", "sources", index.sources(user))
 
     retrieval = RetrievalRepository(session)
     for types, time in ((None, TimeFilter()), (["fact"], when)):
@@ -511,6 +512,7 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     await rec.call("UserDirectoryRepository", "page", directory.page(user, limit=5, offset=0))
     await rec.call("UserDirectoryRepository", "counts", directory.counts([user]))
 
+    await rec.call("SearchIndexRepository", "clear", SearchIndexRepository(session).clear(user))
     purge = PurgeRepository(session)
     await rec.call("PurgeRepository", "counts", purge.counts(user))
     await rec.call("PurgeRepository", "delete_user", purge.delete_user(user))
