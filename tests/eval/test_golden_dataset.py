@@ -37,6 +37,7 @@ MIN_PER_CATEGORY = {
     "time": 6,
     "multi_hop": 3,
     "agent_writes": 6,
+    "speakers": 2,
 }
 CATEGORIES = set(MIN_PER_CATEGORY)
 
@@ -248,7 +249,9 @@ def test_messages_are_well_formed() -> None:
             assert isinstance(other.get("messages", []), list), cid
             messages.extend(other.get("messages", []))
         for message in messages:
-            assert set(message) == {"role", "content"}, cid
+            assert {"role", "content"} <= set(message) <= {"role", "content", "speaker"}, cid
+            if "speaker" in message:  # a participant's name, stored as metadata.speaker
+                assert isinstance(message["speaker"], str) and message["speaker"].strip(), cid
             assert message["role"] in MESSAGE_ROLES, (cid, message["role"])
             assert isinstance(message["content"], str) and message["content"].strip(), cid
 
