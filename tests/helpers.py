@@ -39,3 +39,12 @@ async def make_key(app: FastAPI, user: str, scope: str = "write", **kw: Any) -> 
     sessions = app.state.resources.sessionmaker
     async with user_session(sessions, user) as session, session.begin():
         return await ApiKeyService(session).create(user, scope, **kw)
+
+
+async def ranked_contents(client: httpx.AsyncClient, user: str, question: str) -> list[str]:
+    """The plain ranking's contents for a question (min_score 0: no floor, no relative cut)."""
+    response = await client.post(
+        "/v1/memory/query", json={"query": question, "min_score": 0.0}, headers=headers(user)
+    )
+    assert response.status_code == 200, response.text
+    return [i["content"] for i in response.json()["items"]]

@@ -15,7 +15,7 @@ import httpx
 from app.repositories.retrieval import Candidate
 from app.repositories.search_index import Source
 from app.services.query import _answers
-from tests.helpers import headers, new_conversation
+from tests.helpers import headers, new_conversation, ranked_contents
 
 
 async def post_turns(client: httpx.AsyncClient, user: str, turns: list[tuple[str, str]]) -> None:
@@ -26,14 +26,6 @@ async def post_turns(client: httpx.AsyncClient, user: str, turns: list[tuple[str
         headers=headers(user),
     )
     assert response.status_code == 201, response.text
-
-
-async def ranking(client: httpx.AsyncClient, user: str, question: str) -> list[str]:
-    response = await client.post(
-        "/v1/memory/query", json={"query": question, "min_score": 0.0}, headers=headers(user)
-    )
-    assert response.status_code == 200, response.text
-    return [i["content"] for i in response.json()["items"]]
 
 
 CAMPING = [
@@ -51,11 +43,11 @@ async def test_a_when_question_prefers_the_turn_that_tells_a_time(
     told = CAMPING[2][1]
     async with make_client(retrieval_preset="baseline") as (client, _):
         await post_turns(client, user_id, CAMPING)
-        plain = await ranking(client, user_id, "When did we go camping?")
-        other = await ranking(client, user_id, "Where did we go camping?")
+        plain = await ranked_contents(client, user_id, "When did we go camping?")
+        other = await ranked_contents(client, user_id, "Where did we go camping?")
     async with make_client() as (client, _):
-        when = await ranking(client, user_id, "When did we go camping?")
-        where = await ranking(client, user_id, "Where did we go camping?")
+        when = await ranked_contents(client, user_id, "When did we go camping?")
+        where = await ranked_contents(client, user_id, "Where did we go camping?")
     assert plain.index(told) > 0  # the stronger keyword match wins without the stage
     assert when.index(told) == 0
     assert where == other  # a question that asks no time is ranked as before

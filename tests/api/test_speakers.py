@@ -7,7 +7,7 @@ from typing import Any
 
 import httpx
 
-from tests.helpers import headers, new_conversation
+from tests.helpers import headers, new_conversation, ranked_contents
 
 # John talks about instruments; Tim, the one asked about, tells what he plays.
 TURNS = [
@@ -31,14 +31,6 @@ async def post(client: httpx.AsyncClient, user: str, speakers: bool) -> None:
     assert response.status_code == 201, response.text
 
 
-async def ranking(client: httpx.AsyncClient, user: str, question: str) -> list[str]:
-    response = await client.post(
-        "/v1/memory/query", json={"query": question, "min_score": 0.0}, headers=headers(user)
-    )
-    assert response.status_code == 200, response.text
-    return [i["content"] for i in response.json()["items"]]
-
-
 async def test_a_named_participants_turn_rises(
     make_client: Callable[..., Any], user_id: str
 ) -> None:
@@ -50,9 +42,9 @@ async def test_a_named_participants_turn_rises(
     async with make_client() as (client, _):
         await post(client, user_id, speakers=True)
         await post(client, anonymous, speakers=False)
-        named = await ranking(client, user_id, question)
-        plain = await ranking(client, anonymous, question)
-        unnamed = await ranking(client, user_id, "What instrument does he play?")
+        named = await ranked_contents(client, user_id, question)
+        plain = await ranked_contents(client, anonymous, question)
+        unnamed = await ranked_contents(client, user_id, "What instrument does he play?")
     assert plain.index(TIM) > 0  # John's instrument talk wins on words alone
     assert named.index(TIM) == 0
     assert unnamed.index(TIM) > 0  # a question naming nobody prefers nobody
@@ -64,9 +56,9 @@ async def test_turns_without_speakers_are_not_moved(
     question = "What instrument does Tim play?"
     async with make_client(retrieval_preset="baseline") as (client, _):
         await post(client, user_id, speakers=False)
-        plain = await ranking(client, user_id, question)
+        plain = await ranked_contents(client, user_id, question)
     async with make_client() as (client, _):
-        default = await ranking(client, user_id, question)
+        default = await ranked_contents(client, user_id, question)
     assert default == plain
 
 
@@ -85,4 +77,4 @@ async def test_a_speaker_that_is_not_a_string_is_ignored(
             headers=headers(user_id),
         )
         assert response.status_code == 201, response.text
-        assert await ranking(client, user_id, "Did Tim say hello?")  # answered, no 500
+        assert await ranked_contents(client, user_id, "Did Tim say hello?")  # answered, no 500
