@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -420,5 +421,34 @@ def restore_memory(user_id: str, memory_id: Ident) -> Call[t.Memory]:
         model(t.Memory),
         params={"user_id": user_id},
         admin=True,
+        idempotent=True,
+    )
+
+
+def memory_history(memory_id: Ident) -> Call[t.MemoryHistory]:
+    return Call("GET", f"/v1/memories/{memory_id}/history", model(t.MemoryHistory), idempotent=True)
+
+
+def admin_memory_history(user_id: str, memory_id: Ident) -> Call[t.AdminMemoryHistory]:
+    return Call(
+        "GET",
+        _admin(f"/{memory_id}/history"),
+        model(t.AdminMemoryHistory),
+        params={"user_id": user_id},
+        admin=True,
+        idempotent=True,
+    )
+
+
+def _json_lines(response: httpx.Response) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in response.text.splitlines() if line.strip()]
+
+
+def export(embeddings: bool) -> Call[list[dict[str, Any]]]:
+    return Call(
+        "GET",
+        "/v1/export",
+        _json_lines,
+        params={"embeddings": str(embeddings).lower()},
         idempotent=True,
     )

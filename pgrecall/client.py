@@ -319,3 +319,16 @@ class Client(Base):
     def restore_memory(self, user_id: str, memory_id: Ident) -> t.Memory:
         """Admin: undo a soft delete."""
         return self._run(c.restore_memory(user_id, memory_id))
+
+    def admin_memory_history(self, user_id: str, memory_id: Ident) -> t.AdminMemoryHistory:
+        """Admin: every version of the user's memory (deleted ones too), oldest first."""
+        return self._run(c.admin_memory_history(user_id, memory_id))
+
+    def memory_history(self, memory_id: Ident) -> t.MemoryHistory:
+        """The caller's own memory's versions, oldest first (each supersedes the one before)."""
+        return self._run(c.memory_history(memory_id))
+
+    def export(self, *, embeddings: bool = False) -> list[dict[str, Any]]:
+        """Everything the service holds about the caller, as the JSON Lines records of
+        GET /v1/export (header, conversations, messages, memories, end line with counts)."""
+        return self._run(c.export(embeddings))

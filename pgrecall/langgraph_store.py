@@ -137,9 +137,9 @@ def _plan(op: Op) -> tuple[Call[Any], Callable[[Any], Result]]:
     same for the sync and the async client)."""
     validate_op_namespace(op)
     if isinstance(op, GetOp):
-        return c.store_get(op.namespace, op.key), lambda found: (
-            _item(found) if found is not None else None
-        )
+        return c.store_get(
+            op.namespace, op.key
+        ), lambda found: _item(found) if found is not None else None
     if isinstance(op, PutOp):
         if op.value is None:
             return c.store_delete(op.namespace, op.key), lambda _: None

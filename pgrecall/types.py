@@ -7,10 +7,18 @@ so those (and the pages that hold them) are re-declared to accept it.
 
 from __future__ import annotations
 
+import uuid
+
 from pydantic import BaseModel, ConfigDict
 
 from app.schemas.admin import AdminMemoryOut, DuplicateOut
-from app.schemas.agent import ForgetMemoryResult, MemoryOut, RateMessageResult, SaveMemoryResult
+from app.schemas.agent import (
+    ForgetMemoryResult,
+    MemoryHistory,
+    MemoryOut,
+    RateMessageResult,
+    SaveMemoryResult,
+)
 from app.schemas.conversation import ConversationOut, ConversationPage, MessageOut, SessionOut
 from app.schemas.keys import KeyCreated, KeyOut, KeyPage
 from app.schemas.memory import (
@@ -24,6 +32,7 @@ from app.schemas.store import StoreItemOut, StoreItemPage
 
 __all__ = [
     "AdminBulkResult",
+    "AdminMemoryHistory",
     "AdminMemoryPage",
     "AgentMemory",
     "Conversation",
@@ -33,6 +42,7 @@ __all__ = [
     "KeyCreated",
     "KeyPage",
     "Memory",
+    "MemoryHistory",
     "MemoryItemOut",
     "MemoryQueryResponse",
     "Message",
@@ -89,3 +99,11 @@ class AdminMemoryPage(BaseModel):
     items: list[Memory]
     total: int
     next_offset: int | None
+
+
+class AdminMemoryHistory(BaseModel):
+    """Every version of one memory (deleted ones too), oldest first, as the admin API lists it."""
+
+    id: uuid.UUID
+    current: uuid.UUID | None
+    versions: list[Memory]

@@ -21,7 +21,7 @@ from app.schemas.store import (
     StorePut,
     StoreSearch,
 )
-from app.services.store import StoreService, split
+from app.services.store import StoreService, key_created_at, split
 
 router = APIRouter(prefix="/v1/store", tags=["store"])
 
@@ -33,7 +33,7 @@ def _out(item: MemoryItem, score: float | None = None) -> StoreItemOut:
         key=item.store_key or "",
         value=item.metadata_.get("value", {}),
         type=item.type,
-        created_at=item.created_at,
+        created_at=key_created_at(item),
         updated_at=item.updated_at,
         score=score,
     )

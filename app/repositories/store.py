@@ -70,6 +70,23 @@ class StoreRepository:
         result = (await self.session.execute(stmt)).one()
         return result.id, bool(result.inserted)
 
+    async def close_current(self, user_id: str, namespace: str, key: str) -> uuid.UUID | None:
+        """End the validity of the version at the address (deleted or not) now; its id, None
+        when there is none. The row lock makes a concurrent put wait, then find no current
+        version to close."""
+        stmt = (
+            update(MemoryItem)
+            .where(
+                MemoryItem.user_id == user_id,
+                MemoryItem.store_namespace == namespace,
+                MemoryItem.store_key == key,
+                MemoryItem.valid_to.is_(None),
+            )
+            .values(valid_to=func.now(), updated_at=func.now())
+            .returning(MemoryItem.id)
+        )
+        return (await self.session.execute(stmt)).scalar_one_or_none()
+
     async def delete(self, user_id: str, namespace: str, key: str) -> uuid.UUID | None:
         """Soft-delete the live item at the address; its id, None when there was none."""
         stmt = (

@@ -6,7 +6,10 @@ query_memory finds it like any other memory:
   that is a non-blank string, else the whole value as JSON;
 - its memory type is the namespace's last label when that is a memory type
   (`("memories", "preference")` -> preference), else `note`;
-- a put on an existing key replaces the value in place (same id; a deleted key is revived).
+- a put that changes the value at a key closes the current version and stores the new one
+  linked to it (`supersedes_id`), so the history keeps every value the key had
+  (`GET /v1/memories/{id}/history`); a put of the same value changes nothing; a put on a
+  deleted key starts a new version after the deleted one.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -59,6 +63,15 @@ def address_hash(namespace: str, key: str) -> str:
     return hashlib.sha256(f"store\x1f{namespace}\x1f{key}".encode()).hexdigest()
 
 
+KEY_CREATED = "key_created_at"
+
+
+def key_created_at(item: MemoryItem) -> datetime:
+    """When the item's key was first stored (a new version keeps its key's first time)."""
+    first = item.metadata_.get(KEY_CREATED)
+    return datetime.fromisoformat(first) if isinstance(first, str) else item.created_at
+
+
 def _matches(labels: Sequence[str], pattern: Sequence[str]) -> bool:
     return len(labels) >= len(pattern) and all(
         p in (WILDCARD, label) for label, p in zip(labels, pattern, strict=False)
@@ -100,11 +113,20 @@ class StoreService:
     async def put(
         self, user_id: str, namespace: Sequence[str], key: str, value: dict[str, Any]
     ) -> MemoryItem:
-        """Store the value at the address (replacing what is there), embedded and indexed."""
+        """Store the value at the address, embedded and indexed; the version it replaces is
+        closed and kept as history. An unchanged value returns the current version as it is."""
         text = item_text(value)
-        (vector,) = await self.embeddings.embed([text], priority=Priority.INTERACTIVE)
         address = joined(namespace)
-        fields = {
+        current = await self.repo.get(user_id, address, key, include_deleted=True)
+        if (
+            current is not None
+            and current.deleted_at is None
+            and current.content == text
+            and current.metadata_.get("value") == value
+        ):
+            return current
+        (vector,) = await self.embeddings.embed([text], priority=Priority.INTERACTIVE)
+        fields: dict[str, Any] = {
             "content": text,
             "content_hash": address_hash(address, key),
             "type": memory_type(namespace),
@@ -113,6 +135,13 @@ class StoreService:
             "source": STORE_SOURCE,
             "metadata_": {"value": value},
         }
+        if current is not None:
+            # A version's created_at is when it became valid; the key keeps its first one.
+            fields["metadata_"][KEY_CREATED] = key_created_at(current).isoformat()
+        replaced = await self.repo.close_current(user_id, address, key)
+        if replaced is not None:
+            fields["supersedes_id"] = replaced
+        # A put racing this one on a new key meets this row in the upsert and replaces it.
         item_id, inserted = await self.repo.upsert(user_id, address, key, fields)
         if not inserted:
             await self.index.unindex(user_id, [item_id])

@@ -31,16 +31,29 @@ async def test_put_get_replace_delete(pgr: AsyncClient) -> None:
     assert got is not None and got.value == {"content": "Prefers Helix over Vim", "since": 2024}
 
     second = await pgr.store_put(ns, "editor", {"content": "Prefers Zed now"})
-    assert second.id == first.id  # replaced in place
+    assert second.id != first.id  # a new version; the old one is history
     assert second.value == {"content": "Prefers Zed now"}
     assert second.updated_at > first.updated_at
+    assert second.created_at == first.created_at  # the key's first time, as LangGraph expects
+    same = await pgr.store_put(ns, "editor", {"content": "Prefers Zed now"})
+    assert (same.id, same.updated_at) == (second.id, second.updated_at)  # unchanged: no version
 
     assert await pgr.store_delete(ns, "editor") is True
     assert await pgr.store_get(ns, "editor") is None
     assert await pgr.store_delete(ns, "editor") is False  # idempotent
     revived = await pgr.store_put(ns, "editor", {"content": "Back to Vim"})
-    assert revived.id == first.id
+    assert revived.id not in (first.id, second.id)
     assert (await pgr.store_get(ns, "editor")) is not None
+    chain = await pgr.memory_history(revived.id)  # the caller's view: forgotten ones hidden
+    assert [v.content for v in chain.versions] == ["Prefers Helix over Vim", "Back to Vim"]
+    assert chain.current == revived.id
+    full = await pgr.admin_memory_history(pgr.user_id, revived.id)
+    assert [v.content for v in full.versions] == [
+        "Prefers Helix over Vim",
+        "Prefers Zed now",
+        "Back to Vim",
+    ]
+    assert full.versions[1].deleted_at is not None
 
 
 async def test_equal_values_at_two_keys_are_two_items(pgr: AsyncClient) -> None:

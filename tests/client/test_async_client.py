@@ -105,6 +105,24 @@ async def test_admin_memories_round_trip(make_pgrecall: Callable[..., Any], user
         found = await pgr.query_memory("how do they take their coffee?")
         assert [m.id for m in found.memories][:1] == [str(created.id)]
 
+        moved = await pgr.update_memory(user_id, created.id, content="Prefers oat flat whites")
+        assert moved.id != created.id  # a new meaning supersedes the old version
+        history = await pgr.memory_history(moved.id)
+        assert isinstance(history, t.MemoryHistory) and history.current == moved.id
+        assert [v.id for v in history.versions] == [created.id, moved.id]
+        admin_view = await pgr.admin_memory_history(user_id, created.id)
+        assert [v.content for v in admin_view.versions] == [item["content"], moved.content]
+
+        lines = await pgr.export()
+        kinds = [line["kind"] for line in lines]
+        assert kinds[0] == "header" and kinds[-1] == "end"
+        assert {line["content"] for line in lines if line["kind"] == "memory"} >= {
+            "Prefers dark roast coffee",
+            "Prefers oat flat whites",
+            "Lives in Lisbon",
+        }
+        assert all(line.get("embedding") is None for line in lines)
+
 
 async def test_errors_carry_the_service_body(
     make_pgrecall: Callable[..., Any], user_id: str, other_user_id: str

@@ -50,6 +50,15 @@ def test_sync_client_round_trip(served: Served) -> None:
         assert foreign.value.status == 404
         assert pgr.as_user("mallory").memory_query("nimbus", min_score=0.0).items == []
 
+        assert [v.id for v in pgr.memory_history(memory.id).versions] == [memory.id]
+        assert pgr.admin_memory_history("alice", memory.id).current == memory.id
+        with pytest.raises(PgrecallError) as hidden:
+            pgr.as_user("mallory").memory_history(memory.id)
+        assert hidden.value.status == 404
+        lines = pgr.export()
+        assert lines[-1]["kind"] == "end" and lines[-1]["counts"]["messages"] == 3
+        assert pgr.as_user("mallory").export()[-1]["counts"]["messages"] == 0
+
 
 def test_sync_client_wrong_key(served: Served) -> None:
     with (
