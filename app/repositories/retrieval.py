@@ -269,14 +269,19 @@ class RetrievalRepository:
         return (await self.session.execute(sql, params)).all()
 
     async def set_vector_search(self, *, exact: bool, probes: int, max_probes: int) -> None:
-        """Planner settings for this transaction's vector queries."""
+        """Planner settings for this transaction's vector queries (one statement)."""
         if not exact:
             # A cached generic plan (asyncpg prepares statements) sizes user_id by the average
             # user and scans a big user's rows exactly through the user_id index: 50 ms vs 9.
-            await self.session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
-            await self.session.execute(text(f"SET LOCAL ivfflat.probes = {int(probes)}"))
-            await self.session.execute(text("SET LOCAL ivfflat.iterative_scan = relaxed_order"))
-            await self.session.execute(text(f"SET LOCAL ivfflat.max_probes = {int(max_probes)}"))
+            await self.session.execute(
+                text(
+                    "SELECT set_config('plan_cache_mode', 'force_custom_plan', true), "
+                    "set_config('ivfflat.probes', :probes, true), "
+                    "set_config('ivfflat.iterative_scan', 'relaxed_order', true), "
+                    "set_config('ivfflat.max_probes', :max_probes, true)"
+                ),
+                {"probes": str(int(probes)), "max_probes": str(int(max_probes))},
+            )
 
     async def vector(
         self,
@@ -334,13 +339,19 @@ class RetrievalRepository:
                     f"AND t.embedding_model = :model{when.sql('t')}",
                 )
             )
-        for source, base in statements:
-            sql = text(
-                f"SELECT id, 1 - (embedding <=> CAST(:q AS vector)) AS cosine FROM ("
-                f"{base} ORDER BY {order} LIMIT :limit) AS c ORDER BY cosine DESC"
+        if not statements:
+            return results
+        # Both sources in one round trip; each keeps its own ORDER BY ... LIMIT (and index scan).
+        sql = text(
+            " UNION ALL ".join(
+                f"(SELECT {int(source)} AS source, id, 1 - (embedding <=> CAST(:q AS vector)) "
+                f"AS cosine FROM ({base} ORDER BY {order} LIMIT :limit) AS c)"
+                for source, base in statements
             )
-            for row in (await self.session.execute(sql, params)).all():
-                results[(source, row.id)] = float(row.cosine)
+            + " ORDER BY source, cosine DESC"
+        )
+        for row in (await self.session.execute(sql, params)).all():
+            results[(Source(row.source), row.id)] = float(row.cosine)
         return results
 
     async def fetch(

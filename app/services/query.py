@@ -318,7 +318,7 @@ class QueryService:
         # Both connections carry the request's user: row-level security backs up the predicates.
         async with (
             self.slots,
-            user_session(self.sessionmaker, request.user_id) as session,
+            user_session(self.sessionmaker, request.user_id, custom_plans=True) as session,
             session.begin(),
         ):
             repo = RetrievalRepository(session)
@@ -427,13 +427,15 @@ class QueryService:
         messages: bool,
         result: QueryResult,
     ) -> dict[tuple[Source, Any], float]:
-        """Wait for the query vector, then the nearest items on a connection of its own."""
+        """The nearest items on a connection of its own. The user's size (exact or ANN search)
+        and the planner settings are read while the query is still being embedded, so only the
+        vector statement waits for the embedding (docs/performance.md)."""
         if embedding is None:
             return {}
-        vector, result.degraded, result.query_embedding_ms = await embedding
-        if vector is None:
-            return {}
-        async with user_session(self.sessionmaker, request.user_id) as session, session.begin():
+        async with (
+            user_session(self.sessionmaker, request.user_id, custom_plans=True) as session,
+            session.begin(),
+        ):
             repo = RetrievalRepository(session)
             exact = await repo.item_count(request.user_id) <= self.config.exact_search_max_items
             await repo.set_vector_search(
@@ -441,6 +443,9 @@ class QueryService:
                 probes=self.config.ivfflat_probes,
                 max_probes=self.config.ivfflat_max_probes,
             )
+            vector, result.degraded, result.query_embedding_ms = await embedding
+            if vector is None:
+                return {}
             return await repo.vector(
                 request.user_id,
                 vector,
