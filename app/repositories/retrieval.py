@@ -341,16 +341,18 @@ class RetrievalRepository:
             )
         if not statements:
             return results
-        # Both sources in one round trip; each keeps its own ORDER BY ... LIMIT (and index scan).
+        # Both sources in one round trip. Each branch keeps its own ORDER BY ... LIMIT (and index
+        # scan) and its own sort by cosine, so rows of equal cosine (duplicate turns) come in the
+        # same order as from one statement per source; Append returns the branches in turn.
         sql = text(
             " UNION ALL ".join(
                 f"(SELECT {int(source)} AS source, id, 1 - (embedding <=> CAST(:q AS vector)) "
-                f"AS cosine FROM ({base} ORDER BY {order} LIMIT :limit) AS c)"
+                f"AS cosine FROM ({base} ORDER BY {order} LIMIT :limit) AS c ORDER BY cosine DESC)"
                 for source, base in statements
             )
-            + " ORDER BY source, cosine DESC"
         )
-        for row in (await self.session.execute(sql, params)).all():
+        rows = (await self.session.execute(sql, params)).all()
+        for row in sorted(rows, key=lambda r: r.source):  # stable: keeps each branch's order
             results[(Source(row.source), row.id)] = float(row.cosine)
         return results
 
