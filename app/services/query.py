@@ -330,11 +330,22 @@ class QueryService:
             )
             ranked = rank(hits.scores, hits.max_score, cosines, preset, hits.expansion)
             neighbours: dict[tuple[Source, Any], tuple[Any, Any]] = {}
+            depth = max(request.limit * 3, 30, preset.rerank_depth)
+            seeds: list[Any] = []
             if messages and (preset.next_turn_weight > 0 or preset.previous_turn_weight > 0):
                 seeds = [r.key for r in ranked if r.key[0] is Source.MESSAGE][
                     : preset.neighbour_seeds
                 ]
-                around = await repo.neighbours(request.user_id, [i for _, i in seeds])
+            # One round trip for the seeds' neighbours and the content of every item that can
+            # make the cut below: propagation only raises the neighbours, so the first `depth`
+            # after it are among the first `depth` before it and the neighbours.
+            around, fetched = await repo.fetch_around(
+                request.user_id,
+                [r.key for r in ranked[:depth]],
+                [i for _, i in seeds],
+                request.when,
+            )
+            if seeds:
                 neighbours = {
                     (Source.MESSAGE, i): (
                         (Source.MESSAGE, p) if p else None,
@@ -348,8 +359,8 @@ class QueryService:
                     next_weight=preset.next_turn_weight,
                     previous_weight=preset.previous_turn_weight,
                 )
-            keep = [r.key for r in ranked[: max(request.limit * 3, 30, preset.rerank_depth)]]
-            candidates = await repo.fetch(request.user_id, keep, request.when)
+            keep = [r.key for r in ranked[:depth]]
+            candidates = {k: fetched[k] for k in keep if k in fetched}
             if trace is not None:
                 trace.bm25, trace.cosine = hits.scores, cosines
         ranked = [r for r in ranked if r.key in candidates]
