@@ -213,7 +213,7 @@ async def test_connections_the_server_closed_are_replaced_before_use(
             )
             assert first.json()["metadata"]["error"] is None
         pool = app.state.resources.engine.sync_engine.pool
-        assert pool.checkedin() >= 2
+        assert pool.checkedin() >= 1
         owner = create_async_engine(pg.url)
         try:
             async with owner.connect() as conn:
@@ -230,7 +230,7 @@ async def test_connections_the_server_closed_are_replaced_before_use(
                     )
         finally:
             await owner.dispose()
-        assert ended >= 2
+        assert ended >= 1
         await asyncio.sleep(0.2)  # the event loop reads the servers' goodbyes
         again = await client.post(
             "/v1/tools/query_memory",

@@ -322,12 +322,24 @@ class QueryService:
             session.begin(),
         ):
             repo = RetrievalRepository(session)
-            # The arms run at once on two connections: Postgres uses both cores, and a large
-            # store pays max(keyword, embed + vector) instead of the sum (docs/performance.md).
-            hits, cosines = await asyncio.gather(
-                self._keyword_arm(repo, request, query, n, memories, messages, preset),
-                self._vector_arm(request, embedding, n, memories, messages, result),
+            # The user's size picks exact or ANN search. A big user's arms run at once on two
+            # connections: Postgres uses both cores, and the query pays max(keyword, embed +
+            # vector) instead of the sum. A user on the exact path (a few thousand items, a
+            # keyword arm that ends before the embedding) runs the vector statement on this
+            # connection: three round trips fewer (docs/performance.md).
+            exact = embedding is not None and (
+                await repo.item_count(request.user_id) <= self.config.exact_search_max_items
             )
+            keyword = self._keyword_arm(repo, request, query, n, memories, messages, preset)
+            if exact:
+                hits = await keyword
+                cosines = await self._nearest(
+                    repo, request, embedding, n, memories, messages, result, exact=True
+                )
+            else:
+                hits, cosines = await asyncio.gather(
+                    keyword, self._vector_arm(request, embedding, n, memories, messages, result)
+                )
             ranked = rank(hits.scores, hits.max_score, cosines, preset, hits.expansion)
             neighbours: dict[tuple[Source, Any], tuple[Any, Any]] = {}
             depth = max(request.limit * 3, 30, preset.rerank_depth)
@@ -438,36 +450,57 @@ class QueryService:
         messages: bool,
         result: QueryResult,
     ) -> dict[tuple[Source, Any], float]:
-        """The nearest items on a connection of its own. The user's size (exact or ANN search)
-        and the planner settings are read while the query is still being embedded, so only the
-        vector statement waits for the embedding (docs/performance.md)."""
+        """ANN search on a connection of its own. Its planner settings are made while the query
+        is still being embedded, so only the vector statement waits for the embedding."""
         if embedding is None:
             return {}
         async with (
             user_session(self.sessionmaker, request.user_id, custom_plans=True) as session,
             session.begin(),
         ):
-            repo = RetrievalRepository(session)
-            exact = await repo.item_count(request.user_id) <= self.config.exact_search_max_items
-            await repo.set_vector_search(
-                exact=exact,
-                probes=self.config.ivfflat_probes,
-                max_probes=self.config.ivfflat_max_probes,
+            return await self._nearest(
+                RetrievalRepository(session),
+                request,
+                embedding,
+                n,
+                memories,
+                messages,
+                result,
+                exact=False,
             )
-            vector, result.degraded, result.query_embedding_ms = await embedding
-            if vector is None:
-                return {}
-            return await repo.vector(
-                request.user_id,
-                vector,
-                limit=n,
-                memories=memories,
-                messages=messages,
-                types=request.types,
-                exact=exact,
-                model=self.embeddings.model,
-                when=request.when,
-            )
+
+    async def _nearest(
+        self,
+        repo: RetrievalRepository,
+        request: QueryRequest,
+        embedding: asyncio.Task[tuple[Any | None, str | None, int]],
+        n: int,
+        memories: bool,
+        messages: bool,
+        result: QueryResult,
+        *,
+        exact: bool,
+    ) -> dict[tuple[Source, Any], float]:
+        """The vector search on `repo`'s connection, once the query vector is there."""
+        await repo.set_vector_search(
+            exact=exact,
+            probes=self.config.ivfflat_probes,
+            max_probes=self.config.ivfflat_max_probes,
+        )
+        vector, result.degraded, result.query_embedding_ms = await embedding
+        if vector is None:
+            return {}
+        return await repo.vector(
+            request.user_id,
+            vector,
+            limit=n,
+            memories=memories,
+            messages=messages,
+            types=request.types,
+            exact=exact,
+            model=self.embeddings.model,
+            when=request.when,
+        )
 
     def _finish(
         self, request: QueryRequest, result: QueryResult, started: float, correlation_id: str
