@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from sqlalchemy import event, text
+from sqlalchemy import event, exc, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
@@ -32,6 +32,14 @@ audit = logging.getLogger("app.audit")
 
 _SCOPE = "pgrecall.scope"
 _SET_USER = text("SELECT set_config('pgrecall.user_id', :user_id, true)")
+# The read path's transactions also plan every statement for its own parameters (one round trip):
+# a cached generic plan sizes `user_id = $1` by the average user, and for a big user it walked
+# all of the user's rows per candidate (the content fetch: 27 ms instead of 1; neighbours 12 ms
+# instead of 0.7; docs/performance.md, "Where the service's time went").
+_SET_USER_CUSTOM_PLANS = text(
+    "SELECT set_config('pgrecall.user_id', :user_id, true), "
+    "set_config('plan_cache_mode', 'force_custom_plan', true)"
+)
 _SET_ADMIN = text("SELECT set_config('pgrecall.admin', 'on', true)")
 _SET_KEY_HASH = text("SELECT set_config('pgrecall.key_hash', :key_hash, true)")
 _SET_JOB_QUEUE = text("SELECT set_config('pgrecall.job_queue', 'on', true)")
@@ -45,7 +53,10 @@ def create_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,  # queries may hold two connections each: see Resources.query_slots
-        pool_pre_ping=True,
+        # No pre-ping: with asyncpg it is three round trips (BEGIN, ';', ROLLBACK) on every
+        # checkout, and a query checks out two connections. _drop_closed_connection below finds
+        # the connections a restarted or stopped server closed without any round trip.
+        pool_pre_ping=False,
         pool_timeout=5,
         connect_args={
             "timeout": 5,
@@ -56,7 +67,17 @@ def create_engine(
             },
         },
     )
+    event.listen(engine.sync_engine.pool, "checkout", _drop_closed_connection)
     return engine
+
+
+def _drop_closed_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """A pooled connection the server has closed (restart, shutdown, terminated backend) is
+    replaced before use: asyncpg marks it closed as soon as the event loop reads the server's
+    goodbye, so this costs no round trip. (A statement on a connection that died unseen fails
+    once; SQLAlchemy then invalidates the pool's connections.)"""
+    if dbapi_connection.driver_connection.is_closed():
+        raise exc.DisconnectionError("connection closed by the server")
 
 
 def vector_literal(vector: Any) -> str:
@@ -75,6 +96,7 @@ class UserScope:
     """Transactions see and write only this user's rows."""
 
     user_id: str
+    custom_plans: bool = False  # plan each statement for this user's values (the read path)
 
 
 @dataclass(frozen=True)
@@ -114,11 +136,16 @@ def key_lookup_session(
     return sessionmaker(info={_SCOPE: KeyLookupScope(key_hash)})
 
 
-def user_session(sessionmaker: async_sessionmaker[AsyncSession], user_id: str) -> AsyncSession:
-    """A session whose every transaction runs as `user_id` under row-level security."""
+def user_session(
+    sessionmaker: async_sessionmaker[AsyncSession], user_id: str, *, custom_plans: bool = False
+) -> AsyncSession:
+    """A session whose every transaction runs as `user_id` under row-level security.
+
+    custom_plans: its transactions also plan every statement for the values it runs with
+    (`plan_cache_mode = force_custom_plan`, set in the same statement as the user)."""
     if not user_id:
         raise ValueError("a user-scoped session needs a user id")
-    return sessionmaker(info={_SCOPE: UserScope(user_id)})
+    return sessionmaker(info={_SCOPE: UserScope(user_id, custom_plans)})
 
 
 def admin_sessions(
@@ -151,7 +178,8 @@ def _apply_scope(session: Session, _tx: SessionTransaction, connection: Connecti
     """First statement of every transaction of a scoped session (any engine, any sessionmaker)."""
     scope = session_scope(session)
     if isinstance(scope, UserScope):
-        connection.execute(_SET_USER, {"user_id": scope.user_id})
+        statement = _SET_USER_CUSTOM_PLANS if scope.custom_plans else _SET_USER
+        connection.execute(statement, {"user_id": scope.user_id})
     elif isinstance(scope, KeyLookupScope):
         connection.execute(_SET_KEY_HASH, {"key_hash": scope.key_hash})
     elif isinstance(scope, JobQueueScope):

@@ -191,7 +191,50 @@ async def test_query_memory_fails_closed_while_postgres_down(
         # Back up: the same query finds the memory.
         again = await client.post(
             "/v1/tools/query_memory",
-            json={"query": "which editor do I like?"},
+            json={"query": "what is my favourite editor?"},
+            headers=headers(user_id),
+        )
+        assert again.status_code == 200
+        assert again.json()["metadata"]["error"] is None
+        assert [m["content"] for m in again.json()["memories"]] == ["My favourite editor is Helix"]
+
+
+async def test_connections_the_server_closed_are_replaced_before_use(
+    make_client: Callable[..., Any], pg: EmbeddedPostgres, user_id: str
+) -> None:
+    """No pre-ping round trip (app/db.py): a pooled connection whose backend was terminated is
+    replaced at checkout, so the next query answers normally instead of failing closed."""
+    async with make_client() as (client, app):
+        await add_messages(client, user_id, ["My favourite editor is Helix"])
+        # Distinct questions: a repeated one would come from the answer cache, not Postgres.
+        for question in ("which editor do I like?", "my favourite editor?"):
+            first = await client.post(
+                "/v1/tools/query_memory", json={"query": question}, headers=headers(user_id)
+            )
+            assert first.json()["metadata"]["error"] is None
+        pool = app.state.resources.engine.sync_engine.pool
+        assert pool.checkedin() >= 1
+        owner = create_async_engine(pg.url)
+        try:
+            async with owner.connect() as conn:
+                pids = await conn.scalars(
+                    text(
+                        "SELECT pid FROM pg_stat_activity WHERE application_name = 'pgrecall' "
+                        "AND pid <> pg_backend_pid()"
+                    )
+                )
+                ended = 0
+                for pid in list(pids):
+                    ended += bool(
+                        await conn.scalar(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+                    )
+        finally:
+            await owner.dispose()
+        assert ended >= 1
+        await asyncio.sleep(0.2)  # the event loop reads the servers' goodbyes
+        again = await client.post(
+            "/v1/tools/query_memory",
+            json={"query": "what is my favourite editor?"},
             headers=headers(user_id),
         )
         assert again.status_code == 200

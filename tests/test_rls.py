@@ -455,12 +455,15 @@ async def test_the_service_runs_requests_as_the_service_role(make_client) -> Non
         assert await conn.scalar(text("SELECT current_user")) == DEFAULT_APP_ROLE
 
 
+@pytest.mark.parametrize("exact_search_max_items", [0, 10_000])
 async def test_both_query_arms_run_as_the_requesting_user(
     make_client,
     monkeypatch: pytest.MonkeyPatch,
     user_id: str,  # type: ignore[no-untyped-def]
+    exact_search_max_items: int,
 ) -> None:
-    """The keyword and vector arms use two connections; each carries the request's user."""
+    """Each arm's connection carries the request's user: two connections for a user on the ANN
+    path (arms at once), one for a user on the exact path."""
     from app.repositories.retrieval import RetrievalRepository
     from tests.helpers import add_messages, headers
 
@@ -482,7 +485,7 @@ async def test_both_query_arms_run_as_the_requesting_user(
 
     spy("keyword")
     spy("vector")
-    async with make_client() as (client, _):
+    async with make_client(exact_search_max_items=exact_search_max_items) as (client, _):
         await add_messages(client, user_id, ["My greyhound Pixel loves the beach"])
         response = await client.post(
             "/v1/memory/query",
@@ -491,7 +494,8 @@ async def test_both_query_arms_run_as_the_requesting_user(
         )
     assert response.status_code == 200 and response.json()["items"], response.text
     assert seen["keyword"][1] == seen["vector"][1] == user_id
-    assert seen["keyword"][0] != seen["vector"][0]  # two connections
+    two_connections = seen["keyword"][0] != seen["vector"][0]
+    assert two_connections == (exact_search_max_items == 0)
 
 
 # -- authentication: one key row by its hash, before the user is known -------------------------

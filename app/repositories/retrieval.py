@@ -180,6 +180,41 @@ def _source_filter(
     return " OR ".join(parts) if parts else None
 
 
+_MESSAGE_COLUMNS = (
+    "m.id, m.content, m.role, m.created_at, m.conversation_id, m.seq, "
+    "CASE WHEN jsonb_typeof(m.metadata -> 'speaker') = 'string' "
+    "THEN m.metadata ->> 'speaker' END AS speaker"
+)
+
+# (previous, next) turn of each seed message in its own conversation.
+_NEIGHBOURS_SQL = """
+    SELECT c.id,
+           (SELECT p.id FROM messages AS p
+             WHERE p.conversation_id = c.conversation_id AND p.user_id = :user_id
+               AND p.seq < c.seq ORDER BY p.seq DESC LIMIT 1) AS previous_id,
+           (SELECT n.id FROM messages AS n
+             WHERE n.conversation_id = c.conversation_id AND n.user_id = :user_id
+               AND n.seq > c.seq ORDER BY n.seq LIMIT 1) AS next_id
+    FROM messages AS c
+    WHERE c.user_id = :user_id AND c.id = ANY(CAST(:seeds AS uuid[]))
+"""
+
+
+def _message_candidate(r: Any) -> Candidate:
+    return Candidate(
+        Source.MESSAGE,
+        r.id,
+        r.content,
+        None,
+        None,
+        r.created_at,
+        f"conversation:{r.conversation_id}#{r.seq}",
+        r.conversation_id,
+        r.role,
+        usable_speaker(r.speaker),
+    )
+
+
 class RetrievalRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
@@ -269,14 +304,19 @@ class RetrievalRepository:
         return (await self.session.execute(sql, params)).all()
 
     async def set_vector_search(self, *, exact: bool, probes: int, max_probes: int) -> None:
-        """Planner settings for this transaction's vector queries."""
+        """Planner settings for this transaction's vector queries (one statement)."""
         if not exact:
             # A cached generic plan (asyncpg prepares statements) sizes user_id by the average
             # user and scans a big user's rows exactly through the user_id index: 50 ms vs 9.
-            await self.session.execute(text("SET LOCAL plan_cache_mode = force_custom_plan"))
-            await self.session.execute(text(f"SET LOCAL ivfflat.probes = {int(probes)}"))
-            await self.session.execute(text("SET LOCAL ivfflat.iterative_scan = relaxed_order"))
-            await self.session.execute(text(f"SET LOCAL ivfflat.max_probes = {int(max_probes)}"))
+            await self.session.execute(
+                text(
+                    "SELECT set_config('plan_cache_mode', 'force_custom_plan', true), "
+                    "set_config('ivfflat.probes', :probes, true), "
+                    "set_config('ivfflat.iterative_scan', 'relaxed_order', true), "
+                    "set_config('ivfflat.max_probes', :max_probes, true)"
+                ),
+                {"probes": str(int(probes)), "max_probes": str(int(max_probes))},
+            )
 
     async def vector(
         self,
@@ -334,13 +374,21 @@ class RetrievalRepository:
                     f"AND t.embedding_model = :model{when.sql('t')}",
                 )
             )
-        for source, base in statements:
-            sql = text(
-                f"SELECT id, 1 - (embedding <=> CAST(:q AS vector)) AS cosine FROM ("
-                f"{base} ORDER BY {order} LIMIT :limit) AS c ORDER BY cosine DESC"
+        if not statements:
+            return results
+        # Both sources in one round trip. Each branch keeps its own ORDER BY ... LIMIT (and index
+        # scan) and its own sort by cosine, so rows of equal cosine (duplicate turns) come in the
+        # same order as from one statement per source; Append returns the branches in turn.
+        sql = text(
+            " UNION ALL ".join(
+                f"(SELECT {int(source)} AS source, id, 1 - (embedding <=> CAST(:q AS vector)) "
+                f"AS cosine FROM ({base} ORDER BY {order} LIMIT :limit) AS c ORDER BY cosine DESC)"
+                for source, base in statements
             )
-            for row in (await self.session.execute(sql, params)).all():
-                results[(source, row.id)] = float(row.cosine)
+        )
+        rows = (await self.session.execute(sql, params)).all()
+        for row in sorted(rows, key=lambda r: r.source):  # stable: keeps each branch's order
+            results[(Source(row.source), row.id)] = float(row.cosine)
         return results
 
     async def fetch(
@@ -354,17 +402,7 @@ class RetrievalRepository:
         memory_ids = [i for s, i in keys if s is Source.MEMORY]
         message_ids = [i for s, i in keys if s is Source.MESSAGE]
         if memory_ids:
-            rows = await self.session.execute(
-                text(
-                    "SELECT id, content, type, importance, created_at, source, source_message_id "
-                    "FROM memory_items WHERE user_id = :user_id AND id = ANY(CAST(:ids AS uuid[])) "
-                    "AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())"
-                    + when.sql("memory_items")
-                    + _memory_valid("memory_items", when)
-                ),
-                {"user_id": user_id, "ids": memory_ids, **when.params()},
-            )
-            for r in rows:
+            for r in await self._memory_rows(user_id, memory_ids, when):
                 ref = r.source or (
                     f"message:{r.source_message_id}" if r.source_message_id else None
                 )
@@ -382,29 +420,78 @@ class RetrievalRepository:
         if message_ids:
             rows = await self.session.execute(
                 text(
-                    "SELECT m.id, m.content, m.role, m.created_at, m.conversation_id, m.seq, "
-                    "CASE WHEN jsonb_typeof(m.metadata -> 'speaker') = 'string' "
-                    "THEN m.metadata ->> 'speaker' END AS speaker "
-                    "FROM messages AS m JOIN conversations AS c ON c.id = m.conversation_id "
+                    f"SELECT {_MESSAGE_COLUMNS} FROM messages AS m "
+                    "JOIN conversations AS c ON c.id = m.conversation_id "
                     "WHERE m.user_id = :user_id AND c.user_id = :user_id "
                     "AND m.id = ANY(CAST(:ids AS uuid[]))" + when.sql("m")
                 ),
                 {"user_id": user_id, "ids": message_ids, **when.params()},
             )
             for r in rows:
-                out[(Source.MESSAGE, r.id)] = Candidate(
-                    Source.MESSAGE,
-                    r.id,
-                    r.content,
-                    None,
-                    None,
-                    r.created_at,
-                    f"conversation:{r.conversation_id}#{r.seq}",
-                    r.conversation_id,
-                    r.role,
-                    usable_speaker(r.speaker),
-                )
+                out[(Source.MESSAGE, r.id)] = _message_candidate(r)
         return out
+
+    async def _memory_rows(
+        self, user_id: str, ids: Sequence[uuid.UUID], when: TimeFilter
+    ) -> Sequence[Any]:
+        rows = await self.session.execute(
+            text(
+                "SELECT id, content, type, importance, created_at, source, source_message_id "
+                "FROM memory_items WHERE user_id = :user_id AND id = ANY(CAST(:ids AS uuid[])) "
+                "AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())"
+                + when.sql("memory_items")
+                + _memory_valid("memory_items", when)
+            ),
+            {"user_id": user_id, "ids": list(ids), **when.params()},
+        )
+        return rows.all()
+
+    async def fetch_around(
+        self,
+        user_id: str,
+        keys: Sequence[tuple[Source, uuid.UUID]],
+        seeds: Sequence[uuid.UUID],
+        when: TimeFilter = NO_TIME_FILTER,
+    ) -> tuple[
+        dict[uuid.UUID, tuple[uuid.UUID | None, uuid.UUID | None]],
+        dict[tuple[Source, uuid.UUID], Candidate],
+    ]:
+        """`neighbours(seeds)` and `fetch` of the keys and of those neighbours, with one statement
+        for the messages (one round trip fewer on the query path); the memories as in `fetch`."""
+        out: dict[tuple[Source, uuid.UUID], Candidate] = {}
+        memory_ids = [i for s, i in keys if s is Source.MEMORY]
+        message_ids = [i for s, i in keys if s is Source.MESSAGE]
+        around: dict[uuid.UUID, tuple[uuid.UUID | None, uuid.UUID | None]] = {}
+        if memory_ids:
+            out = await self.fetch(user_id, [(Source.MEMORY, i) for i in memory_ids], when)
+        if not message_ids and not seeds:
+            return around, out
+        rows = await self.session.execute(
+            text(
+                f"""
+                WITH nb AS MATERIALIZED ({_NEIGHBOURS_SQL}), wanted AS (
+                    SELECT unnest(CAST(:ids AS uuid[])) AS id
+                    UNION SELECT previous_id FROM nb UNION SELECT next_id FROM nb
+                )
+                SELECT true AS seed, nb.id, nb.previous_id, nb.next_id, NULL AS content,
+                       NULL AS role, NULL::timestamptz AS created_at, NULL::uuid AS conversation_id,
+                       NULL::bigint AS seq, NULL AS speaker
+                FROM nb
+                UNION ALL
+                SELECT false, m.id, NULL, NULL, {_MESSAGE_COLUMNS.replace("m.id, ", "")}
+                FROM messages AS m JOIN conversations AS c ON c.id = m.conversation_id
+                WHERE m.user_id = :user_id AND c.user_id = :user_id
+                  AND m.id IN (SELECT id FROM wanted){when.sql("m")}
+                """
+            ),
+            {"user_id": user_id, "ids": message_ids, "seeds": list(seeds), **when.params()},
+        )
+        for r in rows:
+            if r.seed:
+                around[r.id] = (r.previous_id, r.next_id)
+            else:
+                out[(Source.MESSAGE, r.id)] = _message_candidate(r)
+        return around, out
 
     async def neighbours(
         self, user_id: str, message_ids: Sequence[uuid.UUID]
@@ -413,20 +500,7 @@ class RetrievalRepository:
         if not message_ids:
             return {}
         rows = await self.session.execute(
-            text(
-                """
-                SELECT c.id,
-                       (SELECT p.id FROM messages AS p
-                         WHERE p.conversation_id = c.conversation_id AND p.user_id = :user_id
-                           AND p.seq < c.seq ORDER BY p.seq DESC LIMIT 1) AS previous_id,
-                       (SELECT n.id FROM messages AS n
-                         WHERE n.conversation_id = c.conversation_id AND n.user_id = :user_id
-                           AND n.seq > c.seq ORDER BY n.seq LIMIT 1) AS next_id
-                FROM messages AS c
-                WHERE c.user_id = :user_id AND c.id = ANY(CAST(:ids AS uuid[]))
-                """
-            ),
-            {"user_id": user_id, "ids": list(message_ids)},
+            text(_NEIGHBOURS_SQL), {"user_id": user_id, "seeds": list(message_ids)}
         )
         return {r.id: (r.previous_id, r.next_id) for r in rows}
 

@@ -318,23 +318,46 @@ class QueryService:
         # Both connections carry the request's user: row-level security backs up the predicates.
         async with (
             self.slots,
-            user_session(self.sessionmaker, request.user_id) as session,
+            user_session(self.sessionmaker, request.user_id, custom_plans=True) as session,
             session.begin(),
         ):
             repo = RetrievalRepository(session)
-            # The arms run at once on two connections: Postgres uses both cores, and a large
-            # store pays max(keyword, embed + vector) instead of the sum (docs/performance.md).
-            hits, cosines = await asyncio.gather(
-                self._keyword_arm(repo, request, query, n, memories, messages, preset),
-                self._vector_arm(request, embedding, n, memories, messages, result),
+            # The user's size picks exact or ANN search. A big user's arms run at once on two
+            # connections: Postgres uses both cores, and the query pays max(keyword, embed +
+            # vector) instead of the sum. A user on the exact path (a few thousand items, a
+            # keyword arm that ends before the embedding) runs the vector statement on this
+            # connection: three round trips fewer (docs/performance.md).
+            exact = embedding is not None and (
+                await repo.item_count(request.user_id) <= self.config.exact_search_max_items
             )
+            keyword = self._keyword_arm(repo, request, query, n, memories, messages, preset)
+            if exact:
+                hits = await keyword
+                cosines = await self._nearest(
+                    repo, request, embedding, n, memories, messages, result, exact=True
+                )
+            else:
+                hits, cosines = await asyncio.gather(
+                    keyword, self._vector_arm(request, embedding, n, memories, messages, result)
+                )
             ranked = rank(hits.scores, hits.max_score, cosines, preset, hits.expansion)
             neighbours: dict[tuple[Source, Any], tuple[Any, Any]] = {}
+            depth = max(request.limit * 3, 30, preset.rerank_depth)
+            seeds: list[Any] = []
             if messages and (preset.next_turn_weight > 0 or preset.previous_turn_weight > 0):
                 seeds = [r.key for r in ranked if r.key[0] is Source.MESSAGE][
                     : preset.neighbour_seeds
                 ]
-                around = await repo.neighbours(request.user_id, [i for _, i in seeds])
+            # One round trip for the seeds' neighbours and the content of every item that can
+            # make the cut below: propagation only raises the neighbours, so the first `depth`
+            # after it are among the first `depth` before it and the neighbours.
+            around, fetched = await repo.fetch_around(
+                request.user_id,
+                [r.key for r in ranked[:depth]],
+                [i for _, i in seeds],
+                request.when,
+            )
+            if seeds:
                 neighbours = {
                     (Source.MESSAGE, i): (
                         (Source.MESSAGE, p) if p else None,
@@ -348,8 +371,8 @@ class QueryService:
                     next_weight=preset.next_turn_weight,
                     previous_weight=preset.previous_turn_weight,
                 )
-            keep = [r.key for r in ranked[: max(request.limit * 3, 30, preset.rerank_depth)]]
-            candidates = await repo.fetch(request.user_id, keep, request.when)
+            keep = [r.key for r in ranked[:depth]]
+            candidates = {k: fetched[k] for k in keep if k in fetched}
             if trace is not None:
                 trace.bm25, trace.cosine = hits.scores, cosines
         ranked = [r for r in ranked if r.key in candidates]
@@ -424,31 +447,57 @@ class QueryService:
         messages: bool,
         result: QueryResult,
     ) -> dict[tuple[Source, Any], float]:
-        """Wait for the query vector, then the nearest items on a connection of its own."""
+        """ANN search on a connection of its own. Its planner settings are made while the query
+        is still being embedded, so only the vector statement waits for the embedding."""
         if embedding is None:
             return {}
+        async with (
+            user_session(self.sessionmaker, request.user_id, custom_plans=True) as session,
+            session.begin(),
+        ):
+            return await self._nearest(
+                RetrievalRepository(session),
+                request,
+                embedding,
+                n,
+                memories,
+                messages,
+                result,
+                exact=False,
+            )
+
+    async def _nearest(
+        self,
+        repo: RetrievalRepository,
+        request: QueryRequest,
+        embedding: asyncio.Task[tuple[Any | None, str | None, int]],
+        n: int,
+        memories: bool,
+        messages: bool,
+        result: QueryResult,
+        *,
+        exact: bool,
+    ) -> dict[tuple[Source, Any], float]:
+        """The vector search on `repo`'s connection, once the query vector is there."""
+        await repo.set_vector_search(
+            exact=exact,
+            probes=self.config.ivfflat_probes,
+            max_probes=self.config.ivfflat_max_probes,
+        )
         vector, result.degraded, result.query_embedding_ms = await embedding
         if vector is None:
             return {}
-        async with user_session(self.sessionmaker, request.user_id) as session, session.begin():
-            repo = RetrievalRepository(session)
-            exact = await repo.item_count(request.user_id) <= self.config.exact_search_max_items
-            await repo.set_vector_search(
-                exact=exact,
-                probes=self.config.ivfflat_probes,
-                max_probes=self.config.ivfflat_max_probes,
-            )
-            return await repo.vector(
-                request.user_id,
-                vector,
-                limit=n,
-                memories=memories,
-                messages=messages,
-                types=request.types,
-                exact=exact,
-                model=self.embeddings.model,
-                when=request.when,
-            )
+        return await repo.vector(
+            request.user_id,
+            vector,
+            limit=n,
+            memories=memories,
+            messages=messages,
+            types=request.types,
+            exact=exact,
+            model=self.embeddings.model,
+            when=request.when,
+        )
 
     def _finish(
         self, request: QueryRequest, result: QueryResult, started: float, correlation_id: str

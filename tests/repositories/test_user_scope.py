@@ -311,6 +311,11 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
             )
         keys = [(Source.MEMORY, ids[0]), (Source.MESSAGE, stored[0].id)]
         await rec.call("RetrievalRepository", "fetch", retrieval.fetch(user, keys, time))
+        await rec.call(
+            "RetrievalRepository",
+            "fetch_around",
+            retrieval.fetch_around(user, keys, [stored[1].id], time),
+        )
     await rec.call("RetrievalRepository", "neighbours", retrieval.neighbours(user, [stored[1].id]))
     await rec.call("RetrievalRepository", "item_count", retrieval.item_count(user))
 

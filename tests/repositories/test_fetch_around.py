@@ -1,0 +1,45 @@
+"""fetch_around (one round trip on the query path) returns what neighbours + fetch return."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from app.db import user_session
+from app.repositories.retrieval import RetrievalRepository, Source, TimeFilter
+from tests.helpers import add_messages
+
+
+async def test_fetch_around_equals_neighbours_then_fetch(
+    make_client: Callable[..., Any], user_id: str
+) -> None:
+    async with make_client() as (client, app):
+        turns = [f"turn {i} about the harbour {uuid.uuid4()}" for i in range(8)]
+        items = await add_messages(client, user_id, turns)
+        other = await add_messages(client, user_id, ["another conversation entirely"])
+        ids = [uuid.UUID(i["id"]) for i in items]
+        keys = [(Source.MESSAGE, ids[0]), (Source.MESSAGE, ids[5]), (Source.MESSAGE, ids[7])]
+        seeds = [ids[3], ids[7], uuid.UUID(other[0]["id"])]  # a conversation's last turn too
+        async with (
+            user_session(app.state.resources.sessionmaker, user_id) as session,
+            session.begin(),
+        ):
+            repo = RetrievalRepository(session)
+            for when in (TimeFilter(), TimeFilter(as_of=datetime.now(UTC) - timedelta(days=1))):
+                around, fetched = await repo.fetch_around(user_id, keys, seeds, when)
+                expected_around = await repo.neighbours(user_id, seeds)
+                assert around == expected_around
+                assert around[ids[3]] == (ids[2], ids[4])
+                assert around[ids[7]] == (ids[6], None)
+                wanted = keys + [(Source.MESSAGE, n) for pair in around.values() for n in pair if n]
+                assert fetched == await repo.fetch(user_id, wanted, when)
+                assert len(fetched) == (0 if when else 6)  # 0, 2, 4, 5, 6, 7
+        # Another user's session sees nothing of it.
+        async with (
+            user_session(app.state.resources.sessionmaker, f"{user_id}-x") as session,
+            session.begin(),
+        ):
+            repo = RetrievalRepository(session)
+            assert await repo.fetch_around(f"{user_id}-x", keys, seeds) == ({}, {})
