@@ -475,6 +475,10 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
             ),
         )
     await rec.call("StoreRepository", "namespaces", store.namespaces(user))
+    await rec.call(
+        "StoreRepository", "close_current", store.close_current(user, "prefs.food", "drink")
+    )
+    await rec.call("StoreRepository", "upsert", store.upsert(user, "prefs.food", "drink", fields))
     await rec.call("StoreRepository", "delete", store.delete(user, "prefs.food", "drink"))
 
     extraction = ExtractionRepository(session)
