@@ -74,33 +74,27 @@ class StoreRepository:
         """End the validity of the version at the address (deleted or not) now; its id, None
         when there is none. The row lock makes a concurrent put wait, then find no current
         version to close."""
-        stmt = (
-            update(MemoryItem)
-            .where(
-                MemoryItem.user_id == user_id,
-                MemoryItem.store_namespace == namespace,
-                MemoryItem.store_key == key,
-                MemoryItem.valid_to.is_(None),
-            )
-            .values(valid_to=func.now(), updated_at=func.now())
-            .returning(MemoryItem.id)
-        )
-        return (await self.session.execute(stmt)).scalar_one_or_none()
+        return await self._set_on_current(user_id, namespace, key, live_only=False, valid_to=True)
 
     async def delete(self, user_id: str, namespace: str, key: str) -> uuid.UUID | None:
         """Soft-delete the live item at the address; its id, None when there was none."""
-        stmt = (
-            update(MemoryItem)
-            .where(
-                MemoryItem.user_id == user_id,
-                MemoryItem.store_namespace == namespace,
-                MemoryItem.store_key == key,
-                MemoryItem.deleted_at.is_(None),
-                MemoryItem.valid_to.is_(None),
-            )
-            .values(deleted_at=func.now(), updated_at=func.now())
-            .returning(MemoryItem.id)
+        return await self._set_on_current(user_id, namespace, key, live_only=True, valid_to=False)
+
+    async def _set_on_current(
+        self, user_id: str, namespace: str, key: str, *, live_only: bool, valid_to: bool
+    ) -> uuid.UUID | None:
+        """Stamp now() on the current version at the address: its valid_to (closing it) or its
+        deleted_at (only if it is not deleted already)."""
+        stmt = update(MemoryItem).where(
+            MemoryItem.user_id == user_id,
+            MemoryItem.store_namespace == namespace,
+            MemoryItem.store_key == key,
+            MemoryItem.valid_to.is_(None),
         )
+        if live_only:
+            stmt = stmt.where(MemoryItem.deleted_at.is_(None))
+        stamp = {"valid_to": func.now()} if valid_to else {"deleted_at": func.now()}
+        stmt = stmt.values(**stamp, updated_at=func.now()).returning(MemoryItem.id)
         return (await self.session.execute(stmt)).scalar_one_or_none()
 
     def _within(self, user_id: str, prefix: str, value_filter: dict[str, Any] | None) -> Any:
