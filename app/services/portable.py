@@ -16,6 +16,7 @@ texts are embedded again. Services flush, never commit.
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
@@ -24,8 +25,9 @@ from typing import Any
 
 import numpy as np
 from pydantic import ValidationError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.db import user_session
 from app.errors import ConflictError, ValidationFailedError
 from app.models import Conversation, MemoryItem, Message
 from app.models.base import EMBEDDING_DIMENSION
@@ -43,6 +45,8 @@ from app.schemas.portable import (
 from app.services.conversation import conversation_documents
 from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import content_hash
+
+log = logging.getLogger(__name__)
 
 _EMBED_BATCH = 256
 Progress = Callable[[int], None]
@@ -97,6 +101,35 @@ def memory_line(m: MemoryItem, embeddings: bool) -> dict[str, Any]:
     if embeddings:
         out["embedding"] = _vector(m.embedding)
     return out
+
+
+async def open_export(
+    sessionmaker: async_sessionmaker[AsyncSession], user_id: str, *, embeddings: bool = False
+) -> AsyncIterator[str]:
+    """The user's export as JSON Lines text, for a streamed HTTP answer (API and console).
+
+    The snapshot is taken here, before the answer starts: a database failure is raised now
+    (an error answer), not in the middle of a stream. Once streaming, a failure ends the stream
+    without its end line, which tells the reader the export is incomplete. The session closes
+    when the stream ends."""
+    session = user_session(sessionmaker, user_id)
+    try:
+        await session.connection(execution_options=SNAPSHOT)
+        await PortableRepository(session).counts(user_id)
+    except BaseException:
+        await session.close()
+        raise
+    return _json_lines(session, user_id, embeddings)
+
+
+async def _json_lines(session: AsyncSession, user_id: str, embeddings: bool) -> AsyncIterator[str]:
+    try:
+        async for line in export_user(session, user_id, embeddings=embeddings):
+            yield json.dumps(line, ensure_ascii=False) + "\n"
+    except Exception:
+        log.exception("export of a user failed mid-stream")
+    finally:
+        await session.close()
 
 
 async def export_user(
