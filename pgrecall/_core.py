@@ -73,6 +73,10 @@ class RetryPolicy:
         return float(min(self.max_delay, self.backoff_base * 2**attempt))
 
 
+# Every call sent once: what benchmarks and probes use, so a retry never hides in a timing.
+NO_RETRY = RetryPolicy(max_retries=0)
+
+
 @dataclass(frozen=True)
 class Call(Generic[T]):
     method: str

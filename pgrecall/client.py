@@ -12,7 +12,7 @@ store's get/search/namespaces) or an idempotent write (session goal, forget/rate
 delete, clearing messages, admin create/update/delete/restore: the service deduplicates memories
 by text), and a 503 on any other write (new conversations and messages, save_memory, popping
 the newest message) only when its body says nothing was stored (DatabaseUnavailableError,
-EmbeddingError); connection failures before the request was sent. `RetryPolicy(max_retries=0)`
+EmbeddingError); connection failures before the request was sent. `NO_RETRY`
 turns retries off (load drivers measure each request once); `max_connections` sizes the
 client's own pool (all of them kept alive). `client.console` drives the admin console (sign in,
 pages as HTML, forms): see pgrecall/console.py.
@@ -32,11 +32,12 @@ from pgrecall import _calls as c
 from pgrecall import types as t
 from pgrecall._base import DEFAULT_TIMEOUT, Base, pool
 from pgrecall._calls import Ident, Item, TimeFilters
-from pgrecall._core import Call, PgrecallError, RetryPolicy, retry_delay
+from pgrecall._core import NO_RETRY, Call, PgrecallError, RetryPolicy, retry_delay
 from pgrecall.aio import AsyncClient
 from pgrecall.console import Console, ConsolePage
 
 __all__ = [
+    "NO_RETRY",
     "AsyncClient",
     "Client",
     "ConsolePage",

@@ -40,7 +40,7 @@ from app.main import create_app  # noqa: E402
 from app.migrate import upgrade_head  # noqa: E402
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user  # noqa: E402
 from eval.bench.server import free_port  # noqa: E402
-from pgrecall.client import Client, ConsolePage, PgrecallError, RetryPolicy  # noqa: E402
+from pgrecall.client import NO_RETRY, Client, ConsolePage, PgrecallError  # noqa: E402
 
 ADMIN_KEY = "bench-console-admin-key"
 USER = "bench-console-user"
@@ -147,9 +147,8 @@ def main() -> None:
         try:
             # One client, one connection pool, as one admin's browser; retries off (each
             # request is timed once); seeding posts 1000 memories at a time, hence the timeout.
-            no_retry = RetryPolicy(max_retries=0)
             with Client(
-                base, user_id=USER, admin_key=ADMIN_KEY, timeout=600, retry=no_retry
+                base, user_id=USER, admin_key=ADMIN_KEY, timeout=600, retry=NO_RETRY
             ) as client:
                 if seeded.exists():
                     memory_id, conversation_id = seeded.read_text().split()

@@ -43,10 +43,7 @@ from app.embedded import EmbeddedPostgres  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.migrate import upgrade_head  # noqa: E402
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user  # noqa: E402
-from pgrecall.client import AsyncClient, PgrecallError, RetryPolicy  # noqa: E402
-
-# Each append is timed once: a retried 503 would hide in the latency.
-NO_RETRY = RetryPolicy(max_retries=0)
+from pgrecall.client import NO_RETRY, AsyncClient, PgrecallError  # noqa: E402
 
 WORDS = [
     "garden",

@@ -30,10 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from eval.bench.server import Server, free_port  # noqa: E402
 from eval.metrics import percentile  # noqa: E402
-from pgrecall.client import AsyncClient, Client, PgrecallError, RetryPolicy  # noqa: E402
-
-# No retries: every request is timed once, as it was answered.
-NO_RETRY = RetryPolicy(max_retries=0)
+from pgrecall.client import NO_RETRY, AsyncClient, Client, PgrecallError  # noqa: E402
 
 WORDS = [
     "notebook",

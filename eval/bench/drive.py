@@ -15,10 +15,7 @@ from typing import Any
 import numpy as np
 
 from eval.bench.store import Store
-from pgrecall.client import AsyncClient, PgrecallError, RetryPolicy
-
-# A benchmark measures each request once: a retried 503 would hide the failure in a latency.
-NO_RETRY = RetryPolicy(max_retries=0)
+from pgrecall.client import AsyncClient, PgrecallError
 
 
 @dataclass(frozen=True)

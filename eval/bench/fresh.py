@@ -28,11 +28,10 @@ import typer
 from app.migrate import upgrade_head
 from app.observability import configure_logging
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
-from eval.bench.drive import NO_RETRY
 from eval.bench.server import start_server
 from eval.bench.store import create_database, database
 from eval.datasets.locomo import Conversation, load_locomo
-from pgrecall.client import AsyncClient
+from pgrecall.client import NO_RETRY, AsyncClient
 
 log = logging.getLogger("eval.bench")
 ROOT = Path(__file__).resolve().parents[2]

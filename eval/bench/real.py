@@ -74,14 +74,14 @@ from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService, Priority
 from app.services.query import QueryRequest, time_preference
-from eval.bench.drive import NO_RETRY, BenchQuery, percentiles, run_level, timing_breakdown
+from eval.bench.drive import BenchQuery, percentiles, run_level, timing_breakdown
 from eval.bench.fresh import import_conversation
 from eval.bench.run import _cpu, _cpu_per_request
 from eval.bench.server import start_server
 from eval.bench.store import _schema_fingerprint, create_database, database
 from eval.bench.vocabulary import PEOPLE
 from eval.datasets.locomo import Conversation, Turn, load_locomo
-from pgrecall.client import AsyncClient
+from pgrecall.client import NO_RETRY, AsyncClient
 
 log = logging.getLogger("eval.bench")
 ROOT = Path(__file__).resolve().parents[2]

@@ -20,12 +20,12 @@ import numpy.typing as npt
 from app.config import load_settings
 from app.retrieval.presets import get_preset
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
-from eval.bench.drive import NO_RETRY, make_queries, run_level, timing_breakdown
+from eval.bench.drive import make_queries, run_level, timing_breakdown
 from eval.bench.recall import VectorSearch, measure_recall
 from eval.bench.report import result_path, write_result
 from eval.bench.server import Server, cpu_seconds, start_server
 from eval.bench.store import Store, build_store
-from pgrecall.client import AsyncClient
+from pgrecall.client import NO_RETRY, AsyncClient
 
 log = logging.getLogger("eval.bench")
 Embed = Callable[[list[str]], npt.NDArray[np.float32]]

@@ -17,7 +17,7 @@ from typing import IO
 
 import psutil
 
-from pgrecall.client import AsyncClient, PgrecallError, RetryPolicy
+from pgrecall.client import NO_RETRY, AsyncClient, PgrecallError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -148,7 +148,7 @@ async def start_server(
     )
     server = Server(process, f"http://127.0.0.1:{port}", log)
     # This loop is the retry: each probe is one request (not listening yet = PgrecallError).
-    probe = AsyncClient(server.base_url, timeout=2.0, retry=RetryPolicy(max_retries=0))
+    probe = AsyncClient(server.base_url, timeout=2.0, retry=NO_RETRY)
     async with probe:
         while True:
             if process.poll() is not None:

@@ -8,7 +8,7 @@ import httpx
 import pytest
 
 from pgrecall import types as t
-from pgrecall.client import AsyncClient, Client, PgrecallError, RetryPolicy
+from pgrecall.client import NO_RETRY, AsyncClient, Client, PgrecallError
 from tests.served import Served, serving
 
 KEYS = {"PGRECALL_API_KEY": "svc-key", "PGRECALL_ADMIN_API_KEY": "adm-key"}
@@ -75,7 +75,7 @@ def test_health_and_the_console_as_an_admin_drives_it(served: Served) -> None:
         user_id="carol",
         api_key="svc-key",
         admin_key="adm-key",
-        retry=RetryPolicy(max_retries=0),
+        retry=NO_RETRY,
         max_connections=2,
     ) as pgr:
         assert pgr.health() == {"status": "ok"}
