@@ -6,11 +6,9 @@ Tests isolate by user: every test gets fresh user ids, so committed data never c
 from __future__ import annotations
 
 import os
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -24,7 +22,7 @@ from app.config import Settings
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
 from tests.redis_server import RedisServer
-from tests.servers import service_url, temporary_postgres, temporary_redis
+from tests.servers import app_settings, temporary_postgres, temporary_redis
 
 # CI runs every property test on the same examples (failures found locally are pinned with
 # @example); locally hypothesis keeps exploring. CI=true is set by the CI runner.
@@ -77,14 +75,7 @@ def other_user_id() -> str:
 def base_settings(pg: EmbeddedPostgres, redis_srv: RedisServer) -> Settings:
     """Settings on the real servers, requests as the service role (row-level security on); no
     rate limit unless a test asks for one."""
-    return Settings(
-        database_url=service_url(pg),
-        migration_database_url=pg.url,
-        redis_url=redis_srv.url,
-        migrate_on_start=False,
-        rate_limit_per_minute=0,
-        data_dir=Path(tempfile.gettempdir()),
-    )
+    return app_settings(pg, redis_srv.url)
 
 
 @pytest.fixture

@@ -12,7 +12,9 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
+from app.config import Settings
 from app.embedded import EmbeddedPostgres
 from app.migrate import upgrade_head
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
@@ -52,3 +54,17 @@ def temporary_postgres(*, migrate: bool = True) -> Iterator[EmbeddedPostgres]:
 def service_url(server: EmbeddedPostgres) -> str:
     """The server as the service role (bound by row-level security), not its superuser."""
     return with_user(server.url, DEFAULT_APP_ROLE)
+
+
+def app_settings(pg: EmbeddedPostgres, redis_url: str, **overrides: Any) -> Settings:
+    """Settings of an app on the test servers: requests as the service role (row-level security
+    on), migrations left to the suite, no rate limit unless asked for."""
+    base: dict[str, Any] = {
+        "database_url": service_url(pg),
+        "migration_database_url": pg.url,
+        "redis_url": redis_url,
+        "migrate_on_start": False,
+        "rate_limit_per_minute": 0,
+        "data_dir": Path(tempfile.gettempdir()),
+    }
+    return Settings(**{**base, **overrides})

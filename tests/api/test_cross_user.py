@@ -19,14 +19,13 @@ import pytest
 from fastapi import FastAPI
 
 from app.adapters.embedder import LocalEmbedder
-from app.config import Settings
 from app.db import user_session
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
 from app.services.memory import MemoryInput, MemoryService
 from tests.helpers import add_messages, headers, new_conversation
 from tests.redis_server import RedisServer
-from tests.servers import service_url
+from tests.servers import app_settings
 
 QUERY = "/v1/memory/query"
 TOOL = "/v1/tools/query_memory"
@@ -84,14 +83,7 @@ async def world(
     pg: EmbeddedPostgres, redis_srv: RedisServer, embedder: LocalEmbedder
 ) -> AsyncIterator[World]:
     """One app (Redis query cache on) and a dozen users holding identical content."""
-    settings = Settings(
-        database_url=service_url(pg),
-        migration_database_url=pg.url,
-        redis_url=redis_srv.url,
-        migrate_on_start=False,
-        rate_limit_per_minute=0,
-        write_rate_limit_per_minute=0,
-    )
+    settings = app_settings(pg, redis_srv.url, write_rate_limit_per_minute=0)
     app = create_app(settings, embedder=embedder)
     run = uuid.uuid4().hex[:8]
     users = [User(id=f"x{run}-{name}") for name in NAMES]

@@ -20,14 +20,13 @@ import uvicorn
 from pydantic import SecretStr
 
 from app.adapters.embedder import LocalEmbedder
-from app.config import Settings
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
 from eval.metrics import Summary
 from eval.report import log_to_mlflow
 from tests.redis_server import RedisServer
 from tests.served import free_port
-from tests.servers import service_url
+from tests.servers import app_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts" / "console"
@@ -76,13 +75,9 @@ def console(
     pg: EmbeddedPostgres, redis_srv: RedisServer, embedder: LocalEmbedder, mlflow_store: str
 ) -> Iterator[Console]:
     """The app with an admin key, served on a loopback port for the browser."""
-    settings = Settings(
-        database_url=service_url(pg),
-        migration_database_url=pg.url,
-        redis_url=redis_srv.url,
-        migrate_on_start=False,
-        rate_limit_per_minute=0,
-        data_dir=Path(tempfile.gettempdir()),
+    settings = app_settings(
+        pg,
+        redis_srv.url,
         api_key=SecretStr(SERVICE_KEY),
         admin_api_key=SecretStr(ADMIN_KEY),
         MLFLOW_TRACKING_URI=mlflow_store,
