@@ -81,20 +81,8 @@ PLAN: list[tuple[str, float, float, list[RetrievalPreset]]] = [
 
 # The ranking as it was before the re-ranking stages (all of them off), each stage alone on
 # top of it, and the default. Stages that lost stay available (off) and are listed here.
-BEFORE = DEFAULT.with_(
-    name="before: no re-ranking stages",
-    time_boost=0.0,
-    time_mention_slack_days=0.0,
-    relevance_weight=0.0,
-    conversation_cap=0,
-    session_vote_weight=0.0,
-    prf_docs=0,
-    cutoff_exempt_ranks=0,
-    when_boost=0.0,
-    answer_relevance=0.0,
-    answer_weight=0.0,
-    speaker_boost=0.0,
-)
+# (the `baseline` preset: every re-ranking stage is off in it or in the default).
+BEFORE = PRESETS["baseline"].with_(name="before: no re-ranking stages")
 PLAN_RANKING: list[RetrievalPreset] = [
     BEFORE,
     BEFORE.with_(name="time boost 0.3", time_boost=0.3),
