@@ -456,8 +456,9 @@ class RetrievalRepository:
         dict[uuid.UUID, tuple[uuid.UUID | None, uuid.UUID | None]],
         dict[tuple[Source, uuid.UUID], Candidate],
     ]:
-        """`neighbours(seeds)` and `fetch` of the keys and of those neighbours, with one statement
-        for the messages (one round trip fewer on the query path); the memories as in `fetch`."""
+        """(previous, next) message of each seed in its own conversation, and `fetch` of the keys
+        and of those neighbours, with one statement for the messages (one round trip on the
+        query path); the memories as in `fetch`."""
         out: dict[tuple[Source, uuid.UUID], Candidate] = {}
         memory_ids = [i for s, i in keys if s is Source.MEMORY]
         message_ids = [i for s, i in keys if s is Source.MESSAGE]
@@ -492,17 +493,6 @@ class RetrievalRepository:
             else:
                 out[(Source.MESSAGE, r.id)] = _message_candidate(r)
         return around, out
-
-    async def neighbours(
-        self, user_id: str, message_ids: Sequence[uuid.UUID]
-    ) -> dict[uuid.UUID, tuple[uuid.UUID | None, uuid.UUID | None]]:
-        """(previous, next) message of each given message in its own conversation."""
-        if not message_ids:
-            return {}
-        rows = await self.session.execute(
-            text(_NEIGHBOURS_SQL), {"user_id": user_id, "seeds": list(message_ids)}
-        )
-        return {r.id: (r.previous_id, r.next_id) for r in rows}
 
     async def item_count(self, user_id: str) -> int:
         """Indexed items of this user (memories + messages): picks exact vs ANN search."""

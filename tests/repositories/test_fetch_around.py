@@ -1,4 +1,5 @@
-"""fetch_around (one round trip on the query path) returns what neighbours + fetch return."""
+"""fetch_around (one round trip on the query path): the seeds' neighbours in their own
+conversations, and what `fetch` returns for the keys and those neighbours."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from app.repositories.retrieval import RetrievalRepository, Source, TimeFilter
 from tests.helpers import add_messages
 
 
-async def test_fetch_around_equals_neighbours_then_fetch(
+async def test_fetch_around_gives_neighbours_and_fetches_them(
     make_client: Callable[..., Any], user_id: str
 ) -> None:
     async with make_client() as (client, app):
@@ -29,10 +30,11 @@ async def test_fetch_around_equals_neighbours_then_fetch(
             repo = RetrievalRepository(session)
             for when in (TimeFilter(), TimeFilter(as_of=datetime.now(UTC) - timedelta(days=1))):
                 around, fetched = await repo.fetch_around(user_id, keys, seeds, when)
-                expected_around = await repo.neighbours(user_id, seeds)
-                assert around == expected_around
-                assert around[ids[3]] == (ids[2], ids[4])
-                assert around[ids[7]] == (ids[6], None)
+                assert around == {
+                    ids[3]: (ids[2], ids[4]),
+                    ids[7]: (ids[6], None),  # a conversation's last turn
+                    seeds[2]: (None, None),  # alone in its conversation
+                }
                 wanted = keys + [(Source.MESSAGE, n) for pair in around.values() for n in pair if n]
                 assert fetched == await repo.fetch(user_id, wanted, when)
                 assert len(fetched) == (0 if when else 6)  # 0, 2, 4, 5, 6, 7

@@ -316,7 +316,6 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
             "fetch_around",
             retrieval.fetch_around(user, keys, [stored[1].id], time),
         )
-    await rec.call("RetrievalRepository", "neighbours", retrieval.neighbours(user, [stored[1].id]))
     await rec.call("RetrievalRepository", "item_count", retrieval.item_count(user))
 
     agent = AgentMemoryRepository(session)
