@@ -24,19 +24,14 @@ from app.errors import EmbeddingError
 from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository, TimeFilter
 from app.repositories.search_index import Source
 from app.retrieval.budget import pack
-from app.retrieval.dates import TimeWindow, asks_when, parse_time_expression, tells_time
+from app.retrieval.dates import TimeWindow, parse_time_expression
 from app.retrieval.presets import RetrievalPreset
+from app.retrieval.rerank import rerank
 from app.retrieval.scoring import (
-    answers_inherit,
     apply_thresholds,
-    boost,
-    diversify,
-    group_vote,
-    prefer_window,
     propagate,
     rank,
 )
-from app.retrieval.speakers import prefer_named
 from app.services.embedding import EmbeddingService, Priority
 
 if TYPE_CHECKING:
@@ -375,31 +370,8 @@ class QueryService:
             candidates = {k: fetched[k] for k in keep if k in fetched}
             if trace is not None:
                 trace.bm25, trace.cosine = hits.scores, cosines
-        ranked = [r for r in ranked if r.key in candidates]
-        if preset.answer_relevance > 0.0 or preset.answer_weight > 0.0:
-            answers = _answers(neighbours, candidates)
-            ranked = answers_inherit(ranked, answers, preset.answer_relevance)
-            ranked = propagate(
-                ranked,
-                {q: (None, a) for q, a in answers.items()},
-                next_weight=preset.answer_weight,
-                previous_weight=0.0,
-            )
-        ranked = prefer_window(
-            ranked,
-            {k: c.created_at for k, c in candidates.items()},
-            time_preference(query, request, preset),
-            preset.time_boost,
-        )
-        if preset.when_boost > 0.0 and asks_when(query):
-            depth = {r.key for r in ranked[: preset.rerank_depth]}
-            telling = {k for k in depth if tells_time(candidates[k].content)}
-            ranked = boost(ranked, telling, preset.when_boost)
-        speakers = {k: c.speaker for k, c in candidates.items() if c.speaker}
-        ranked = prefer_named(ranked, speakers, query, preset.speaker_boost)
-        conversations = {k: c.conversation_id for k, c in candidates.items() if c.conversation_id}
-        ranked = group_vote(ranked, conversations, preset.session_vote_weight, preset.rerank_depth)
-        ranked = diversify(ranked, conversations, preset.conversation_cap, preset.diversify_depth)
+        window = time_preference(query, request, preset)
+        ranked = rerank(ranked, candidates, neighbours, query, window, preset)
         return candidates, ranked
 
     @staticmethod
@@ -533,25 +505,6 @@ def time_preference(
     if window is None:
         return None
     return window.widened(after=timedelta(days=preset.time_mention_slack_days))
-
-
-def _answers(
-    neighbours: dict[tuple[Source, Any], tuple[Any, Any]],
-    candidates: dict[tuple[Source, Any], Candidate],
-) -> dict[tuple[Source, Any], tuple[Source, Any]]:
-    """question turn -> the turn answering it: the next turn, by the other speaker, of a seed
-    turn that asks something (ends with '?')."""
-    out = {}
-    for seed, (_, following) in neighbours.items():
-        asked, answer = candidates.get(seed), candidates.get(following) if following else None
-        if (
-            asked is not None
-            and answer is not None
-            and asked.content.rstrip().endswith("?")
-            and asked.role != answer.role
-        ):
-            out[seed] = following
-    return out
 
 
 def _item(

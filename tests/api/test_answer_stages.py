@@ -14,7 +14,7 @@ import httpx
 
 from app.repositories.retrieval import Candidate
 from app.repositories.search_index import Source
-from app.services.query import _answers
+from app.retrieval.rerank import answer_pairs
 from tests.helpers import headers, new_conversation, ranked_contents
 
 
@@ -110,4 +110,4 @@ def test_an_answer_is_the_other_speakers_next_turn_after_a_question() -> None:
     }
     neighbours = {"q": (None, "a"), "s": (None, "t"), "n": (None, "r"), "a": ("q", None)}
     # "s" is followed by its own speaker, "n" asks nothing, "a" has no next turn.
-    assert _answers(neighbours, turns) == {"q": "a"}  # type: ignore[arg-type]
+    assert answer_pairs(neighbours, turns) == {"q": "a"}

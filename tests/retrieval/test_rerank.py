@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
@@ -9,6 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.retrieval.dates import TimeWindow
+from app.retrieval.presets import PRESETS
+from app.retrieval.rerank import rerank
 from app.retrieval.scoring import (
     Ranked,
     answers_inherit,
@@ -157,3 +160,35 @@ def test_an_answer_inherits_a_share_of_its_questions_relevance_and_keeps_its_pla
     assert answers_inherit(high, {"q": "a"}, 0.75)[1].relevance == 0.9
     assert answers_inherit(ranked, {"q": "a"}, 0.0) == ranked
     assert answers_inherit(ranked, {"q": "missing"}, 0.75) == ranked
+
+
+def test_rerank_drops_rowless_items_and_runs_the_stages_the_preset_turns_on() -> None:
+    @dataclass(frozen=True)
+    class Row:
+        content: str
+        role: str | None
+        created_at: datetime
+        speaker: str | None = None
+        conversation_id: object = None
+
+    t = datetime(2024, 5, 1, tzinfo=UTC)
+    rows = {
+        "q": Row("Which lens should I buy?", "user", t, "Ana"),
+        "x": Row("Lenses are expensive.", "assistant", t, "Ben"),
+        "a": Row("The XF 35mm.", "assistant", t, "Ben"),
+    }
+    ranked = [
+        Ranked("q", 1.0, 0.9, 0.9, 0.0),
+        Ranked("gone", 0.95, 0.9, 0.9, 0.0),  # no row (deleted meanwhile): dropped
+        Ranked("x", 0.8, 0.7, 0.7, 0.0),
+        Ranked("a", 0.1, 0.1, 0.0, 0.1),
+    ]
+    neighbours = {"q": (None, "a")}
+    question = "Which lens?"
+    plain = rerank(ranked, rows, neighbours, question, None, PRESETS["baseline"])
+    assert [r.key for r in plain] == ["q", "x", "a"]
+    staged = rerank(ranked, rows, neighbours, question, None, PRESETS["default"])
+    assert [r.key for r in staged] == ["q", "a", "x"]  # the answer inherits 0.9 of 1.0
+    assert {r.key: r.relevance for r in staged}["a"] == pytest.approx(0.9)
+    named = rerank(ranked, rows, neighbours, "What did Ben say?", None, PRESETS["default"])
+    assert [r.key for r in named][:2] == ["a", "x"]  # Ben's turns first
