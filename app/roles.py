@@ -44,6 +44,7 @@ USER_TABLES: tuple[str, ...] = (
     "api_keys",
     "extraction_jobs",  # migration 0008_extraction
     "extraction_usage",
+    "message_passages",  # migration 0009_passages
 )
 READ_ONLY_TABLES: tuple[str, ...] = ("alembic_version",)
 _LOCK_KEY = 0x70677263  # "pgrc": serialises role set-up across processes

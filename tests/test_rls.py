@@ -81,6 +81,13 @@ async def _seed(owner: AsyncEngine, user: str) -> None:
         )
         await conn.execute(
             text(
+                "INSERT INTO message_passages (message_id, ord, user_id, embedding, "
+                "embedding_model) VALUES (:m, 0, :u, CAST(:v AS vector), 'm')"
+            ),
+            {"m": message, "u": user, "v": vector},
+        )
+        await conn.execute(
+            text(
                 "INSERT INTO memory_items (id, user_id, content, content_hash, type, embedding, "
                 "embedding_model) VALUES (:i, :u, 'likes tea', :h, 'fact', CAST(:v AS vector), 'm')"
             ),

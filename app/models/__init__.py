@@ -2,7 +2,7 @@
 
 from app.models.api_key import ApiKey
 from app.models.base import Base
-from app.models.conversation import Conversation, Message
+from app.models.conversation import Conversation, Message, MessagePassage
 from app.models.extraction import ExtractionJob, ExtractionUsage
 from app.models.memory import MemoryItem, SearchPosting, SearchStats
 
@@ -14,6 +14,7 @@ __all__ = [
     "ExtractionUsage",
     "MemoryItem",
     "Message",
+    "MessagePassage",
     "SearchPosting",
     "SearchStats",
 ]

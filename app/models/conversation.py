@@ -14,6 +14,7 @@ from sqlalchemy import (
     ForeignKey,
     Identity,
     Index,
+    SmallInteger,
     String,
     Text,
     Uuid,
@@ -76,3 +77,18 @@ class Message(CreatedAtMixin, Base):
     metadata_: Mapped[dict[str, Any]] = mapped_column(
         "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
+
+
+class MessagePassage(Base):
+    """A sentence of a multi-sentence message, with its own vector (migration 0009_passages)."""
+
+    __tablename__ = "message_passages"
+    __table_args__ = (Index("idx_message_passages_user_id", "user_id"),)
+
+    message_id: Mapped[uuid.UUID] = mapped_column(
+        Uuid, ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True
+    )
+    ord: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), nullable=False)
+    embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIMENSION), nullable=False)
+    embedding_model: Mapped[str] = mapped_column(String(100), nullable=False)

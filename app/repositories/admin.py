@@ -354,14 +354,15 @@ def _megabytes(setting: str) -> float:
 PURGE_TABLES: tuple[str, ...] = (  # in the order the purge reports them
     "memory_items",  # every version: supersession links stay within the user's own rows
     "messages",
+    "message_passages",
     "conversations",
     "search_postings",
     "search_stats",
     "extraction_jobs",
     "extraction_usage",
 )
-# Extraction rows are deleted first: jobs point at the user's messages (and would cascade unseen).
-_DELETED_FIRST = ("extraction_jobs", "extraction_usage")
+# Rows that point at the user's messages are deleted first (they would cascade unseen).
+_DELETED_FIRST = ("extraction_jobs", "extraction_usage", "message_passages")
 _DELETE_ORDER = _DELETED_FIRST + tuple(t for t in PURGE_TABLES if t not in _DELETED_FIRST)
 # Tables whose texts have cached vectors in Redis (their embeddings are purged too).
 _EMBEDDED_TABLES = ("memory_items", "messages")

@@ -200,6 +200,53 @@ _NEIGHBOURS_SQL = """
 """
 
 
+# A message's passage score: its best passage's cosine, or its own where it has none (a turn of
+# one sentence). Read through the passages' primary key, one index probe per scored message.
+_BEST_PASSAGE = (
+    "coalesce((SELECT max(1 - (p.embedding <=> CAST(:q AS vector))) FROM message_passages AS p "
+    "WHERE p.user_id = :user_id AND p.message_id = {id} AND p.embedding_model = :model), {own})"
+)
+
+
+# Typed: a bare `1 - :w` makes Postgres infer an integer parameter, and 0.7 arrives as 0.
+_W = "CAST(:w AS float8)"
+
+
+def _passage_messages_sql(exact: bool, when_sql: str) -> str:
+    """The messages branch of the vector statement with passage scoring (see `vector`)."""
+    own = "1 - (t.embedding <=> CAST(:q AS vector))"
+    scope = (
+        "t.user_id = :user_id AND t.embedding IS NOT NULL "
+        f"AND t.embedding_model = :model{when_sql}"
+    )
+    if exact:
+        # Every passage of the user in one scan, best per message, joined to the messages.
+        best = (
+            "SELECT p.message_id, max(1 - (p.embedding <=> CAST(:q AS vector))) AS best "
+            "FROM message_passages AS p "
+            "WHERE p.user_id = :user_id AND p.embedding_model = :model GROUP BY p.message_id"
+        )
+        inner = (
+            f"SELECT t.id, (1 - {_W}) * ({own}) + {_W} * coalesce(b.best, {own}) AS cosine "
+            f"FROM messages AS t LEFT JOIN ({best}) AS b ON b.message_id = t.id "
+            f"WHERE {scope} ORDER BY cosine DESC LIMIT :limit"
+        )
+    else:
+        # The index finds the messages by their own vectors; their passages re-score them.
+        found = (
+            f"SELECT t.id, {own} AS own FROM messages AS t WHERE {scope} "
+            "ORDER BY t.embedding <=> CAST(:q AS vector) LIMIT :limit"
+        )
+        inner = (
+            f"SELECT a.id, (1 - {_W}) * a.own + {_W} * "
+            f"{_BEST_PASSAGE.format(id='a.id', own='a.own')} AS cosine FROM ({found}) AS a"
+        )
+    return (
+        f"(SELECT {int(Source.MESSAGE)} AS source, c.id, c.cosine "
+        f"FROM ({inner}) AS c ORDER BY c.cosine DESC)"
+    )
+
+
 def _message_candidate(r: Any) -> Candidate:
     return Candidate(
         Source.MESSAGE,
@@ -330,6 +377,7 @@ class RetrievalRepository:
         exact: bool,
         model: str,
         when: TimeFilter = NO_TIME_FILTER,
+        passage_weight: float = 0.0,
     ) -> dict[tuple[Source, uuid.UUID], float]:
         """Top items by cosine similarity, per source.
 
@@ -337,6 +385,11 @@ class RetrievalRepository:
         user's rows through the user_id index: exact, and fast for stores of a few thousand
         items. exact=False uses the index with iterative scans (filtered ANN without short
         result sets); the outer ORDER BY repairs relaxed ordering.
+
+        passage_weight > 0 scores a message by (1 - w) x its own cosine + w x its best
+        passage's (its own where it has none). Exact: over all the user's messages and
+        passages. ANN: the index finds messages by their own vectors and their passages
+        re-score them (a passage alone cannot bring a message in; docs/retrieval.md).
         """
         order = (
             "(t.embedding <=> CAST(:q AS vector)) + 0"
@@ -365,7 +418,11 @@ class RetrievalRepository:
                     f"{_memory_valid('t', when)}",
                 )
             )
-        if messages:
+        messages_sql: str | None = None
+        if messages and passage_weight > 0:
+            params["w"] = float(passage_weight)
+            messages_sql = _passage_messages_sql(exact, when.sql("t"))
+        elif messages:
             statements.append(
                 (
                     Source.MESSAGE,
@@ -374,18 +431,19 @@ class RetrievalRepository:
                     f"AND t.embedding_model = :model{when.sql('t')}",
                 )
             )
-        if not statements:
+        if not statements and messages_sql is None:
             return results
         # Both sources in one round trip. Each branch keeps its own ORDER BY ... LIMIT (and index
         # scan) and its own sort by cosine, so rows of equal cosine (duplicate turns) come in the
         # same order as from one statement per source; Append returns the branches in turn.
-        sql = text(
-            " UNION ALL ".join(
-                f"(SELECT {int(source)} AS source, id, 1 - (embedding <=> CAST(:q AS vector)) "
-                f"AS cosine FROM ({base} ORDER BY {order} LIMIT :limit) AS c ORDER BY cosine DESC)"
-                for source, base in statements
-            )
-        )
+        branches = [
+            f"(SELECT {int(source)} AS source, id, 1 - (embedding <=> CAST(:q AS vector)) "
+            f"AS cosine FROM ({base} ORDER BY {order} LIMIT :limit) AS c ORDER BY cosine DESC)"
+            for source, base in statements
+        ]
+        if messages_sql is not None:
+            branches.append(messages_sql)
+        sql = text(" UNION ALL ".join(branches))
         rows = (await self.session.execute(sql, params)).all()
         for row in sorted(rows, key=lambda r: r.source):  # stable: keeps each branch's order
             results[(Source(row.source), row.id)] = float(row.cosine)

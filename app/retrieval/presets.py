@@ -26,6 +26,9 @@ class RetrievalPreset:
     bm25_k1: float = 1.2
     bm25_b: float = 0.5
     # Cosine similarity mapped to semantic relevance: <= floor -> 0, >= ceiling -> 1.
+    # Passages (app/retrieval/passages.py): a message's cosine is (1 - w) x its own + w x its
+    # best sentence's, for messages of two or more sentences (0 = off: the turn's own vector).
+    passage_weight: float = 0.7
     vector_floor: float = 0.15
     vector_ceiling: float = 0.5
     # Share of the query's keyword information (sum of idf) that counts as a full match.
@@ -100,8 +103,8 @@ PRESETS: dict[str, RetrievalPreset] = {
     "vector_only": DEFAULT.with_(name="vector_only", use_keyword=False),
     # The ranking without the time preference (what a caller who wants no date reading gets).
     "untimed": DEFAULT.with_(name="untimed", time_boost=0.0, time_mention_slack_days=0.0),
-    # The ranking without issue 13's question-reading stages (time preference, when-questions,
-    # answers inheriting relevance, named speakers): the reference for their latency cost
+    # The ranking without issue 13's stages (time preference, when-questions, answers
+    # inheriting relevance, named speakers, passages): the reference for their latency cost
     # (eval/bench).
     "baseline": DEFAULT.with_(
         name="baseline",
@@ -111,6 +114,7 @@ PRESETS: dict[str, RetrievalPreset] = {
         answer_relevance=0.0,
         answer_weight=0.0,
         speaker_boost=0.0,
+        passage_weight=0.0,
     ),
     "rrf_equal": DEFAULT.with_(
         name="rrf_equal", fusion="rrf", keyword_weight=1.0, vector_weight=1.0

@@ -13,10 +13,12 @@ from app.errors import NotFoundError
 from app.models import Conversation, Message
 from app.repositories.conversation import ConversationRepository, NewMessage
 from app.repositories.extraction import ExtractionRepository
+from app.repositories.passages import PassageRepository
 from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.retrieval.speakers import named_speakers, usable_speaker
 from app.schemas.conversation import MessageCreate
 from app.services.embedding import EmbeddingService, Priority
+from app.services.passages import PassageSource, embed_passages
 
 
 def turn_document(
@@ -106,13 +108,19 @@ class ConversationService:
         # Embed before taking the row lock: the lock is held only for the inserts.
         await self.get(user_id, conversation_id)
         vectors = await self.embeddings.embed([m.content for m in messages], priority=priority)
+        ids = [uuid.uuid4() for _ in messages]
+        passages = await embed_passages(
+            self.embeddings,
+            [PassageSource(i, m.content, m.metadata) for i, m in zip(ids, messages, strict=True)],
+            priority=priority,
+        )
         conversation = await self.repo.get(user_id, conversation_id, lock=True)
         if conversation is None:
             raise NotFoundError("conversation not found")
         tail = await self.repo.last_messages(user_id, conversation_id, 2)
         new = [
             NewMessage(
-                id=uuid.uuid4(),
+                id=ids[i],
                 role=m.role,
                 content=m.content,
                 embedding=vectors[i],
@@ -124,6 +132,7 @@ class ConversationService:
             for i, m in enumerate(messages)
         ]
         stored = await self.repo.insert_messages(user_id, conversation_id, new)
+        await PassageRepository(self.repo.session).insert(user_id, self.embeddings.model, passages)
         contents = [m.content for m in new]
         previous = tail[0].content if tail else None
         documents = [

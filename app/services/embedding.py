@@ -46,10 +46,18 @@ class EmbeddingService:
             return [None] * len(texts)
         return list(await self.cache.get_embeddings(self.model, texts))
 
-    async def embed(self, texts: Sequence[str], *, priority: Priority) -> Vectors:
-        """Unit vectors for `texts`, from the cache where possible; raises EmbeddingError."""
+    async def embed(
+        self, texts: Sequence[str], *, priority: Priority, cached: bool = True
+    ) -> Vectors:
+        """Unit vectors for `texts`, from the cache where possible; raises EmbeddingError.
+
+        cached=False neither reads nor writes the cache: for derived texts (a message's
+        passages) that no purge would know to remove from Redis.
+        """
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
+        if not cached:
+            return await self.scheduler.embed(list(texts), priority)
         found = await self._cached(texts)
         missing = [i for i, vec in enumerate(found) if vec is None]
         result = np.empty((len(texts), self.dimension), dtype=np.float32)

@@ -329,11 +329,12 @@ class QueryService:
             if exact:
                 hits = await keyword
                 cosines = await self._nearest(
-                    repo, request, embedding, n, memories, messages, result, exact=True
+                    repo, request, embedding, n, memories, messages, result, preset, exact=True
                 )
             else:
                 hits, cosines = await asyncio.gather(
-                    keyword, self._vector_arm(request, embedding, n, memories, messages, result)
+                    keyword,
+                    self._vector_arm(request, embedding, n, memories, messages, result, preset),
                 )
             ranked = rank(hits.scores, hits.max_score, cosines, preset, hits.expansion)
             neighbours: dict[tuple[Source, Any], tuple[Any, Any]] = {}
@@ -418,6 +419,7 @@ class QueryService:
         memories: bool,
         messages: bool,
         result: QueryResult,
+        preset: RetrievalPreset,
     ) -> dict[tuple[Source, Any], float]:
         """ANN search on a connection of its own. Its planner settings are made while the query
         is still being embedded, so only the vector statement waits for the embedding."""
@@ -435,6 +437,7 @@ class QueryService:
                 memories,
                 messages,
                 result,
+                preset,
                 exact=False,
             )
 
@@ -447,6 +450,7 @@ class QueryService:
         memories: bool,
         messages: bool,
         result: QueryResult,
+        preset: RetrievalPreset,
         *,
         exact: bool,
     ) -> dict[tuple[Source, Any], float]:
@@ -469,6 +473,7 @@ class QueryService:
             exact=exact,
             model=self.embeddings.model,
             when=request.when,
+            passage_weight=preset.passage_weight,
         )
 
     def _finish(

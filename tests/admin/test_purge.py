@@ -27,6 +27,7 @@ TABLES = (
     "search_stats",
     "extraction_jobs",
     "extraction_usage",
+    "message_passages",
 )
 
 
@@ -35,7 +36,10 @@ async def _populate(client: httpx.AsyncClient, user: str) -> list[str]:
     a cached query result; returns every text the user had embedded."""
     texts: list[str] = []
     for n in range(2):
-        turns = [f"{user} turn {n}.{i}: planning the trip to Kyoto in April" for i in range(3)]
+        turns = [
+            f"{user} turn {n}.{i}: planning the trip to Kyoto in April. We see the temples first."
+            for i in range(3)
+        ]
         messages = await add_messages(client, user, turns)
         texts += turns
         cid = messages[0]["conversation_id"]
@@ -98,6 +102,7 @@ async def test_purge_user_removes_every_row_and_key_of_that_user_only(
         "search_stats": 1,
         "extraction_jobs": 0,  # extraction is off here: tests/extraction covers its purge
         "extraction_usage": 0,
+        "message_passages": 12,  # two sentences per turn; their texts are never cached
     }
     assert before["search_postings"] > 0
     keys = await _user_keys(cache, user_id)

@@ -46,6 +46,7 @@ from app.repositories.bulk import BulkMemory, BulkRepository
 from app.repositories.conversation import ConversationRepository, NewMessage
 from app.repositories.extraction import ExtractionRepository, ExtractionStatsRepository
 from app.repositories.memory import MemoryRepository, NewMemory
+from app.repositories.passages import NewPassage, PassageRepository
 from app.repositories.portable import PortableRepository
 from app.repositories.retrieval import RetrievalRepository, Source, TimeFilter
 from app.repositories.search_index import Document, SearchIndexRepository
@@ -244,6 +245,26 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     await rec.call("MemoryRepository", "get", memories.get(user, ids[0]))
     await rec.call("MemoryRepository", "set_deleted", memories.set_deleted(user, ids[2], True))
 
+    passages = PassageRepository(session)
+    await rec.call(
+        "PassageRepository",
+        "insert",
+        passages.insert(user, LOCAL_MODEL_ID, [NewPassage(stored[0].id, 0, _vector(30))]),
+    )
+    await rec.call(
+        "PassageRepository",
+        "messages_without",
+        passages.messages_without(user, LOCAL_MODEL_ID, after=None, limit=10),
+    )
+    await rec.call(
+        "PassageRepository",
+        "messages_without",
+        passages.messages_without(user, LOCAL_MODEL_ID, after=stored[0].id, limit=10),
+    )
+    await rec.call(
+        "PassageRepository", "drop_other_models", passages.drop_other_models(user, "another")
+    )
+
     index = SearchIndexRepository(session)
     docs = [Document(i, Source.MEMORY, "Rex likes the park") for i in ids]
     docs += [Document(m.id, Source.MESSAGE, m.content, "before", "after") for m in stored]
@@ -288,7 +309,7 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
                     when=time,
                 ),
             )
-        for exact in (True, False):
+        for exact, weight in ((True, 0.0), (False, 0.0), (True, 0.7), (False, 0.7)):
             await rec.call(
                 "RetrievalRepository",
                 "set_vector_search",
@@ -307,6 +328,7 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
                     exact=exact,
                     model=LOCAL_MODEL_ID,
                     when=time,
+                    passage_weight=weight,
                 ),
             )
         keys = [(Source.MEMORY, ids[0]), (Source.MESSAGE, stored[0].id)]
