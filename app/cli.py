@@ -144,6 +144,7 @@ from app.cli_admin import (  # noqa: E402
     memories_app,
     purge_user,
     rebuild_keywords,
+    rebuild_passages,
     reembed,
     reindex,
     seed,
@@ -158,6 +159,7 @@ app.command()(seed)
 app.command()(reindex)
 app.command()(reembed)
 app.command("rebuild-keywords")(rebuild_keywords)
+app.command("rebuild-passages")(rebuild_passages)
 app.command("purge-user")(purge_user)
 app.add_typer(memories_app, name="memories")
 app.command()(doctor)

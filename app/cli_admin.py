@@ -295,6 +295,44 @@ def rebuild_keywords(
     )
 
 
+def rebuild_passages(
+    users: Annotated[
+        list[str] | None,
+        typer.Option("--user", help="only this user (repeatable); default: every user"),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+) -> None:
+    """Give every message its sentence passages for the configured model (messages stored
+    before migration 0009_passages, or after a re-embed); resumable, a page per transaction."""
+    from app.services.keywords import all_users
+    from app.services.passages import PassageReport
+    from app.services.passages import rebuild_passages as run_rebuild
+
+    for user_id in users or []:
+        _user(user_id)
+
+    async def work(rt: Runtime) -> PassageReport:
+        assert rt.embeddings is not None
+        chosen = users or await all_users(rt.sessionmaker)
+        return await run_rebuild(
+            rt.sessionmaker,
+            rt.embeddings,
+            chosen,
+            cache=rt.cache,
+            progress=_show_progress(quiet),
+        )
+
+    try:
+        report = _run(work, embedder=True)
+    except ServiceError as exc:
+        raise _fail(f"{exc.message}; pages done so far stay done, run it again") from None
+    typer.echo(
+        f"passages of {report.users} users: {report.messages} messages read, "
+        f"{report.passages} passages written, {report.dropped} of another model dropped, "
+        f"in {report.elapsed_s:.1f} s"
+    )
+
+
 # -- purge -----------------------------------------------------------------------------------
 
 

@@ -31,6 +31,7 @@ from app.db import user_session
 from app.errors import ConflictError, ValidationFailedError
 from app.models import Conversation, MemoryItem, Message
 from app.models.base import EMBEDDING_DIMENSION
+from app.repositories.passages import PassageRepository
 from app.repositories.portable import PortableRepository
 from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.schemas.portable import (
@@ -45,6 +46,7 @@ from app.schemas.portable import (
 from app.services.conversation import conversation_documents
 from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import content_hash
+from app.services.passages import PassageSource, embed_passages
 
 log = logging.getLogger(__name__)
 
@@ -342,6 +344,13 @@ async def import_export(
             }
         )
     await repo.insert_messages(message_rows)
+    # Passages are derived data (not in the file): made again as the write paths make them.
+    passages = await embed_passages(
+        embeddings,
+        [PassageSource(new_id[m.id], m.content, m.metadata) for m in parsed.messages],
+        priority=Priority.BULK,
+    )
+    await PassageRepository(session).insert(target, embeddings.model, passages)
     memory_rows = []
     for item in parsed.memories:
         vec, model = vector(item)

@@ -18,6 +18,8 @@ from tqdm import tqdm
 from app.db import admin_sessions
 from app.repositories.admin import MaintenanceRepository, Table
 from app.services.embedding import EmbeddingService, Priority
+from app.services.keywords import all_users
+from app.services.passages import rebuild_passages
 from app.services.reindex import TABLES, ReindexResult, reindex
 
 
@@ -33,6 +35,7 @@ class ReembedReport:
     dry_run: bool = False
     elapsed_s: float = 0.0
     reindexed: list[ReindexResult] = field(default_factory=list)
+    passages: int = 0  # passages made again for the moved messages
 
     def pending(self, table: Table) -> int:
         """Rows of the table that were not on the current model when the run started."""
@@ -54,7 +57,8 @@ class ReembedReport:
             moved = "" if self.dry_run else f", moved {self.moved.get(table, 0)}"
             parts.append(f"{table}: to move {self.pending(table)} ({models}){moved}")
         head = f"target model {self.model}" + (" (dry run)" if self.dry_run else "")
-        return f"{head}; " + "; ".join(parts) + f"; {self.elapsed_s:.1f} s"
+        made = "" if self.dry_run else f"; passages made {self.passages}"
+        return f"{head}; " + "; ".join(parts) + made + f"; {self.elapsed_s:.1f} s"
 
 
 async def reembed(
@@ -69,6 +73,7 @@ async def reembed(
     """Re-embed rows whose vector is from another model, in committed batches."""
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
+    users_sessionmaker = sessionmaker
     sessionmaker = admin_sessions(sessionmaker, "reembed")  # rewrites every user's vectors
     model = embeddings.model
     report = ReembedReport(model=model, dry_run=dry_run)
@@ -91,6 +96,11 @@ async def reembed(
         for table in TABLES:
             moved = await _move_table(sessionmaker, embeddings, table, batch_size, bar)
             report.moved[table] = moved
+    if report.moved.get("messages"):
+        # The old model's passages are dropped and the new model's made, user by user.
+        users = await all_users(users_sessionmaker)
+        rebuilt = await rebuild_passages(users_sessionmaker, embeddings, users, progress=progress)
+        report.passages = rebuilt.passages
     report.elapsed_s = time.perf_counter() - started
     if rebuild_indexes:
         # The old model's centroids mean nothing for the new vectors.

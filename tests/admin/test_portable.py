@@ -33,7 +33,9 @@ async def served(
 
 async def _populate(client: httpx.AsyncClient, user: str) -> None:
     """Two conversations, a supersession chain, a forgotten, an expired and a rated memory."""
-    first = await add_messages(client, user, ["I moved to Lisbon last week", "Nice!"])
+    first = await add_messages(
+        client, user, ["I moved to Lisbon last week. The flat is near the river.", "Nice!"]
+    )
     await add_messages(client, user, ["Plan the Kyoto trip", "April works", "Book the ryokan"])
     admin = "/v1/admin/memories"
     body = {"user_id": user, "type": "fact", "created_at": "2025-01-10T09:00:00Z"}
@@ -114,6 +116,10 @@ async def test_round_trip_into_another_user(served: Any, user_id: str, other_use
     report = await _import(app, exported, other_user_id)
     assert report.counts == exported[-1]["counts"] and not report.ids_kept
     assert report.reembedded == 0  # the file's vectors are of the configured model
+    # Passages are not in the file: the import makes them as the write path does.
+    for user in (user_id, other_user_id):
+        rows = await count_user_rows(app.state.resources.sessionmaker, user)
+        assert rows["message_passages"] == 2, rows
     again = await _export(client, other_user_id, embeddings=True)
     assert _normalised(again) == _normalised(exported)
     assert {line.get("id") for line in again}.isdisjoint(

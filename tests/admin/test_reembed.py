@@ -44,7 +44,14 @@ async def _store_with_local_model(
             await conversations.append(
                 user,
                 conversation.id,
-                [MessageCreate(role="user", content=f"{user} says line {i}") for i in range(10)],
+                [
+                    MessageCreate(
+                        role="user",
+                        content=f"{user} says line {i}"
+                        + (". And then two sentences more. Or three." if i == 0 else ""),
+                    )
+                    for i in range(10)
+                ],
                 uuid.uuid4(),
             )
 
@@ -52,7 +59,7 @@ async def _store_with_local_model(
 async def _models(sessions: Sessions) -> dict[tuple[str, str | None], int]:
     async with sessions() as s:
         out: dict[tuple[str, str | None], int] = {}
-        for table in ("memory_items", "messages"):
+        for table in ("memory_items", "messages", "message_passages"):
             for model, n in await s.execute(
                 text(f"SELECT embedding_model, count(*) FROM {table} GROUP BY 1")
             ):
@@ -73,11 +80,19 @@ async def test_interrupted_reembed_resumes_and_finishes(
     users = [f"user-{uuid.uuid4()}" for _ in range(2)]
     await _store_with_local_model(private_sessions, embedder, users)
     local = embedder.model
-    assert await _models(private_sessions) == {("memory_items", local): 60, ("messages", local): 20}
+    assert await _models(private_sessions) == {
+        ("message_passages", local): 4,
+        ("memory_items", local): 60,
+        ("messages", local): 20,
+    }
 
     counted = await reembed(private_sessions, EmbeddingService(FakeEmbedder()), dry_run=True)
     assert (counted.pending("memory_items"), counted.pending("messages")) == (60, 20)
-    assert await _models(private_sessions) == {("memory_items", local): 60, ("messages", local): 20}
+    assert await _models(private_sessions) == {
+        ("message_passages", local): 4,
+        ("memory_items", local): 60,
+        ("messages", local): 20,
+    }
 
     # The embedder dies on its third batch: two batches of 16 are committed, nothing else moved.
     with pytest.raises(EmbeddingError):
@@ -88,11 +103,19 @@ async def test_interrupted_reembed_resumes_and_finishes(
         ("memory_items", FAKE): 32,
         ("memory_items", local): 28,
         ("messages", local): 20,
+        ("message_passages", local): 4,
     }
 
     finished = await reembed(private_sessions, EmbeddingService(FakeEmbedder()), batch_size=16)
     assert finished.moved == {"memory_items": 28, "messages": 20}
-    assert await _models(private_sessions) == {("memory_items", FAKE): 60, ("messages", FAKE): 20}
+    # The moved messages' passages are made again by the new model (2 per user: "Or three."
+    # is too short to be one).
+    assert await _models(private_sessions) == {
+        ("memory_items", FAKE): 60,
+        ("messages", FAKE): 20,
+        ("message_passages", FAKE): 4,
+    }
+    assert finished.passages == 4
     assert sorted(r.table for r in finished.reindexed) == ["memory_items", "messages"]
     async with private_sessions() as s:
         rows = (
