@@ -109,6 +109,7 @@ def import_(
                     user_id=into,
                     allow_non_empty=into_non_empty,
                     progress=bar.update,
+                    passages=rt.settings.message_passages,
                 )
         await rt.cache.invalidate_user(into)
         sessions = admin_sessions(rt.sessionmaker, "import: vector index refresh")

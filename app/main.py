@@ -112,6 +112,7 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
             keys=KeyAuthenticator(sessionmaker, ttl_s=settings.key_cache_ttl_s),
             write_rate_limit_per_minute=settings.write_rate_limit_per_minute,
             extraction=extraction,
+            message_passages=settings.message_passages,
         )
         if extraction is not None and settings.extraction_workers:
             extraction.worker.start()

@@ -105,6 +105,10 @@ PLAN_RANKING: list[RetrievalPreset] = [
     BEFORE.with_(name="named speakers x2", speaker_boost=1.0),
     BEFORE.with_(name="named speakers x3", speaker_boost=2.0),
     DEFAULT.with_(name="default without named speakers", speaker_boost=0.0),
+    BEFORE.with_(name="passages 0.5", passage_weight=0.5),
+    BEFORE.with_(name="passages 0.7", passage_weight=0.7),
+    BEFORE.with_(name="passages 1.0 (best sentence only)", passage_weight=1.0),
+    DEFAULT.with_(name="default without passages", passage_weight=0.0),
     DEFAULT,
 ]
 

@@ -54,6 +54,7 @@ async def _store(
         correlation,
         priority=priority,
         extract=resources.extraction is not None,
+        passages=resources.message_passages,
     )
     after_commit(session, _session_state(resources, conversations).after_append(user_id, stored))
     return [MessageOut.model_validate(m) for m in stored.messages]

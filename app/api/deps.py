@@ -51,6 +51,8 @@ class Resources:
     write_rate_limit_per_minute: int = 0
     # LLM extraction (PGRECALL_EXTRACTION=llm): user turns are queued for it; None = off.
     extraction: Extraction | None = None
+    # PGRECALL_MESSAGE_PASSAGES: the write paths embed messages' sentences too.
+    message_passages: bool = True
 
 
 def get_resources(request: Request) -> Resources:

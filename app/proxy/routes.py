@@ -173,6 +173,7 @@ async def _store(
                 turns,
                 correlation,
                 extract=resources.extraction is not None,
+                passages=resources.message_passages,
             )
             state = SessionStateService(conversations, resources.cache, resources.session_messages)
             after_commit(session, state.after_append(user_id, stored))

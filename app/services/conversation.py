@@ -102,17 +102,20 @@ class ConversationService:
         *,
         priority: Priority = Priority.INTERACTIVE,
         extract: bool = False,
+        passages: bool = True,
     ) -> StoredMessages:
-        """Embed, then store the messages in order with their keyword postings; `extract`
-        queues the user turns for LLM extraction in the same transaction (one INSERT)."""
+        """Embed, then store the messages in order with their keyword postings and (`passages`)
+        their sentence passages; `extract` queues the user turns for LLM extraction in the same
+        transaction (one INSERT)."""
         # Embed before taking the row lock: the lock is held only for the inserts.
         await self.get(user_id, conversation_id)
         vectors = await self.embeddings.embed([m.content for m in messages], priority=priority)
         ids = [uuid.uuid4() for _ in messages]
-        passages = await embed_passages(
-            self.embeddings,
-            [PassageSource(i, m.content, m.metadata) for i, m in zip(ids, messages, strict=True)],
-            priority=priority,
+        sources = [
+            PassageSource(i, m.content, m.metadata) for i, m in zip(ids, messages, strict=True)
+        ]
+        sentences = (
+            await embed_passages(self.embeddings, sources, priority=priority) if passages else []
         )
         conversation = await self.repo.get(user_id, conversation_id, lock=True)
         if conversation is None:
@@ -132,7 +135,7 @@ class ConversationService:
             for i, m in enumerate(messages)
         ]
         stored = await self.repo.insert_messages(user_id, conversation_id, new)
-        await PassageRepository(self.repo.session).insert(user_id, self.embeddings.model, passages)
+        await PassageRepository(self.repo.session).insert(user_id, self.embeddings.model, sentences)
         contents = [m.content for m in new]
         previous = tail[0].content if tail else None
         documents = [

@@ -277,8 +277,10 @@ async def import_export(
     user_id: str | None = None,
     allow_non_empty: bool = False,
     progress: Progress | None = None,
+    passages: bool = True,
 ) -> ImportReport:
-    """Write a parsed export into `user_id` (default: the exported user)."""
+    """Write a parsed export into `user_id` (default: the exported user); `passages` makes the
+    messages' sentence passages as the write path does (PGRECALL_MESSAGE_PASSAGES)."""
     target = user_id or parsed.header.user_id
     repo = PortableRepository(session)
     held = await repo.counts(target)
@@ -345,12 +347,13 @@ async def import_export(
         )
     await repo.insert_messages(message_rows)
     # Passages are derived data (not in the file): made again as the write paths make them.
-    passages = await embed_passages(
-        embeddings,
-        [PassageSource(new_id[m.id], m.content, m.metadata) for m in parsed.messages],
-        priority=Priority.BULK,
-    )
-    await PassageRepository(session).insert(target, embeddings.model, passages)
+    if passages:
+        sentences = await embed_passages(
+            embeddings,
+            [PassageSource(new_id[m.id], m.content, m.metadata) for m in parsed.messages],
+            priority=Priority.BULK,
+        )
+        await PassageRepository(session).insert(target, embeddings.model, sentences)
     memory_rows = []
     for item in parsed.memories:
         vec, model = vector(item)

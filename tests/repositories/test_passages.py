@@ -107,3 +107,15 @@ async def test_a_turn_scores_its_best_sentence_mixed_with_itself(
             assert abs(mixed[ids[0]] - (0.3 * own[0] + 0.7 * best)) < 1e-4
             # A turn of one sentence has no passage: its score is its own at any weight.
             assert abs(mixed[ids[1]] - own[1]) < 1e-4 and abs(plain[ids[1]] - own[1]) < 1e-4
+
+
+async def test_passages_off_stores_none_and_the_query_uses_the_turns_own_vector(
+    make_client: Callable[..., Any], user_id: str
+) -> None:
+    async with make_client(message_passages=False) as (client, app):
+        long, _ = await add_messages(client, user_id, [LONG, SHORT])
+        assert await _passage_rows(app, user_id) == []
+        question = "How are the children doing at school?"
+        plain = await _scores(app, user_id, question, exact=True, weight=0.0)
+        mixed = await _scores(app, user_id, question, exact=True, weight=0.7)
+        assert plain == mixed and uuid.UUID(long["id"]) in plain
