@@ -83,7 +83,7 @@ class MessagePassage(Base):
     """A sentence of a multi-sentence message, with its own vector (migration 0009_passages)."""
 
     __tablename__ = "message_passages"
-    __table_args__ = (Index("idx_message_passages_user_id", "user_id"),)
+    __table_args__ = (Index("idx_message_passages_user_message", "user_id", "message_id"),)
 
     message_id: Mapped[uuid.UUID] = mapped_column(
         Uuid, ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True

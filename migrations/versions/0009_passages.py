@@ -52,7 +52,11 @@ def upgrade() -> None:
     )
     # Inline vectors, as for messages: exact per-user scans read them without TOAST.
     op.execute("ALTER TABLE message_passages ALTER COLUMN embedding SET STORAGE PLAIN")
-    op.create_index("idx_message_passages_user_id", "message_passages", ["user_id"])
+    # (user_id, message_id): the user's passages in one range (exact path), one message's
+    # passages by both keys (ANN path), whatever the statistics say.
+    op.create_index(
+        "idx_message_passages_user_message", "message_passages", ["user_id", "message_id"]
+    )
     for table in TABLES:
         op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
         op.execute(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")

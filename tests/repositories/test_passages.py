@@ -119,3 +119,29 @@ async def test_passages_off_stores_none_and_the_query_uses_the_turns_own_vector(
         plain = await _scores(app, user_id, question, exact=True, weight=0.0)
         mixed = await _scores(app, user_id, question, exact=True, weight=0.7)
         assert plain == mixed and uuid.UUID(long["id"]) in plain
+
+
+async def test_the_exact_statement_never_pairs_messages_with_passages(
+    make_client: Callable[..., Any], user_id: str
+) -> None:
+    """Right after an import there are no statistics for the user, and a join of messages with
+    their passages was planned as a nested loop (every message x every passage: 50 ms instead
+    of 2 for a LoCoMo user). The statement has no join to plan that way."""
+    from app.db import vector_literal
+    from app.repositories.retrieval import _passage_messages_sql
+
+    async with make_client() as (client, app):
+        await add_messages(client, user_id, [LONG, SHORT] * 20)
+        embeddings = app.state.resources.embeddings
+        q = (await embeddings.embed(["the kids"], priority=Priority.INTERACTIVE))[0]
+        params = {"q": vector_literal(q), "user_id": user_id, "model": embeddings.model}
+        async with user_session(app.state.resources.sessionmaker, user_id) as session:
+            plan = "\n".join(
+                (
+                    await session.execute(
+                        text("EXPLAIN " + _passage_messages_sql(True, "")),
+                        {**params, "w": 0.7, "limit": 10},
+                    )
+                ).scalars()
+            )
+    assert "Join" not in plan and "Nested Loop" not in plan, plan
