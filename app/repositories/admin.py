@@ -354,12 +354,12 @@ def _megabytes(setting: str) -> float:
 PURGE_TABLES: tuple[str, ...] = (  # in the order the purge reports them
     "memory_items",  # every version: supersession links stay within the user's own rows
     "messages",
-    "message_passages",
     "conversations",
     "search_postings",
     "search_stats",
     "extraction_jobs",
     "extraction_usage",
+    "message_passages",
 )
 # Rows that point at the user's messages are deleted first (they would cascade unseen).
 _DELETED_FIRST = ("extraction_jobs", "extraction_usage", "message_passages")
