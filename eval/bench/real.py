@@ -58,8 +58,10 @@ from app.repositories.retrieval import (
     Source,
     _memory_valid,
     _memory_visible,
+    _passage_messages_sql,
     _source_filter,
 )
+from app.retrieval.passages import passages
 from app.retrieval.presets import get_preset
 from app.retrieval.scoring import (
     apply_thresholds,
@@ -117,8 +119,11 @@ def make_copy(conv: Conversation, index: int, rng: random.Random) -> Copy:
 
 
 def base_vectors(conversations: Sequence[Conversation], cache: Path) -> dict[str, np.ndarray]:
-    """Real embeddings of every base turn text (cached by content)."""
-    texts = sorted({t.content for c in conversations for t in c.turns})
+    """Real embeddings of every base turn text and of its passages (cached by content)."""
+    texts = sorted(
+        {t.content for c in conversations for t in c.turns}
+        | {p for c in conversations for t in c.turns for p in passages(t.content)}
+    )
     digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()[:16]
     path = cache / f"locomo-turns-{digest}.npy"
     cache.mkdir(parents=True, exist_ok=True)
@@ -225,6 +230,12 @@ async def load_store(db_url: str, users: list[User], vectors: dict[str, np.ndarr
                         for t in turns:
                             content = copy.text(t.content)
                             embedder.base[content] = t.content
+                            # A copy's sentences reuse the base sentences' vectors (the
+                            # whole turn's where the perturbation split them otherwise).
+                            mine, theirs = passages(content), passages(t.content)
+                            if len(mine) != len(theirs):
+                                theirs = [t.content] * len(mine)
+                            embedder.base.update(zip(mine, theirs, strict=True))
                             messages.append(
                                 MessageCreate(role="user", content=content, created_at=t.created_at)
                             )
@@ -263,7 +274,7 @@ def _numbered(sql: str, names: list[str]) -> str:
     )
 
 
-PARAMS = ["user_id", "query", "limit", "k1", "b", "q", "model"]
+PARAMS = ["user_id", "query", "limit", "k1", "b", "q", "model", "w"]
 # The service's own visibility rules (deleted, expired, superseded), on alias t.
 _VISIBLE_MEMORY = _memory_visible(None).replace("m.", "t.") + _memory_valid("t", NO_TIME_FILTER)
 
@@ -283,9 +294,8 @@ vm AS (
     SELECT t.id, 1 - (t.embedding <=> CAST(:q AS vector)) AS cosine FROM memory_items AS t
     WHERE {_VISIBLE_MEMORY} AND t.embedding_model = :model ORDER BY {order} LIMIT :limit
 ), vmsg AS (
-    SELECT t.id, 1 - (t.embedding <=> CAST(:q AS vector)) AS cosine FROM messages AS t
-    WHERE t.user_id = :user_id AND t.embedding IS NOT NULL AND t.embedding_model = :model
-    ORDER BY {order} LIMIT :limit
+    -- The service's own messages branch: each turn's cosine mixed with its best passage's.
+    SELECT pm.id, pm.cosine FROM {_passage_messages_sql(exact, "")} AS pm
 ), message_keys AS (
     SELECT item_id AS id FROM kw WHERE source = 1 UNION SELECT id FROM vmsg
 ), nb AS (
@@ -347,6 +357,7 @@ async def floor_query(
         preset.bm25_b,
         vector_literal(vector),
         LOCAL_MODEL_ID,
+        preset.passage_weight,
     )
     scores: dict[tuple[Source, Any], float] = {}
     max_score = 0.0
