@@ -130,6 +130,14 @@ async def _runtime(settings: Settings, url: str, embedder: bool) -> AsyncIterato
         await engine.dispose()
 
 
+# Options several commands share.
+UsersOption = Annotated[
+    list[str] | None,
+    typer.Option("--user", help="only this user (repeatable); default: every user"),
+]
+QuietOption = Annotated[bool, typer.Option("--quiet", help="no progress bar")]
+
+
 def _fail(message: str, code: int = 1) -> typer.Exit:
     typer.echo(f"pgrecall: {message}", err=True)
     return typer.Exit(code)
@@ -157,7 +165,7 @@ def seed(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="report what would happen; write nothing")
     ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    quiet: QuietOption = False,
     batch_size: Annotated[int, typer.Option(min=1, max=4096)] = 256,
 ) -> None:
     """Load curated memories from a file (validated first; safe to re-run)."""
@@ -238,7 +246,7 @@ def reindex(
 def reembed(
     batch_size: Annotated[int, typer.Option(min=1, max=4096)] = 256,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="only count the rows to move")] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Move every stored vector to the configured embedding model (resumable)."""
     from app.services.reembed import ReembedError, ReembedReport
@@ -266,11 +274,8 @@ def reembed(
 
 
 def rebuild_keywords(
-    users: Annotated[
-        list[str] | None,
-        typer.Option("--user", help="only this user (repeatable); default: every user"),
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    users: UsersOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """Rebuild keyword postings from stored memories and messages (after an upgrade that
     changes how documents are made; one transaction per user)."""
@@ -296,11 +301,8 @@ def rebuild_keywords(
 
 
 def rebuild_passages(
-    users: Annotated[
-        list[str] | None,
-        typer.Option("--user", help="only this user (repeatable); default: every user"),
-    ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    users: UsersOption = None,
+    quiet: QuietOption = False,
 ) -> None:
     """Give every message its sentence passages for the configured model (messages stored
     before migration 0009_passages, or after a re-embed); resumable, a page per transaction."""

@@ -13,7 +13,7 @@ from typing import IO, Annotated
 
 import typer
 
-from app.cli_admin import Runtime, _fail, _run, _show_progress, _user
+from app.cli_admin import QuietOption, Runtime, _fail, _run, _show_progress, _user
 from app.errors import ServiceError
 
 UserOption = Annotated[str, typer.Option("--user", help="the user whose data is exported")]
@@ -27,7 +27,7 @@ def export(
     output: Annotated[
         Path | None, typer.Option("-o", "--output", dir_okay=False, help="file (default stdout)")
     ] = None,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Write one user's conversations, messages and memories (with history) as JSON Lines."""
     from tqdm import tqdm
@@ -76,7 +76,7 @@ def import_(
         bool,
         typer.Option("--into-non-empty", help="add to a user who already has data (new ids)"),
     ] = False,
-    quiet: Annotated[bool, typer.Option("--quiet", help="no progress bar")] = False,
+    quiet: QuietOption = False,
 ) -> None:
     """Restore an export into an empty user (or, when told, one with data): all or nothing."""
     from tqdm import tqdm
