@@ -34,7 +34,13 @@ async def served(
 async def _populate(client: httpx.AsyncClient, user: str) -> None:
     """Two conversations, a supersession chain, a forgotten, an expired and a rated memory."""
     first = await add_messages(
-        client, user, ["I moved to Lisbon last week. The flat is near the river.", "Nice!"]
+        client,
+        user,
+        [
+            "I moved to Lisbon last week, after a long month of packing boxes. "
+            "The new flat is near the river and gets the morning sun.",
+            "Nice!",
+        ],
     )
     await add_messages(client, user, ["Plan the Kyoto trip", "April works", "Book the ryokan"])
     admin = "/v1/admin/memories"

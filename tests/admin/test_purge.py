@@ -37,7 +37,8 @@ async def _populate(client: httpx.AsyncClient, user: str) -> list[str]:
     texts: list[str] = []
     for n in range(2):
         turns = [
-            f"{user} turn {n}.{i}: planning the trip to Kyoto in April. We see the temples first."
+            f"{user} turn {n}.{i}: planning the trip to Kyoto in April with the whole family. "
+            "We want to see the old temples first, before the crowds arrive."
             for i in range(3)
         ]
         messages = await add_messages(client, user, turns)

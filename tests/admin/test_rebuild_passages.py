@@ -18,9 +18,17 @@ from app.services.passages import rebuild_passages
 Sessions = async_sessionmaker[AsyncSession]
 
 TURNS = [
-    ("I took up the violin last spring. My teacher says I practise too little.", "Tim"),
+    (
+        "I took up the violin last spring, after years of only listening to it. "
+        "My teacher says I practise too little, and she is right about that.",
+        "Tim",
+    ),
     ("Nice!", "John"),
-    ("John: We adopted a dog in May. She sleeps on the sofa all day.", "John"),
+    (
+        "John: We adopted a dog from the shelter in May, a shy little terrier. "
+        "She sleeps on the sofa all day and barks at the mailman.",
+        "John",
+    ),
 ]
 
 

@@ -48,7 +48,12 @@ async def _store_with_local_model(
                     MessageCreate(
                         role="user",
                         content=f"{user} says line {i}"
-                        + (". And then two sentences more. Or three." if i == 0 else ""),
+                        + (
+                            ". And then two sentences more, long enough to be passages."
+                            " Or three, which makes twenty words."
+                            if i == 0
+                            else ""
+                        ),
                     )
                     for i in range(10)
                 ],
@@ -81,7 +86,7 @@ async def test_interrupted_reembed_resumes_and_finishes(
     await _store_with_local_model(private_sessions, embedder, users)
     local = embedder.model
     assert await _models(private_sessions) == {
-        ("message_passages", local): 4,
+        ("message_passages", local): 6,
         ("memory_items", local): 60,
         ("messages", local): 20,
     }
@@ -89,7 +94,7 @@ async def test_interrupted_reembed_resumes_and_finishes(
     counted = await reembed(private_sessions, EmbeddingService(FakeEmbedder()), dry_run=True)
     assert (counted.pending("memory_items"), counted.pending("messages")) == (60, 20)
     assert await _models(private_sessions) == {
-        ("message_passages", local): 4,
+        ("message_passages", local): 6,
         ("memory_items", local): 60,
         ("messages", local): 20,
     }
@@ -103,19 +108,18 @@ async def test_interrupted_reembed_resumes_and_finishes(
         ("memory_items", FAKE): 32,
         ("memory_items", local): 28,
         ("messages", local): 20,
-        ("message_passages", local): 4,
+        ("message_passages", local): 6,
     }
 
     finished = await reembed(private_sessions, EmbeddingService(FakeEmbedder()), batch_size=16)
     assert finished.moved == {"memory_items": 28, "messages": 20}
-    # The moved messages' passages are made again by the new model (2 per user: "Or three."
-    # is too short to be one).
+    # The moved messages' passages are made again by the new model (3 per user).
     assert await _models(private_sessions) == {
         ("memory_items", FAKE): 60,
         ("messages", FAKE): 20,
-        ("message_passages", FAKE): 4,
+        ("message_passages", FAKE): 6,
     }
-    assert finished.passages == 4
+    assert finished.passages == 6
     assert sorted(r.table for r in finished.reindexed) == ["memory_items", "messages"]
     async with private_sessions() as s:
         rows = (
