@@ -79,7 +79,7 @@ class Settings(BaseSettings):
     session_messages: Annotated[int, Field(ge=1, le=500)] = 20
     exact_search_max_items: Annotated[int, Field(ge=0)] = 10_000
     # Write a vector per sentence of multi-sentence messages (docs/retrieval.md, "Passages"):
-    # better recall for about 2.5x the embedding work per appended turn. Off: the query scores
+    # better recall for about 2.2x the embedding work per appended turn. Off: the query scores
     # turns by their own vectors (and by passages written while it was on).
     message_passages: bool = True
     ivfflat_probes: Annotated[int, Field(ge=1, le=10_000)] = 10
