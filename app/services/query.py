@@ -59,6 +59,8 @@ class QueryConfig:
     exact_search_max_items: int
     ivfflat_probes: int
     ivfflat_max_probes: int
+    hnsw_ef_search: int
+    hnsw_max_scan_tuples: int
 
 
 @dataclass(frozen=True)
@@ -459,6 +461,8 @@ class QueryService:
             exact=exact,
             probes=self.config.ivfflat_probes,
             max_probes=self.config.ivfflat_max_probes,
+            ef_search=self.config.hnsw_ef_search,
+            max_scan_tuples=self.config.hnsw_max_scan_tuples,
         )
         vector, result.degraded, result.query_embedding_ms = await embedding
         if vector is None:
