@@ -143,7 +143,16 @@ async def _run(
                 await conn.fetch(sql, u, v, 50)
             return [await _timed(conn, sql, u, v, 50) for u, v in asks]
 
-        async with conn.transaction():
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            # The shared index alone: per-user indexes `pgrecall reindex` built are dropped
+            # inside this transaction, which is rolled back.
+            for (name,) in await conn.fetch(
+                "SELECT relname FROM pg_class WHERE relkind = 'i' AND starts_with(relname, $1)",
+                EMBEDDING_INDEXES[table] + "_u_",  # type: ignore[index]
+            ):
+                await conn.execute(f'DROP INDEX "{name}"')
             await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
             await conn.execute("SET LOCAL ivfflat.iterative_scan = relaxed_order")
             await conn.execute(f"SET LOCAL ivfflat.max_probes = {cfg.ivfflat_max_probes}")
@@ -151,7 +160,9 @@ async def _run(
                 await conn.execute(f"SET LOCAL ivfflat.probes = {int(value)}")
                 lines.append(line("ivfflat", f"probes={value}, iterative", await sweep(ann_sql)))
             plan = await conn.fetch("EXPLAIN " + ann_sql, *asks[0], 50)
-            lines.append(f"|  | plan: {plan[0][0][:60]} | | | | | |")
+            lines.append(f"|  | plan: {plan[0][0][:60]} {plan[1][0].strip()[:50]} | | | | | |")
+        finally:
+            await tx.rollback()
         lines.append(line("exact", "user_id index, + 0", await sweep(exact_sql)))
         if own:
             # Each asking user's own ivfflat index (what `pgrecall reindex` builds for users
@@ -160,6 +171,11 @@ async def _run(
             await tx.start()
             try:
                 await conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
+                for (name,) in await conn.fetch(
+                    "SELECT relname FROM pg_class WHERE relkind = 'i' AND starts_with(relname, $1)",
+                    EMBEDDING_INDEXES[table] + "_u_",  # type: ignore[index]
+                ):
+                    await conn.execute(f'DROP INDEX "{name}"')
                 t = time.perf_counter()
                 for n, (user, count) in enumerate(sorted(sizes.items())):
                     ddl = await conn.fetchval(

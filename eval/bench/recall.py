@@ -20,6 +20,7 @@ import numpy.typing as npt
 from app.db import create_engine, create_sessionmaker, vector_literal
 from app.repositories.retrieval import RetrievalRepository
 from app.repositories.search_index import Source
+from app.services.query import ann_probes
 from eval.bench.drive import BenchQuery
 
 _EXACT_SQL = """
@@ -43,6 +44,7 @@ class VectorSearch:
     model: str  # the embedding model of the query vectors (rows of other models are skipped)
     candidates: int = 50  # RetrievalPreset.candidates: the arm's LIMIT
     k: int = 10
+    ivfflat_probe_share: float = 0.0  # the service's rule: app/services/query.py ann_probes
 
 
 @dataclass
@@ -59,10 +61,10 @@ async def _ann(
 ) -> tuple[dict[uuid.UUID, float], bool]:
     async with sessionmaker() as session, session.begin():
         repo = RetrievalRepository(session)
-        exact = await repo.item_count(user_id) <= cfg.exact_search_max_items
-        await repo.set_vector_search(
-            exact=exact, probes=cfg.ivfflat_probes, max_probes=cfg.ivfflat_max_probes
-        )
+        items = await repo.item_count(user_id)
+        exact = items <= cfg.exact_search_max_items
+        probes = ann_probes(items, cfg.ivfflat_probes, cfg.ivfflat_probe_share)
+        await repo.set_vector_search(exact=exact, probes=probes, max_probes=cfg.ivfflat_max_probes)
         hits = await repo.vector(
             user_id,
             vector,
@@ -145,5 +147,6 @@ def _summary(outcomes: list[_Outcome], cfg: VectorSearch) -> dict[str, Any]:
             "exact_search_max_items": cfg.exact_search_max_items,
             "ivfflat_probes": cfg.ivfflat_probes,
             "ivfflat_max_probes": cfg.ivfflat_max_probes,
+            "ivfflat_probe_share": cfg.ivfflat_probe_share,
         },
     }

@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from app.config import Settings, load_settings
 from app.db import create_engine, create_sessionmaker
+from app.repositories.admin import Table
 from app.retrieval.presets import get_preset
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
 from app.services.reindex import reindex_users
@@ -136,23 +137,29 @@ def _cpu_per_request(before: _Cpu, after: _Cpu, requests: int) -> dict[str, floa
     return out
 
 
-async def user_indexes(url: str, settings: Settings) -> dict[str, int]:
+async def user_indexes(
+    url: str, settings: Settings, tables: tuple[Table, ...] = ("memory_items",)
+) -> dict[str, int]:
     """What `pgrecall reindex --if-stale` does to the users' own indexes under these settings
     (built for users above exact_search_max_items; all dropped with user_vector_indexes off)."""
     engine = create_engine(url, pool_size=1, statement_timeout_ms=3_600_000)
+    out = {"users": 0, "built": 0, "fresh": 0, "dropped": 0}
     try:
-        async with create_sessionmaker(engine)() as session, session.begin():
-            done = await reindex_users(
-                session,
-                "memory_items",
-                more_than=settings.exact_search_max_items
-                if settings.user_vector_indexes
-                else 2**62,
-                only_if_stale=True,
-            )
+        for table in tables:
+            async with create_sessionmaker(engine)() as session, session.begin():
+                done = await reindex_users(
+                    session,
+                    table,
+                    more_than=settings.exact_search_max_items
+                    if settings.user_vector_indexes
+                    else 2**62,
+                    only_if_stale=True,
+                )
+            for key in out:
+                out[key] += getattr(done, key)
     finally:
         await engine.dispose()
-    return {"users": done.users, "built": done.built, "fresh": done.fresh, "dropped": done.dropped}
+    return out
 
 
 async def run_size(server_url: str, items: int, embed: Embed, cfg: BenchConfig) -> dict[str, Any]:
@@ -244,6 +251,7 @@ async def run_size(server_url: str, items: int, embed: Embed, cfg: BenchConfig) 
             settings.ivfflat_max_probes,
             model=settings.embedding_model,
             candidates=preset.candidates,
+            ivfflat_probe_share=settings.ivfflat_probe_share,
         ),
     )
     log.info("%d items: recall %s", items, recall)
@@ -259,6 +267,7 @@ async def run_size(server_url: str, items: int, embed: Embed, cfg: BenchConfig) 
             "exact_search_max_items": settings.exact_search_max_items,
             "ivfflat_probes": settings.ivfflat_probes,
             "ivfflat_max_probes": settings.ivfflat_max_probes,
+            "ivfflat_probe_share": settings.ivfflat_probe_share,
             "user_vector_indexes": per_user,
             "db_pool_size": settings.db_pool_size,
             "embedding_threads": settings.embedding_threads,
