@@ -69,8 +69,9 @@ class QueryConfig:
 def ann_probes(items: int, probes: int, share: float) -> int:
     """ivfflat probes for a user with `items` indexed items on the ANN path: at least `probes`,
     and at least `share` of the lists of the user's own index (`pgrecall reindex` sizes it to
-    lists_for(rows)). Real conversation turns need about a third of a 50k-turn user's 50 lists
-    for recall@10 >= 0.95, where 10 probes gave 0.90-0.91 (docs/performance.md, "Big users")."""
+    lists_for(rows)). On real conversation turns a 50k-turn user's own index (50 lists) gave
+    recall@10 0.84-0.91 at 10 probes, 0.94-0.98 at 20 and 0.98-1.0 at 25 over several builds
+    (docs/performance.md, "Big users"): the default share is 0.5."""
     return max(probes, math.ceil(share * lists_for(items)))
 
 
