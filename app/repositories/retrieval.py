@@ -368,13 +368,9 @@ class RetrievalRepository:
         if not exact:
             # A cached generic plan (asyncpg prepares statements) sizes user_id by the average
             # user and scans a big user's rows exactly through the user_id index: 50 ms vs 9.
-            # enable_sort off: at higher probes the planner priced the user's exact scan (user_id
-            # index + sort: 87 ms for 50k rows at 1M) below the user's own index (8-14 ms);
-            # this transaction runs the vector statement only.
             await self.session.execute(
                 text(
                     "SELECT set_config('plan_cache_mode', 'force_custom_plan', true), "
-                    "set_config('enable_sort', 'off', true), "
                     "set_config('ivfflat.probes', :probes, true), "
                     "set_config('ivfflat.iterative_scan', 'relaxed_order', true), "
                     "set_config('ivfflat.max_probes', :max_probes, true), "

@@ -70,8 +70,9 @@ def ann_probes(items: int, probes: int, share: float) -> int:
     """ivfflat probes for a user with `items` indexed items on the ANN path: at least `probes`,
     and at least `share` of the lists of the user's own index (`pgrecall reindex` sizes it to
     lists_for(rows)). On real conversation turns a 50k-turn user's own index (50 lists) gave
-    recall@10 0.84-0.91 at 10 probes, 0.94-0.98 at 20 and 0.98-1.0 at 25 over several builds
-    (docs/performance.md, "Big users"): the default share is 0.5."""
+    recall@10 0.84-0.91 at 10 probes and 0.94-0.98 at 20 over several builds; at 25 probes the
+    planner priced the user's exact scan (user_id index + sort, 87 ms at 1M) below the index
+    (docs/performance.md, "Big users"): the default share is 0.4."""
     return max(probes, math.ceil(share * lists_for(items)))
 
 

@@ -463,11 +463,9 @@ async def ann_recall(
             "SELECT t.id, t.embedding <=> CAST($2 AS vector) AS d FROM messages AS t "
             "WHERE t.user_id = $1 AND t.embedding IS NOT NULL ORDER BY {o} LIMIT $3"
         )
-        async with conn.transaction():  # the service's ANN transaction: no sort plans
-            await conn.execute("SET LOCAL enable_sort = off")
-            ann = await conn.fetch(
-                base.format(o="t.embedding <=> CAST($2 AS vector)"), q.user_id, vec, limit
-            )
+        ann = await conn.fetch(
+            base.format(o="t.embedding <=> CAST($2 AS vector)"), q.user_id, vec, limit
+        )
         exact = await conn.fetch(
             base.format(o="(t.embedding <=> CAST($2 AS vector)) + 0"), q.user_id, vec, limit
         )
