@@ -46,14 +46,14 @@ EMBEDDING_INDEXES: dict[Table, str] = {
     "messages": "idx_messages_embedding",
 }
 _BUILT_ON = re.compile(r"built on (\d+) rows")
+_ENGLISH = literal_column("'english'::regconfig")
 
 
 def user_index_name(table: Table, user_id: str) -> str:
     """The name of a user's own vector index: the table's index name + a hash of the user id
-    (identifiers are at most 63 bytes; the id itself is never formatted into SQL)."""
+    (identifiers are at most 63 bytes, and the id never appears in an identifier)."""
     digest = hashlib.sha256(user_id.encode()).hexdigest()[:16]
     return f"{EMBEDDING_INDEXES[table]}_u_{digest}"
-_ENGLISH = literal_column("'english'::regconfig")
 
 
 @dataclass(frozen=True)
