@@ -218,29 +218,65 @@ def seed(
 def reindex(
     if_stale: Annotated[
         bool,
-        typer.Option("--if-stale", help="only indexes whose table more than doubled since built"),
+        typer.Option(
+            "--if-stale",
+            help="only missing indexes, indexes of another method than PGRECALL_VECTOR_INDEX, "
+            "and ivfflat indexes whose table more than doubled since built",
+        ),
     ] = False,
 ) -> None:
-    """Rebuild the ivfflat vector indexes with lists sized to the data (locks each table)."""
+    """Rebuild the vector indexes as PGRECALL_VECTOR_INDEX says (ivfflat with lists sized to the
+    data, or HNSW), and the per-user indexes of the users above PGRECALL_EXACT_SEARCH_MAX_ITEMS
+    (PGRECALL_USER_VECTOR_INDEXES); locks each table while it builds."""
     from app.db import admin_sessions
-    from app.services.reindex import TABLES, ReindexResult
+    from app.services.reindex import TABLES, ReindexResult, UserIndexResult, reindex_users
     from app.services.reindex import reindex as rebuild
 
-    async def work(rt: Runtime) -> list[ReindexResult]:
-        results = []
+    async def work(rt: Runtime) -> tuple[list[ReindexResult], list[UserIndexResult]]:
+        results, per_user = [], []
         sessions = admin_sessions(rt.sessionmaker, "reindex")  # counts every user's rows
         for table in TABLES:
             async with sessions() as session, session.begin():
-                results.append(await rebuild(session, table, only_if_stale=if_stale))
-        return results
+                results.append(
+                    await rebuild(
+                        session,
+                        table,
+                        only_if_stale=if_stale,
+                        method=rt.settings.vector_index,
+                    )
+                )
+            async with sessions() as session, session.begin():
+                per_user.append(
+                    await reindex_users(
+                        session,
+                        table,
+                        # Off: every per-user index is dropped (no user is "more than" that).
+                        more_than=rt.settings.exact_search_max_items
+                        if rt.settings.user_vector_indexes
+                        else 2**62,
+                        only_if_stale=if_stale,
+                    )
+                )
+        return results, per_user
 
-    for r in _run(work):
+    tables, users = _run(work)
+    for r in tables:
         built = "unknown" if r.previous_rows is None else r.previous_rows
-        before = f"lists {r.previous_lists}, built on {built} rows"
+        before = (
+            f"lists {r.previous_lists}, built on {built} rows"
+            if r.previous_method == "ivfflat"
+            else f"{r.previous_method or 'no'} index, built on {built} rows"
+        )
         if r.rebuilt:
-            typer.echo(f"{r.table}: rebuilt with lists {r.lists} for {r.rows} rows (was {before})")
+            how = f"lists {r.lists}" if r.method == "ivfflat" else "HNSW"
+            typer.echo(f"{r.table}: rebuilt with {how} for {r.rows} rows (was {before})")
         else:
             typer.echo(f"{r.table}: fresh ({before}; now {r.rows} rows)")
+    for u in users:
+        typer.echo(
+            f"{u.table}: {u.users} per-user indexes ({u.built} built, {u.fresh} fresh, "
+            f"{u.dropped} dropped)"
+        )
 
 
 def reembed(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
     AliasChoices,
@@ -84,6 +84,17 @@ class Settings(BaseSettings):
     message_passages: bool = True
     ivfflat_probes: Annotated[int, Field(ge=1, le=10_000)] = 10
     ivfflat_max_probes: Annotated[int, Field(ge=1, le=10_000)] = 100
+    # A user on the ANN path probes at least this share of the lists of their own index
+    # (lists_for(items)): 20 of a 50k-item user's 50 lists (app/services/query.py ann_probes).
+    ivfflat_probe_share: Annotated[float, Field(ge=0.0, le=1.0)] = 0.4
+    # The vector index `pgrecall reindex` builds (docs/performance.md, "Big users"); the query
+    # path sets both methods' scan settings, so it works on either index.
+    vector_index: Literal["ivfflat", "hnsw"] = "ivfflat"
+    # `pgrecall reindex` gives every user above exact_search_max_items an ivfflat index of
+    # their own rows (a partial index): ANN recall for big users in big tables.
+    user_vector_indexes: bool = True
+    hnsw_ef_search: Annotated[int, Field(ge=1, le=1000)] = 100
+    hnsw_max_scan_tuples: Annotated[int, Field(ge=1, le=10_000_000)] = 20_000
     migrate_on_start: bool = True
 
     api_key: SecretStr | None = Field(default=None, description="service key (Bearer) for /v1")

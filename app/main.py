@@ -55,6 +55,9 @@ def query_config(settings: Settings) -> QueryConfig:
         exact_search_max_items=settings.exact_search_max_items,
         ivfflat_probes=settings.ivfflat_probes,
         ivfflat_max_probes=settings.ivfflat_max_probes,
+        ivfflat_probe_share=settings.ivfflat_probe_share,
+        hnsw_ef_search=settings.hnsw_ef_search,
+        hnsw_max_scan_tuples=settings.hnsw_max_scan_tuples,
     )
 
 

@@ -8,6 +8,7 @@ row in place and never hand one user's data to another.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 import uuid
@@ -34,6 +35,11 @@ from app.db import vector_literal
 from app.models import MemoryItem, SearchPosting
 
 Table = Literal["memory_items", "messages"]
+VectorIndex = Literal["ivfflat", "hnsw"]
+# HNSW build parameters: pgvector's defaults (m=16, ef_construction=64), measured in
+# docs/performance.md ("Big users: ANN recall").
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 64
 # Fixed identifiers (never user input), so they may be formatted into DDL.
 EMBEDDING_INDEXES: dict[Table, str] = {
     "memory_items": "idx_memory_items_embedding",
@@ -41,6 +47,13 @@ EMBEDDING_INDEXES: dict[Table, str] = {
 }
 _BUILT_ON = re.compile(r"built on (\d+) rows")
 _ENGLISH = literal_column("'english'::regconfig")
+
+
+def user_index_name(table: Table, user_id: str) -> str:
+    """The name of a user's own vector index: the table's index name + a hash of the user id
+    (identifiers are at most 63 bytes, and the id never appears in an identifier)."""
+    digest = hashlib.sha256(user_id.encode()).hexdigest()[:16]
+    return f"{EMBEDDING_INDEXES[table]}_u_{digest}"
 
 
 @dataclass(frozen=True)
@@ -56,8 +69,9 @@ class MemoryFilter:
 
 @dataclass(frozen=True)
 class IndexState:
-    lists: int | None
+    lists: int | None  # ivfflat only
     built_rows: int | None  # rows when `pgrecall reindex` built it; None = built by a migration
+    method: str | None = "ivfflat"  # the index's access method; None = no index
 
 
 @dataclass(frozen=True)
@@ -248,46 +262,126 @@ class MaintenanceRepository:
         return int((await self.session.execute(sql)).scalar_one())
 
     async def index_state(self, table: Table) -> IndexState:
-        """`lists` of the table's ivfflat index and the row count recorded when it was built."""
+        """The table's vector index: its method, `lists` (ivfflat) and the row count recorded
+        when it was built."""
         sql = text(
-            "SELECT c.reloptions, obj_description(c.oid, 'pg_class') AS note FROM pg_class AS c "
+            "SELECT c.reloptions, obj_description(c.oid, 'pg_class') AS note, a.amname "
+            "FROM pg_class AS c JOIN pg_am AS a ON a.oid = c.relam "
             "WHERE c.relname = :name AND c.relkind = 'i'"
         )
         row = (await self.session.execute(sql, {"name": EMBEDDING_INDEXES[table]})).one_or_none()
         if row is None:
-            return IndexState(None, None)
+            return IndexState(None, None, None)
         lists = None
         for option in row.reloptions or []:
             key, _, value = option.partition("=")
             if key == "lists":
                 lists = int(value)
         built = _BUILT_ON.search(row.note or "")
-        return IndexState(lists, int(built.group(1)) if built else None)
+        return IndexState(lists, int(built.group(1)) if built else None, str(row.amname))
 
-    async def rebuild_index(self, table: Table, lists: int, rows: int, dimension: int) -> None:
-        """Drop and create the ivfflat index under its own name (one transaction: the table is
-        locked while it builds), and note the row count it was built on."""
+    async def rebuild_index(
+        self,
+        table: Table,
+        lists: int,
+        rows: int,
+        dimension: int,
+        method: VectorIndex = "ivfflat",
+    ) -> None:
+        """Drop and create the vector index (ivfflat or HNSW) under its own name (one
+        transaction: the table is locked while it builds), and note the row count it was built
+        on."""
         name = EMBEDDING_INDEXES[table]
-        # k-means samples up to 50 vectors per list and keeps them in maintenance_work_mem,
-        # with one float per sample and list for its distances (273 MB at 1M rows, 1000 lists).
-        samples = min(rows, lists * 50)
-        sample_mb = math.ceil(samples * (dimension * 4 + 64 + lists * 4) / 2**20)
+        if method == "hnsw":
+            # The graph is built fastest when it fits in maintenance_work_mem: each vector
+            # plus its neighbour lists (about 1.9 GB at 1M 384-d rows); capped at 2 GB.
+            need_mb = min(2048, math.ceil(rows * (dimension * 4 + 8 * HNSW_M * 3 + 96) / 2**20))
+            using = (
+                f"hnsw (embedding vector_cosine_ops) WITH (m = {HNSW_M}, "
+                f"ef_construction = {HNSW_EF_CONSTRUCTION})"
+            )
+        else:
+            # k-means samples up to 50 vectors per list and keeps them in maintenance_work_mem,
+            # with one float per sample and list for its distances (273 MB at 1M rows).
+            samples = min(rows, lists * 50)
+            need_mb = math.ceil(samples * (dimension * 4 + 64 + lists * 4) / 2**20)
+            using = f"ivfflat (embedding vector_cosine_ops) WITH (lists = {int(lists)})"
         await self.session.execute(text("SET LOCAL lock_timeout = '30s'"))
         await self.session.execute(text("SET LOCAL statement_timeout = 0"))
         current = (await self.session.execute(text("SHOW maintenance_work_mem"))).scalar_one()
-        if _megabytes(str(current)) < sample_mb + 64:
-            budget = f"{sample_mb + 64}MB"
+        if _megabytes(str(current)) < need_mb + 64:
+            budget = f"{need_mb + 64}MB"
             await self.session.execute(text(f"SET LOCAL maintenance_work_mem = '{budget}'"))
         await self.session.execute(text(f"DROP INDEX IF EXISTS {name}"))
-        await self.session.execute(
-            text(
-                f"CREATE INDEX {name} ON {table} USING ivfflat (embedding vector_cosine_ops) "
-                f"WITH (lists = {int(lists)})"
-            )
-        )
+        await self.session.execute(text(f"CREATE INDEX {name} ON {table} USING {using}"))
         await self.session.execute(
             text(f"COMMENT ON INDEX {name} IS 'pgrecall reindex: built on {int(rows)} rows'")
         )
+
+    async def users_with_vectors(self, table: Table, more_than: int) -> dict[str, int]:
+        """Users with more than `more_than` vectors in the table, and how many."""
+        sql = text(
+            f"SELECT user_id, count(*) AS n FROM {table} WHERE embedding IS NOT NULL "
+            "GROUP BY user_id HAVING count(*) > :more_than"
+        )
+        rows = (await self.session.execute(sql, {"more_than": more_than})).all()
+        return {r.user_id: int(r.n) for r in rows}
+
+    async def user_index_states(self, table: Table) -> dict[str, IndexState]:
+        """The table's per-user vector indexes, by index name."""
+        sql = text(
+            "SELECT c.relname, c.reloptions, obj_description(c.oid, 'pg_class') AS note, "
+            "a.amname FROM pg_class AS c JOIN pg_am AS a ON a.oid = c.relam "
+            "WHERE c.relkind = 'i' AND starts_with(c.relname, :prefix)"
+        )
+        prefix = EMBEDDING_INDEXES[table] + "_u_"
+        out: dict[str, IndexState] = {}
+        for row in (await self.session.execute(sql, {"prefix": prefix})).all():
+            lists = None
+            for option in row.reloptions or []:
+                key, _, value = option.partition("=")
+                if key == "lists":
+                    lists = int(value)
+            built = _BUILT_ON.search(row.note or "")
+            out[row.relname] = IndexState(
+                lists, int(built.group(1)) if built else None, str(row.amname)
+            )
+        return out
+
+    async def build_user_index(self, table: Table, user_id: str, lists: int, rows: int) -> str:
+        """An ivfflat index over one user's vectors only (a partial index, `WHERE user_id =
+        <the user>`): the planner uses it for that user's ANN statement (the query path plans
+        it with the user id as a constant), so every probe reads that user's rows only."""
+        name = user_index_name(table, user_id)
+        await self.session.execute(text("SET LOCAL lock_timeout = '30s'"))
+        await self.session.execute(text("SET LOCAL statement_timeout = 0"))
+        await self.session.execute(text(f"DROP INDEX IF EXISTS {name}"))
+        # DDL takes no bind parameters: the server quotes the user id (format's %L).
+        ddl = (
+            await self.session.execute(
+                text(
+                    "SELECT format('CREATE INDEX %I ON %I USING ivfflat (embedding "
+                    "vector_cosine_ops) WITH (lists = %s) WHERE user_id = %L', "
+                    "CAST(:name AS text), CAST(:table AS text), CAST(:lists AS int), "
+                    "CAST(:user_id AS text))"
+                ),
+                {"name": name, "table": table, "lists": int(lists), "user_id": user_id},
+            )
+        ).scalar_one()
+        await self.session.execute(text(ddl))
+        await self.session.execute(
+            text(f"COMMENT ON INDEX {name} IS 'pgrecall reindex: built on {int(rows)} rows'")
+        )
+        return name
+
+    async def drop_user_index(self, table: Table, name: str) -> None:
+        """Drop one of the table's per-user vector indexes (by the name user_index_states gave)."""
+        if not name.startswith(EMBEDDING_INDEXES[table] + "_u_") or not re.fullmatch(
+            r"[a-z0-9_]+", name
+        ):
+            raise ValueError(f"not a per-user vector index of {table}: {name!r}")
+        await self.session.execute(text("SET LOCAL lock_timeout = '30s'"))
+        await self.session.execute(text(f"DROP INDEX IF EXISTS {name}"))
 
     async def column_dimension(self, table: Table) -> int:
         """The width of the table's vector column (atttypmod of vector(n) is n)."""

@@ -1,10 +1,13 @@
-"""ivfflat maintenance: rebuild the vector indexes with `lists` sized to the data.
+"""Vector index maintenance: rebuild the vector indexes, ivfflat with `lists` sized to the data,
+or HNSW (PGRECALL_VECTOR_INDEX).
 
 An ivfflat index clusters the vectors present when it is built. The migration builds both on
 empty tables, so their centroids are meaningless until rebuilt; after that they go stale as the
-table grows. The rule here: an index is stale once the table holds more than twice the rows it
-was built on. The build's row count is written into the index's COMMENT (no extra table; a
-migration-built index has none and counts as built on 0 rows).
+table grows. The rule here: an ivfflat index is stale once the table holds more than twice the
+rows it was built on. The build's row count is written into the index's COMMENT (no extra table;
+a migration-built index has none and counts as built on 0 rows). An HNSW graph takes every
+insert as it comes and never goes stale; an index of the other method than the one asked for
+is rebuilt.
 """
 
 from __future__ import annotations
@@ -13,7 +16,14 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.repositories.admin import IndexState, MaintenanceRepository, Table, lists_for
+from app.repositories.admin import (
+    IndexState,
+    MaintenanceRepository,
+    Table,
+    VectorIndex,
+    lists_for,
+    user_index_name,
+)
 
 TABLES: tuple[Table, ...] = ("memory_items", "messages")
 
@@ -26,24 +36,95 @@ class ReindexResult:
     previous_lists: int | None
     previous_rows: int | None
     rebuilt: bool
+    method: str = "ivfflat"
+    previous_method: str | None = "ivfflat"
 
 
-def is_stale(state: IndexState, rows: int) -> bool:
-    """True when the table has more than doubled since the index was built (or it is missing)."""
+def is_stale(state: IndexState, rows: int, method: VectorIndex | None = None) -> bool:
+    """True when the index is missing, of another method than `method` (None: any), or an
+    ivfflat index whose table has more than doubled since it was built."""
+    if state.method is None or (method is not None and state.method != method):
+        return True
+    if state.method == "hnsw":
+        return False
     if state.lists is None:
         return True
     return rows > 2 * (state.built_rows or 0)
 
 
 async def reindex(
-    session: AsyncSession, table: Table, *, only_if_stale: bool = False
+    session: AsyncSession,
+    table: Table,
+    *,
+    only_if_stale: bool = False,
+    method: VectorIndex | None = None,
 ) -> ReindexResult:
-    """Rebuild the table's ivfflat index (or only when stale); the caller commits."""
+    """Rebuild the table's vector index (or only when stale); the caller commits. `method`
+    None keeps the index's current method (ivfflat when there is none)."""
     repo = MaintenanceRepository(session)
     rows = await repo.embedding_rows(table)
     state = await repo.index_state(table)
+    target: VectorIndex = method or ("hnsw" if state.method == "hnsw" else "ivfflat")
     lists = lists_for(rows)
-    rebuild = not only_if_stale or is_stale(state, rows)
+    rebuild = not only_if_stale or is_stale(state, rows, target)
     if rebuild:
-        await repo.rebuild_index(table, lists, rows, await repo.column_dimension(table))
-    return ReindexResult(table, rows, lists, state.lists, state.built_rows, rebuild)
+        dimension = await repo.column_dimension(table)
+        await repo.rebuild_index(table, lists, rows, dimension, target)
+    return ReindexResult(
+        table,
+        rows,
+        lists if target == "ivfflat" else 0,
+        state.lists,
+        state.built_rows,
+        rebuild,
+        target,
+        state.method,
+    )
+
+
+@dataclass(frozen=True)
+class UserIndexResult:
+    table: Table
+    users: int  # users with an index of their own after this run
+    built: int
+    fresh: int
+    dropped: int
+
+
+async def reindex_users(
+    session: AsyncSession,
+    table: Table,
+    *,
+    more_than: int | None,
+    only_if_stale: bool = False,
+) -> UserIndexResult:
+    """Per-user ivfflat indexes: one for every user with more than `more_than` vectors (the
+    users on the ANN path), lists sized to the user's rows; indexes of users no longer above
+    it are dropped. `more_than` None rebuilds the existing set (e.g. after a re-embed) without
+    adding or dropping any. A shared index's probes read every user's rows, so a user holding
+    5% of a 1M-row table needs a tenth of its lists probed for recall 0.95; in an index of its
+    own, 10 probes of ~50 lists suffice (docs/performance.md, "Big users")."""
+    repo = MaintenanceRepository(session)
+    existing = await repo.user_index_states(table)
+    if more_than is None:
+        # Index names carry a hash of the user id: find the users whose index exists.
+        everyone = await repo.users_with_vectors(table, 0)
+        wanted = {u: n for u, n in everyone.items() if user_index_name(table, u) in existing}
+    else:
+        wanted = await repo.users_with_vectors(table, more_than)
+    built = fresh = dropped = 0
+    keep: set[str] = set()
+    for user_id, rows in sorted(wanted.items()):
+        name = user_index_name(table, user_id)
+        keep.add(name)
+        state = existing.get(name)
+        if only_if_stale and state is not None and not is_stale(state, rows, "ivfflat"):
+            fresh += 1
+            continue
+        await repo.build_user_index(table, user_id, lists_for(rows), rows)
+        built += 1
+    if more_than is not None:
+        for name in sorted(set(existing) - keep):
+            await repo.drop_user_index(table, name)
+            dropped += 1
+    return UserIndexResult(table, len(keep), built, fresh, dropped)

@@ -1,8 +1,10 @@
-"""ivfflat vs HNSW for the big users' message vectors, on a loaded real-workload store.
+"""ivfflat vs HNSW for the big users' vectors, on a loaded store.
 
 `python -m eval.bench.ann --messages 60k --big-size 50000` (after `python -m eval.bench.real`
-built `bench_real_<messages>`): the big user's own questions, embedded by the local model, each
-answered by
+built `bench_real_<messages>`; the big user's message vectors), or `python -m eval.bench.ann
+--synthetic 1m` (after `python -m eval.bench --sizes 1m` built `bench_<items>`; the big users'
+memory vectors, 50,000 distinct vectors each): the big users' own questions, embedded by the
+local model, each answered by
 
 - the exact scan (ground truth: the user_id index, `ORDER BY distance + 0`),
 - the service's ANN statement on ivfflat (probes, iterative scan, max_probes as configured),
@@ -30,18 +32,18 @@ from app.config import load_settings
 from app.db import vector_literal
 from app.embedded import EmbeddedPostgres
 from app.observability import configure_logging
-from eval.bench.drive import percentiles
+from app.repositories.admin import EMBEDDING_INDEXES, lists_for
+from eval.bench.corpus import generate, layout
+from eval.bench.drive import make_queries, percentiles
 from eval.bench.real import LOCOMO, make_users, questions
-from eval.bench.store import database
+from eval.bench.store import Store, database
 from eval.datasets.locomo import load_locomo
 
 ROOT = Path(__file__).resolve().parents[2]
 _SQL = (
-    "SELECT t.id, t.embedding <=> CAST($2 AS vector) AS d FROM messages AS t "
+    "SELECT t.id, t.embedding <=> CAST($2 AS vector) AS d FROM {table} AS t "
     "WHERE t.user_id = $1 AND t.embedding IS NOT NULL ORDER BY {order} LIMIT $3"
 )
-ANN = _SQL.format(order="t.embedding <=> CAST($2 AS vector)")
-EXACT = _SQL.format(order="(t.embedding <=> CAST($2 AS vector)) + 0")
 
 
 async def _timed(conn: asyncpg.Connection, sql: str, *args: Any) -> tuple[list[float], float]:
@@ -57,82 +59,183 @@ def _recall(ann: list[float], exact: list[float], k: int = 10) -> float:
     return sum(1 for d in sorted(ann)[:k] if d <= cut + 1e-9) / min(k, len(exact))
 
 
-async def _run(
-    items: int, big_size: int, count: int, ef: list[int], probes: list[int], out: Path
-) -> str:
-    cfg = load_settings()
+async def _real_questions(items: int, big_size: int, count: int) -> tuple[str, list[Any]]:
     users = make_users(load_locomo(LOCOMO), items, big_size, 42)
     big = next(u for u in users if u.big)
     qs = [q for q in questions(users, 20 * count, 1.0, 42) if q.user_id == big.user_id][:count]
+    return f"bench_real_{items}", [(q.user_id, q.text) for q in qs]
+
+
+async def _synthetic_questions(items: int, count: int) -> tuple[str, list[Any]]:
+    memories = generate(42, min(items, 100_000))
+    users = layout(items, 42)
+    store = Store(database("postgresql://x/y", "x"), items, 42, users, memories, None, 0, {})
+    qs = make_queries(store, count, big_share=1.0, seed=42)
+    return f"bench_{items}", [(q.user_id, q.text) for q in qs if q.big][:count]
+
+
+async def _run(
+    items: int,
+    big_size: int,
+    count: int,
+    ef: list[int],
+    probes: list[int],
+    out: Path,
+    *,
+    synthetic: bool,
+    hnsw_m: int,
+    hnsw_ef_construction: int,
+    own: bool = False,
+) -> str:
+    cfg = load_settings()
+    if synthetic:
+        name, qs = await _synthetic_questions(items, count)
+        table = "memory_items"
+    else:
+        name, qs = await _real_questions(items, big_size, count)
+        table = "messages"
+    ann_sql = _SQL.format(table=table, order="t.embedding <=> CAST($2 AS vector)")
+    exact_sql = _SQL.format(table=table, order="(t.embedding <=> CAST($2 AS vector)) + 0")
     embedder = LocalEmbedder(threads=1)
-    vectors = [vector_literal(v) for v in embedder.embed_sync([q.text for q in qs])]
+    vectors = [vector_literal(v) for v in embedder.embed_sync([text for _, text in qs])]
+    asks = [(user, v) for (user, _), v in zip(qs, vectors, strict=True)]
     pg = EmbeddedPostgres(out / "pg")
     url = await asyncio.to_thread(pg.start)
-    db = database(url, f"bench_real_{items}")
-    lines = [
-        f"big user {big.user_id}: {big.size} turns, {len(qs)} of its questions",
-        "",
-        "| index | setting | recall@10 | min | short | p50 ms | p95 ms |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
+    db = database(url, name)
     conn = await asyncpg.connect(db.dsn)
     try:
-        rows = await conn.fetchval(
-            "SELECT count(*) FROM messages WHERE user_id = $1 AND embedding IS NOT NULL",
-            big.user_id,
+        sizes = {
+            user: await conn.fetchval(
+                f"SELECT count(*) FROM {table} WHERE user_id = $1 AND embedding IS NOT NULL",
+                user,
+            )
+            for user in {u for u, _ in asks}
+        }
+        total = await conn.fetchval(f"SELECT count(*) FROM {table}")
+        lists = await conn.fetchval(
+            "SELECT split_part(o, '=', 2)::int FROM pg_class, unnest(reloptions) AS o "
+            "WHERE relname = $1 AND o LIKE 'lists=%'",
+            EMBEDDING_INDEXES[table],  # type: ignore[index]
         )
-        need = min(50, rows)
-        exact = [(await _timed(conn, EXACT, big.user_id, v, 50))[0] for v in vectors]
+        lines = [
+            f"{db.name}.{table}: {total} rows, ivfflat lists={lists}; big users "
+            + ", ".join(f"{u} ({n} vectors)" for u, n in sorted(sizes.items()))
+            + f"; {len(asks)} of their questions",
+            "",
+            "| index | setting | recall@10 | min | short | p50 ms | p95 ms |",
+            "|---|---|---:|---:|---:|---:|---:|",
+        ]
+        exact = [(await _timed(conn, exact_sql, u, v, 50))[0] for u, v in asks]
 
         def line(name: str, setting: str, runs: list[tuple[list[float], float]]) -> str:
             recalls = [_recall(a, e) for (a, _), e in zip(runs, exact, strict=True)]
-            short = sum(1 for a, _ in runs if len(a) < need)
+            short = sum(
+                1 for (a, _), (u, _) in zip(runs, asks, strict=True) if len(a) < min(50, sizes[u])
+            )
             lat = percentiles([ms for _, ms in runs])
             return (
                 f"| {name} | {setting} | {np.mean(recalls):.3f} | {min(recalls):.1f} | {short} "
                 f"| {lat['p50']} | {lat['p95']} |"
             )
 
-        async with conn.transaction():
+        async def sweep(sql: str) -> list[tuple[list[float], float]]:
+            for u, v in asks[:5]:  # warm-up
+                await conn.fetch(sql, u, v, 50)
+            return [await _timed(conn, sql, u, v, 50) for u, v in asks]
+
+        tx = conn.transaction()
+        await tx.start()
+        try:
+            # The shared index alone: per-user indexes `pgrecall reindex` built are dropped
+            # inside this transaction, which is rolled back.
+            for (name,) in await conn.fetch(
+                "SELECT relname FROM pg_class WHERE relkind = 'i' AND starts_with(relname, $1)",
+                EMBEDDING_INDEXES[table] + "_u_",  # type: ignore[index]
+            ):
+                await conn.execute(f'DROP INDEX "{name}"')
             await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
             await conn.execute("SET LOCAL ivfflat.iterative_scan = relaxed_order")
             await conn.execute(f"SET LOCAL ivfflat.max_probes = {cfg.ivfflat_max_probes}")
             for value in probes or [cfg.ivfflat_probes]:
                 await conn.execute(f"SET LOCAL ivfflat.probes = {int(value)}")
-                for v in vectors[:5]:  # warm-up
-                    await conn.fetch(ANN, big.user_id, v, 50)
-                runs = [await _timed(conn, ANN, big.user_id, v, 50) for v in vectors]
-                lines.append(line("ivfflat", f"probes={value}, iterative", runs))
-            plan = await conn.fetch("EXPLAIN " + ANN, big.user_id, vectors[0], 50)
-            lines.append(f"|  | plan: {plan[0][0][:60]} | | | | | |")
-        exact_runs = [await _timed(conn, EXACT, big.user_id, v, 50) for v in vectors]
-        lines.append(line("exact", "user_id index, + 0", exact_runs))
-        tx = conn.transaction()
-        await tx.start()
-        try:
-            await conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
-            await conn.execute("SET LOCAL statement_timeout = 0")
-            t = time.perf_counter()
-            await conn.execute(
-                "CREATE INDEX bench_hnsw ON messages USING hnsw (embedding vector_cosine_ops) "
-                "WITH (m = 16, ef_construction = 64)"
-            )
-            build_s = time.perf_counter() - t
-            await conn.execute("DROP INDEX idx_messages_embedding")
-            await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-            await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            for value in ef:
-                await conn.execute(f"SET LOCAL hnsw.ef_search = {int(value)}")
-                for v in vectors[:5]:
-                    await conn.fetch(ANN, big.user_id, v, 50)
-                runs = [await _timed(conn, ANN, big.user_id, v, 50) for v in vectors]
-                lines.append(line("hnsw", f"ef_search={value}, iterative", runs))
-            plan = await conn.fetch("EXPLAIN " + ANN, big.user_id, vectors[0], 50)
-            lines.append(f"|  | plan: {plan[0][0][:60]} | | | | | |")
-            total = await conn.fetchval("SELECT count(*) FROM messages")
-            lines += ["", f"HNSW build over {total} message vectors: {build_s:.1f} s"]
+                lines.append(line("ivfflat", f"probes={value}, iterative", await sweep(ann_sql)))
+            plan = await conn.fetch("EXPLAIN " + ann_sql, *asks[0], 50)
+            lines.append(f"|  | plan: {plan[0][0][:60]} {plan[1][0].strip()[:50]} | | | | | |")
         finally:
             await tx.rollback()
+        lines.append(line("exact", "user_id index, + 0", await sweep(exact_sql)))
+        if own:
+            # Each asking user's own ivfflat index (what `pgrecall reindex` builds for users
+            # above exact_search_max_items), built inside a transaction that is rolled back.
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                await conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
+                for (name,) in await conn.fetch(
+                    "SELECT relname FROM pg_class WHERE relkind = 'i' AND starts_with(relname, $1)",
+                    EMBEDDING_INDEXES[table] + "_u_",  # type: ignore[index]
+                ):
+                    await conn.execute(f'DROP INDEX "{name}"')
+                t = time.perf_counter()
+                for n, (user, count) in enumerate(sorted(sizes.items())):
+                    ddl = await conn.fetchval(
+                        "SELECT format('CREATE INDEX %I ON %I USING ivfflat (embedding "
+                        "vector_cosine_ops) WITH (lists = %s) WHERE user_id = %L', "
+                        "$1::text, $2::text, $3::int, $4::text)",
+                        f"bench_own_{n}",
+                        table,
+                        lists_for(count),
+                        user,
+                    )
+                    await conn.execute(ddl)
+                own_s = time.perf_counter() - t
+                await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+                await conn.execute("SET LOCAL ivfflat.iterative_scan = relaxed_order")
+                await conn.execute(f"SET LOCAL ivfflat.max_probes = {cfg.ivfflat_max_probes}")
+                for value in probes or [cfg.ivfflat_probes]:
+                    await conn.execute(f"SET LOCAL ivfflat.probes = {int(value)}")
+                    lines.append(
+                        line(
+                            "own ivfflat",
+                            f"lists={lists_for(max(sizes.values()))}, probes={value}",
+                            await sweep(ann_sql),
+                        )
+                    )
+                plan = await conn.fetch("EXPLAIN " + ann_sql, *asks[0], 50)
+                lines.append(f"|  | plan: {plan[0][0][:60]} {plan[1][0].strip()[:50]} | | | | | |")
+            finally:
+                await tx.rollback()  # the store is left as it was
+            lines.append("")
+            lines.append(f"per-user indexes for {len(sizes)} users built in {own_s:.1f} s")
+        if ef:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                await conn.execute("SET LOCAL maintenance_work_mem = '2GB'")
+                await conn.execute("SET LOCAL statement_timeout = 0")
+                t = time.perf_counter()
+                await conn.execute(
+                    f"CREATE INDEX bench_hnsw ON {table} USING hnsw (embedding vector_cosine_ops) "
+                    f"WITH (m = {int(hnsw_m)}, ef_construction = {int(hnsw_ef_construction)})"
+                )
+                build_s = time.perf_counter() - t
+                await conn.execute(f"DROP INDEX {EMBEDDING_INDEXES[table]}")  # type: ignore[index]
+                await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+                await conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+                for value in ef:
+                    await conn.execute(f"SET LOCAL hnsw.ef_search = {int(value)}")
+                    lines.append(
+                        line("hnsw", f"ef_search={value}, iterative", await sweep(ann_sql))
+                    )
+                plan = await conn.fetch("EXPLAIN " + ann_sql, *asks[0], 50)
+                lines.append(f"|  | plan: {plan[0][0][:60]} | | | | | |")
+                lines += [
+                    "",
+                    f"HNSW (m={hnsw_m}, ef_construction={hnsw_ef_construction}) build over "
+                    f"{total} rows: {build_s:.1f} s",
+                ]
+            finally:
+                await tx.rollback()
     finally:
         await conn.close()
         if pg.started_here:
@@ -148,16 +251,40 @@ def main(
     messages: Annotated[str, typer.Option(help="the real store's size (stored turns)")] = "60k",
     big_size: Annotated[int, typer.Option(help="turns of its big user")] = 50_000,
     queries: Annotated[int, typer.Option(help="big-user questions")] = 100,
-    ef_search: Annotated[str, typer.Option(help="hnsw.ef_search values")] = "40,100",
+    ef_search: Annotated[str, typer.Option(help="hnsw.ef_search values ('' = no HNSW)")] = "40,100",
     probes: Annotated[str, typer.Option(help="ivfflat.probes values ('' = the setting)")] = "",
+    synthetic: Annotated[
+        str, typer.Option(help="a synthetic store's size (bench_<items>) instead of the real one")
+    ] = "",
+    hnsw_m: Annotated[int, typer.Option(help="HNSW m")] = 16,
+    hnsw_ef_construction: Annotated[int, typer.Option(help="HNSW ef_construction")] = 64,
+    own_index: Annotated[
+        bool, typer.Option(help="also measure per-user ivfflat indexes (pgrecall reindex)")
+    ] = True,
     out: Annotated[Path, typer.Option()] = ROOT / "bench/out",
 ) -> None:
     from eval.bench.__main__ import parse_size
 
     configure_logging("WARNING", "text")
-    ef = [int(x) for x in ef_search.split(",")]
+    ef = [int(x) for x in ef_search.split(",") if x]
     sweep = [int(x) for x in probes.split(",") if x]
-    typer.echo(asyncio.run(_run(parse_size(messages), big_size, queries, ef, sweep, out)))
+    items = parse_size(synthetic or messages)
+    typer.echo(
+        asyncio.run(
+            _run(
+                items,
+                big_size,
+                queries,
+                ef,
+                sweep,
+                out,
+                synthetic=bool(synthetic),
+                hnsw_m=hnsw_m,
+                hnsw_ef_construction=hnsw_ef_construction,
+                own=own_index,
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

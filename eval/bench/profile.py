@@ -27,6 +27,7 @@ from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
 from app.repositories.retrieval import RetrievalRepository
 from app.retrieval.presets import get_preset
+from app.services.query import ann_probes
 from eval.bench.__main__ import ROOT, parse_settings, parse_size
 from eval.bench.drive import BenchQuery, make_queries
 from eval.bench.store import build_store
@@ -59,11 +60,15 @@ class _Path:
 
     async def choose_path(self, repo: RetrievalRepository, query: BenchQuery) -> bool:
         """Exact or ANN by the user's item count, and the planner settings: once per query."""
-        exact = await repo.item_count(query.user_id) <= self.settings.exact_search_max_items
+        items = await repo.item_count(query.user_id)
+        exact = items <= self.settings.exact_search_max_items
         await repo.set_vector_search(
-            exact=exact, probes=self.settings.ivfflat_probes,
+            exact=exact,
+            probes=ann_probes(
+                items, self.settings.ivfflat_probes, self.settings.ivfflat_probe_share
+            ),
             max_probes=self.settings.ivfflat_max_probes,
-        )  # fmt: skip
+        )
         return exact
 
     async def vector(

@@ -75,7 +75,7 @@ from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
 from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService, Priority
-from app.services.query import QueryRequest, time_preference
+from app.services.query import QueryRequest, ann_probes, time_preference
 from eval.bench.drive import BenchQuery, percentiles, run_level, timing_breakdown
 from eval.bench.fresh import import_conversation
 from eval.bench.run import _cpu, _cpu_per_request
@@ -544,6 +544,12 @@ async def run(
                     await engine.dispose()
             await settle(db.dsn)
             marker.write_text(json.dumps(meta))
+        from eval.bench.run import user_indexes
+
+        result["user_vector_indexes"] = await user_indexes(
+            db.url, cfg, ("memory_items", "messages")
+        )
+        log.info("per-user vector indexes %s", result["user_vector_indexes"])
         await ensure_service_role(db.url, DEFAULT_APP_ROLE, create=True)
         server = await start_server(
             with_user(db.url, DEFAULT_APP_ROLE), out / f"server-real-{items}.log", settings
@@ -576,7 +582,9 @@ async def run(
                     result["levels"].append(level)
                     log.info("real %d c=%d %s", items, concurrency, level["latency_ms"])
                 # Service vs floor, interleaved query by query (same load for both).
-                conn = await floor_connection(db.dsn, cfg.ivfflat_probes, cfg.ivfflat_max_probes)
+                # The service's probes for the big user (the other users take the exact path).
+                probes = ann_probes(big_size, cfg.ivfflat_probes, cfg.ivfflat_probe_share)
+                conn = await floor_connection(db.dsn, probes, cfg.ivfflat_max_probes)
                 try:
                     service_ms, floor_ms, floor_embed, same = [], [], [], 0
                     compared = qs[:samples]

@@ -16,10 +16,14 @@ from typing import Any
 import asyncpg
 import numpy as np
 import numpy.typing as npt
+from sqlalchemy import text
 
-from app.db import create_engine, create_sessionmaker, vector_literal
+from app.db import create_engine, create_sessionmaker, user_session, vector_literal
+from app.repositories.admin import user_index_name
 from app.repositories.retrieval import RetrievalRepository
 from app.repositories.search_index import Source
+from app.roles import DEFAULT_APP_ROLE, with_user
+from app.services.query import ann_probes
 from eval.bench.drive import BenchQuery
 
 _EXACT_SQL = """
@@ -43,6 +47,7 @@ class VectorSearch:
     model: str  # the embedding model of the query vectors (rows of other models are skipped)
     candidates: int = 50  # RetrievalPreset.candidates: the arm's LIMIT
     k: int = 10
+    ivfflat_probe_share: float = 0.0  # the service's rule: app/services/query.py ann_probes
 
 
 @dataclass
@@ -52,17 +57,25 @@ class _Outcome:
     exact_path: bool
     big: bool
     returned: int
+    own_index: bool | None  # the statement scanned the user's own index (None: none exists)
+
+
+_OWN_SCANS = text("SELECT coalesce(pg_stat_get_xact_numscans(to_regclass(:name)), -1) AS n")
 
 
 async def _ann(
     sessionmaker: Any, user_id: str, vector: npt.NDArray[np.float32], cfg: VectorSearch
-) -> tuple[dict[uuid.UUID, float], bool]:
-    async with sessionmaker() as session, session.begin():
+) -> tuple[dict[uuid.UUID, float], bool, bool | None]:
+    """The service's vector arm: its role, the user's row-level security, custom plans, its
+    probes rule. Also whether the statement scanned the user's own index (None: it has none)."""
+    async with user_session(sessionmaker, user_id, custom_plans=True) as session, session.begin():
         repo = RetrievalRepository(session)
-        exact = await repo.item_count(user_id) <= cfg.exact_search_max_items
-        await repo.set_vector_search(
-            exact=exact, probes=cfg.ivfflat_probes, max_probes=cfg.ivfflat_max_probes
-        )
+        items = await repo.item_count(user_id)
+        exact = items <= cfg.exact_search_max_items
+        probes = ann_probes(items, cfg.ivfflat_probes, cfg.ivfflat_probe_share)
+        await repo.set_vector_search(exact=exact, probes=probes, max_probes=cfg.ivfflat_max_probes)
+        own = {"name": user_index_name("memory_items", user_id)}
+        before = int((await session.execute(_OWN_SCANS, own)).scalar_one())
         hits = await repo.vector(
             user_id,
             vector,
@@ -73,9 +86,12 @@ async def _ann(
             exact=exact,
             model=cfg.model,
         )
-    return {
-        item: 1.0 - cosine for (source, item), cosine in hits.items() if source is Source.MEMORY
-    }, exact
+        after = int((await session.execute(_OWN_SCANS, own)).scalar_one())
+    return (
+        {item: 1.0 - cosine for (source, item), cosine in hits.items() if source is Source.MEMORY},
+        exact,
+        None if before < 0 else after > before,
+    )
 
 
 async def measure_recall(
@@ -91,13 +107,16 @@ async def measure_recall(
     boundary are not misses). A short result set: fewer rows than min(candidates, visible).
     """
     vectors = embed([q.text for q in queries])
-    engine = create_engine(database_url, pool_size=2, statement_timeout_ms=120_000)
+    # As the service runs it: the service role, bound by row-level security.
+    engine = create_engine(
+        with_user(database_url, DEFAULT_APP_ROLE), pool_size=2, statement_timeout_ms=120_000
+    )
     conn = await asyncpg.connect(dsn, statement_cache_size=0)
     outcomes: list[_Outcome] = []
     try:
         sessionmaker = create_sessionmaker(engine)
         for query, vector in zip(queries, vectors, strict=True):
-            ann, exact_path = await _ann(sessionmaker, query.user_id, vector, cfg)
+            ann, exact_path, own_index = await _ann(sessionmaker, query.user_id, vector, cfg)
             rows = await conn.fetch(
                 _EXACT_SQL, query.user_id, vector_literal(vector), cfg.candidates
             )
@@ -113,6 +132,7 @@ async def measure_recall(
                     exact_path=exact_path,
                     big=query.big,
                     returned=len(ann),
+                    own_index=own_index,
                 )
             )
     finally:
@@ -138,6 +158,7 @@ def _summary(outcomes: list[_Outcome], cfg: VectorSearch) -> dict[str, Any]:
         f"small_user_recall_at_{cfg.k}": _mean([o.recall for o in outcomes if not o.big]),
         f"ann_path_recall_at_{cfg.k}": _mean([o.recall for o in outcomes if not o.exact_path]),
         "ann_path_queries": sum(1 for o in outcomes if not o.exact_path),
+        "ann_path_on_own_index": sum(1 for o in outcomes if not o.exact_path and o.own_index),
         "exact_path_queries": sum(1 for o in outcomes if o.exact_path),
         "short_result_sets": short,
         "short_result_share": round(short / len(outcomes), 4) if outcomes else 0.0,
@@ -145,5 +166,6 @@ def _summary(outcomes: list[_Outcome], cfg: VectorSearch) -> dict[str, Any]:
             "exact_search_max_items": cfg.exact_search_max_items,
             "ivfflat_probes": cfg.ivfflat_probes,
             "ivfflat_max_probes": cfg.ivfflat_max_probes,
+            "ivfflat_probe_share": cfg.ivfflat_probe_share,
         },
     }

@@ -17,9 +17,12 @@ import asyncpg
 import numpy as np
 import numpy.typing as npt
 
-from app.config import load_settings
+from app.config import Settings, load_settings
+from app.db import create_engine, create_sessionmaker
+from app.repositories.admin import Table
 from app.retrieval.presets import get_preset
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
+from app.services.reindex import reindex_users
 from eval.bench.drive import make_queries, run_level, timing_breakdown
 from eval.bench.recall import VectorSearch, measure_recall
 from eval.bench.report import result_path, write_result
@@ -134,6 +137,31 @@ def _cpu_per_request(before: _Cpu, after: _Cpu, requests: int) -> dict[str, floa
     return out
 
 
+async def user_indexes(
+    url: str, settings: Settings, tables: tuple[Table, ...] = ("memory_items",)
+) -> dict[str, int]:
+    """What `pgrecall reindex --if-stale` does to the users' own indexes under these settings
+    (built for users above exact_search_max_items; all dropped with user_vector_indexes off)."""
+    engine = create_engine(url, pool_size=1, statement_timeout_ms=3_600_000)
+    out = {"users": 0, "built": 0, "fresh": 0, "dropped": 0}
+    try:
+        for table in tables:
+            async with create_sessionmaker(engine)() as session, session.begin():
+                done = await reindex_users(
+                    session,
+                    table,
+                    more_than=settings.exact_search_max_items
+                    if settings.user_vector_indexes
+                    else 2**62,
+                    only_if_stale=True,
+                )
+            for key in out:
+                out[key] += getattr(done, key)
+    finally:
+        await engine.dispose()
+    return out
+
+
 async def run_size(server_url: str, items: int, embed: Embed, cfg: BenchConfig) -> dict[str, Any]:
     """Benchmark one store size; writes bench/out/results-<items>[-tag].json and returns it."""
     store = await build_store(
@@ -147,6 +175,8 @@ async def run_size(server_url: str, items: int, embed: Embed, cfg: BenchConfig) 
         big_size=cfg.big_size,
     )
     settings = load_settings(**dict(cfg.settings))  # the environment plus the overrides
+    per_user = await user_indexes(store.db.url, settings)
+    log.info("%s: per-user vector indexes %s", store.db.name, per_user)
     queries = make_queries(store, cfg.queries, big_share=cfg.big_share, seed=cfg.seed)
     suffix = f"-{cfg.tag}" if cfg.tag else ""
     # The server runs as the service role, bound by row-level security, as in production.
@@ -221,6 +251,7 @@ async def run_size(server_url: str, items: int, embed: Embed, cfg: BenchConfig) 
             settings.ivfflat_max_probes,
             model=settings.embedding_model,
             candidates=preset.candidates,
+            ivfflat_probe_share=settings.ivfflat_probe_share,
         ),
     )
     log.info("%d items: recall %s", items, recall)
@@ -236,6 +267,8 @@ async def run_size(server_url: str, items: int, embed: Embed, cfg: BenchConfig) 
             "exact_search_max_items": settings.exact_search_max_items,
             "ivfflat_probes": settings.ivfflat_probes,
             "ivfflat_max_probes": settings.ivfflat_max_probes,
+            "ivfflat_probe_share": settings.ivfflat_probe_share,
+            "user_vector_indexes": per_user,
             "db_pool_size": settings.db_pool_size,
             "embedding_threads": settings.embedding_threads,
             "workers": cfg.workers,

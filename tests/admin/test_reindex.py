@@ -4,15 +4,22 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from alembic import command
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.migrate import alembic_config
-from app.repositories.admin import IndexState, MaintenanceRepository, _megabytes, lists_for
+from app.repositories.admin import (
+    IndexState,
+    MaintenanceRepository,
+    _megabytes,
+    lists_for,
+    user_index_name,
+)
 from app.services.embedding import EmbeddingService
 from app.services.memory import MemoryInput, MemoryService
-from app.services.reindex import is_stale, reindex
+from app.services.reindex import is_stale, reindex, reindex_users
 from tests.admin.fakes import FakeEmbedder
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -36,6 +43,13 @@ def test_staleness_rule() -> None:
     assert not is_stale(IndexState(10, 5000), 10_000)
     assert is_stale(IndexState(10, 5000), 10_001)
     assert is_stale(IndexState(None, None), 0)  # missing index
+    assert is_stale(IndexState(None, None, None), 0, "hnsw")  # missing index
+    hnsw = IndexState(None, 5000, "hnsw")
+    assert not is_stale(hnsw, 10**9)  # a graph takes every insert: never stale by growth
+    assert not is_stale(hnsw, 0, "hnsw")
+    assert is_stale(hnsw, 0, "ivfflat")  # the other method than the one asked for
+    assert is_stale(IndexState(10, 5000), 0, "hnsw")
+    assert not is_stale(IndexState(10, 5000), 10_000, "ivfflat")
 
 
 def test_memory_settings_parse() -> None:
@@ -95,4 +109,84 @@ async def test_reindex_sizes_lists_records_rows_and_keeps_alembic_check_clean(
     assert messages.rebuilt and messages.rows == 0
 
     # The model declares lists=100; a rebuilt index with other lists must not show up as drift.
+    await asyncio.to_thread(command.check, alembic_config(private_db))
+
+
+async def test_reindex_switches_between_ivfflat_and_hnsw_and_keeps_the_current_method(
+    private_db: str, private_sessions: Sessions, user_id: str
+) -> None:
+    await _add(private_sessions, user_id, 30)
+    async with private_sessions() as session, session.begin():
+        to_hnsw = await reindex(session, "memory_items", only_if_stale=True, method="hnsw")
+    assert (to_hnsw.rebuilt, to_hnsw.method, to_hnsw.previous_method) == (True, "hnsw", "ivfflat")
+    definition, valid = await _indexdef(private_sessions, "idx_memory_items_embedding")
+    assert valid and "USING hnsw (embedding vector_cosine_ops)" in definition
+    assert "m='16'" in definition and "ef_construction='64'" in definition
+    async with private_sessions() as s:
+        state = await MaintenanceRepository(s).index_state("memory_items")
+    assert state == IndexState(None, to_hnsw.rows, "hnsw")
+
+    # More than doubled: HNSW stays fresh.
+    await _add(private_sessions, user_id, 2 * to_hnsw.rows, start=30)
+    async with private_sessions() as session, session.begin():
+        assert not (await reindex(session, "memory_items", only_if_stale=True)).rebuilt
+    # Callers without a method (re-embed, seed) rebuild what is there: still HNSW.
+    async with private_sessions() as session, session.begin():
+        kept = await reindex(session, "memory_items")
+    assert (kept.rebuilt, kept.method, kept.rows) == (True, "hnsw", 3 * to_hnsw.rows)
+    definition, _ = await _indexdef(private_sessions, "idx_memory_items_embedding")
+    assert "USING hnsw" in definition
+
+    async with private_sessions() as session, session.begin():
+        back = await reindex(session, "memory_items", only_if_stale=True, method="ivfflat")
+    assert (back.rebuilt, back.method, back.previous_method) == (True, "ivfflat", "hnsw")
+    definition, valid = await _indexdef(private_sessions, "idx_memory_items_embedding")
+    assert valid and "USING ivfflat (embedding vector_cosine_ops) WITH (lists='10')" in definition
+    # An HNSW index under the model's name is not schema drift either.
+    async with private_sessions() as session, session.begin():
+        await reindex(session, "messages", method="hnsw")
+    await asyncio.to_thread(command.check, alembic_config(private_db))
+
+
+async def test_per_user_indexes_follow_the_users_above_the_threshold(
+    private_db: str, private_sessions: Sessions
+) -> None:
+    big, odd, small = "idx-big", "o'brien; DROP TABLE x --", "idx-small"
+    # Larger than any other test's user in this database (those stay under 300 rows).
+    await _add(private_sessions, big, 400)
+    await _add(private_sessions, odd, 350)
+    await _add(private_sessions, small, 5)
+
+    async with private_sessions() as session, session.begin():
+        first = await reindex_users(session, "memory_items", more_than=300)
+    assert (first.users, first.built, first.fresh, first.dropped) == (2, 2, 0, 0)
+    for user in (big, odd):
+        definition, valid = await _indexdef(private_sessions, user_index_name("memory_items", user))
+        assert (
+            valid and "USING ivfflat (embedding vector_cosine_ops) WITH (lists='10')" in definition
+        )
+    definition, _ = await _indexdef(private_sessions, user_index_name("memory_items", odd))
+    assert "WHERE ((user_id)::text = 'o''brien; DROP TABLE x --'::text)" in definition
+    async with private_sessions() as s:
+        states = await MaintenanceRepository(s).user_index_states("memory_items")
+    assert states[user_index_name("memory_items", big)] == IndexState(10, 400, "ivfflat")
+
+    await _add(private_sessions, big, 401, start=400)  # 801 rows > 2 x 400: stale
+    async with private_sessions() as session, session.begin():
+        again = await reindex_users(session, "memory_items", more_than=300, only_if_stale=True)
+    assert (again.users, again.built, again.fresh, again.dropped) == (2, 1, 1, 0)
+    # A re-embed rebuilds the existing set (more_than None): nothing added or dropped.
+    async with private_sessions() as session, session.begin():
+        kept = await reindex_users(session, "memory_items", more_than=None)
+    assert (kept.users, kept.built, kept.dropped) == (2, 2, 0)
+    # A higher threshold drops the users no longer above it.
+    async with private_sessions() as session, session.begin():
+        fewer = await reindex_users(session, "memory_items", more_than=380, only_if_stale=True)
+    assert (fewer.users, fewer.built, fewer.fresh, fewer.dropped) == (1, 0, 1, 1)
+    async with private_sessions() as s:
+        names = set(await MaintenanceRepository(s).user_index_states("memory_items"))
+    assert names == {user_index_name("memory_items", big)}
+    with pytest.raises(ValueError):
+        async with private_sessions() as s:
+            await MaintenanceRepository(s).drop_user_index("memory_items", "idx_memory_items_pk")
     await asyncio.to_thread(command.check, alembic_config(private_db))

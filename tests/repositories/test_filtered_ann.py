@@ -24,8 +24,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
+from app.repositories.admin import MaintenanceRepository, user_index_name
 from app.repositories.retrieval import RetrievalRepository
 from app.repositories.search_index import Source
+from app.services.reindex import reindex_users
 
 DIM = 384
 MODEL = "synthetic-ann"
@@ -288,3 +290,170 @@ async def test_filtered_ann_returns_full_k_with_high_recall(
     assert exact.recall_all == 1.0 and exact.ivfflat_share == 0.0, report
     # The data is hard enough to show the problem: the plain filtered scan comes up short.
     assert control.short and control.recall_all < 0.95, report
+
+
+async def _measure_hnsw(
+    store: Store,
+    session: AsyncSession,
+    queries: list[Query],
+    *,
+    iterative: bool,
+    ef_search: int,
+    max_scan_tuples: int,
+) -> Measured:
+    """The service's ANN statement on an HNSW index, in the caller's transaction."""
+    repo = RetrievalRepository(session)
+    recalls: list[float] = []
+    on_topic: list[float] = []
+    short: list[tuple[str, int, int]] = []
+    used = 0
+    for user, query, topical in queries:
+        await repo.set_vector_search(
+            exact=False,
+            probes=PROBES,
+            max_probes=MAX_PROBES,
+            ef_search=ef_search,
+            max_scan_tuples=max_scan_tuples,
+        )
+        await session.execute(text("SET LOCAL enable_sort = off"))  # the index, every user
+        if not iterative:
+            await session.execute(text("SET LOCAL hnsw.iterative_scan = off"))
+        before = int(await session.scalar(_INDEX_SCANS) or 0)
+        found = await repo.vector(
+            user,
+            query,
+            limit=K,
+            memories=True,
+            messages=False,
+            types=None,
+            exact=False,
+            model=MODEL,
+        )
+        used += int(await session.scalar(_INDEX_SCANS) or 0) > before
+        ids = [str(i) for (_, i), _ in sorted(found.items(), key=lambda kv: -kv[1])]
+        assert set(ids) <= set(store.ids[user])
+        expected = min(K, len(store.ids[user]))
+        if len(ids) != expected:
+            short.append((user, len(ids), expected))
+        recalls.append(len(set(ids) & set(_exact_top(store, user, query))) / expected)
+        if topical:
+            on_topic.append(recalls[-1])
+    return Measured(
+        float(np.mean(on_topic)), float(np.mean(recalls)), min(recalls), short, used / len(queries)
+    )
+
+
+async def test_the_same_statement_on_an_hnsw_index_returns_full_k_with_high_recall(
+    store: Store, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """PGRECALL_VECTOR_INDEX=hnsw: `pgrecall reindex` builds HNSW under the index's name and the
+    query path's settings (hnsw.ef_search, iterative scan, max_scan_tuples) make the same
+    statement full and accurate. Built and measured in one transaction that is rolled back."""
+    ef_search = Settings.model_fields["hnsw_ef_search"].default
+    max_scan = Settings.model_fields["hnsw_max_scan_tuples"].default
+    queries = _queries(store, 40)
+    async with sessions() as session:
+        await session.begin()
+        try:
+            maintenance = MaintenanceRepository(session)
+            await maintenance.rebuild_index("memory_items", 0, store.rows, DIM, "hnsw")
+            state = await maintenance.index_state("memory_items")
+            assert state.method == "hnsw" and state.built_rows == store.rows
+            hnsw = await _measure_hnsw(
+                store,
+                session,
+                queries,
+                iterative=True,
+                ef_search=ef_search,
+                max_scan_tuples=max_scan,
+            )
+            control = await _measure_hnsw(
+                store,
+                session,
+                queries,
+                iterative=False,
+                ef_search=ef_search,
+                max_scan_tuples=max_scan,
+            )
+        finally:
+            await session.rollback()
+    report = (
+        f"hnsw ef_search={ef_search} max_scan_tuples={max_scan}: {hnsw.describe()} {hnsw.short}\n"
+        f"  control, no iterative scan: {control.describe()}"
+    )
+    print(report)
+    assert hnsw.ivfflat_share == 1.0, report  # the HNSW index served every statement
+    assert not hnsw.short and hnsw.recall >= 0.95, report
+    # Without the iterative scan the filtered HNSW scan comes up short on the same data.
+    assert control.short, report
+
+
+async def test_users_above_the_threshold_search_an_index_of_their_own(
+    store: Store, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """PGRECALL_USER_VECTOR_INDEXES: `pgrecall reindex` gives each user above a row count an
+    ivfflat index of their own rows; the planner picks it for that user's ANN statement (planned
+    with the user id as a constant) and the other users keep the shared index. Built and
+    measured in one transaction that is rolled back."""
+    big = [u for u in store.users if len(store.ids[u]) > 1000]
+    assert len(big) == 10
+    queries = [q for q in _queries(store, 56) if q[0] in big]
+    small = [q for q in _queries(store, 40) if q[0] not in big]
+    assert queries and small
+    async with sessions() as session:
+        await session.begin()
+        try:
+            result = await reindex_users(session, "memory_items", more_than=1000)
+            assert (result.users, result.built, result.dropped) == (10, 10, 0)
+            own = await _measure_in(store, session, queries, index=None)
+            shared = await _measure_in(store, session, small, index="idx_memory_items_embedding")
+        finally:
+            await session.rollback()
+    report = f"own indexes: {own.describe()} {own.short}\n  others: {shared.describe()}"
+    print(report)
+    assert own.ivfflat_share == 1.0 and shared.ivfflat_share == 1.0, report
+    assert not own.short and own.recall >= 0.95, report
+
+
+async def _measure_in(
+    store: Store, session: AsyncSession, queries: list[Query], *, index: str | None
+) -> Measured:
+    """The service's ANN statement in the caller's transaction; `index` None: count scans of
+    the asking user's own index, else of the named one."""
+    repo = RetrievalRepository(session)
+    recalls: list[float] = []
+    on_topic: list[float] = []
+    short: list[tuple[str, int, int]] = []
+    used = 0
+    for user, query, topical in queries:
+        name = index or user_index_name("memory_items", user)
+        scans = text(f"SELECT pg_stat_get_xact_numscans('{name}'::regclass)")
+        await repo.set_vector_search(exact=False, probes=PROBES, max_probes=MAX_PROBES)
+        await session.execute(text("SET LOCAL enable_sort = off"))  # an index, every user
+        before = int(await session.scalar(scans) or 0)
+        found = await repo.vector(
+            user,
+            query,
+            limit=K,
+            memories=True,
+            messages=False,
+            types=None,
+            exact=False,
+            model=MODEL,
+        )
+        used += int(await session.scalar(scans) or 0) > before
+        ids = [str(i) for (_, i), _ in sorted(found.items(), key=lambda kv: -kv[1])]
+        assert set(ids) <= set(store.ids[user])
+        expected = min(K, len(store.ids[user]))
+        if len(ids) != expected:
+            short.append((user, len(ids), expected))
+        recalls.append(len(set(ids) & set(_exact_top(store, user, query))) / expected)
+        if topical:
+            on_topic.append(recalls[-1])
+    return Measured(
+        float(np.mean(on_topic or recalls)),
+        float(np.mean(recalls)),
+        min(recalls),
+        short,
+        used / len(queries),
+    )

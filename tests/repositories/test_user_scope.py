@@ -79,6 +79,11 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("ApiKeyRepository", "insert"): _API_KEYS + " (refresh re-reads the row by id)",
     ("MaintenanceRepository", "embedding_rows"): _MAINTENANCE,
     ("MaintenanceRepository", "rebuild_index"): _MAINTENANCE,
+    ("MaintenanceRepository", "users_with_vectors"): _MAINTENANCE + "; counts rows per user",
+    ("MaintenanceRepository", "build_user_index"): (
+        _MAINTENANCE + "; DDL of a partial index whose predicate is one user's id: it reads no "
+        "row for a caller (Citus propagates CREATE INDEX to every shard)"
+    ),
     ("MaintenanceRepository", "model_counts"): _MAINTENANCE,
     ("MaintenanceRepository", "stale_batch"): _MAINTENANCE,
     ("MaintenanceRepository", "write_embeddings"): _MAINTENANCE,
@@ -425,6 +430,26 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
         "MaintenanceRepository",
         "rebuild_index",
         maintenance.rebuild_index("messages", 10, 100, LOCAL_DIMENSION),
+    )
+    await rec.call(
+        "MaintenanceRepository",
+        "users_with_vectors",
+        maintenance.users_with_vectors("memory_items", 0),
+    )
+    own = await rec.call(
+        "MaintenanceRepository",
+        "build_user_index",
+        maintenance.build_user_index("memory_items", user, 10, 5),
+    )
+    await rec.call(
+        "MaintenanceRepository",
+        "user_index_states",
+        maintenance.user_index_states("memory_items"),
+    )
+    await rec.call(
+        "MaintenanceRepository",
+        "drop_user_index",
+        maintenance.drop_user_index("memory_items", own),
     )
 
     # Validity (supersession) of memory items.

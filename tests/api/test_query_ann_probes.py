@@ -1,0 +1,60 @@
+"""The ANN path's probes rule (app/services/query.py ann_probes) and its wiring: the vector
+statement of a user on the ANN path runs with the probes the rule gives for that user's size."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from app.repositories.retrieval import RetrievalRepository
+from app.services.query import ann_probes
+from tests.helpers import add_messages, headers
+
+
+def test_probes_are_a_share_of_the_users_own_lists_and_never_below_the_setting() -> None:
+    # lists_for(rows) = rows / 1000 within 10..4000: the lists `pgrecall reindex` gives the
+    # user's own index.
+    assert ann_probes(50_000, 10, 0.4) == 20
+    assert ann_probes(50_099, 10, 0.4) == 20
+    assert ann_probes(200_000, 10, 0.4) == 80
+    assert ann_probes(12_000, 10, 0.4) == 10  # 12 lists: the setting is the floor
+    assert ann_probes(50_000, 10, 0.0) == 10  # share 0: the setting alone
+    assert ann_probes(50_000, 30, 0.4) == 30
+    assert ann_probes(0, 1, 0.5) == 5  # lists_for never goes below 10
+
+
+@pytest.mark.parametrize(("probes", "share", "expected"), [(1, 0.5, "5"), (3, 0.0, "3")])
+async def test_the_ann_statement_runs_with_the_rules_probes(
+    make_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    user_id: str,
+    probes: int,
+    share: float,
+    expected: str,
+) -> None:
+    seen: list[tuple[str, str]] = []
+    original = RetrievalRepository.vector
+
+    async def vector(self: RetrievalRepository, *args: Any, **kwargs: Any) -> Any:
+        row = (
+            await self.session.execute(
+                text("SELECT current_setting('ivfflat.probes'), current_setting('plan_cache_mode')")
+            )
+        ).one()
+        seen.append((row[0], row[1]))
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(RetrievalRepository, "vector", vector)
+    async with make_client(
+        exact_search_max_items=0, ivfflat_probes=probes, ivfflat_probe_share=share
+    ) as (client, _):
+        await add_messages(client, user_id, ["My greyhound Pixel loves the beach"])
+        response = await client.post(
+            "/v1/memory/query",
+            json={"query": "greyhound beach", "min_score": 0.0},
+            headers=headers(user_id),
+        )
+    assert response.status_code == 200 and response.json()["items"], response.text
+    assert seen == [(expected, "force_custom_plan")]
