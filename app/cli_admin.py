@@ -307,6 +307,9 @@ def reembed(
     typer.echo(report.summary())
     for r in report.reindexed:
         typer.echo(f"rebuilt {r.table} vector index: lists {r.lists} for {r.rows} rows")
+    for u in report.user_indexes:
+        if u.built:
+            typer.echo(f"rebuilt {u.built} per-user {u.table} vector indexes")
 
 
 def rebuild_keywords(

@@ -20,7 +20,13 @@ from app.repositories.admin import MaintenanceRepository, Table
 from app.services.embedding import EmbeddingService, Priority
 from app.services.keywords import all_users
 from app.services.passages import rebuild_passages
-from app.services.reindex import TABLES, ReindexResult, reindex
+from app.services.reindex import (
+    TABLES,
+    ReindexResult,
+    UserIndexResult,
+    reindex,
+    reindex_users,
+)
 
 
 class ReembedError(Exception):
@@ -35,6 +41,7 @@ class ReembedReport:
     dry_run: bool = False
     elapsed_s: float = 0.0
     reindexed: list[ReindexResult] = field(default_factory=list)
+    user_indexes: list[UserIndexResult] = field(default_factory=list)
     passages: int = 0  # passages made again for the moved messages
 
     def pending(self, table: Table) -> int:
@@ -108,6 +115,8 @@ async def reembed(
             if report.moved.get(table):
                 async with sessionmaker() as session, session.begin():
                     report.reindexed.append(await reindex(session, table))
+                    # Big users' own indexes too (the same set of users: none added or dropped).
+                    report.user_indexes.append(await reindex_users(session, table, more_than=None))
     return report
 
 

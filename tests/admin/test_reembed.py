@@ -19,6 +19,7 @@ from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService
 from app.services.memory import MemoryInput, MemoryService, content_hash
 from app.services.reembed import ReembedError, reembed
+from app.services.reindex import reindex_users
 from tests.admin.fakes import FakeEmbedder, fake_vector
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -111,7 +112,15 @@ async def test_interrupted_reembed_resumes_and_finishes(
         ("message_passages", local): 6,
     }
 
+    # Both users have their own vector indexes (as big users would): the re-embed retrains them.
+    async with private_sessions() as session, session.begin():
+        for table in ("memory_items", "messages"):
+            await reindex_users(session, table, more_than=0)
     finished = await reembed(private_sessions, EmbeddingService(FakeEmbedder()), batch_size=16)
+    assert [(r.table, r.users, r.built, r.dropped) for r in finished.user_indexes] == [
+        ("memory_items", 2, 2, 0),
+        ("messages", 2, 2, 0),
+    ]
     assert finished.moved == {"memory_items": 28, "messages": 20}
     # The moved messages' passages are made again by the new model (3 per user).
     assert await _models(private_sessions) == {
