@@ -251,6 +251,18 @@ def lists_for(rows: int) -> int:
     return min(4000, max(10, round(rows / 1000)))
 
 
+def _index_state(row: Any) -> IndexState:
+    """An index's lists (ivfflat option), the row count noted when built, and its method, from
+    a pg_class row with reloptions, note (its comment) and amname."""
+    lists = None
+    for option in row.reloptions or []:
+        key, _, value = option.partition("=")
+        if key == "lists":
+            lists = int(value)
+    built = _BUILT_ON.search(row.note or "")
+    return IndexState(lists, int(built.group(1)) if built else None, str(row.amname))
+
+
 class MaintenanceRepository:
     """Whole-table work: ivfflat rebuilds and re-embedding."""
 
@@ -270,15 +282,7 @@ class MaintenanceRepository:
             "WHERE c.relname = :name AND c.relkind = 'i'"
         )
         row = (await self.session.execute(sql, {"name": EMBEDDING_INDEXES[table]})).one_or_none()
-        if row is None:
-            return IndexState(None, None, None)
-        lists = None
-        for option in row.reloptions or []:
-            key, _, value = option.partition("=")
-            if key == "lists":
-                lists = int(value)
-        built = _BUILT_ON.search(row.note or "")
-        return IndexState(lists, int(built.group(1)) if built else None, str(row.amname))
+        return IndexState(None, None, None) if row is None else _index_state(row)
 
     async def rebuild_index(
         self,
@@ -337,15 +341,7 @@ class MaintenanceRepository:
         prefix = EMBEDDING_INDEXES[table] + "_u_"
         out: dict[str, IndexState] = {}
         for row in (await self.session.execute(sql, {"prefix": prefix})).all():
-            lists = None
-            for option in row.reloptions or []:
-                key, _, value = option.partition("=")
-                if key == "lists":
-                    lists = int(value)
-            built = _BUILT_ON.search(row.note or "")
-            out[row.relname] = IndexState(
-                lists, int(built.group(1)) if built else None, str(row.amname)
-            )
+            out[row.relname] = _index_state(row)
         return out
 
     async def build_user_index(self, table: Table, user_id: str, lists: int, rows: int) -> str:

@@ -172,7 +172,8 @@ class Searched:
     used_ivfflat: bool  # the statement scanned idx_memory_items_embedding
 
 
-_INDEX_SCANS = text("SELECT pg_stat_get_xact_numscans('idx_memory_items_embedding'::regclass)")
+SHARED_INDEX = "idx_memory_items_embedding"
+_INDEX_SCANS = text(f"SELECT pg_stat_get_xact_numscans('{SHARED_INDEX}'::regclass)")
 
 
 async def _search(
@@ -292,57 +293,6 @@ async def test_filtered_ann_returns_full_k_with_high_recall(
     assert control.short and control.recall_all < 0.95, report
 
 
-async def _measure_hnsw(
-    store: Store,
-    session: AsyncSession,
-    queries: list[Query],
-    *,
-    iterative: bool,
-    ef_search: int,
-    max_scan_tuples: int,
-) -> Measured:
-    """The service's ANN statement on an HNSW index, in the caller's transaction."""
-    repo = RetrievalRepository(session)
-    recalls: list[float] = []
-    on_topic: list[float] = []
-    short: list[tuple[str, int, int]] = []
-    used = 0
-    for user, query, topical in queries:
-        await repo.set_vector_search(
-            exact=False,
-            probes=PROBES,
-            max_probes=MAX_PROBES,
-            ef_search=ef_search,
-            max_scan_tuples=max_scan_tuples,
-        )
-        await session.execute(text("SET LOCAL enable_sort = off"))  # the index, every user
-        if not iterative:
-            await session.execute(text("SET LOCAL hnsw.iterative_scan = off"))
-        before = int(await session.scalar(_INDEX_SCANS) or 0)
-        found = await repo.vector(
-            user,
-            query,
-            limit=K,
-            memories=True,
-            messages=False,
-            types=None,
-            exact=False,
-            model=MODEL,
-        )
-        used += int(await session.scalar(_INDEX_SCANS) or 0) > before
-        ids = [str(i) for (_, i), _ in sorted(found.items(), key=lambda kv: -kv[1])]
-        assert set(ids) <= set(store.ids[user])
-        expected = min(K, len(store.ids[user]))
-        if len(ids) != expected:
-            short.append((user, len(ids), expected))
-        recalls.append(len(set(ids) & set(_exact_top(store, user, query))) / expected)
-        if topical:
-            on_topic.append(recalls[-1])
-    return Measured(
-        float(np.mean(on_topic)), float(np.mean(recalls)), min(recalls), short, used / len(queries)
-    )
-
-
 async def test_the_same_statement_on_an_hnsw_index_returns_full_k_with_high_recall(
     store: Store, sessions: async_sessionmaker[AsyncSession]
 ) -> None:
@@ -359,21 +309,15 @@ async def test_the_same_statement_on_an_hnsw_index_returns_full_k_with_high_reca
             await maintenance.rebuild_index("memory_items", 0, store.rows, DIM, "hnsw")
             state = await maintenance.index_state("memory_items")
             assert state.method == "hnsw" and state.built_rows == store.rows
-            hnsw = await _measure_hnsw(
+            on_hnsw = {"ef_search": ef_search, "max_scan_tuples": max_scan}
+            hnsw = await _measure_in(store, session, queries, index=SHARED_INDEX, **on_hnsw)
+            control = await _measure_in(
                 store,
                 session,
                 queries,
-                iterative=True,
-                ef_search=ef_search,
-                max_scan_tuples=max_scan,
-            )
-            control = await _measure_hnsw(
-                store,
-                session,
-                queries,
-                iterative=False,
-                ef_search=ef_search,
-                max_scan_tuples=max_scan,
+                index=SHARED_INDEX,
+                **on_hnsw,
+                extra=("SET LOCAL hnsw.iterative_scan = off",),
             )
         finally:
             await session.rollback()
@@ -406,7 +350,7 @@ async def test_users_above_the_threshold_search_an_index_of_their_own(
             result = await reindex_users(session, "memory_items", more_than=1000)
             assert (result.users, result.built, result.dropped) == (10, 10, 0)
             own = await _measure_in(store, session, queries, index=None)
-            shared = await _measure_in(store, session, small, index="idx_memory_items_embedding")
+            shared = await _measure_in(store, session, small, index=SHARED_INDEX)
         finally:
             await session.rollback()
     report = f"own indexes: {own.describe()} {own.short}\n  others: {shared.describe()}"
@@ -416,10 +360,18 @@ async def test_users_above_the_threshold_search_an_index_of_their_own(
 
 
 async def _measure_in(
-    store: Store, session: AsyncSession, queries: list[Query], *, index: str | None
+    store: Store,
+    session: AsyncSession,
+    queries: list[Query],
+    *,
+    index: str | None,
+    ef_search: int = 40,
+    max_scan_tuples: int = 20_000,
+    extra: tuple[str, ...] = (),
 ) -> Measured:
-    """The service's ANN statement in the caller's transaction; `index` None: count scans of
-    the asking user's own index, else of the named one."""
+    """The service's ANN statement in the caller's transaction, with an index forced for every
+    user (`extra`: more SET LOCAL statements); `index` None counts scans of the asking user's
+    own index, else of the named one."""
     repo = RetrievalRepository(session)
     recalls: list[float] = []
     on_topic: list[float] = []
@@ -428,8 +380,16 @@ async def _measure_in(
     for user, query, topical in queries:
         name = index or user_index_name("memory_items", user)
         scans = text(f"SELECT pg_stat_get_xact_numscans('{name}'::regclass)")
-        await repo.set_vector_search(exact=False, probes=PROBES, max_probes=MAX_PROBES)
+        await repo.set_vector_search(
+            exact=False,
+            probes=PROBES,
+            max_probes=MAX_PROBES,
+            ef_search=ef_search,
+            max_scan_tuples=max_scan_tuples,
+        )
         await session.execute(text("SET LOCAL enable_sort = off"))  # an index, every user
+        for statement in extra:
+            await session.execute(text(statement))
         before = int(await session.scalar(scans) or 0)
         found = await repo.vector(
             user,
