@@ -63,11 +63,9 @@ from app.repositories.retrieval import (
 )
 from app.retrieval.passages import passages
 from app.retrieval.presets import get_preset
+from app.retrieval.rerank import rerank
 from app.retrieval.scoring import (
     apply_thresholds,
-    diversify,
-    group_vote,
-    prefer_window,
     propagate,
     rank,
 )
@@ -416,17 +414,8 @@ async def floor_query(
     )
     keep = [r.key for r in ranked[: max(limit * 3, 30, preset.rerank_depth)]]
     candidates = {k: content[k] for k in keep if k in content}
-    ranked = [r for r in ranked if r.key in candidates]
-    request = QueryRequest(user_id, query, limit, 0.0)
-    ranked = prefer_window(
-        ranked,
-        {k: c.created_at for k, c in candidates.items()},
-        time_preference(query, request, preset),
-        preset.time_boost,
-    )
-    conversations = {k: c.conversation_id for k, c in candidates.items() if c.conversation_id}
-    ranked = group_vote(ranked, conversations, preset.session_vote_weight, preset.rerank_depth)
-    ranked = diversify(ranked, conversations, preset.conversation_cap, preset.diversify_depth)
+    window = time_preference(query, QueryRequest(user_id, query, limit, 0.0), preset)
+    ranked = rerank(ranked, candidates, neighbours, query, window, preset)
     kept = apply_thresholds(ranked, 0.0, preset.relative_cutoff, preset.cutoff_exempt_ranks)
     ids = [str(r.key[1]) for r in kept[:limit]]
     done = time.perf_counter()
