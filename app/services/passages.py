@@ -16,7 +16,7 @@ import sys
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -61,7 +61,6 @@ class PassageReport:
     passages: int = 0  # passages written
     dropped: int = 0  # passages of another model removed
     elapsed_s: float = 0.0
-    per_user: dict[str, int] = field(default_factory=dict)
 
 
 async def rebuild_passages(
@@ -78,7 +77,6 @@ async def rebuild_passages(
     report = PassageReport()
     model = embeddings.model
     for user_id in tqdm(users, unit="user", disable=not progress, file=sys.stderr):
-        made = 0
         async with user_session(sessionmaker, user_id) as session, session.begin():
             report.dropped += await PassageRepository(session).drop_other_models(user_id, model)
         after: uuid.UUID | None = None
@@ -92,12 +90,10 @@ async def rebuild_passages(
                 new = await embed_passages(embeddings, sources, priority=Priority.BULK)
                 await repo.insert(user_id, model, new)
             report.messages += len(rows)
-            made += len(new)
+            report.passages += len(new)
             after = rows[-1].id
         if cache is not None:
             await cache.invalidate_user(user_id)
         report.users += 1
-        report.passages += made
-        report.per_user[user_id] = made
     report.elapsed_s = time.perf_counter() - started
     return report
