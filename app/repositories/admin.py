@@ -251,6 +251,18 @@ def lists_for(rows: int) -> int:
     return min(4000, max(10, round(rows / 1000)))
 
 
+# A user's own index is probed for a share of its lists (app/services/query.py ann_probes), so
+# finer lists read about as many rows per query and place the question's neighbours better: on
+# real conversation turns (a 50k-turn user) 100 lists gave recall@10 0.95-0.97 where 50 gave
+# 0.92-0.94 at the same share (docs/performance.md, "Big users: ANN recall").
+USER_INDEX_ROWS_PER_LIST = 500
+
+
+def user_lists_for(rows: int) -> int:
+    """ivfflat `lists` of a user's own index (`pgrecall reindex`): rows/500, within 10..4000."""
+    return min(4000, max(10, round(rows / USER_INDEX_ROWS_PER_LIST)))
+
+
 def _index_state(row: Any) -> IndexState:
     """An index's lists (ivfflat option), the row count noted when built, and its method, from
     a pg_class row with reloptions, note (its comment) and amname."""

@@ -210,6 +210,8 @@ _BEST_PASSAGE = (
 
 # Typed: a bare `1 - :w` makes Postgres infer an integer parameter, and 0.7 arrives as 0.
 _W = "CAST(:w AS float8)"
+# The planner's random page cost on the ANN path (see RetrievalRepository.set_vector_search).
+ANN_RANDOM_PAGE_COST = 1.1
 
 
 def _passage_messages_sql(exact: bool, when_sql: str) -> str:
@@ -364,7 +366,13 @@ class RetrievalRepository:
     ) -> None:
         """Planner settings for this transaction's vector queries (one statement). The scan
         settings of both index methods are set, so the statement is the same on an ivfflat or
-        an HNSW index (whichever `pgrecall reindex` built); iterative scans on either."""
+        an HNSW index (whichever `pgrecall reindex` built); iterative scans on either.
+
+        random_page_cost: pgvector prices every ivfflat list it probes as pages read from disk
+        at random_page_cost (4 by default), so from about 22 probes of a 50k-item user's own 50
+        lists the planner chose that user's exact scan (user_id index + sort), twice as slow.
+        The index is in memory or on SSD, as a query path's working set is: 1.1, the usual
+        value for SSD storage, prices it so, for this transaction only (docs/performance.md)."""
         if not exact:
             # A cached generic plan (asyncpg prepares statements) sizes user_id by the average
             # user and scans a big user's rows exactly through the user_id index: 50 ms vs 9.
@@ -376,13 +384,15 @@ class RetrievalRepository:
                     "set_config('ivfflat.max_probes', :max_probes, true), "
                     "set_config('hnsw.ef_search', :ef_search, true), "
                     "set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                    "set_config('hnsw.max_scan_tuples', :max_scan_tuples, true)"
+                    "set_config('hnsw.max_scan_tuples', :max_scan_tuples, true), "
+                    "set_config('random_page_cost', :random_page_cost, true)"
                 ),
                 {
                     "probes": str(int(probes)),
                     "max_probes": str(int(max_probes)),
                     "ef_search": str(int(ef_search)),
                     "max_scan_tuples": str(int(max_scan_tuples)),
+                    "random_page_cost": str(ANN_RANDOM_PAGE_COST),
                 },
             )
 

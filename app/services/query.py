@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import user_session
 from app.errors import EmbeddingError
-from app.repositories.admin import lists_for
+from app.repositories.admin import user_lists_for
 from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository, TimeFilter
 from app.repositories.search_index import Source
 from app.retrieval.budget import pack
@@ -69,11 +69,10 @@ class QueryConfig:
 def ann_probes(items: int, probes: int, share: float) -> int:
     """ivfflat probes for a user with `items` indexed items on the ANN path: at least `probes`,
     and at least `share` of the lists of the user's own index (`pgrecall reindex` sizes it to
-    lists_for(rows)). On real conversation turns a 50k-turn user's own index (50 lists) gave
-    recall@10 0.84-0.91 at 10 probes and 0.94-0.98 at 20 over several builds; at 25 probes the
-    planner priced the user's exact scan (user_id index + sort, 87 ms at 1M) below the index
-    (docs/performance.md, "Big users"): the default share is 0.4."""
-    return max(probes, math.ceil(share * lists_for(items)))
+    user_lists_for(rows)), each of which holds that user's rows only. Real conversation turns
+    need about half of them for recall@10 >= 0.95 (docs/performance.md, "Big users: ANN
+    recall"): the default share 0.5 probes 50 of a 50k-item user's 100 lists."""
+    return max(probes, math.ceil(share * user_lists_for(items)))
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from app.repositories.admin import (
     VectorIndex,
     lists_for,
     user_index_name,
+    user_lists_for,
 )
 
 TABLES: tuple[Table, ...] = ("memory_items", "messages")
@@ -99,11 +100,12 @@ async def reindex_users(
     only_if_stale: bool = False,
 ) -> UserIndexResult:
     """Per-user ivfflat indexes: one for every user with more than `more_than` vectors (the
-    users on the ANN path), lists sized to the user's rows; indexes of users no longer above
-    it are dropped. `more_than` None rebuilds the existing set (e.g. after a re-embed) without
-    adding or dropping any. A shared index's probes read every user's rows, so a user holding
-    5% of a 1M-row table needs a tenth of its lists probed for recall 0.95; in an index of its
-    own, 10 probes of ~50 lists suffice (docs/performance.md, "Big users")."""
+    users on the ANN path), lists sized to the user's rows (user_lists_for); indexes of users no
+    longer above it are dropped. `more_than` None rebuilds the existing set (e.g. after a
+    re-embed) without adding or dropping any. A shared index's probes read every user's rows, so
+    a user holding 5% of a 1M-row table needs a tenth of its lists probed for recall 0.95; in an
+    index of its own, every probe reads that user's rows only (docs/performance.md, "Big
+    users")."""
     repo = MaintenanceRepository(session)
     existing = await repo.user_index_states(table)
     if more_than is None:
@@ -118,10 +120,16 @@ async def reindex_users(
         name = user_index_name(table, user_id)
         keep.add(name)
         state = existing.get(name)
-        if only_if_stale and state is not None and not is_stale(state, rows, "ivfflat"):
+        # An index built under another lists rule (an older pgrecall) counts as stale too.
+        if (
+            only_if_stale
+            and state is not None
+            and not is_stale(state, rows, "ivfflat")
+            and state.lists == user_lists_for(state.built_rows or 0)
+        ):
             fresh += 1
             continue
-        await repo.build_user_index(table, user_id, lists_for(rows), rows)
+        await repo.build_user_index(table, user_id, user_lists_for(rows), rows)
         built += 1
     if more_than is not None:
         for name in sorted(set(existing) - keep):

@@ -129,7 +129,8 @@ def main(
         baselines = load_baselines(out)
         if tag is None and plot(baselines, out / "latency-vs-size.png"):
             log.info("plot written to %s", out / "latency-vs-size.png")
-        typer.echo(table(baselines))
+        # A tagged (tuning) run prints its own results; an untagged one, every baseline size.
+        typer.echo(table(baselines if tag is None else synthetic_results))
     from eval.bench.real import report, run, side_by_side
 
     for size in filter(None, real.split(",")):

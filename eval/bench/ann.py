@@ -8,6 +8,9 @@ local model, each answered by
 
 - the exact scan (ground truth: the user_id index, `ORDER BY distance + 0`),
 - the service's ANN statement on ivfflat (probes, iterative scan, max_probes as configured),
+- the same statement on each big user's own ivfflat index (`--own-lists`, `--builds`,
+  `--shares`: probes as a share of its lists, as the service's rule sets them), built inside a
+  transaction that is rolled back,
 - the same statement on an HNSW index (m=16, ef_construction=64) with `hnsw.iterative_scan =
   relaxed_order` and the given ef_search values; the HNSW index is built, and the ivfflat one
   dropped, inside one transaction that is rolled back, so the store is left as it was.
@@ -19,6 +22,7 @@ p50/p95 of the statement alone, all measured in one run.
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -32,7 +36,8 @@ from app.config import load_settings
 from app.db import vector_literal
 from app.embedded import EmbeddedPostgres
 from app.observability import configure_logging
-from app.repositories.admin import EMBEDDING_INDEXES, lists_for
+from app.repositories.admin import EMBEDDING_INDEXES, user_lists_for
+from app.repositories.retrieval import ANN_RANDOM_PAGE_COST
 from eval.bench.corpus import generate, layout
 from eval.bench.drive import make_queries, percentiles
 from eval.bench.real import LOCOMO, make_users, questions
@@ -57,6 +62,23 @@ def _recall(ann: list[float], exact: list[float], k: int = 10) -> float:
         return 1.0
     cut = exact[min(k, len(exact)) - 1]
     return sum(1 for d in sorted(ann)[:k] if d <= cut + 1e-9) / min(k, len(exact))
+
+
+async def _drop_user_indexes(conn: asyncpg.Connection, table: str) -> None:
+    """Drop the per-user indexes `pgrecall reindex` built (callers roll back)."""
+    for (name,) in await conn.fetch(
+        "SELECT relname FROM pg_class WHERE relkind = 'i' AND starts_with(relname, $1)",
+        EMBEDDING_INDEXES[table] + "_u_",  # type: ignore[index]
+    ):
+        await conn.execute(f'DROP INDEX "{name}"')
+
+
+async def _ann_settings(conn: asyncpg.Connection, cfg: Any) -> None:
+    """The settings the service's ANN transaction makes (RetrievalRepository.set_vector_search)."""
+    await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+    await conn.execute("SET LOCAL ivfflat.iterative_scan = relaxed_order")
+    await conn.execute(f"SET LOCAL ivfflat.max_probes = {cfg.ivfflat_max_probes}")
+    await conn.execute(f"SET LOCAL random_page_cost = {ANN_RANDOM_PAGE_COST}")
 
 
 async def _real_questions(items: int, big_size: int, count: int) -> tuple[str, list[Any]]:
@@ -86,6 +108,9 @@ async def _run(
     hnsw_m: int,
     hnsw_ef_construction: int,
     own: bool = False,
+    own_lists: list[int] | None = None,
+    shares: list[float] | None = None,
+    builds: int = 1,
 ) -> str:
     cfg = load_settings()
     if synthetic:
@@ -148,14 +173,8 @@ async def _run(
         try:
             # The shared index alone: per-user indexes `pgrecall reindex` built are dropped
             # inside this transaction, which is rolled back.
-            for (name,) in await conn.fetch(
-                "SELECT relname FROM pg_class WHERE relkind = 'i' AND starts_with(relname, $1)",
-                EMBEDDING_INDEXES[table] + "_u_",  # type: ignore[index]
-            ):
-                await conn.execute(f'DROP INDEX "{name}"')
-            await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-            await conn.execute("SET LOCAL ivfflat.iterative_scan = relaxed_order")
-            await conn.execute(f"SET LOCAL ivfflat.max_probes = {cfg.ivfflat_max_probes}")
+            await _drop_user_indexes(conn, table)
+            await _ann_settings(conn, cfg)
             for value in probes or [cfg.ivfflat_probes]:
                 await conn.execute(f"SET LOCAL ivfflat.probes = {int(value)}")
                 lines.append(line("ivfflat", f"probes={value}, iterative", await sweep(ann_sql)))
@@ -167,46 +186,47 @@ async def _run(
         if own:
             # Each asking user's own ivfflat index (what `pgrecall reindex` builds for users
             # above exact_search_max_items), built inside a transaction that is rolled back.
-            tx = conn.transaction()
-            await tx.start()
-            try:
-                await conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
-                for (name,) in await conn.fetch(
-                    "SELECT relname FROM pg_class WHERE relkind = 'i' AND starts_with(relname, $1)",
-                    EMBEDDING_INDEXES[table] + "_u_",  # type: ignore[index]
-                ):
-                    await conn.execute(f'DROP INDEX "{name}"')
-                t = time.perf_counter()
-                for n, (user, count) in enumerate(sorted(sizes.items())):
-                    ddl = await conn.fetchval(
-                        "SELECT format('CREATE INDEX %I ON %I USING ivfflat (embedding "
-                        "vector_cosine_ops) WITH (lists = %s) WHERE user_id = %L', "
-                        "$1::text, $2::text, $3::int, $4::text)",
-                        f"bench_own_{n}",
-                        table,
-                        lists_for(count),
-                        user,
-                    )
-                    await conn.execute(ddl)
-                own_s = time.perf_counter() - t
-                await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-                await conn.execute("SET LOCAL ivfflat.iterative_scan = relaxed_order")
-                await conn.execute(f"SET LOCAL ivfflat.max_probes = {cfg.ivfflat_max_probes}")
-                for value in probes or [cfg.ivfflat_probes]:
-                    await conn.execute(f"SET LOCAL ivfflat.probes = {int(value)}")
-                    lines.append(
-                        line(
-                            "own ivfflat",
-                            f"lists={lists_for(max(sizes.values()))}, probes={value}",
-                            await sweep(ann_sql),
+            # k-means differs per build: `builds` builds per lists value.
+            for lists_value in own_lists or [0]:  # 0: user_lists_for(the user's rows)
+                for build in range(builds):
+                    tx = conn.transaction()
+                    await tx.start()
+                    try:
+                        await conn.execute("SET LOCAL maintenance_work_mem = '512MB'")
+                        await _drop_user_indexes(conn, table)
+                        t = time.perf_counter()
+                        for n, (user, count) in enumerate(sorted(sizes.items())):
+                            lists = lists_value or user_lists_for(count)
+                            ddl = await conn.fetchval(
+                                "SELECT format('CREATE INDEX %I ON %I USING ivfflat (embedding "
+                                "vector_cosine_ops) WITH (lists = %s) WHERE user_id = %L', "
+                                "$1::text, $2::text, $3::int, $4::text)",
+                                f"bench_own_{n}",
+                                table,
+                                lists,
+                                user,
+                            )
+                            await conn.execute(ddl)
+                        own_s = time.perf_counter() - t
+                        await _ann_settings(conn, cfg)
+                        steps = [(f"probes={p}", p) for p in probes] if not shares else []
+                        steps += [(f"share {x}", math.ceil(x * lists)) for x in shares or []]
+                        for label, value in steps or [("probes", cfg.ivfflat_probes)]:
+                            await conn.execute(f"SET LOCAL ivfflat.probes = {int(value)}")
+                            lines.append(
+                                line(
+                                    f"own ivfflat, build {build + 1}",
+                                    f"lists={lists}, {label} ({value} probes)",
+                                    await sweep(ann_sql),
+                                )
+                            )
+                        plan = await conn.fetch("EXPLAIN " + ann_sql, *asks[0], 50)
+                        lines.append(
+                            f"|  | plan: {plan[0][0][:60]} {plan[1][0].strip()[:50]}; "
+                            f"built in {own_s:.1f} s | | | | | |"
                         )
-                    )
-                plan = await conn.fetch("EXPLAIN " + ann_sql, *asks[0], 50)
-                lines.append(f"|  | plan: {plan[0][0][:60]} {plan[1][0].strip()[:50]} | | | | | |")
-            finally:
-                await tx.rollback()  # the store is left as it was
-            lines.append("")
-            lines.append(f"per-user indexes for {len(sizes)} users built in {own_s:.1f} s")
+                    finally:
+                        await tx.rollback()  # the store is left as it was
         if ef:
             tx = conn.transaction()
             await tx.start()
@@ -261,6 +281,13 @@ def main(
     own_index: Annotated[
         bool, typer.Option(help="also measure per-user ivfflat indexes (pgrecall reindex)")
     ] = True,
+    own_lists: Annotated[
+        str, typer.Option(help="per-user index lists ('' = as pgrecall reindex sizes them)")
+    ] = "",
+    shares: Annotated[
+        str, typer.Option(help="per-user index probes as shares of its lists (instead of --probes)")
+    ] = "",
+    builds: Annotated[int, typer.Option(help="per-user index builds per lists value")] = 1,
     out: Annotated[Path, typer.Option()] = ROOT / "bench/out",
 ) -> None:
     from eval.bench.__main__ import parse_size
@@ -282,6 +309,9 @@ def main(
                 hnsw_m=hnsw_m,
                 hnsw_ef_construction=hnsw_ef_construction,
                 own=own_index,
+                own_lists=[int(x) for x in own_lists.split(",") if x],
+                shares=[float(x) for x in shares.split(",") if x],
+                builds=builds,
             )
         )
     )

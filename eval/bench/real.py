@@ -53,6 +53,7 @@ from app.migrate import upgrade_head
 from app.observability import configure_logging
 from app.repositories.retrieval import (
     _BM25_SQL,
+    ANN_RANDOM_PAGE_COST,
     NO_TIME_FILTER,
     Candidate,
     Source,
@@ -422,17 +423,20 @@ async def floor_query(
     return ids, (embedded - started) * 1000, (done - started) * 1000
 
 
-async def floor_connection(dsn: str, probes: int, max_probes: int) -> asyncpg.Connection:
-    """The floor's one connection, with the ANN settings the service sets per transaction."""
-    return await asyncpg.connect(
-        dsn,
-        server_settings={
-            "plan_cache_mode": "force_custom_plan",
+async def floor_connection(
+    dsn: str, probes: int, max_probes: int, *, ann: bool
+) -> asyncpg.Connection:
+    """A floor connection with the planner settings the service sets per transaction: custom
+    plans, and on the ANN path (`ann`) the index scan settings and the page cost."""
+    settings = {"plan_cache_mode": "force_custom_plan"}
+    if ann:
+        settings |= {
             "ivfflat.probes": str(probes),
             "ivfflat.iterative_scan": "relaxed_order",
             "ivfflat.max_probes": str(max_probes),
-        },
-    )
+            "random_page_cost": str(ANN_RANDOM_PAGE_COST),
+        }
+    return await asyncpg.connect(dsn, server_settings=settings)
 
 
 async def ann_recall(
@@ -573,14 +577,17 @@ async def run(
                 # Service vs floor, interleaved query by query (same load for both).
                 # The service's probes for the big user (the other users take the exact path).
                 probes = ann_probes(big_size, cfg.ivfflat_probes, cfg.ivfflat_probe_share)
-                conn = await floor_connection(db.dsn, probes, cfg.ivfflat_max_probes)
+                conn = await floor_connection(db.dsn, probes, cfg.ivfflat_max_probes, ann=False)
+                ann_conn = await floor_connection(db.dsn, probes, cfg.ivfflat_max_probes, ann=True)
                 try:
                     service_ms, floor_ms, floor_embed, same = [], [], [], 0
                     compared = qs[:samples]
                     for q in compared:
                         ids, ms = await _service_ids(client, q)
                         exact = sizes[q.user_id] <= cfg.exact_search_max_items
-                        fids, emb, fms = await floor_query(conn, embedder, q.user_id, q.text, exact)
+                        fids, emb, fms = await floor_query(
+                            conn if exact else ann_conn, embedder, q.user_id, q.text, exact
+                        )
                         service_ms.append(ms)
                         floor_ms.append(fms)
                         floor_embed.append(emb)
@@ -595,12 +602,13 @@ async def run(
                     }
                     big = [q for q in qs if q.big][:100]
                     result["ann"] = (
-                        await ann_recall(conn, embedder, users, big, sizes)
+                        await ann_recall(ann_conn, embedder, users, big, sizes)
                         if big and big_size > cfg.exact_search_max_items
                         else {"note": "no user above exact_search_max_items: exact path only"}
                     )
                 finally:
                     await conn.close()
+                    await ann_conn.close()
                 # A user imported over HTTP (real embeddings), asked at once.
                 conv = conversations[2]
                 fresh_user = f"real-fresh-{int(time.time())}"

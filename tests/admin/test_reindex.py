@@ -16,6 +16,7 @@ from app.repositories.admin import (
     _megabytes,
     lists_for,
     user_index_name,
+    user_lists_for,
 )
 from app.services.embedding import EmbeddingService
 from app.services.memory import MemoryInput, MemoryService
@@ -32,6 +33,17 @@ def test_lists_follow_rows_per_thousand_within_bounds() -> None:
         10,
         26,
         1000,
+        4000,
+    ]
+
+
+def test_a_users_own_index_has_a_list_per_500_rows_within_bounds() -> None:
+    assert [user_lists_for(n) for n in (0, 5_000, 10_001, 50_000, 50_099, 10**9)] == [
+        10,
+        10,
+        20,
+        100,
+        100,
         4000,
     ]
 
@@ -170,6 +182,15 @@ async def test_per_user_indexes_follow_the_users_above_the_threshold(
     async with private_sessions() as s:
         states = await MaintenanceRepository(s).user_index_states("memory_items")
     assert states[user_index_name("memory_items", big)] == IndexState(10, 400, "ivfflat")
+
+    # An index built under another lists rule (an older pgrecall's) is stale.
+    async with private_sessions() as session, session.begin():
+        await MaintenanceRepository(session).build_user_index("memory_items", odd, 20, 350)
+    async with private_sessions() as session, session.begin():
+        relisted = await reindex_users(session, "memory_items", more_than=300, only_if_stale=True)
+    assert (relisted.users, relisted.built, relisted.fresh) == (2, 1, 1)
+    definition, _ = await _indexdef(private_sessions, user_index_name("memory_items", odd))
+    assert "WITH (lists='10')" in definition
 
     await _add(private_sessions, big, 401, start=400)  # 801 rows > 2 x 400: stale
     async with private_sessions() as session, session.begin():

@@ -14,15 +14,16 @@ from tests.helpers import add_messages, headers
 
 
 def test_probes_are_a_share_of_the_users_own_lists_and_never_below_the_setting() -> None:
-    # lists_for(rows) = rows / 1000 within 10..4000: the lists `pgrecall reindex` gives the
-    # user's own index.
-    assert ann_probes(50_000, 10, 0.4) == 20
-    assert ann_probes(50_099, 10, 0.4) == 20
-    assert ann_probes(200_000, 10, 0.4) == 80
-    assert ann_probes(12_000, 10, 0.4) == 10  # 12 lists: the setting is the floor
+    # user_lists_for(rows) = rows / 500 within 10..4000: the lists `pgrecall reindex` gives
+    # the user's own index.
+    assert ann_probes(50_000, 10, 0.5) == 50
+    assert ann_probes(50_099, 10, 0.5) == 50
+    assert ann_probes(50_000, 10, 0.4) == 40
+    assert ann_probes(200_000, 10, 0.5) == 200
+    assert ann_probes(12_000, 10, 0.4) == 10  # 24 lists: the setting is the floor
     assert ann_probes(50_000, 10, 0.0) == 10  # share 0: the setting alone
-    assert ann_probes(50_000, 30, 0.4) == 30
-    assert ann_probes(0, 1, 0.5) == 5  # lists_for never goes below 10
+    assert ann_probes(50_000, 60, 0.5) == 60
+    assert ann_probes(0, 1, 0.5) == 5  # user_lists_for never goes below 10
 
 
 @pytest.mark.parametrize(("probes", "share", "expected"), [(1, 0.5, "5"), (3, 0.0, "3")])
@@ -40,10 +41,13 @@ async def test_the_ann_statement_runs_with_the_rules_probes(
     async def vector(self: RetrievalRepository, *args: Any, **kwargs: Any) -> Any:
         row = (
             await self.session.execute(
-                text("SELECT current_setting('ivfflat.probes'), current_setting('plan_cache_mode')")
+                text(
+                    "SELECT current_setting('ivfflat.probes'), current_setting('plan_cache_mode'), "
+                    "current_setting('random_page_cost')"
+                )
             )
         ).one()
-        seen.append((row[0], row[1]))
+        seen.append((row[0], row[1], row[2]))
         return await original(self, *args, **kwargs)
 
     monkeypatch.setattr(RetrievalRepository, "vector", vector)
@@ -57,4 +61,5 @@ async def test_the_ann_statement_runs_with_the_rules_probes(
             headers=headers(user_id),
         )
     assert response.status_code == 200 and response.json()["items"], response.text
-    assert seen == [(expected, "force_custom_plan")]
+    # ANN_RANDOM_PAGE_COST: the planner prices the index's lists as pages in memory.
+    assert seen == [(expected, "force_custom_plan", "1.1")]
