@@ -363,6 +363,7 @@ class RetrievalRepository:
         max_probes: int,
         ef_search: int = 40,
         max_scan_tuples: int = 20_000,
+        random_page_cost: float = ANN_RANDOM_PAGE_COST,
     ) -> None:
         """Planner settings for this transaction's vector queries (one statement). The scan
         settings of both index methods are set, so the statement is the same on an ivfflat or
@@ -392,7 +393,7 @@ class RetrievalRepository:
                     "max_probes": str(int(max_probes)),
                     "ef_search": str(int(ef_search)),
                     "max_scan_tuples": str(int(max_scan_tuples)),
-                    "random_page_cost": str(ANN_RANDOM_PAGE_COST),
+                    "random_page_cost": str(float(random_page_cost)),
                 },
             )
 
