@@ -36,9 +36,14 @@ _SET_USER = text("SELECT set_config('pgrecall.user_id', :user_id, true)")
 # a cached generic plan sizes `user_id = $1` by the average user, and for a big user it walked
 # all of the user's rows per candidate (the content fetch: 27 ms instead of 1; neighbours 12 ms
 # instead of 0.7; docs/performance.md, "Where the service's time went").
+# And without parallel workers: Postgres planned a small user's exact vector statement (a few
+# hundred turns and their passages, under 1 ms of work) with two workers whose start took 7 ms,
+# and on a query path that already runs two connections per query, workers only compete for
+# the same cores (docs/performance.md, "Parallel workers").
 _SET_USER_CUSTOM_PLANS = text(
     "SELECT set_config('pgrecall.user_id', :user_id, true), "
-    "set_config('plan_cache_mode', 'force_custom_plan', true)"
+    "set_config('plan_cache_mode', 'force_custom_plan', true), "
+    "set_config('max_parallel_workers_per_gather', '0', true)"
 )
 _SET_ADMIN = text("SELECT set_config('pgrecall.admin', 'on', true)")
 _SET_KEY_HASH = text("SELECT set_config('pgrecall.key_hash', :key_hash, true)")
@@ -96,7 +101,7 @@ class UserScope:
     """Transactions see and write only this user's rows."""
 
     user_id: str
-    custom_plans: bool = False  # plan each statement for this user's values (the read path)
+    custom_plans: bool = False  # the read path: custom plans, no parallel workers (see above)
 
 
 @dataclass(frozen=True)
@@ -141,8 +146,9 @@ def user_session(
 ) -> AsyncSession:
     """A session whose every transaction runs as `user_id` under row-level security.
 
-    custom_plans: its transactions also plan every statement for the values it runs with
-    (`plan_cache_mode = force_custom_plan`, set in the same statement as the user)."""
+    custom_plans (the read path): its transactions also plan every statement for the values it
+    runs with (`plan_cache_mode = force_custom_plan`) and without parallel workers
+    (`max_parallel_workers_per_gather = 0`), set in the same statement as the user."""
     if not user_id:
         raise ValueError("a user-scoped session needs a user id")
     return sessionmaker(info={_SCOPE: UserScope(user_id, custom_plans)})

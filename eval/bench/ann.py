@@ -96,6 +96,17 @@ async def _synthetic_questions(items: int, count: int) -> tuple[str, list[Any]]:
     return f"bench_{items}", [(q.user_id, q.text) for q in qs if q.big][:count]
 
 
+async def big_user_questions(
+    items: int, big_size: int, count: int, *, synthetic: bool
+) -> tuple[str, str, list[Any]]:
+    """(database, table, [(user, question)]): the big users' questions of a loaded store."""
+    if synthetic:
+        name, qs = await _synthetic_questions(items, count)
+        return name, "memory_items", qs
+    name, qs = await _real_questions(items, big_size, count)
+    return name, "messages", qs
+
+
 async def _run(
     items: int,
     big_size: int,
@@ -113,12 +124,7 @@ async def _run(
     builds: int = 1,
 ) -> str:
     cfg = load_settings()
-    if synthetic:
-        name, qs = await _synthetic_questions(items, count)
-        table = "memory_items"
-    else:
-        name, qs = await _real_questions(items, big_size, count)
-        table = "messages"
+    name, table, qs = await big_user_questions(items, big_size, count, synthetic=synthetic)
     ann_sql = _SQL.format(table=table, order="t.embedding <=> CAST($2 AS vector)")
     exact_sql = _SQL.format(table=table, order="(t.embedding <=> CAST($2 AS vector)) + 0")
     embedder = LocalEmbedder(threads=1)

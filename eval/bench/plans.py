@@ -20,7 +20,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from sqlalchemy import text
 
 from app.adapters.embedder import LocalEmbedder
 from app.config import load_settings
@@ -29,25 +28,21 @@ from app.embedded import EmbeddedPostgres
 from app.observability import configure_logging
 from app.repositories.admin import user_index_name
 from app.repositories.retrieval import RetrievalRepository
+from app.retrieval.presets import get_preset
 from app.roles import DEFAULT_APP_ROLE, with_user
-from eval.bench.ann import _real_questions, _synthetic_questions
+from eval.bench.ann import big_user_questions
 from eval.bench.drive import percentiles
+from eval.bench.recall import OWN_INDEX_SCANS
 from eval.bench.store import database
 
 ROOT = Path(__file__).resolve().parents[2]
-_SCANS = text("SELECT coalesce(pg_stat_get_xact_numscans(to_regclass(:name)), -1) AS n")
 
 
 async def _run(
     items: int, queries: int, probes: list[int], costs: list[float], out: Path, synthetic: bool
 ) -> str:
     cfg = load_settings()
-    if synthetic:
-        name, qs = await _synthetic_questions(items, queries)
-        table = "memory_items"
-    else:
-        name, qs = await _real_questions(items, 50_000, queries)
-        table = "messages"
+    name, table, qs = await big_user_questions(items, 50_000, queries, synthetic=synthetic)
     vectors = LocalEmbedder(threads=1).embed_sync([q for _, q in qs])
     pg = EmbeddedPostgres(out / "pg")
     url = await asyncio.to_thread(pg.start)
@@ -76,7 +71,7 @@ async def _run(
                             random_page_cost=cost,
                         )
                         index = {"name": user_index_name(table, user)}
-                        before = int((await session.execute(_SCANS, index)).scalar_one())
+                        before = int((await session.execute(OWN_INDEX_SCANS, index)).scalar_one())
                         started = time.perf_counter()
                         await repo.vector(
                             user,
@@ -87,10 +82,11 @@ async def _run(
                             types=None,
                             exact=False,
                             model=cfg.embedding_model,
-                            passage_weight=0.7,
+                            passage_weight=get_preset("default").passage_weight,
                         )
                         ms.append((time.perf_counter() - started) * 1000)
-                        own += int((await session.execute(_SCANS, index)).scalar_one()) > before
+                        after = (await session.execute(OWN_INDEX_SCANS, index)).scalar_one()
+                        own += int(after) > before
                 lat = percentiles(ms)
                 lines.append(
                     f"| {cost} | {value} | {own} / {len(qs)} | {lat['p50']} | {lat['p95']} |"

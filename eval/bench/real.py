@@ -427,8 +427,9 @@ async def floor_connection(
     dsn: str, probes: int, max_probes: int, *, ann: bool
 ) -> asyncpg.Connection:
     """A floor connection with the planner settings the service sets per transaction: custom
-    plans, and on the ANN path (`ann`) the index scan settings and the page cost."""
-    settings = {"plan_cache_mode": "force_custom_plan"}
+    plans without parallel workers (app/db.py, the read path), and on the ANN path (`ann`) the
+    index scan settings and the page cost."""
+    settings = {"plan_cache_mode": "force_custom_plan", "max_parallel_workers_per_gather": "0"}
     if ann:
         settings |= {
             "ivfflat.probes": str(probes),

@@ -60,7 +60,7 @@ class _Outcome:
     own_index: bool | None  # the statement scanned the user's own index (None: none exists)
 
 
-_OWN_SCANS = text("SELECT coalesce(pg_stat_get_xact_numscans(to_regclass(:name)), -1) AS n")
+OWN_INDEX_SCANS = text("SELECT coalesce(pg_stat_get_xact_numscans(to_regclass(:name)), -1) AS n")
 
 
 async def _ann(
@@ -75,7 +75,7 @@ async def _ann(
         probes = ann_probes(items, cfg.ivfflat_probes, cfg.ivfflat_probe_share)
         await repo.set_vector_search(exact=exact, probes=probes, max_probes=cfg.ivfflat_max_probes)
         own = {"name": user_index_name("memory_items", user_id)}
-        before = int((await session.execute(_OWN_SCANS, own)).scalar_one())
+        before = int((await session.execute(OWN_INDEX_SCANS, own)).scalar_one())
         hits = await repo.vector(
             user_id,
             vector,
@@ -86,7 +86,7 @@ async def _ann(
             exact=exact,
             model=cfg.model,
         )
-        after = int((await session.execute(_OWN_SCANS, own)).scalar_one())
+        after = int((await session.execute(OWN_INDEX_SCANS, own)).scalar_one())
     return (
         {item: 1.0 - cosine for (source, item), cosine in hits.items() if source is Source.MEMORY},
         exact,

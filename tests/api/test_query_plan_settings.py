@@ -1,0 +1,52 @@
+"""The planner settings each statement of the query path runs with (app/db.py, the read path;
+RetrievalRepository.set_vector_search, the ANN path): custom plans and no parallel workers
+everywhere, and the ANN page cost on the ANN vector statement only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from app.repositories.retrieval import ANN_RANDOM_PAGE_COST, RetrievalRepository
+from tests.helpers import add_messages, headers
+
+_SETTINGS = text(
+    "SELECT current_setting('plan_cache_mode') AS plans, "
+    "current_setting('max_parallel_workers_per_gather') AS workers, "
+    "current_setting('random_page_cost') AS page_cost"
+)
+
+
+@pytest.mark.parametrize(("exact_max", "path"), [(10_000, "exact"), (0, "ann")])
+async def test_query_statements_run_with_the_read_paths_planner_settings(
+    make_client: Any, monkeypatch: pytest.MonkeyPatch, user_id: str, exact_max: int, path: str
+) -> None:
+    seen: dict[str, tuple[str, str, str]] = {}
+
+    def recording(name: str) -> Any:
+        original = getattr(RetrievalRepository, name)
+
+        async def method(self: RetrievalRepository, *args: Any, **kwargs: Any) -> Any:
+            row = (await self.session.execute(_SETTINGS)).one()
+            seen[name] = (row.plans, row.workers, row.page_cost)
+            return await original(self, *args, **kwargs)
+
+        return method
+
+    for name in ("keyword", "vector", "fetch_around"):
+        monkeypatch.setattr(RetrievalRepository, name, recording(name))
+    async with make_client(exact_search_max_items=exact_max) as (client, _):
+        await add_messages(client, user_id, ["My greyhound Pixel loves the beach"])
+        response = await client.post(
+            "/v1/memory/query",
+            json={"query": "greyhound beach", "min_score": 0.0},
+            headers=headers(user_id),
+        )
+    assert response.status_code == 200 and response.json()["items"], response.text
+    default = ("force_custom_plan", "0", "4")  # Postgres's random_page_cost
+    assert seen["keyword"] == default
+    assert seen["fetch_around"] == default
+    ann = ("force_custom_plan", "0", str(ANN_RANDOM_PAGE_COST))
+    assert seen["vector"] == (ann if path == "ann" else default)
