@@ -34,6 +34,18 @@ async def add_messages(
     return list(response.json()["items"])
 
 
+async def ask_after_one_turn(client: httpx.AsyncClient, user: str) -> dict[str, Any]:
+    """Store one turn for `user`, then ask memory about it: the query path end to end."""
+    await add_messages(client, user, ["My greyhound Pixel loves the beach"])
+    response = await client.post(
+        "/v1/memory/query",
+        json={"query": "greyhound beach", "min_score": 0.0},
+        headers=headers(user),
+    )
+    assert response.status_code == 200 and response.json()["items"], response.text
+    return dict(response.json())
+
+
 async def make_key(app: FastAPI, user: str, scope: str = "write", **kw: Any) -> CreatedKey:
     """A per-user API key stored as the service stores it (as that user, under RLS)."""
     sessions = app.state.resources.sessionmaker

@@ -472,7 +472,7 @@ async def test_both_query_arms_run_as_the_requesting_user(
     """Each arm's connection carries the request's user: two connections for a user on the ANN
     path (arms at once), one for a user on the exact path."""
     from app.repositories.retrieval import RetrievalRepository
-    from tests.helpers import add_messages, headers
+    from tests.helpers import ask_after_one_turn
 
     seen: dict[str, tuple[int, str]] = {}
 
@@ -493,13 +493,7 @@ async def test_both_query_arms_run_as_the_requesting_user(
     spy("keyword")
     spy("vector")
     async with make_client(exact_search_max_items=exact_search_max_items) as (client, _):
-        await add_messages(client, user_id, ["My greyhound Pixel loves the beach"])
-        response = await client.post(
-            "/v1/memory/query",
-            json={"query": "greyhound beach", "min_score": 0.0},
-            headers=headers(user_id),
-        )
-    assert response.status_code == 200 and response.json()["items"], response.text
+        await ask_after_one_turn(client, user_id)
     assert seen["keyword"][1] == seen["vector"][1] == user_id
     two_connections = seen["keyword"][0] != seen["vector"][0]
     assert two_connections == (exact_search_max_items == 0)

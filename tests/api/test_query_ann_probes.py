@@ -10,7 +10,7 @@ from sqlalchemy import text
 
 from app.repositories.retrieval import RetrievalRepository
 from app.services.query import ann_probes
-from tests.helpers import add_messages, headers
+from tests.helpers import ask_after_one_turn
 
 
 def test_probes_are_a_share_of_the_users_own_lists_and_never_below_the_setting() -> None:
@@ -54,12 +54,6 @@ async def test_the_ann_statement_runs_with_the_rules_probes(
     async with make_client(
         exact_search_max_items=0, ivfflat_probes=probes, ivfflat_probe_share=share
     ) as (client, _):
-        await add_messages(client, user_id, ["My greyhound Pixel loves the beach"])
-        response = await client.post(
-            "/v1/memory/query",
-            json={"query": "greyhound beach", "min_score": 0.0},
-            headers=headers(user_id),
-        )
-    assert response.status_code == 200 and response.json()["items"], response.text
+        await ask_after_one_turn(client, user_id)
     # ANN_RANDOM_PAGE_COST: the planner prices the index's lists as pages in memory.
     assert seen == [(expected, "force_custom_plan", "1.1")]

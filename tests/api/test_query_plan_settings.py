@@ -10,7 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from app.repositories.retrieval import ANN_RANDOM_PAGE_COST, RetrievalRepository
-from tests.helpers import add_messages, headers
+from tests.helpers import ask_after_one_turn
 
 _SETTINGS = text(
     "SELECT current_setting('plan_cache_mode') AS plans, "
@@ -38,13 +38,7 @@ async def test_query_statements_run_with_the_read_paths_planner_settings(
     for name in ("keyword", "vector", "fetch_around"):
         monkeypatch.setattr(RetrievalRepository, name, recording(name))
     async with make_client(exact_search_max_items=exact_max) as (client, _):
-        await add_messages(client, user_id, ["My greyhound Pixel loves the beach"])
-        response = await client.post(
-            "/v1/memory/query",
-            json={"query": "greyhound beach", "min_score": 0.0},
-            headers=headers(user_id),
-        )
-    assert response.status_code == 200 and response.json()["items"], response.text
+        await ask_after_one_turn(client, user_id)
     default = ("force_custom_plan", "0", "4")  # Postgres's random_page_cost
     assert seen["keyword"] == default
     assert seen["fetch_around"] == default
