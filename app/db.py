@@ -37,9 +37,9 @@ _SET_USER = text("SELECT set_config('pgrecall.user_id', :user_id, true)")
 # all of the user's rows per candidate (the content fetch: 27 ms instead of 1; neighbours 12 ms
 # instead of 0.7; docs/performance.md, "Where the service's time went").
 # And without parallel workers: Postgres planned a small user's exact vector statement (a few
-# hundred turns and their passages, under 1 ms of work) with two workers whose start took 7 ms,
-# and on a query path that already runs two connections per query, workers only compete for
-# the same cores (docs/performance.md, "Parallel workers").
+# hundred turns and their passages) with two workers whose start cost more than the statement's
+# work, and on a query path that already runs two connections per query, workers only compete
+# for the same cores (docs/performance.md, "The read path without parallel workers").
 _SET_USER_CUSTOM_PLANS = text(
     "SELECT set_config('pgrecall.user_id', :user_id, true), "
     "set_config('plan_cache_mode', 'force_custom_plan', true), "
