@@ -230,34 +230,39 @@ class Measured:
         )
 
 
+def _summarize(store: Store, rows: list[tuple[str, np.ndarray, bool, list[str], bool]]) -> Measured:
+    """Recall@10, short sets and index use of (user, query, on topic, ids found, index used)."""
+    recalls: list[float] = []
+    on_topic: list[float] = []
+    short: list[tuple[str, int, int]] = []
+    for user, query, topical, ids, _ in rows:
+        assert set(ids) <= set(store.ids[user])  # scoped to the user, always
+        expected = min(K, len(store.ids[user]))
+        if len(ids) != expected:
+            short.append((user, len(ids), expected))
+        recalls.append(len(set(ids) & set(_exact_top(store, user, query))) / expected)
+        if topical:
+            on_topic.append(recalls[-1])
+    return Measured(
+        float(np.mean(on_topic or recalls)),
+        float(np.mean(recalls)),
+        min(recalls),
+        short,
+        sum(used for *_, used in rows) / len(rows),
+    )
+
+
 async def _measure(
     store: Store,
     sessions: async_sessionmaker[AsyncSession],
     queries: list[Query],
     **mode: bool,
 ) -> Measured:
-    recalls: list[float] = []
-    on_topic: list[float] = []
-    short: list[tuple[str, int, int]] = []
-    ivfflat = 0
+    rows = []
     for user, query, topical in queries:
-        truth = _exact_top(store, user, query)
         found = await _search(sessions, user, query, **mode)
-        assert set(found.ids) <= set(store.ids[user])  # scoped to the user, always
-        expected = min(K, len(store.ids[user]))
-        if len(found.ids) != expected:
-            short.append((user, len(found.ids), expected))
-        recalls.append(len(set(found.ids) & set(truth)) / expected)
-        if topical:
-            on_topic.append(recalls[-1])
-        ivfflat += found.used_ivfflat
-    return Measured(
-        float(np.mean(on_topic)),
-        float(np.mean(recalls)),
-        min(recalls),
-        short,
-        ivfflat / len(queries),
-    )
+        rows.append((user, query, topical, found.ids, found.used_ivfflat))
+    return _summarize(store, rows)
 
 
 async def test_filtered_ann_returns_full_k_with_high_recall(
@@ -391,10 +396,7 @@ async def _measure_in(
     user (`extra`: more SET LOCAL statements); `index` None counts scans of the asking user's
     own index, else of the named one."""
     repo = RetrievalRepository(session)
-    recalls: list[float] = []
-    on_topic: list[float] = []
-    short: list[tuple[str, int, int]] = []
-    used = 0
+    rows = []
     for user, query, topical in queries:
         name = index or user_index_name("memory_items", user)
         scans = text(f"SELECT pg_stat_get_xact_numscans('{name}'::regclass)")
@@ -419,19 +421,7 @@ async def _measure_in(
             exact=False,
             model=MODEL,
         )
-        used += int(await session.scalar(scans) or 0) > before
+        used = int(await session.scalar(scans) or 0) > before
         ids = [str(i) for (_, i), _ in sorted(found.items(), key=lambda kv: -kv[1])]
-        assert set(ids) <= set(store.ids[user])
-        expected = min(K, len(store.ids[user]))
-        if len(ids) != expected:
-            short.append((user, len(ids), expected))
-        recalls.append(len(set(ids) & set(_exact_top(store, user, query))) / expected)
-        if topical:
-            on_topic.append(recalls[-1])
-    return Measured(
-        float(np.mean(on_topic or recalls)),
-        float(np.mean(recalls)),
-        min(recalls),
-        short,
-        used / len(queries),
-    )
+        rows.append((user, query, topical, ids, used))
+    return _summarize(store, rows)
