@@ -40,10 +40,13 @@ _SET_USER = text("SELECT set_config('pgrecall.user_id', :user_id, true)")
 # hundred turns and their passages) with two workers whose start cost more than the statement's
 # work, and on a query path that already runs two connections per query, workers only compete
 # for the same cores (docs/performance.md, "The read path without parallel workers").
+READ_PATH_SETTINGS = {
+    "plan_cache_mode": "force_custom_plan",
+    "max_parallel_workers_per_gather": "0",
+}
 _SET_USER_CUSTOM_PLANS = text(
     "SELECT set_config('pgrecall.user_id', :user_id, true), "
-    "set_config('plan_cache_mode', 'force_custom_plan', true), "
-    "set_config('max_parallel_workers_per_gather', '0', true)"
+    + ", ".join(f"set_config('{k}', '{v}', true)" for k, v in READ_PATH_SETTINGS.items())
 )
 _SET_ADMIN = text("SELECT set_config('pgrecall.admin', 'on', true)")
 _SET_KEY_HASH = text("SELECT set_config('pgrecall.key_hash', :key_hash, true)")

@@ -214,6 +214,30 @@ _W = "CAST(:w AS float8)"
 ANN_RANDOM_PAGE_COST = 1.1
 
 
+def ann_settings(
+    *,
+    probes: int,
+    max_probes: int,
+    ef_search: int = 40,
+    max_scan_tuples: int = 20_000,
+    random_page_cost: float = ANN_RANDOM_PAGE_COST,
+) -> dict[str, str]:
+    """The planner settings of the ANN path's transaction (RetrievalRepository.set_vector_search;
+    the benchmarks' floor sets the same on its connection)."""
+    return {
+        # A cached generic plan (asyncpg prepares statements) sizes user_id by the average
+        # user and scans a big user's rows exactly through the user_id index: 50 ms vs 9.
+        "plan_cache_mode": "force_custom_plan",
+        "ivfflat.probes": str(int(probes)),
+        "ivfflat.iterative_scan": "relaxed_order",
+        "ivfflat.max_probes": str(int(max_probes)),
+        "hnsw.ef_search": str(int(ef_search)),
+        "hnsw.iterative_scan": "relaxed_order",
+        "hnsw.max_scan_tuples": str(int(max_scan_tuples)),
+        "random_page_cost": str(float(random_page_cost)),
+    }
+
+
 def _passage_messages_sql(exact: bool, when_sql: str) -> str:
     """The messages branch of the vector statement with passage scoring (see `vector`)."""
     own = "1 - (t.embedding <=> CAST(:q AS vector))"
@@ -376,27 +400,18 @@ class RetrievalRepository:
         working set is: 1.1, the usual value for SSD storage, prices it so, for this
         transaction only (docs/performance.md, "Big users on real conversation turns")."""
         if not exact:
-            # A cached generic plan (asyncpg prepares statements) sizes user_id by the average
-            # user and scans a big user's rows exactly through the user_id index: 50 ms vs 9.
-            await self.session.execute(
-                text(
-                    "SELECT set_config('plan_cache_mode', 'force_custom_plan', true), "
-                    "set_config('ivfflat.probes', :probes, true), "
-                    "set_config('ivfflat.iterative_scan', 'relaxed_order', true), "
-                    "set_config('ivfflat.max_probes', :max_probes, true), "
-                    "set_config('hnsw.ef_search', :ef_search, true), "
-                    "set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                    "set_config('hnsw.max_scan_tuples', :max_scan_tuples, true), "
-                    "set_config('random_page_cost', :random_page_cost, true)"
-                ),
-                {
-                    "probes": str(int(probes)),
-                    "max_probes": str(int(max_probes)),
-                    "ef_search": str(int(ef_search)),
-                    "max_scan_tuples": str(int(max_scan_tuples)),
-                    "random_page_cost": str(float(random_page_cost)),
-                },
+            settings = ann_settings(
+                probes=probes,
+                max_probes=max_probes,
+                ef_search=ef_search,
+                max_scan_tuples=max_scan_tuples,
+                random_page_cost=random_page_cost,
             )
+            names = list(settings)
+            calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(names)))
+            params = {f"n{i}": name for i, name in enumerate(names)}
+            params |= {f"v{i}": settings[name] for i, name in enumerate(names)}
+            await self.session.execute(text(f"SELECT {calls}"), params)
 
     async def vector(
         self,

@@ -37,7 +37,7 @@ from app.db import vector_literal
 from app.embedded import EmbeddedPostgres
 from app.observability import configure_logging
 from app.repositories.admin import EMBEDDING_INDEXES, user_lists_for
-from app.repositories.retrieval import ANN_RANDOM_PAGE_COST
+from app.repositories.retrieval import ann_settings
 from eval.bench.corpus import generate, layout
 from eval.bench.drive import make_queries, percentiles
 from eval.bench.real import LOCOMO, make_users, questions
@@ -74,11 +74,16 @@ async def _drop_user_indexes(conn: asyncpg.Connection, table: str) -> None:
 
 
 async def _ann_settings(conn: asyncpg.Connection, cfg: Any) -> None:
-    """The settings the service's ANN transaction makes (RetrievalRepository.set_vector_search)."""
-    await conn.execute("SET LOCAL plan_cache_mode = force_custom_plan")
-    await conn.execute("SET LOCAL ivfflat.iterative_scan = relaxed_order")
-    await conn.execute(f"SET LOCAL ivfflat.max_probes = {cfg.ivfflat_max_probes}")
-    await conn.execute(f"SET LOCAL random_page_cost = {ANN_RANDOM_PAGE_COST}")
+    """The settings the service's ANN transaction makes (RetrievalRepository.set_vector_search);
+    the probes are set by the caller per sweep step."""
+    settings = ann_settings(
+        probes=cfg.ivfflat_probes,
+        max_probes=cfg.ivfflat_max_probes,
+        ef_search=cfg.hnsw_ef_search,
+        max_scan_tuples=cfg.hnsw_max_scan_tuples,
+    )
+    for name, value in settings.items():
+        await conn.execute("SELECT set_config($1, $2, true)", name, value)
 
 
 async def _real_questions(items: int, big_size: int, count: int) -> tuple[str, list[Any]]:

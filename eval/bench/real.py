@@ -48,12 +48,17 @@ import typer
 
 from app.adapters.embedder import LOCAL_MODEL_ID, LocalEmbedder
 from app.config import load_settings
-from app.db import admin_sessions, create_engine, create_sessionmaker, vector_literal
+from app.db import (
+    READ_PATH_SETTINGS,
+    admin_sessions,
+    create_engine,
+    create_sessionmaker,
+    vector_literal,
+)
 from app.migrate import upgrade_head
 from app.observability import configure_logging
 from app.repositories.retrieval import (
     _BM25_SQL,
-    ANN_RANDOM_PAGE_COST,
     NO_TIME_FILTER,
     Candidate,
     Source,
@@ -61,6 +66,7 @@ from app.repositories.retrieval import (
     _memory_visible,
     _passage_messages_sql,
     _source_filter,
+    ann_settings,
 )
 from app.retrieval.passages import passages
 from app.retrieval.presets import get_preset
@@ -423,21 +429,10 @@ async def floor_query(
     return ids, (embedded - started) * 1000, (done - started) * 1000
 
 
-async def floor_connection(
-    dsn: str, probes: int, max_probes: int, *, ann: bool
-) -> asyncpg.Connection:
-    """A floor connection with the planner settings the service sets per transaction: custom
-    plans without parallel workers (app/db.py, the read path), and on the ANN path (`ann`) the
-    index scan settings and the page cost."""
-    settings = {"plan_cache_mode": "force_custom_plan", "max_parallel_workers_per_gather": "0"}
-    if ann:
-        settings |= {
-            "ivfflat.probes": str(probes),
-            "ivfflat.iterative_scan": "relaxed_order",
-            "ivfflat.max_probes": str(max_probes),
-            "random_page_cost": str(ANN_RANDOM_PAGE_COST),
-        }
-    return await asyncpg.connect(dsn, server_settings=settings)
+async def floor_connection(dsn: str, ann: dict[str, str] | None = None) -> asyncpg.Connection:
+    """A floor connection with the planner settings the service sets per transaction: the read
+    path's (app/db.py), and on the ANN path the vector statement's (`ann`: ann_settings)."""
+    return await asyncpg.connect(dsn, server_settings=READ_PATH_SETTINGS | (ann or {}))
 
 
 async def ann_recall(
@@ -578,8 +573,16 @@ async def run(
                 # Service vs floor, interleaved query by query (same load for both).
                 # The service's probes for the big user (the other users take the exact path).
                 probes = ann_probes(big_size, cfg.ivfflat_probes, cfg.ivfflat_probe_share)
-                conn = await floor_connection(db.dsn, probes, cfg.ivfflat_max_probes, ann=False)
-                ann_conn = await floor_connection(db.dsn, probes, cfg.ivfflat_max_probes, ann=True)
+                conn = await floor_connection(db.dsn)
+                ann_conn = await floor_connection(
+                    db.dsn,
+                    ann_settings(
+                        probes=probes,
+                        max_probes=cfg.ivfflat_max_probes,
+                        ef_search=cfg.hnsw_ef_search,
+                        max_scan_tuples=cfg.hnsw_max_scan_tuples,
+                    ),
+                )
                 try:
                     service_ms, floor_ms, floor_embed, same = [], [], [], 0
                     compared = qs[:samples]
