@@ -18,7 +18,7 @@ import asyncpg
 import numpy as np
 import pytest
 from pgvector.asyncpg import register_vector
-from sqlalchemy import text
+from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
@@ -197,22 +197,29 @@ async def _search(
             # The control: one probe, no iterative scan (pgvector's defaults).
             await session.execute(text("SET LOCAL ivfflat.probes = 1"))
             await session.execute(text("SET LOCAL ivfflat.iterative_scan = off"))
-        before = int(await session.scalar(_INDEX_SCANS) or 0)
-        found = await repo.vector(
-            user,
-            query,
-            limit=K,
-            memories=True,
-            messages=False,
-            types=None,
-            exact=exact,
-            model=MODEL,
-        )
-        # This transaction's own index statistics: did the statement scan the ivfflat index?
-        used = int(await session.scalar(_INDEX_SCANS) or 0) > before
+        ids, used = await _memory_ids(session, user, query, exact=exact, scans=_INDEX_SCANS)
+    return Searched(ids, used)
+
+
+async def _memory_ids(
+    session: AsyncSession, user: str, query: np.ndarray, *, exact: bool, scans: TextClause
+) -> tuple[list[str], bool]:
+    """The service's vector statement for the user's memories: ids best first, and whether it
+    scanned the index `scans` counts (this transaction's own index statistics)."""
+    before = int(await session.scalar(scans) or 0)
+    found = await RetrievalRepository(session).vector(
+        user,
+        query,
+        limit=K,
+        memories=True,
+        messages=False,
+        types=None,
+        exact=exact,
+        model=MODEL,
+    )
+    used = int(await session.scalar(scans) or 0) > before
     assert all(source is Source.MEMORY for source, _ in found)
-    ranked = sorted(found.items(), key=lambda kv: -kv[1])
-    return Searched([str(item_id) for (_, item_id), _ in ranked], used)
+    return [str(i) for (_, i), _ in sorted(found.items(), key=lambda kv: -kv[1])], used
 
 
 @dataclass
@@ -410,18 +417,6 @@ async def _measure_in(
         await session.execute(text("SET LOCAL enable_sort = off"))  # an index, every user
         for statement in extra:
             await session.execute(text(statement))
-        before = int(await session.scalar(scans) or 0)
-        found = await repo.vector(
-            user,
-            query,
-            limit=K,
-            memories=True,
-            messages=False,
-            types=None,
-            exact=False,
-            model=MODEL,
-        )
-        used = int(await session.scalar(scans) or 0) > before
-        ids = [str(i) for (_, i), _ in sorted(found.items(), key=lambda kv: -kv[1])]
+        ids, used = await _memory_ids(session, user, query, exact=False, scans=scans)
         rows.append((user, query, topical, ids, used))
     return _summarize(store, rows)
