@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import func, or_, select, text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.models import MemoryItem, Message
@@ -17,6 +17,15 @@ RATING_ORIGIN = "rate_message"
 class AgentMemoryRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
+
+    async def lock_saves(self, user_id: str) -> None:
+        """Hold the user's save lock until the transaction ends: one user's saves run one at a
+        time (a save reads the nearest memory, then replaces it; two at once would pick the same
+        one and the second would fail). Other users' saves do not wait."""
+        await self.session.execute(
+            text("SELECT pg_advisory_xact_lock(hashtextextended('save_memory:' || :user_id, 0))"),
+            {"user_id": user_id},
+        )
 
     async def message(self, user_id: str, message_id: uuid.UUID) -> Message | None:
         """The user's message, or None (also for another user's id)."""

@@ -94,6 +94,10 @@ class AgentMemoryService:
         that replaces a memory - named by `supersedes`, or the user's nearest valid memory at
         cosine >= NEAR_DUPLICATE_COSINE - supersedes it (closed, kept as history)."""
         digest = content_hash(content)
+        # Embedded before the lock (the slow part runs in parallel), then one save of this user
+        # at a time: parallel saves would each pick the same nearest memory to replace.
+        (vector,) = await self.embeddings.embed([content], priority=Priority.INTERACTIVE)
+        await self.repo.lock_saves(user_id)
         if supersedes is None:
             existing = await self._by_hash(user_id, digest)
             if existing is not None:
@@ -109,7 +113,6 @@ class AgentMemoryService:
                 if restored is None:  # purged by a concurrent transaction
                     raise NotFoundError("memory not found")
                 return Saved(restored, "restored")
-        (vector,) = await self.embeddings.embed([content], priority=Priority.INTERACTIVE)
         if supersedes is None:
             (near,) = await self.admin.repo.nearest(
                 user_id, self.embeddings.model, [vector], min_cosine=NEAR_DUPLICATE_COSINE, k=1

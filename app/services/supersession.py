@@ -87,6 +87,10 @@ class SupersessionService:
         if current.valid_to is not None:
             newer = await self.memories.successor(user_id, old_id)
             raise ConflictError(f"memory {old_id} was already superseded by {newer}")
+        if observed_at is None and at < current.valid_from:
+            # "Now" is the transaction's start; a save of this user that committed while this
+            # one waited for the user's save lock (AgentMemoryService) stated it later.
+            at = current.valid_from
         if at < current.valid_from:
             raise ValidationFailedError(
                 f"{name} is before the superseded memory became valid", observed_field

@@ -281,3 +281,23 @@ async def test_openapi_documents_the_write_tools(client: httpx.AsyncClient) -> N
     for path in (SAVE, FORGET, RATE):
         responses = document["paths"][path]["post"]["responses"]
         assert {"200", "403", "404", "422", "429"} <= set(responses), (path, set(responses))
+
+
+async def test_32_parallel_saves_of_one_user_all_succeed(
+    make_client: Callable[..., Any], db_engine: AsyncEngine, user_id: str
+) -> None:
+    """An agent calling save_memory in parallel: near-duplicate texts each pick the user's
+    nearest memory to replace, so unserialised saves raced (409 "changed concurrently")."""
+    import asyncio
+
+    texts = [f"My locker number at the gym is {n}" for n in range(32)]
+    async with make_client(write_rate_limit_per_minute=100) as (client, _):
+        answers = await asyncio.gather(
+            *(save(client, user_id, content=t, type="fact") for t in texts)
+        )
+    assert [a.status_code for a in answers] == [200] * 32, [a.text for a in answers if a.is_error]
+    async with db_engine.connect() as conn:
+        stored = await conn.scalar(
+            text("SELECT count(*) FROM memory_items WHERE user_id = :u"), {"u": user_id}
+        )
+    assert stored == 32  # each save stored its text (live, or closed as superseded history)

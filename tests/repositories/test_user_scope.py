@@ -346,6 +346,7 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     await rec.call("RetrievalRepository", "item_count", retrieval.item_count(user))
 
     agent = AgentMemoryRepository(session)
+    await rec.call("AgentMemoryRepository", "lock_saves", agent.lock_saves(user))
     await rec.call("AgentMemoryRepository", "message", agent.message(user, stored[1].id))
     await rec.call("AgentMemoryRepository", "turn_before", agent.turn_before(user, stored[1]))
     for deleted in (True, False):
