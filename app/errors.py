@@ -50,6 +50,12 @@ class PayloadTooLargeError(ServiceError):
     status_code = 413
 
 
+class UnsupportedMediaTypeError(ServiceError):
+    """A request body in an encoding other than UTF-8 (a charset the service does not read)."""
+
+    status_code = 415
+
+
 class ConflictError(ServiceError):
     """The write conflicts with existing state."""
 

@@ -8,6 +8,8 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.encoding import check_body, check_query, refusal
+from app.errors import ServiceError
 from app.observability import correlation_id_var
 
 HEADER = b"x-correlation-id"
@@ -76,7 +78,8 @@ class CorrelationIdMiddleware:
 
 
 class BodySizeLimitMiddleware:
-    """413 for bodies over the limit, by Content-Length or while streaming.
+    """413 for bodies over the limit, by Content-Length or while streaming; then bodies and
+    query strings that are not UTF-8 are refused (app/encoding.py: 415 or 422).
 
     The body is read here, up to the limit, before the app sees it: an error raised from inside
     the app's `receive` would surface as FastAPI's generic 400 "error parsing the body".
@@ -94,7 +97,14 @@ class BodySizeLimitMiddleware:
             "error": "PayloadTooLargeError",
             "detail": f"request body over {self.max_bytes} bytes",
         }
-        length = dict(scope["headers"]).get(b"content-length")
+        headers = dict(scope["headers"])
+        try:
+            check_query(scope.get("query_string", b""))
+        except ServiceError as exc:
+            refused = refusal(exc)
+            await _send_json(send, refused.status, refused.body, [])
+            return
+        length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_bytes:
             await _send_json(send, 413, detail, [])
             return
@@ -113,13 +123,21 @@ class BodySizeLimitMiddleware:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
+        body = b"".join(chunks)
+        try:
+            content_type = headers.get(b"content-type")
+            check_body(content_type.decode("latin-1") if content_type else None, body)
+        except ServiceError as exc:
+            refused = refusal(exc)
+            await _send_json(send, refused.status, refused.body, [])
+            return
         replayed = False
 
         async def buffered_receive() -> Message:
             nonlocal replayed
             if not replayed:
                 replayed = True
-                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+                return {"type": "http.request", "body": body, "more_body": False}
             return await receive()  # after the body: wait for the disconnect as usual
 
         await self.app(scope, buffered_receive, send)

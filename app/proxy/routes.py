@@ -81,9 +81,10 @@ async def proxy_user(
 ProxyUserDep = Annotated[str, Depends(proxy_user)]
 
 
-def _storable(text: str, field: str, name: object = None) -> MessageCreate:
-    """The user turn to store; the message's OpenAI `name` (a participant) becomes its
-    `metadata.speaker`, which ranking reads (docs/retrieval.md, named speakers)."""
+def _storable(text: str, at: str, name: object = None) -> MessageCreate:
+    """The user turn to store (message `at`, e.g. `body.messages.0`); the message's OpenAI
+    `name` (a participant) becomes its `metadata.speaker`, which ranking reads
+    (docs/retrieval.md, named speakers)."""
     metadata: dict[str, Any] = {"source": "chat_proxy"}
     speaker = usable_speaker(name)
     if speaker is not None:
@@ -91,7 +92,10 @@ def _storable(text: str, field: str, name: object = None) -> MessageCreate:
     try:
         return MessageCreate(role="user", content=text, metadata=metadata)
     except ValidationError as exc:
-        reason = exc.errors()[0].get("msg", "invalid")
+        error = exc.errors()[0]
+        # The speaker is the only metadata here: a bad one is the message's `name`.
+        field = f"{at}.name" if error["loc"][:1] == ("metadata",) else f"{at}.content"
+        reason = error.get("msg", "invalid")
         raise ValidationFailedError(f"{field}: {reason}", field=field) from None
 
 
@@ -198,7 +202,7 @@ async def chat_completions(
     user_turn = (
         _storable(
             message_text(last),
-            f"body.messages.{len(body.messages) - 1}.content",
+            f"body.messages.{len(body.messages) - 1}",
             (last.model_extra or {}).get("name"),
         )
         if last.role == "user"

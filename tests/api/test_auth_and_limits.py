@@ -339,3 +339,64 @@ async def test_bad_correlation_id_is_422(
         "/v1/conversations", headers=headers(user_id, **{"X-Correlation-ID": value})
     )
     assert_422(response, "header.X-Correlation-ID")
+
+
+# -- encodings (app/encoding.py) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        ("application/json", '{"title": "caf\u00e9"}'.encode("utf-16")),  # with its BOM
+        ("application/json", '{"title": "x"}'.encode("utf-16-le")),  # no BOM: NUL bytes
+        ("application/json", b'{"title": "caf\xe9"}'),  # latin-1 bytes
+    ],
+    ids=["utf-16", "utf-16-le", "latin-1-bytes"],
+)
+async def test_a_body_that_is_not_utf8_is_422(
+    secured: httpx.AsyncClient, user_id: str, content_type: str, body: bytes
+) -> None:
+    response = await secured.post(
+        "/v1/conversations",
+        content=body,
+        headers={**auth(user_id), "Content-Type": content_type},
+    )
+    assert_422(response, "body")
+    listed = await secured.get("/v1/conversations", headers=auth(user_id))
+    assert listed.json()["items"] == []
+
+
+@pytest.mark.parametrize("charset", ["latin-1", "utf-16", "ISO-8859-1"])
+async def test_a_charset_other_than_utf8_is_415(
+    secured: httpx.AsyncClient, user_id: str, charset: str
+) -> None:
+    response = await secured.post(
+        "/v1/conversations",
+        content=b'{"title": "plain"}',
+        headers={**auth(user_id), "Content-Type": f"application/json; charset={charset}"},
+    )
+    assert response.status_code == 415, response.text
+    assert response.json()["error"] == "UnsupportedMediaTypeError"
+    assert charset.lower() in response.json()["detail"]
+
+
+async def test_utf8_charset_is_accepted(secured: httpx.AsyncClient, user_id: str) -> None:
+    response = await secured.post(
+        "/v1/conversations",
+        content='{"title": "caf\u00e9"}'.encode(),
+        headers={**auth(user_id), "Content-Type": "application/json; charset=UTF-8"},
+    )
+    assert response.status_code == 201, response.text
+
+
+async def test_a_query_string_that_is_not_utf8_is_422_naming_it(
+    secured: httpx.AsyncClient, user_id: str
+) -> None:
+    response = await secured.get(
+        f"/v1/admin/memories?user_id={user_id}&q=%FF", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+    )
+    assert_422(response, "query.q")
+    fine = await secured.get(
+        f"/v1/admin/memories?user_id={user_id}&q=caf%C3%A9", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+    )
+    assert fine.status_code == 200, fine.text

@@ -163,3 +163,14 @@ async def test_a_named_user_message_is_stored_with_its_speaker(
     assert items[0]["metadata"] == {"source": "chat_proxy", "speaker": "Tim"}
     assert "speaker" not in items[2]["metadata"]
     assert upstream.seen[0].body["messages"][0]["name"] == "Tim"  # forwarded as sent
+
+
+async def test_a_nul_in_a_messages_name_is_reported_as_name(
+    make_client: Callable[..., Any], upstream: Upstream, user_id: str
+) -> None:
+    body = {"model": "m", "messages": [{"role": "user", "name": "Ti\u0000m", "content": "hi"}]}
+    async with make_client(chat_upstream_url=upstream.base) as (client, _):
+        response = await client.post(CHAT, json=body, headers={"X-User-Id": user_id})
+    assert response.status_code == 422, response.text
+    assert response.json()["fields"][0]["field"] == "body.messages.0.name"
+    assert upstream.seen == []
