@@ -393,10 +393,12 @@ async def test_a_query_string_that_is_not_utf8_is_422_naming_it(
     secured: httpx.AsyncClient, user_id: str
 ) -> None:
     response = await secured.get(
-        f"/v1/admin/memories?user_id={user_id}&q=%FF", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        f"/v1/admin/memories?user_id={user_id}&q=%FF",
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
     )
     assert_422(response, "query.q")
     fine = await secured.get(
-        f"/v1/admin/memories?user_id={user_id}&q=caf%C3%A9", headers={"Authorization": f"Bearer {ADMIN_KEY}"}
+        f"/v1/admin/memories?user_id={user_id}&q=caf%C3%A9",
+        headers={"Authorization": f"Bearer {ADMIN_KEY}"},
     )
     assert fine.status_code == 200, fine.text
