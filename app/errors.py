@@ -79,6 +79,11 @@ class UpstreamError(ServiceError):
 
     status_code = 502
 
+    def __init__(self, message: str, status_code: int | None = None, reason: str = "") -> None:
+        super().__init__(message, status_code)
+        # What went wrong, as the stored user turn's metadata.upstream_error says it.
+        self.reason = reason
+
 
 class RateLimitedError(ServiceError):
     """Too many writes for this user in the current window; nothing was stored."""

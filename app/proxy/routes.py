@@ -1,44 +1,38 @@
 """POST /v1/chat/completions: memories in, the model's answer out, both turns stored.
 
-Identity: `X-User-Id` names the user, as on every /v1 route. The `Authorization` header goes to
-the upstream (unless PGRECALL_CHAT_UPSTREAM_KEY is set), so the pgrecall service key travels
-in `X-Pgrecall-Key`; with an upstream key configured, `Authorization: Bearer <service key>`
-works as on the other routes.
+Identity (app/proxy/auth.py): a per-user key in `X-Pgrecall-Key` or as `Authorization: Bearer
+pgr_...`, or the service key in `X-Pgrecall-Key` with `X-User-Id`. The user's turn is stored
+whatever the upstream does (app/proxy/turns.py): with the answer, or alone and marked with
+`metadata.upstream_error` when there is no answer; an `Idempotency-Key` stores it once across
+retries.
 """
 
 from __future__ import annotations
 
-import contextlib
-import hmac
 import json
 import logging
-import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Request
-from fastapi.responses import Response
-from pydantic import ValidationError
+from fastapi import APIRouter, Header, Request
+from fastapi.responses import JSONResponse, Response
 
-from app.api.deps import (
-    CorrelationDep,
-    Resources,
-    ResourcesDep,
-    after_commit,
-    get_session,
-    validate_user_id,
-)
-from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
+from app.api.deps import CorrelationDep, Resources, ResourcesDep
+from app.errors import UpstreamError
 from app.observability import correlation_id_var
+from app.proxy.auth import ProxyUserDep, UpstreamDep
 from app.proxy.schemas import ChatRequest, message_text
 from app.proxy.stream import Relay, RelayResponse
-from app.proxy.upstream import ChatUpstream
-from app.retrieval.speakers import usable_speaker
-from app.schemas.common import MAX_CONTENT_CHARS
-from app.schemas.conversation import MessageCreate
+from app.proxy.turns import (
+    IDEMPOTENCY_HEADER,
+    Turns,
+    answer_turn,
+    idempotency_key,
+    transaction,
+    user_turn,
+)
 from app.services.conversation import ConversationService
 from app.services.prompt import format_for_prompt
 from app.services.query import QueryRequest, QueryService
-from app.services.session_state import SessionStateService
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["chat proxy"])
@@ -46,70 +40,8 @@ router = APIRouter(tags=["chat proxy"])
 CONVERSATION_HEADER = "X-Pgrecall-Conversation-Id"
 MEMORY_IDS_HEADER = "X-Pgrecall-Memory-Ids"
 STORED_HEADER = "X-Pgrecall-Stored"
-KEY_HEADER = "X-Pgrecall-Key"
-transaction = contextlib.asynccontextmanager(get_session)
-
-
-def get_upstream(request: Request) -> ChatUpstream:
-    return request.app.state.chat_upstream  # type: ignore[no-any-return]
-
-
-UpstreamDep = Annotated[ChatUpstream, Depends(get_upstream)]
-
-
-async def proxy_user(
-    resources: ResourcesDep,
-    upstream: UpstreamDep,
-    x_user_id: Annotated[str, Header(alias="X-User-Id")],
-    x_pgrecall_key: Annotated[str | None, Header(alias=KEY_HEADER)] = None,
-    authorization: Annotated[str | None, Header()] = None,
-) -> str:
-    """The service key from X-Pgrecall-Key (or Authorization when it does not go upstream)."""
-    if resources.api_key is not None:
-        presented = x_pgrecall_key
-        if presented is None and upstream.key is not None and authorization:
-            scheme, _, token = authorization.partition(" ")
-            presented = token.strip() if scheme.lower() == "bearer" else None
-        if not presented:
-            raise AuthenticationError(f"missing {KEY_HEADER}: <service key>")
-        keys = [k for k in (resources.api_key, resources.admin_api_key) if k]
-        if not any(hmac.compare_digest(presented.encode(), k.encode()) for k in keys):
-            raise PermissionDeniedError("invalid API key")
-    return validate_user_id(x_user_id)
-
-
-ProxyUserDep = Annotated[str, Depends(proxy_user)]
-
-
-def _storable(text: str, at: str, name: object = None) -> MessageCreate:
-    """The user turn to store (message `at`, e.g. `body.messages.0`); the message's OpenAI
-    `name` (a participant) becomes its `metadata.speaker`, which ranking reads
-    (docs/retrieval.md, named speakers)."""
-    metadata: dict[str, Any] = {"source": "chat_proxy"}
-    speaker = usable_speaker(name)
-    if speaker is not None:
-        metadata["speaker"] = speaker
-    try:
-        return MessageCreate(role="user", content=text, metadata=metadata)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        # The speaker is the only metadata here: a bad one is the message's `name`.
-        field = f"{at}.name" if error["loc"][:1] == ("metadata",) else f"{at}.content"
-        reason = error.get("msg", "invalid")
-        raise ValidationFailedError(f"{field}: {reason}", field=field) from None
-
-
-def _answer(text: str, model: str, incomplete: str | None) -> MessageCreate | None:
-    """The assistant turn to store, None when the model said nothing storable."""
-    meta: dict[str, Any] = {"source": "chat_proxy", "model": model}
-    if incomplete:
-        meta["incomplete"] = incomplete
-    if len(text) > MAX_CONTENT_CHARS:
-        text, meta["cut"] = text[:MAX_CONTENT_CHARS], True
-    try:
-        return MessageCreate(role="assistant", content=text, metadata=meta)
-    except ValidationError:  # blank (e.g. a tool call only) or not storable text
-        return None
+# Stream endings that are the upstream's fault (a client that went away is not).
+_UPSTREAM_ENDINGS = {"upstream_dropped", "upstream_timeout", "no_answer"}
 
 
 async def _memories(
@@ -157,33 +89,6 @@ def _with_memories(raw: dict[str, Any], block: str | None) -> dict[str, Any]:
     return forward
 
 
-async def _store(
-    resources: Resources,
-    user_id: str,
-    conversation_id: uuid.UUID | None,
-    turns: list[MessageCreate],
-    correlation: uuid.UUID,
-    title: str,
-) -> uuid.UUID:
-    """Create the conversation when absent, append the turns; committed when this returns."""
-    async with transaction(resources, user_id) as session:
-        conversations = ConversationService(session, resources.embeddings)
-        if conversation_id is None:
-            conversation_id = (await conversations.create(user_id, title)).id
-        if turns:
-            stored = await conversations.append(
-                user_id,
-                conversation_id,
-                turns,
-                correlation,
-                extract=resources.extraction is not None,
-                passages=resources.message_passages,
-            )
-            state = SessionStateService(conversations, resources.cache, resources.session_messages)
-            after_commit(session, state.after_append(user_id, stored))
-    return conversation_id
-
-
 @router.post("/v1/chat/completions", include_in_schema=False)
 async def chat_completions(
     body: ChatRequest,
@@ -192,18 +97,19 @@ async def chat_completions(
     resources: ResourcesDep,
     upstream: UpstreamDep,
     correlation: CorrelationDep,
+    idempotency: Annotated[str | None, Header(alias=IDEMPOTENCY_HEADER)] = None,
 ) -> Response:
     """OpenAI-compatible chat completions with the user's memories injected and turns stored."""
     upstream.require()
+    key = idempotency_key(idempotency)
     raw = await request.json()
     last = body.messages[-1]
+    at = len(body.messages) - 1
     # Only a request that ends with the user's message has a new user turn (a tool-call loop
     # resends the same user message; it was stored the first time).
-    user_turn = (
-        _storable(
-            message_text(last),
-            f"body.messages.{len(body.messages) - 1}",
-            (last.model_extra or {}).get("name"),
+    new_turn = (
+        user_turn(
+            message_text(last), f"body.messages.{at}", (last.model_extra or {}).get("name"), key
         )
         if last.role == "user"
         else None
@@ -214,52 +120,89 @@ async def chat_completions(
         async with transaction(resources, user_id) as session:
             await ConversationService(session, resources.embeddings).get(user_id, conversation_id)
     query = message_text(latest_user) if latest_user else ""
-    block, memory_ids = await _memories(resources, user_id, body, query)
     title = (query.strip() or "chat")[:100]
-
-    response = await upstream.send(_with_memories(raw, block), upstream.headers(request.headers))
+    turns = Turns(resources, user_id, correlation, title, conversation_id, new_turn, key)
+    await turns.resume()
+    block, memory_ids = await _memories(resources, user_id, body, query)
     headers = {MEMORY_IDS_HEADER: ",".join(memory_ids)}
-    media_type = response.headers.get("content-type", "application/json")
-    if response.status_code >= 400 or not body.stream:
-        content = await upstream.read(response)
-        if response.status_code >= 400:
-            if "retry-after" in response.headers:
-                headers["Retry-After"] = response.headers["retry-after"]
-            return Response(content, response.status_code, headers, media_type)
-        text = _assistant_text(content)
-        turns = [t for t in (user_turn, _answer(text, body.model, None)) if t is not None]
-        try:
-            conversation_id = await _store(
-                resources, user_id, conversation_id, turns, correlation, title
-            )
-            headers[STORED_HEADER] = "true"
-        except Exception:
-            # The answer exists and is returned; the header says it was not stored.
-            log.warning("storing chat turns failed", exc_info=True)
-            headers[STORED_HEADER] = "false"
-        if conversation_id is not None:
-            headers[CONVERSATION_HEADER] = str(conversation_id)
-        return Response(content, response.status_code, headers, media_type)
 
     try:
-        conversation_id = await _store(resources, user_id, conversation_id, [], correlation, title)
+        response = await upstream.send(
+            _with_memories(raw, block), upstream.headers(request.headers)
+        )
+        media_type = response.headers.get("content-type", "application/json")
+        if response.status_code < 400 and body.stream:
+            return await _relay(turns, response, body.model, headers, media_type)
+        content = await upstream.read(response)
+    except UpstreamError as exc:
+        await _keep_turn(turns, exc.reason or "failed", headers)
+        error = {"error": type(exc).__name__, "detail": exc.message}
+        return JSONResponse(error, exc.status_code, headers)
+    if response.status_code >= 400:
+        if "retry-after" in response.headers:
+            headers["Retry-After"] = response.headers["retry-after"]
+        await _keep_turn(turns, f"http_{response.status_code}", headers)
+        return Response(content, response.status_code, headers, media_type)
+    text = _assistant_text(content)
+    if text is None:
+        await _keep_turn(turns, "bad_answer", headers)
+        detail = "the chat upstream answered 200 with a body that is not a chat completion"
+        return JSONResponse({"error": "UpstreamError", "detail": detail}, 502, headers)
+    try:
+        await turns.store(answer_turn(text, body.model, None))
+        headers[STORED_HEADER] = "true"
+    except Exception:
+        # The answer exists and is returned; the header says it was not stored.
+        log.warning("storing chat turns failed", exc_info=True)
+        headers[STORED_HEADER] = "false"
+    if turns.conversation_id is not None:
+        headers[CONVERSATION_HEADER] = str(turns.conversation_id)
+    return Response(content, response.status_code, headers, media_type)
+
+
+async def _keep_turn(turns: Turns, failure: str, headers: dict[str, str]) -> None:
+    """The upstream gave no answer: store the user's turn alone, marked with why. Its error is
+    what the client gets either way; the headers say whether the turn is kept."""
+    try:
+        await turns.store(None, failure)
+        headers[STORED_HEADER] = "true"
+    except Exception:
+        log.warning("storing the user turn of a failed chat request failed", exc_info=True)
+        headers[STORED_HEADER] = "false"
+    if turns.conversation_id is not None:
+        headers[CONVERSATION_HEADER] = str(turns.conversation_id)
+
+
+async def _relay(
+    turns: Turns,
+    response: Any,
+    model: str,
+    headers: dict[str, str],
+    media_type: str,
+) -> Response:
+    try:
+        conversation_id = await turns.ensure_conversation()
     except BaseException:
         await response.aclose()
         raise
     headers[CONVERSATION_HEADER] = str(conversation_id)
-    target = conversation_id
 
     async def on_end(text: str, incomplete: str | None) -> None:
-        turns = [t for t in (user_turn, _answer(text, body.model, incomplete)) if t is not None]
-        await _store(resources, user_id, target, turns, correlation, title)
+        failure = incomplete if incomplete in _UPSTREAM_ENDINGS else None
+        await turns.store(answer_turn(text, model, incomplete), failure)
 
     return RelayResponse(Relay(response, on_end), headers, media_type)
 
 
-def _assistant_text(content: bytes) -> str:
+def _assistant_text(content: bytes) -> str | None:
+    """The answer's text ("" for one without text, e.g. tool calls only); None when the body
+    is not a chat completion at all."""
     try:
         data = json.loads(content)
-        text = data["choices"][0]["message"]["content"]
+        message = data["choices"][0]["message"]
     except (ValueError, KeyError, IndexError, TypeError):
-        return ""
+        return None
+    if not isinstance(message, dict):
+        return None
+    text = message.get("content")
     return text if isinstance(text, str) else ""

@@ -79,10 +79,12 @@ class Relay:
                 yield chunk
         except httpx.TransportError as exc:
             log.warning("chat upstream dropped the stream: %s", type(exc).__name__)
-            self.ended = "upstream_dropped"
+            timeout = isinstance(exc, httpx.TimeoutException)
+            self.ended = "upstream_timeout" if timeout else "upstream_dropped"
             yield DROPPED_EVENT
         else:
-            self.ended = ""
+            # Ended cleanly, yet without [DONE] or any text: not an answer (e.g. garbage).
+            self.ended = "" if self.answer.done or self.answer.parts else "no_answer"
 
     async def finish(self) -> None:
         """Close the upstream and store the turns; runs once, also after a disconnect."""

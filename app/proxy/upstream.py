@@ -8,6 +8,7 @@ import httpx
 
 from app.config import Settings
 from app.errors import UpstreamError
+from app.services.api_keys import looks_like_key
 
 # Headers of the caller that mean something to an OpenAI-compatible upstream.
 PASSED_HEADERS = ("openai-organization", "openai-project")
@@ -39,11 +40,12 @@ class ChatUpstream:
             raise UpstreamError("chat proxy is off: set PGRECALL_CHAT_UPSTREAM_URL", 501)
 
     def headers(self, caller: httpx.Headers | Any) -> dict[str, str]:
-        """The configured key, else the caller's Authorization (it belongs to the upstream)."""
+        """The configured key, else the caller's Authorization (it belongs to the upstream),
+        unless it carries a pgrecall per-user key (app/proxy/auth.py)."""
         headers = {"accept-encoding": "identity"}
         if self.key is not None:
             headers["authorization"] = f"Bearer {self.key}"
-        elif caller.get("authorization"):
+        elif caller.get("authorization") and not _is_pgrecall_key(caller["authorization"]):
             headers["authorization"] = caller["authorization"]
         for name in PASSED_HEADERS:
             if caller.get(name):
@@ -58,19 +60,30 @@ class ChatUpstream:
         try:
             return await self.http.send(request, stream=True)
         except httpx.TimeoutException:
-            raise UpstreamError("chat upstream timed out", 504) from None
+            raise UpstreamError("chat upstream timed out", 504, "timeout") from None
         except httpx.TransportError as exc:
-            raise UpstreamError(f"chat upstream unreachable: {type(exc).__name__}") from None
+            # Refused or unresolvable: unreachable; a connection closed without an answer: dropped.
+            reason = "unreachable" if isinstance(exc, httpx.ConnectError) else "dropped"
+            raise UpstreamError(
+                f"chat upstream failed: {type(exc).__name__}", 502, reason
+            ) from None
 
     async def read(self, response: httpx.Response) -> bytes:
         try:
             return await response.aread()
         except httpx.TimeoutException:
-            raise UpstreamError("chat upstream timed out", 504) from None
+            raise UpstreamError("chat upstream timed out", 504, "timeout") from None
         except httpx.TransportError as exc:
-            raise UpstreamError(f"chat upstream failed: {type(exc).__name__}") from None
+            raise UpstreamError(
+                f"chat upstream failed: {type(exc).__name__}", 502, "dropped"
+            ) from None
         finally:
             await response.aclose()
 
     async def aclose(self) -> None:
         await self.http.aclose()
+
+
+def _is_pgrecall_key(authorization: str) -> bool:
+    scheme, _, token = authorization.partition(" ")
+    return scheme.lower() == "bearer" and looks_like_key(token.strip())

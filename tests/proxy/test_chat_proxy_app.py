@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 from pydantic import SecretStr
 
+from app.db import user_session
+from app.services.api_keys import ApiKeyService
 from tests.proxy.upstream_server import Answer, Upstream
 from tests.served import free_port
 
@@ -90,15 +92,21 @@ async def test_configured_upstream_key_replaces_the_callers(
     assert [s.headers["authorization"] for s in upstream.seen] == ["Bearer sk-configured"]
 
 
-async def test_unreachable_upstream_is_502_and_stores_nothing(
+async def test_unreachable_upstream_is_502_and_keeps_the_users_turn(
     make_client: Callable[..., Any], user_id: str
 ) -> None:
     dead = f"http://127.0.0.1:{free_port()}/v1"
     async with make_client(chat_upstream_url=dead) as (client, _):
         response = await client.post(CHAT, json=BODY, headers={"X-User-Id": user_id})
-        listed = await client.get("/v1/conversations", headers={"X-User-Id": user_id})
+        cid = response.headers["x-pgrecall-conversation-id"]
+        listed = await client.get(
+            f"/v1/conversations/{cid}/messages", headers={"X-User-Id": user_id}
+        )
     assert response.status_code == 502 and response.json()["error"] == "UpstreamError"
-    assert listed.json()["items"] == []
+    assert response.headers["x-pgrecall-stored"] == "true"
+    assert [(m["content"], m["metadata"]["upstream_error"]) for m in listed.json()["items"]] == [
+        ("hi", "unreachable")
+    ]
 
 
 async def test_tool_call_round_stores_no_second_user_turn(
@@ -174,3 +182,39 @@ async def test_a_nul_in_a_messages_name_is_reported_as_name(
     assert response.status_code == 422, response.text
     assert response.json()["fields"][0]["field"] == "body.messages.0.name"
     assert upstream.seen == []
+
+
+async def _key(app: Any, user: str, scope: str = "write") -> str:
+    async with (
+        user_session(app.state.resources.sessionmaker, user) as session,
+        session.begin(),
+    ):
+        return (await ApiKeyService(session).create(user, scope)).token
+
+
+async def test_a_per_user_key_names_the_user_without_x_user_id(
+    make_client: Callable[..., Any], upstream: Upstream, user_id: str, other_user_id: str
+) -> None:
+    """In X-Pgrecall-Key (Authorization goes upstream), or as the Bearer token itself (then
+    it is pgrecall's and is not sent upstream)."""
+    upstream.answers.extend([Answer(text="one"), Answer(text="two")])
+    settings = {"api_key": SecretStr("svc"), "chat_upstream_url": upstream.base}
+    async with make_client(**settings) as (client, app):
+        token = await _key(app, user_id)
+        in_header = await client.post(
+            CHAT,
+            json=BODY,
+            headers={"X-Pgrecall-Key": token, "Authorization": "Bearer sk-caller"},
+        )
+        as_bearer = await client.post(CHAT, json=BODY, headers={"Authorization": f"Bearer {token}"})
+        other = await client.post(
+            CHAT, json=BODY, headers={"X-Pgrecall-Key": token, "X-User-Id": other_user_id}
+        )
+        read_only = await client.post(
+            CHAT, json=BODY, headers={"X-Pgrecall-Key": await _key(app, user_id, "read")}
+        )
+        listed = await client.get("/v1/conversations", headers={"Authorization": f"Bearer {token}"})
+    assert (in_header.status_code, as_bearer.status_code) == (200, 200), as_bearer.text
+    assert (other.status_code, read_only.status_code) == (403, 403)
+    assert len(listed.json()["items"]) == 2  # both stored for the key's user
+    assert [s.headers.get("authorization") for s in upstream.seen] == ["Bearer sk-caller", None]

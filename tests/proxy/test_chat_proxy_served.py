@@ -199,8 +199,10 @@ def test_upstream_error_comes_back_with_its_status_and_body(
     assert limited.value.status_code == 429
     assert limited.value.response.json() == error
     assert limited.value.response.headers["retry-after"] == "7"
-    with pgr(served, user) as client:
-        assert client.list_conversations().items == []  # nothing stored for a failed call
+    conversation = limited.value.response.headers["x-pgrecall-conversation-id"]
+    turns = stored(served, user, conversation, 1)  # the user's words are kept, marked
+    assert [(m.role, m.content) for m in turns] == [("user", "Hello?")]
+    assert turns[0].metadata["upstream_error"] == "http_429"
 
 
 def test_dropped_upstream_stream_is_reported_and_the_partial_answer_kept(
@@ -220,6 +222,7 @@ def test_dropped_upstream_stream_is_reported_and_the_partial_answer_kept(
     turns = stored(served, user, conversation, 2)
     assert [m.content for m in turns] == ["Tell me", "Half an "]
     assert turns[1].metadata["incomplete"] == "upstream_dropped"
+    assert turns[0].metadata["upstream_error"] == "upstream_dropped"
 
 
 def test_client_gone_mid_stream_still_stores_what_it_got(

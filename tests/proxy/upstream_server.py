@@ -32,6 +32,9 @@ class Answer:
     reply: Callable[[dict[str, Any]], str] | None = None  # the text, from the request body
     usage: dict[str, int] | None = None  # replaces the default usage
     delay_s: float = 0.0  # wait before answering
+    raw: bytes | None = None  # a 200 with exactly this body (garbage: not a completion)
+    hang_up: bool = False  # close the connection without answering
+    stall_s: float = 0.0  # streams: pause this long after the first chunk (a hung upstream)
 
 
 @dataclass
@@ -98,13 +101,25 @@ class Upstream:
                 if answer.delay_s:
                     time.sleep(answer.delay_s)
                 text = answer.reply(body) if answer.reply is not None else answer.text
-                if answer.status != 200:
+                if answer.hang_up:
+                    self.close_connection = True
+                    return
+                if answer.raw is not None:
+                    self._bytes(200, answer.raw, "application/json")
+                elif answer.status != 200:
                     self._json(answer.status, answer.error or {}, answer.headers)
                 elif answer.stream_pieces is None:
                     reply = completion(body["model"], text, answer.usage)
                     self._json(200, reply, answer.headers)
                 else:
                     self._stream(body["model"], answer)
+
+            def _bytes(self, status: int, data: bytes, content_type: str) -> None:
+                self.send_response(status)
+                self.send_header("content-type", content_type)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
 
             def _json(self, status: int, payload: dict[str, Any], extra: dict[str, str]) -> None:
                 data = json.dumps(payload).encode()
@@ -136,6 +151,8 @@ class Upstream:
                     self._send_chunk(event)
                     if n == 1 and answer.gate is not None:
                         answer.gate.wait(GATE_TIMEOUT_S)
+                    if n == 1 and answer.stall_s:
+                        time.sleep(answer.stall_s)
                 self.wfile.write(b"0\r\n\r\n")
                 self.wfile.flush()
                 upstream.finished.set()

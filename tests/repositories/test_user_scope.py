@@ -42,6 +42,7 @@ from app.repositories.admin import (
 )
 from app.repositories.agent_memory import AgentMemoryRepository
 from app.repositories.api_keys import ApiKeyRepository
+from app.repositories.chat_turns import ChatTurnRepository
 from app.repositories.bulk import BulkMemory, BulkRepository
 from app.repositories.conversation import ConversationRepository, NewMessage
 from app.repositories.extraction import ExtractionRepository, ExtractionStatsRepository
@@ -347,6 +348,9 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
 
     agent = AgentMemoryRepository(session)
     await rec.call("AgentMemoryRepository", "lock_saves", agent.lock_saves(user))
+    chat_turns = ChatTurnRepository(session)
+    await rec.call("ChatTurnRepository", "lock_key", chat_turns.lock_key(user, "k"))
+    await rec.call("ChatTurnRepository", "find", chat_turns.find(user, "k"))
     await rec.call("AgentMemoryRepository", "message", agent.message(user, stored[1].id))
     await rec.call("AgentMemoryRepository", "turn_before", agent.turn_before(user, stored[1]))
     for deleted in (True, False):

@@ -1,0 +1,144 @@
+"""The turns a proxied request stores: the user's words always (marked when the upstream
+failed), the model's answer when there is one, and never the user's turn twice for one
+`Idempotency-Key`."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from app.api.deps import Resources, after_commit, get_session
+from app.errors import ValidationFailedError
+from app.repositories.chat_turns import IDEMPOTENCY_KEY, ChatTurnRepository
+from app.retrieval.speakers import usable_speaker
+from app.schemas.common import MAX_CONTENT_CHARS
+from app.schemas.conversation import MessageCreate
+from app.services.conversation import ConversationService
+from app.services.session_state import SessionStateService
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+MAX_KEY_CHARS = 255
+# metadata of a user turn whose request the upstream did not answer (e.g. "http_500").
+UPSTREAM_ERROR = "upstream_error"
+
+transaction = contextlib.asynccontextmanager(get_session)
+
+
+def idempotency_key(value: str | None) -> str | None:
+    """The header's key: 1-255 printable ASCII characters (422 naming the header otherwise)."""
+    if value is None:
+        return None
+    if not 0 < len(value) <= MAX_KEY_CHARS or not all(" " < c <= "~" for c in value):
+        field = f"header.{IDEMPOTENCY_HEADER}"
+        raise ValidationFailedError(
+            f"{field}: 1-{MAX_KEY_CHARS} printable ASCII characters, no spaces", field=field
+        )
+    return value
+
+
+def user_turn(text: str, at: str, name: object, key: str | None) -> MessageCreate:
+    """The user turn to store (message `at`, e.g. `body.messages.0`); the message's OpenAI
+    `name` (a participant) becomes its `metadata.speaker`, which ranking reads
+    (docs/retrieval.md, named speakers)."""
+    metadata: dict[str, Any] = {"source": "chat_proxy"}
+    speaker = usable_speaker(name)
+    if speaker is not None:
+        metadata["speaker"] = speaker
+    if key is not None:
+        metadata[IDEMPOTENCY_KEY] = key
+    try:
+        return MessageCreate(role="user", content=text, metadata=metadata)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        # The speaker is the only metadata from the body: a bad one is the message's `name`.
+        field = f"{at}.name" if error["loc"][:1] == ("metadata",) else f"{at}.content"
+        reason = error.get("msg", "invalid")
+        raise ValidationFailedError(f"{field}: {reason}", field=field) from None
+
+
+def answer_turn(text: str, model: str, incomplete: str | None) -> MessageCreate | None:
+    """The assistant turn to store, None when the model said nothing storable."""
+    meta: dict[str, Any] = {"source": "chat_proxy", "model": model}
+    if incomplete:
+        meta["incomplete"] = incomplete
+    if len(text) > MAX_CONTENT_CHARS:
+        text, meta["cut"] = text[:MAX_CONTENT_CHARS], True
+    try:
+        return MessageCreate(role="assistant", content=text, metadata=meta)
+    except ValidationError:  # blank (e.g. a tool call only) or not storable text
+        return None
+
+
+@dataclass
+class Turns:
+    """One request's turns. `user` is None when the request has no new user turn (a tool-call
+    round) or once it is stored; `conversation_id` None until there is a conversation."""
+
+    resources: Resources
+    user_id: str
+    correlation: uuid.UUID
+    title: str
+    conversation_id: uuid.UUID | None
+    user: MessageCreate | None
+    key: str | None
+
+    async def resume(self) -> None:
+        """A retry of a request whose user turn is stored already: continue its conversation,
+        and do not store the turn again."""
+        if self.key is None or self.user is None:
+            return
+        async with transaction(self.resources, self.user_id) as session:
+            found = await ChatTurnRepository(session).find(self.user_id, self.key)
+        if found is not None:
+            self.user, self.conversation_id = None, found[1]
+
+    async def ensure_conversation(self) -> uuid.UUID:
+        """The conversation the turns go to, created now when absent (a stream names it in its
+        headers before the turns exist)."""
+        if self.conversation_id is None:
+            async with transaction(self.resources, self.user_id) as session:
+                conversations = ConversationService(session, self.resources.embeddings)
+                self.conversation_id = (await conversations.create(self.user_id, self.title)).id
+        return self.conversation_id
+
+    async def store(
+        self, answer: MessageCreate | None = None, failure: str | None = None
+    ) -> uuid.UUID:
+        """Create the conversation when absent, append the user turn (marked with `failure`)
+        and the answer; committed when this returns."""
+        resources = self.resources
+        async with transaction(resources, self.user_id) as session:
+            user = self.user
+            if user is not None and self.key is not None:
+                turns = ChatTurnRepository(session)
+                await turns.lock_key(self.user_id, self.key)
+                found = await turns.find(self.user_id, self.key)
+                if found is not None:  # a concurrent attempt stored it meanwhile
+                    user, self.conversation_id = None, found[1]
+            if user is not None and failure:
+                user = user.model_copy(
+                    update={"metadata": {**user.metadata, UPSTREAM_ERROR: failure}}
+                )
+            conversations = ConversationService(session, resources.embeddings)
+            if self.conversation_id is None:
+                self.conversation_id = (await conversations.create(self.user_id, self.title)).id
+            turns_in = [t for t in (user, answer) if t is not None]
+            if turns_in:
+                stored = await conversations.append(
+                    self.user_id,
+                    self.conversation_id,
+                    turns_in,
+                    self.correlation,
+                    extract=resources.extraction is not None,
+                    passages=resources.message_passages,
+                )
+                state = SessionStateService(
+                    conversations, resources.cache, resources.session_messages
+                )
+                after_commit(session, state.after_append(self.user_id, stored))
+        self.user = None
+        return self.conversation_id
