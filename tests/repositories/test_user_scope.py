@@ -42,8 +42,8 @@ from app.repositories.admin import (
 )
 from app.repositories.agent_memory import AgentMemoryRepository
 from app.repositories.api_keys import ApiKeyRepository
-from app.repositories.chat_turns import ChatTurnRepository
 from app.repositories.bulk import BulkMemory, BulkRepository
+from app.repositories.chat_turns import ChatTurnRepository
 from app.repositories.conversation import ConversationRepository, NewMessage
 from app.repositories.extraction import ExtractionRepository, ExtractionStatsRepository
 from app.repositories.memory import MemoryRepository, NewMemory
