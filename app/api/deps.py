@@ -149,6 +149,25 @@ async def require_service_key(
         raise PermissionDeniedError("invalid API key")
 
 
+async def document_reader(
+    resources: ResourcesDep,
+    authorization: Annotated[str | None, Header()] = None,
+) -> bool:
+    """Who may read the OpenAPI document: the service or admin key, or a per-user key (True:
+    its holder gets the document where X-User-Id is optional). Open without auth configured."""
+    token = None
+    if authorization is not None and authorization.lower().startswith("bearer "):
+        token = authorization[7:].strip() or None
+    service = token is not None and (
+        _matches(token, resources.api_key) or _matches(token, resources.admin_api_key)
+    )
+    if token is not None and not service and looks_like_key(token):
+        await resources.keys.authenticate(token)
+        return True
+    await require_service_key(resources, authorization)
+    return False
+
+
 async def require_admin_key(
     resources: ResourcesDep,
     authorization: Annotated[str | None, Header()] = None,

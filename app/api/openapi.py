@@ -39,6 +39,7 @@ _DESCRIPTIONS = {
     "404": "no such resource for this caller (another user's ids are not found either)",
     "409": "the write conflicts with stored data (e.g. the user already has this content)",
     "413": "request body over the size limit",
+    "415": "request body in a charset other than UTF-8",
     "422": "invalid input: `fields` names each rejected field and why",
     "429": "too many agent writes for this user this minute: nothing was stored",
     "503": "Postgres unavailable or timing out: nothing was stored, retry (Retry-After)",
@@ -68,7 +69,7 @@ def _statuses(path: str, method: str, operation: dict[str, Any], auth_routes: bo
     if "{" in path or (method, path) in _BODY_ADDRESSED:
         statuses.append("404")
     if "requestBody" in operation:
-        statuses.append("413")
+        statuses += ["413", "415"]
     if path.startswith("/v1") and method in {"post", "put", "patch", "delete"}:
         statuses.append("409")
     if operation.get("parameters") or "requestBody" in operation:
@@ -80,8 +81,31 @@ def _statuses(path: str, method: str, operation: dict[str, Any], auth_routes: bo
     return statuses
 
 
-def build_openapi(app: FastAPI, *, auth_configured: bool) -> dict[str, Any]:
-    """FastAPI's document with pgrecall's error body and statuses on every operation."""
+# The two credentials that name the user (app/api/deps.py::current_caller).
+_SECURITY_SCHEMES = {
+    "serviceKey": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "the service key (PGRECALL_API_KEY): a trusted backend that names the "
+        "user in `X-User-Id` (required with this key)",
+    },
+    "userKey": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "a per-user key (`pgrecall keys create --user alice`, `pgr_...`): fixes "
+        "the user; `X-User-Id` may be left out (refused with 403 when it names another user)",
+    },
+}
+
+
+def build_openapi(
+    app: FastAPI, *, auth_configured: bool, per_user: bool = False
+) -> dict[str, Any]:
+    """FastAPI's document with pgrecall's error body and statuses on every operation.
+
+    `per_user`: the document as a per-user key's holder reads it, `X-User-Id` optional; else
+    as the service key's (or, without auth, an anonymous caller's), `X-User-Id` required.
+    Both describe both credentials (`securitySchemes`, and the header's description)."""
     document = get_openapi(
         title=app.title, version=app.version, description=app.description, routes=app.routes
     )
@@ -92,13 +116,17 @@ def build_openapi(app: FastAPI, *, auth_configured: bool) -> dict[str, Any]:
     error_schema = ErrorBody.model_json_schema(ref_template="#/components/schemas/{model}")
     error_schema.pop("$defs", None)
     schemas["ErrorBody"] = error_schema
+    if auth_configured:
+        document["components"]["securitySchemes"] = _SECURITY_SCHEMES
     for path, item in document.get("paths", {}).items():
         for method, operation in item.items():
+            names_user = False
             for parameter in operation.get("parameters", []):
-                # Only a per-user key may leave X-User-Id out (app/api/deps.py::current_caller);
-                # the document states the rule every other caller must follow.
                 if parameter.get("in") == "header" and parameter.get("name") == "X-User-Id":
-                    parameter["required"] = True
+                    parameter["required"] = not per_user
+                    names_user = True
+            if auth_configured and names_user:
+                operation["security"] = [{"serviceKey": []}, {"userKey": []}]
             responses = operation.setdefault("responses", {})
             responses.pop("422", None)
             for status in _statuses(path, method, operation, auth_configured):
@@ -107,11 +135,24 @@ def build_openapi(app: FastAPI, *, auth_configured: bool) -> dict[str, Any]:
 
 
 def install_openapi(app: FastAPI, *, auth_configured: bool) -> None:
-    """Serve `build_openapi`'s document (built once) as the app's OpenAPI schema."""
+    """Serve `build_openapi`'s documents (each built once): `app.openapi()` is the service
+    key's, `openapi_for(app, per_user=True)` a per-user key's."""
+    documents: dict[bool, dict[str, Any]] = {}
+
+    def document(per_user: bool) -> dict[str, Any]:
+        if per_user not in documents:
+            documents[per_user] = build_openapi(
+                app, auth_configured=auth_configured, per_user=per_user
+            )
+        return documents[per_user]
 
     def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            app.openapi_schema = build_openapi(app, auth_configured=auth_configured)
-        return app.openapi_schema
+        return document(False)
 
+    app.state.openapi_document = document
     app.openapi = openapi  # type: ignore[method-assign]
+
+
+def openapi_for(app: FastAPI, *, per_user: bool) -> dict[str, Any]:
+    """The document for a reader holding a per-user key (`per_user`) or not."""
+    return app.state.openapi_document(per_user)  # type: ignore[no-any-return]

@@ -200,3 +200,43 @@ async def test_openapi_describes_errors_and_rules(client: httpx.AsyncClient) -> 
     query = schemas["MemoryQueryRequest"]["properties"]
     assert query["sources"]["uniqueItems"] is True
     assert json.dumps(document)  # serialisable as served
+
+
+async def test_a_per_user_key_reads_its_own_openapi_document(
+    make_client: Callable[..., Any], user_id: str
+) -> None:
+    """Both ways to name the user are described; the per-user key's holder gets X-User-Id
+    optional (its key fixes the user), the service key's holder required."""
+    from app.db import user_session
+    from app.services.api_keys import ApiKeyService
+
+    async with make_client(api_key=SecretStr(SERVICE_KEY)) as (client, app):
+        async with (
+            user_session(app.state.resources.sessionmaker, user_id) as session,
+            session.begin(),
+        ):
+            token = (await ApiKeyService(session).create(user_id, "write")).token
+        mine = await client.get("/openapi.json", headers={"Authorization": f"Bearer {token}"})
+        service = await client.get(
+            "/openapi.json", headers={"Authorization": f"Bearer {SERVICE_KEY}"}
+        )
+        revoked = await client.get("/openapi.json", headers={"Authorization": "Bearer pgr_nope"})
+    assert (mine.status_code, service.status_code, revoked.status_code) == (200, 200, 403)
+
+    def user_headers(document: dict[str, Any]) -> list[bool]:
+        return [
+            p["required"]
+            for item in document["paths"].values()
+            for operation in item.values()
+            for p in operation.get("parameters", [])
+            if p["name"] == "X-User-Id"
+        ]
+
+    assert len(user_headers(mine.json())) > 20
+    assert set(user_headers(mine.json())) == {False}
+    assert set(user_headers(service.json())) == {True}
+    for document in (mine.json(), service.json()):
+        assert set(document["components"]["securitySchemes"]) == {"serviceKey", "userKey"}
+        append = document["paths"]["/v1/conversations/{conversation_id}/messages"]["post"]
+        assert append["security"] == [{"serviceKey": []}, {"userKey": []}]
+        assert "415" in append["responses"]
