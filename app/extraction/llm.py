@@ -2,13 +2,18 @@
 
 The client never retries by itself (max_retries=0): retries belong to the job table, where
 they are counted, backed off and dead-lettered. Errors come out as two kinds: worth retrying
-(429, timeouts, connection failures, 5xx) and not (other 4xx: a request the endpoint refuses).
+(429, timeouts, connection failures, 5xx, a 200 that is not a completion) and not (other 4xx: a
+request the endpoint refuses). The 200 body is read here, not by the client's models: those
+accept any shape and fail later with AttributeError or UnicodeDecodeError (a traceback, and a
+batch left `running` until its lease ran out).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import openai
 from openai import AsyncOpenAI
@@ -18,10 +23,18 @@ class LLMError(Exception):
     """The endpoint did not answer with a completion."""
 
     retryable: bool = True
+    spent: bool = False  # the endpoint answered: tokens were probably used
 
 
 class LLMRetryableError(LLMError):
     """Rate limited, timed out, unreachable or failing (5xx): try again later."""
+
+
+class LLMMalformedError(LLMRetryableError):
+    """A 200 whose body is not a chat completion (not UTF-8, not JSON, wrong shape). The
+    endpoint may have spent tokens on it: they are counted at the worst case."""
+
+    spent = True
 
 
 class LLMRefusedError(LLMError):
@@ -60,7 +73,7 @@ class ExtractionLLM:
     async def complete(self, messages: Sequence[dict[str, str]]) -> Completion:
         """The model's answer and the tokens the endpoint says it used."""
         try:
-            response = await self._client.chat.completions.create(
+            raw = await self._client.chat.completions.with_raw_response.create(
                 model=self.model,
                 messages=list(messages),  # type: ignore[arg-type]
                 temperature=0,
@@ -74,19 +87,41 @@ class ExtractionLLM:
             if exc.status_code in (408, 409, 429) or exc.status_code >= 500:
                 raise LLMRetryableError(message) from exc
             raise LLMRefusedError(message) from exc
-        except openai.OpenAIError as exc:  # e.g. a body that is not a completion
+        except openai.OpenAIError as exc:
             raise LLMRetryableError(f"{type(exc).__name__}: {exc}") from exc
-        usage = response.usage
-        text = response.choices[0].message.content if response.choices else None
-        if usage is None:
-            return Completion(text, 0, 0, 0, usage_reported=False)
-        return Completion(
-            text,
-            usage.prompt_tokens,
-            usage.completion_tokens,
-            usage.total_tokens,
-            usage_reported=True,
-        )
+        return read_completion(raw.content)
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def read_completion(body: bytes) -> Completion:
+    """A chat completion's text and usage from its raw body; LLMMalformedError naming what is
+    wrong with anything else. A usage report with the wrong shape counts as none."""
+    try:
+        data: Any = json.loads(body.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise LLMMalformedError("malformed answer: the body is not UTF-8") from None
+    except ValueError:
+        raise LLMMalformedError("malformed answer: the body is not JSON") from None
+    if not isinstance(data, dict):
+        raise LLMMalformedError("malformed answer: the body is not a JSON object")
+    choices = data.get("choices")
+    if not isinstance(choices, list):
+        raise LLMMalformedError("malformed answer: `choices` is not a list")
+    text = None
+    if choices:
+        message = choices[0].get("message") if isinstance(choices[0], dict) else None
+        if not isinstance(message, dict):
+            raise LLMMalformedError("malformed answer: `choices[0].message` is not an object")
+        text = message.get("content")
+        if text is not None and not isinstance(text, str):
+            raise LLMMalformedError("malformed answer: `choices[0].message.content` is not text")
+    usage = data.get("usage")
+    counts = [usage.get(k) for k in _USAGE_KEYS] if isinstance(usage, dict) else []
+    if len(counts) != 3 or not all(type(c) is int and c >= 0 for c in counts):
+        return Completion(text, 0, 0, 0, usage_reported=False)
+    return Completion(text, counts[0], counts[1], counts[2], usage_reported=True)
+
+
+_USAGE_KEYS = ("prompt_tokens", "completion_tokens", "total_tokens")

@@ -167,6 +167,12 @@ class ExtractionProcessor:
             completion = await self.llm.complete(messages)
         except LLMError as exc:
             log.warning("extraction call failed for %d job(s): %s", len(jobs), exc)
+            if exc.spent:  # an answer came back, unreadable: count the worst case
+                usage.used = usage.reserved
+                self.metrics.calls += 1
+                self.metrics.malformed += 1
+                self.metrics.tokens += usage.used
+                self.metrics.tokens_by_user[user_id] += usage.used
             state = "retry" if exc.retryable else "failed"
             return await self._settle(user_id, token, jobs, state, error=str(exc), usage=usage)
         # Without a usage report the worst case is counted: a cap must not be dodged.

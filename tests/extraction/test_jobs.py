@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -410,3 +412,49 @@ async def test_concurrent_workers_claim_each_job_once(
     assert sum(len(r) for r in results) == len(cities) == len(env.upstream.seen)
     assert sorted(m.content for m in memories) == sorted(f"User visited {c}." for c in cities)
     assert [(j.state, j.attempts) for j in jobs] == [("done", 1)] * len(cities)
+
+
+MALFORMED_BODIES = [
+    (b"\xff\xfe{\x00}\x00", "the body is not UTF-8"),
+    (b"<html>502 Bad Gateway</html>", "the body is not JSON"),
+    (b'["a", "list"]', "the body is not a JSON object"),
+    (b'{"choices": "nope"}', "`choices` is not a list"),
+    (b'{"choices": ["nope"]}', "`choices[0].message` is not an object"),
+    (b'{"choices": [{"message": {"content": 7}}]}', "`choices[0].message.content` is not text"),
+]
+
+
+@pytest.mark.parametrize(("raw", "reason"), MALFORMED_BODIES)
+async def test_a_malformed_200_retries_after_its_backoff_then_dies_readably(
+    make_env: Callable[..., Any],
+    user_id: str,
+    raw: bytes,
+    reason: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each malformed shape is an expected fault: the batch settles at once (retry, then dead
+    after max attempts), with one warning line and no traceback."""
+    async with make_env(extraction_max_attempts=2, extraction_backoff_s=0.0) as env:
+        await _say(env, user_id, [("user", "I keep bees")])
+        env.script(Answer(raw=raw), Answer(raw=raw))
+        with caplog.at_level(logging.WARNING):
+            results = await env.drain()
+        (job,) = await env.jobs(user_id)
+    assert [r.state for r in results] == ["retry", "dead"]
+    assert (job.state, job.attempts) == ("dead", 2)
+    assert job.last_error == f"malformed answer: {reason}"
+    assert job.tokens_used > 0  # the worst case is counted: an answer came back
+    assert not [r for r in caplog.records if r.exc_info], "a traceback was logged"
+
+
+async def test_a_malformed_200_waits_for_its_backoff(
+    make_env: Callable[..., Any], user_id: str
+) -> None:
+    async with make_env(extraction_backoff_s=60.0) as env:
+        await _say(env, user_id, [("user", "I keep bees")])
+        env.script(Answer(raw=b'{"choices": "nope"}'))
+        before = datetime.now(UTC)
+        (result,) = await env.drain()  # settled at once, not left `running` for the lease
+        (job,) = await env.jobs(user_id)
+    assert result.state == "retry" and job.state == "queued"
+    assert before + timedelta(seconds=55) < job.next_attempt_at < before + timedelta(seconds=70)
