@@ -39,6 +39,7 @@ from app.roles import database_urls, prepare_database, warn_unless_rls_binds
 from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig
+from app.supervisor import PostgresSupervisor
 
 log = logging.getLogger(__name__)
 
@@ -120,10 +121,19 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         if extraction is not None and settings.extraction_workers:
             extraction.worker.start()
         app.state.chat_upstream = ChatUpstream.from_settings(settings)
+        # The embedded server is ours to keep alive (app/supervisor.py); an external one is not.
+        supervisor = None
+        if settings.embedded_database:
+            from app.embedded import EmbeddedPostgres
+
+            supervisor = PostgresSupervisor(EmbeddedPostgres(settings.data_dir))
+            supervisor.start()
         try:
             async with mcp_door.running():
                 yield
         finally:
+            if supervisor is not None:
+                await supervisor.stop()
             if extraction is not None:
                 await extraction.aclose()  # lets the batches in hand finish first
             await app.state.chat_upstream.aclose()

@@ -98,9 +98,7 @@ _SECURITY_SCHEMES = {
 }
 
 
-def build_openapi(
-    app: FastAPI, *, auth_configured: bool, per_user: bool = False
-) -> dict[str, Any]:
+def build_openapi(app: FastAPI, *, auth_configured: bool, per_user: bool = False) -> dict[str, Any]:
     """FastAPI's document with pgrecall's error body and statuses on every operation.
 
     `per_user`: the document as a per-user key's holder reads it, `X-User-Id` optional; else
