@@ -117,6 +117,16 @@ class Settings(BaseSettings):
     )
     chat_upstream_timeout_s: Annotated[float, Field(gt=0, le=3600)] = 300.0
 
+    mcp_max_streams: Annotated[int, Field(ge=1, le=100_000)] = Field(
+        default=1000, description="open GET /mcp streams at most, all keys together (503 over)"
+    )
+    mcp_max_streams_per_key: Annotated[int, Field(ge=1, le=100_000)] = Field(
+        default=10, description="open GET /mcp streams at most per API key (429 over)"
+    )
+    mcp_stream_idle_s: Annotated[float, Field(gt=0, le=86_400)] = Field(
+        default=300.0, description="a GET /mcp stream that sent nothing this long is closed"
+    )
+
     mlflow_tracking_uri: str | None = Field(
         default=None,
         validation_alias=AliasChoices("PGRECALL_MLFLOW_TRACKING_URI", "MLFLOW_TRACKING_URI"),

@@ -68,6 +68,12 @@ class DatabaseUnavailableError(ServiceError):
     status_code = 503
 
 
+class CapacityError(ServiceError):
+    """A configured capacity is in use (e.g. every GET /mcp stream allowed): retry later."""
+
+    status_code = 503
+
+
 class EmbeddingError(ServiceError):
     """The embedder failed or timed out."""
 

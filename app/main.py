@@ -31,6 +31,7 @@ from app.console import install_console
 from app.db import create_engine, create_sessionmaker
 from app.extraction.runtime import build_extraction
 from app.mcp.http import McpHttp
+from app.mcp.streams import StreamLimits
 from app.middleware import BodySizeLimitMiddleware, CorrelationIdMiddleware
 from app.proxy import routes as chat_proxy
 from app.proxy.upstream import ChatUpstream
@@ -165,7 +166,10 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.include_router(admin_keys.router)
     app.include_router(chat_proxy.router)
     install_console(app, settings)  # /console, app/console/
-    mcp_door = McpHttp(lambda: app.state.resources)  # MCP (streamable HTTP), app/mcp/
+    streams = StreamLimits(
+        settings.mcp_max_streams, settings.mcp_max_streams_per_key, settings.mcp_stream_idle_s
+    )
+    mcp_door = McpHttp(lambda: app.state.resources, streams)  # MCP (streamable HTTP), app/mcp/
     app.router.add_route(
         "/mcp", mcp_door, methods=["GET", "POST", "DELETE"], include_in_schema=False
     )

@@ -26,6 +26,7 @@ from app.errors import (
     PermissionDeniedError,
     ServiceError,
 )
+from app.mcp.streams import StreamLimits
 from app.mcp.tools import CALLER_SCOPE_KEY, ToolResources, build_server, caller_from_scope
 from app.services.api_keys import Caller, looks_like_key
 
@@ -39,8 +40,9 @@ async def _scope_caller(ctx: Context) -> Caller:
 class McpHttp:
     """The ASGI endpoint mounted at /mcp; `running()` belongs in the app's lifespan."""
 
-    def __init__(self, resources: Callable[[], ToolResources]) -> None:
+    def __init__(self, resources: Callable[[], ToolResources], streams: StreamLimits) -> None:
         self.resources = resources
+        self.streams = streams
         self.server = build_server(resources, _scope_caller)
         self._manager: StreamableHTTPSessionManager | None = None
 
@@ -91,7 +93,24 @@ class McpHttp:
             unavailable = {"error": "ServiceError", "detail": "MCP endpoint is not running"}
             await JSONResponse(unavailable, 503)(scope, receive, send)
             return
-        await self._manager.handle_request(scope, receive, send)
+        if scope["method"] != "GET":
+            await self._manager.handle_request(scope, receive, send)
+            return
+        # GET opens a server-to-client stream: bounded in number and idle time (streams.py).
+        caller: Caller = scope[CALLER_SCOPE_KEY]
+        key = caller.key_id or caller.user_id
+        try:
+            self.streams.admit(key)
+        except ServiceError as exc:
+            body = {"error": type(exc).__name__, "detail": exc.message}
+            await JSONResponse(body, exc.status_code, headers={"Retry-After": "1"})(
+                scope, receive, send
+            )
+            return
+        try:
+            await self.streams.hold(self._manager.handle_request, scope, receive, send)
+        finally:
+            self.streams.release(key)
 
     async def _authenticate(self, headers: Headers) -> Caller:
         authorization = headers.get("authorization")

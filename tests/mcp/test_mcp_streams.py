@@ -1,0 +1,94 @@
+"""GET /mcp streams are bounded: per key, in all, and in idle time (app/mcp/streams.py).
+
+Served for real (a stream is a socket held open): the limits are lowered through settings to
+keep it cheap; the default (1,000 in all) is checked on StreamLimits itself below.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from app.config import Settings
+from app.errors import CapacityError, RateLimitedError
+from app.mcp.streams import StreamLimits
+from tests.served import Served, serving
+
+IDLE_S = 2.0
+SETTINGS = {
+    "PGRECALL_MCP_MAX_STREAMS": "3",
+    "PGRECALL_MCP_MAX_STREAMS_PER_KEY": "2",
+    "PGRECALL_MCP_STREAM_IDLE_S": str(IDLE_S),
+}
+STREAM_HEADERS = {"Accept": "text/event-stream", "MCP-Protocol-Version": "2025-06-18"}
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[Served]:
+    with serving("pgr-mcps-", SETTINGS) as server:
+        yield server
+
+
+def new_key(served: Served) -> str:
+    created = httpx.post(f"{served.base}/v1/admin/keys", json={"user_id": f"s-{uuid.uuid4()}"})
+    assert created.status_code == 201, created.text
+    return str(created.json()["token"])
+
+
+async def open_stream(client: httpx.AsyncClient, token: str) -> httpx.Response:
+    request = client.build_request(
+        "GET", "/mcp", headers={**STREAM_HEADERS, "Authorization": f"Bearer {token}"}
+    )
+    return await client.send(request, stream=True)
+
+
+async def test_streams_are_limited_per_key_and_in_all_and_end_when_idle(served: Served) -> None:
+    a, b, c = new_key(served), new_key(served), new_key(served)
+    async with httpx.AsyncClient(base_url=served.base, timeout=30) as client:
+        first = [await open_stream(client, a), await open_stream(client, a)]
+        assert [r.status_code for r in first] == [200, 200], [r.status_code for r in first]
+        opened = time.monotonic()
+        over_key = await open_stream(client, a)
+        await over_key.aread()
+        third = await open_stream(client, b)
+        over_all = await open_stream(client, c)
+        await over_all.aread()
+        assert third.status_code == 200
+        assert over_key.status_code == 429 and over_key.headers["retry-after"] == "1"
+        assert over_key.json()["error"] == "RateLimitedError"
+        assert "PGRECALL_MCP_MAX_STREAMS_PER_KEY" in over_key.json()["detail"]
+        assert over_all.status_code == 503 and over_all.json()["error"] == "CapacityError"
+
+        # Nothing is ever sent on them: each ends after IDLE_S, and its place is free again.
+        for stream in (*first, third):
+            await asyncio.wait_for(stream.aread(), timeout=IDLE_S + 10)
+            await stream.aclose()
+        assert time.monotonic() - opened >= IDLE_S - 0.5
+        await asyncio.sleep(0.2)
+        again = await open_stream(client, c)
+        assert again.status_code == 200
+        await again.aclose()
+
+
+def test_the_default_refuses_the_1001st_stream() -> None:
+    defaults = Settings()
+    limits = StreamLimits(
+        defaults.mcp_max_streams, defaults.mcp_max_streams_per_key, defaults.mcp_stream_idle_s
+    )
+    assert (defaults.mcp_max_streams, defaults.mcp_max_streams_per_key) == (1000, 10)
+    keys = [uuid.uuid4() for _ in range(100)]
+    for key in keys:
+        for _ in range(10):
+            limits.admit(key)
+    assert limits.open_total == 1000
+    with pytest.raises(CapacityError):
+        limits.admit(uuid.uuid4())
+    with pytest.raises(RateLimitedError):
+        limits.admit(keys[0])
+    limits.release(keys[0])
+    limits.admit(uuid.uuid4())  # a closed stream frees its place
