@@ -5,10 +5,13 @@ Starts `pgrecall serve` on embedded defaults (a fresh data dir, no Redis: every 
 embedded), gives a reader user some history, then times the reader's
 POST /v1/tools/query_memory one request at a time:
   idle    nothing else running
-  loaded  while another user imports `--messages` long messages in one messages:bulk request
+  loaded  while another user runs `--imports` messages:bulk requests at once, each of
+          `--messages` long messages
 A writer user's single appends are timed the same way. Target: loaded p95 <= 2x idle p95.
+`--server-root` serves another checkout (e.g. the old code, with its own .venv) with this
+script, so old and new are measured the same way in one session.
 
-    .venv/bin/python scripts/bench_fairness.py [--messages 1000] [--chars 4800]
+    .venv/bin/python scripts/bench_fairness.py [--messages 1000] [--chars 4800] [--imports 10]
 """
 
 from __future__ import annotations
@@ -92,14 +95,15 @@ def long_text(rng: random.Random, chars: int) -> str:
     return " ".join(words)[:chars]
 
 
-def start_server(data_dir: Path, log_path: Path) -> Server:
+def start_server(data_dir: Path, log_path: Path, root: Path) -> Server:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PGRECALL_")}
     env |= {"PGRECALL_DATA_DIR": str(data_dir), "PGRECALL_PORT": str(port)}
     log = log_path.open("ab")
+    python = root / ".venv" / "bin" / "python" if root != ROOT else Path(sys.executable)
     process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve"],
-        cwd=ROOT,
+        [str(python), "-m", "app.cli", "serve"],
+        cwd=root,
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -207,27 +211,33 @@ async def run(args: argparse.Namespace, base_url: str) -> None:
         await measure(client, idle, count=args.idle_queries, **options)  # type: ignore[arg-type]
         print(idle.line("idle"), flush=True)
 
-        async def import_all() -> tuple[int, float]:
+        async def import_one(client: AsyncClient, target: str) -> int:
+            try:
+                await client.import_messages(target, bulk)
+                return 201
+            except PgrecallError as exc:
+                return exc.status
+
+        async def import_all() -> tuple[list[int], float]:
             started = time.perf_counter()
             async with AsyncClient(
                 base_url, user_id=importer, timeout=3600, retry=NO_RETRY
             ) as importer_client:
-                try:
-                    await importer_client.import_messages(target, bulk)
-                    status = 201
-                except PgrecallError as exc:
-                    status = exc.status
-            return status, time.perf_counter() - started
+                statuses = await asyncio.gather(*(import_one(importer_client, t) for t in targets))
+            return list(statuses), time.perf_counter() - started
 
+        targets = [target] + [await conversation(client, importer) for _ in range(args.imports - 1)]
         importing = asyncio.create_task(import_all())
-        await asyncio.sleep(1.0)  # let the import's embedding start
+        await asyncio.sleep(1.0)  # let the imports' embedding start
         loaded = Timings()
         await measure(client, loaded, until=importing, **options)  # type: ignore[arg-type]
-        status, seconds = await importing
+        statuses, seconds = await importing
         print(loaded.line("loaded"), flush=True)
+        total = args.messages * args.imports
         print(
-            f"import  {args.messages} x {args.chars} chars: HTTP {status} in {seconds:.1f} s "
-            f"({seconds / args.messages * 1000:.0f} ms per message)"
+            f"import  {args.imports} x {args.messages} x {args.chars} chars at once: HTTP "
+            f"{sorted(set(statuses))} in {seconds:.1f} s ({seconds / total * 1000:.0f} ms per "
+            "message)"
         )
         ratio = percentile(loaded.query_ms, 95) / percentile(idle.query_ms, 95)
         verdict = "within" if ratio <= 2 else "NOT within"
@@ -239,11 +249,14 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=1000)
     parser.add_argument("--chars", type=int, default=4800)
     parser.add_argument("--idle-queries", type=int, default=100)
+    parser.add_argument("--imports", type=int, default=10, help="bulk imports running at once")
+    parser.add_argument("--server-root", type=Path, default=ROOT, help="checkout to serve")
     args = parser.parse_args()
     print(f"machine {machine()}", flush=True)
     work = Path(tempfile.mkdtemp(prefix="pgr-fair-"))
     work.chmod(0o755)  # the embedded Postgres user must be able to enter it when run as root
-    server = start_server(work / "data", work / "serve.log")
+    print(f"serving {args.server_root}", flush=True)
+    server = start_server(work / "data", work / "serve.log", args.server_root.resolve())
     try:
         asyncio.run(run(args, server.base_url))
     finally:
