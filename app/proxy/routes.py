@@ -164,7 +164,8 @@ async def _keep_turn(turns: Turns, failure: str, headers: dict[str, str]) -> Non
     """The upstream gave no answer: store the user's turn alone, marked with why. Its error is
     what the client gets either way; the headers say whether the turn is kept."""
     try:
-        await turns.store(None, failure)
+        if turns.user is not None:  # none new (a tool-call round), or stored by an earlier try
+            await turns.store(None, failure)
         headers[STORED_HEADER] = "true"
     except Exception:
         log.warning("storing the user turn of a failed chat request failed", exc_info=True)
