@@ -1,47 +1,31 @@
-"""The `pgrecall` command: serve, and the admin commands."""
+"""`pgrecall serve`: the HTTP service (embedded Postgres unless PGRECALL_DATABASE_URL is set)."""
 
 from __future__ import annotations
 
 import fcntl
 import logging
 import signal
-import sys
 from types import FrameType
 from typing import Annotated
 
 import typer
+import uvicorn
 
-from app.config import Settings, SettingsError, load_settings
-from app.observability import configure_logging
+from app.cli.common import settings_or_exit
+from app.doctor import StartupError, explain_start_failure, preflight
+from app.doctor.checks import check_writable
+from app.embedded import EmbeddedPostgres
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="pgrecall: memory for agents")
-db_app = typer.Typer(no_args_is_help=True, help="database maintenance")
-app.add_typer(db_app, name="db")
 log = logging.getLogger("app.cli")
 
 
-def settings_or_exit(**overrides: object) -> Settings:
-    """Settings from the environment; one clear line and exit 2 when invalid."""
-    try:
-        settings = load_settings(**overrides)
-    except SettingsError as exc:
-        typer.echo(f"pgrecall: {exc}", err=True)
-        raise typer.Exit(2) from None
-    configure_logging(settings.log_level, settings.log_format.value)
-    return settings
-
-
-@app.command()
 def serve(
     port: Annotated[int | None, typer.Option(help="overrides PGRECALL_PORT")] = None,
     host: Annotated[str | None, typer.Option(help="overrides PGRECALL_HOST")] = None,
 ) -> None:
     """Run the HTTP service (embedded Postgres unless PGRECALL_DATABASE_URL is set)."""
-    import uvicorn
-
-    from app.doctor import StartupError, explain_start_failure, preflight
-    from app.doctor.checks import check_writable
-    from app.embedded import EmbeddedPostgres
+    # Lazy: the HTTP app (FastAPI and every route) takes about 3 s to import; the other
+    # commands, and `pgrecall --help`, should not wait for it.
     from app.main import create_app
 
     overrides: dict[str, object] = {}
@@ -110,69 +94,3 @@ def serve(
 def _exit_cleanly(signum: int, _frame: FrameType | None) -> None:
     """A stop request (before uvicorn runs, or re-raised by it after its shutdown): exit 0."""
     raise SystemExit(0)
-
-
-@db_app.command("upgrade")
-def db_upgrade() -> None:
-    """Apply pending migrations and grant the service role its privileges (as the owner)."""
-    import asyncio
-
-    from app.embedded import EmbeddedPostgres
-    from app.roles import database_urls, prepare_database
-
-    settings = settings_or_exit()
-    embedded = None if settings.database_url else EmbeddedPostgres(settings.data_dir)
-    try:
-        asyncio.run(prepare_database(database_urls(settings, embedded)))
-    finally:
-        if embedded is not None and embedded.started_here:  # leave a server `serve` runs alone
-            embedded.stop()
-    typer.echo("database at head")
-
-
-@db_app.command("url")
-def db_url() -> None:
-    """Print the database URL (starting the embedded server if needed; it keeps running)."""
-    from app.embedded import EmbeddedPostgres
-
-    settings = settings_or_exit()
-    typer.echo(settings.database_url or EmbeddedPostgres(settings.data_dir).start())
-
-
-# Admin commands (app/cli_admin.py); imported last because they use settings_or_exit above.
-from app.cli_admin import (  # noqa: E402
-    memories_app,
-    purge_user,
-    rebuild_keywords,
-    rebuild_passages,
-    reembed,
-    reindex,
-    seed,
-)
-from app.cli_keys import keys_app  # noqa: E402
-from app.cli_mcp import mcp_stdio  # noqa: E402
-from app.cli_portable import export, import_  # noqa: E402
-from app.cli_worker import worker  # noqa: E402
-from app.doctor import doctor  # noqa: E402
-
-app.command()(seed)
-app.command()(reindex)
-app.command()(reembed)
-app.command("rebuild-keywords")(rebuild_keywords)
-app.command("rebuild-passages")(rebuild_passages)
-app.command("purge-user")(purge_user)
-app.add_typer(memories_app, name="memories")
-app.command()(doctor)
-app.add_typer(keys_app, name="keys")
-app.command("mcp")(mcp_stdio)
-app.command()(export)
-app.command("import")(import_)
-app.command("worker")(worker)
-
-
-def main() -> None:
-    app()
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -12,9 +12,20 @@ from pathlib import Path
 from typing import IO, Annotated
 
 import typer
+from tqdm import tqdm
 
-from app.cli_admin import QuietOption, Runtime, _fail, _run, _show_progress, _user
+from app.cli.common import QuietOption, Runtime, checked_user, fail, run, show_progress
+from app.db import admin_sessions, user_session
 from app.errors import ServiceError
+from app.services.portable import (
+    SNAPSHOT,
+    ImportReport,
+    export_counts,
+    export_user,
+    import_export,
+    parse_export,
+)
+from app.services.reindex import TABLES, reindex
 
 UserOption = Annotated[str, typer.Option("--user", help="the user whose data is exported")]
 
@@ -30,13 +41,7 @@ def export(
     quiet: QuietOption = False,
 ) -> None:
     """Write one user's conversations, messages and memories (with history) as JSON Lines."""
-    from tqdm import tqdm
-
-    from app.db import user_session
-    from app.repositories.portable import PortableRepository
-    from app.services.portable import SNAPSHOT, export_user
-
-    user = _user(user)
+    user = checked_user(user)
 
     async def work(rt: Runtime) -> dict[str, int]:
         target: IO[str] = sys.stdout if output is None else output.open("w", encoding="utf-8")
@@ -44,9 +49,9 @@ def export(
         try:
             async with user_session(rt.sessionmaker, user) as session:
                 await session.connection(execution_options=SNAPSHOT)
-                counts = await PortableRepository(session).counts(user)
+                counts = await export_counts(session, user)
                 total = counts["messages"] + counts["memories"]
-                show = _show_progress(quiet) and output is not None
+                show = show_progress(quiet) and output is not None
                 with tqdm(total=total, unit="row", disable=not show, file=sys.stderr) as bar:
                     async for line in export_user(
                         session, user, embeddings=embeddings, progress=bar.update
@@ -60,9 +65,9 @@ def export(
         return written
 
     try:
-        counts = _run(work)
+        counts = run(work)
     except ServiceError as exc:
-        raise _fail(exc.message) from None
+        raise fail(exc.message) from None
     rows = ", ".join(f"{k} {v}" for k, v in counts.items())
     typer.echo(f"exported {user}: {rows}", err=True)
 
@@ -79,27 +84,21 @@ def import_(
     quiet: QuietOption = False,
 ) -> None:
     """Restore an export into an empty user (or, when told, one with data): all or nothing."""
-    from tqdm import tqdm
-
-    from app.db import admin_sessions, user_session
-    from app.services.portable import ImportReport, import_export, parse_export
-    from app.services.reindex import TABLES, reindex
-
-    target = _user(user) if user is not None else None
+    target = checked_user(user) if user is not None else None
     try:
         with file.open(encoding="utf-8") as handle:
             parsed = parse_export(handle)
     except ServiceError as exc:
-        raise _fail(f"{file}: {exc.message}; nothing imported") from None
+        raise fail(f"{file}: {exc.message}; nothing imported") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise _fail(f"{file}: {exc}; nothing imported") from None
-    into = target or _user(parsed.header.user_id)
+        raise fail(f"{file}: {exc}; nothing imported") from None
+    into = target or checked_user(parsed.header.user_id)
 
     async def work(rt: Runtime) -> ImportReport:
         assert rt.embeddings is not None
         total = parsed.counts["messages"] + parsed.counts["memories"]
         with tqdm(
-            total=total, unit="text", disable=not _show_progress(quiet), file=sys.stderr
+            total=total, unit="text", disable=not show_progress(quiet), file=sys.stderr
         ) as bar:
             async with user_session(rt.sessionmaker, into) as session, session.begin():
                 report = await import_export(
@@ -119,7 +118,7 @@ def import_(
         return report
 
     try:
-        report = _run(work, embedder=True)
+        report = run(work, embedder=True)
     except ServiceError as exc:
-        raise _fail(f"{exc.message}; nothing imported") from None
+        raise fail(f"{exc.message}; nothing imported") from None
     typer.echo(report.summary())

@@ -1,4 +1,4 @@
-"""`pgrecall worker`: extraction worker tasks without the HTTP service (registered in app/cli.py).
+"""`pgrecall worker`: extraction worker tasks without the HTTP service.
 
 Runs beside `pgrecall serve` (or instead of the tasks inside it: PGRECALL_EXTRACTION_WORKERS=0
 there) against the same database; any number of workers may run at once (jobs are claimed
@@ -13,7 +13,8 @@ from typing import Annotated
 
 import typer
 
-from app.cli_admin import Runtime, _fail, _run
+from app.cli.common import Runtime, fail, run, settings_or_exit
+from app.config import ExtractionMode
 
 
 def worker(
@@ -23,7 +24,7 @@ def worker(
     ] = None,
 ) -> None:
     """Run LLM extraction jobs (needs PGRECALL_EXTRACTION=llm)."""
-    from app.config import ExtractionMode
+    # Lazy: the extraction pipeline imports the OpenAI SDK (about 1 s); only this command runs it.
     from app.extraction.runtime import build_extraction
 
     async def work(rt: Runtime) -> int:
@@ -47,10 +48,8 @@ def worker(
         finally:
             await extraction.aclose()
 
-    from app.cli import settings_or_exit
-
     if settings_or_exit().extraction != ExtractionMode.LLM:
-        raise _fail("PGRECALL_EXTRACTION is off: set it to llm to run extraction workers", 2)
-    batches = _run(work, embedder=True)
+        raise fail("PGRECALL_EXTRACTION is off: set it to llm to run extraction workers", 2)
+    batches = run(work, embedder=True)
     if once:
         typer.echo(f"processed {batches} batch(es)")

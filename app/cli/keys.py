@@ -1,29 +1,27 @@
 """`pgrecall keys`: per-user API keys (create prints the token once; list; revoke).
 
-Registered in app/cli.py; runs like the admin commands (the configured database or the
-embedded one, migrated first) through app/cli_admin.py's runner.
+Runs like the admin commands (the configured database or the embedded one, migrated first)
+through the shared runner in app/cli/common.py.
 """
 
 from __future__ import annotations
 
 import uuid
-from typing import TYPE_CHECKING, Annotated
+from datetime import UTC, datetime
+from typing import Annotated
 
 import typer
 
-from app.cli_admin import Runtime, _fail, _run, _user
+from app.cli.common import Runtime, checked_user, fail, run
 from app.db import admin_sessions, user_session
 from app.errors import ServiceError
-
-if TYPE_CHECKING:
-    from app.models import ApiKey
+from app.models import ApiKey
+from app.services.api_keys import READ, WRITE, ApiKeyService, CreatedKey, parse_duration
 
 keys_app = typer.Typer(no_args_is_help=True, help="per-user API keys (the key fixes the user)")
 
 
 def _state(key: ApiKey) -> str:
-    from datetime import UTC, datetime
-
     if key.revoked_at is not None:
         return "revoked"
     if key.expires_at is not None and key.expires_at <= datetime.now(UTC):
@@ -44,21 +42,19 @@ def keys_create(
     ] = None,
 ) -> None:
     """Create a key; its token is printed once and cannot be shown again."""
-    from app.services.api_keys import READ, WRITE, ApiKeyService, CreatedKey, parse_duration
-
-    user_id = _user(user)
+    user_id = checked_user(user)
     if scope not in (READ, WRITE):
-        raise _fail("--scope must be read or write", 2)
+        raise fail("--scope must be read or write", 2)
     try:
         lifetime = parse_duration(expires) if expires is not None else None
     except ValueError as exc:
-        raise _fail(f"--expires {exc}", 2) from None
+        raise fail(f"--expires {exc}", 2) from None
 
     async def work(rt: Runtime) -> CreatedKey:
         async with user_session(rt.sessionmaker, user_id) as session, session.begin():
             return await ApiKeyService(session).create(user_id, scope, lifetime)
 
-    created = _run(work)
+    created = run(work)
     key = created.key
     typer.echo(created.token)
     typer.echo(
@@ -74,9 +70,7 @@ def keys_list(
     user: Annotated[str | None, typer.Option("--user", help="only this user's keys")] = None,
 ) -> None:
     """List keys (never the tokens), newest first."""
-    from app.services.api_keys import ApiKeyService
-
-    user_id = _user(user) if user is not None else None
+    user_id = checked_user(user) if user is not None else None
 
     async def work(rt: Runtime) -> list[ApiKey]:
         scoped = (
@@ -87,7 +81,7 @@ def keys_list(
         async with scoped as session, session.begin():
             return list(await ApiKeyService(session).list(user_id))
 
-    keys = _run(work)
+    keys = run(work)
     for key in keys:
         typer.echo(
             f"{key.id}  {key.prefix}...  {key.user_id}  {key.scope:<5}  {_state(key):<7}  "
@@ -100,14 +94,12 @@ def keys_list(
 @keys_app.command("revoke")
 def keys_revoke(key_id: Annotated[uuid.UUID, typer.Argument(help="the key's id")]) -> None:
     """Revoke a key for good; a running service refuses it within PGRECALL_KEY_CACHE_TTL_S."""
-    from app.services.api_keys import ApiKeyService
-
     async def work(rt: Runtime) -> ApiKey:
         async with admin_sessions(rt.sessionmaker, "keys revoke")() as session, session.begin():
             return await ApiKeyService(session).revoke(key_id)
 
     try:
-        key = _run(work)
+        key = run(work)
     except ServiceError as exc:
-        raise _fail(exc.message) from None
+        raise fail(exc.message) from None
     typer.echo(f"revoked {key.id} (user {key.user_id}) at {_when(key.revoked_at)}")

@@ -1,4 +1,4 @@
-"""`pgrecall mcp`: the MCP server over stdio for one user's key (registered in app/cli.py)."""
+"""`pgrecall mcp`: the MCP server over stdio for one user's key."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from app.cli_admin import Runtime, _fail, _run
+from app.cli.common import Runtime, fail, run
 from app.errors import ServiceError
+from app.services.api_keys import looks_like_key
 
 
 def mcp_stdio(
@@ -22,11 +23,12 @@ def mcp_stdio(
     ],
 ) -> None:
     """Serve MCP over stdin/stdout for the user of KEY (for local MCP clients)."""
+    # Lazy: the MCP SDK and the tool server take about 2 s to import; only this command uses
+    # them, and every other command (and `pgrecall --help`) should not wait for them.
     from app.mcp.stdio import serve_stdio, stdio_resources
-    from app.services.api_keys import looks_like_key
 
     if not looks_like_key(key.strip()):
-        raise _fail("--key must be a per-user API key (pgr_...; pgrecall keys create)", 2)
+        raise fail("--key must be a per-user API key (pgr_...; pgrecall keys create)", 2)
 
     async def work(rt: Runtime) -> None:
         assert rt.embeddings is not None
@@ -34,6 +36,6 @@ def mcp_stdio(
         await serve_stdio(resources, key.strip())
 
     try:
-        _run(work, embedder=True)
+        run(work, embedder=True)
     except ServiceError as exc:
-        raise _fail(f"{exc.message}; not serving", 2) from None
+        raise fail(f"{exc.message}; not serving", 2) from None
