@@ -17,10 +17,10 @@ from app.embedded import EmbeddedPostgres
 from app.repositories.bulk import BulkMemory, BulkRepository
 from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.services.memory import content_hash
-from eval.bench.corpus import generate, layout
-from eval.bench.report import load_baselines, plot, result_path, table
-from eval.bench.run import BenchConfig, run_size
-from eval.bench.store import database, drop_database
+from bench.corpus import generate, layout
+from bench.report import load_baselines, plot, result_path, table
+from bench.run import BenchConfig, run_size
+from bench.store import database, drop_database
 
 LATENCY_KEYS = {"n", "p50", "p95", "p99", "mean", "max"}
 

@@ -93,11 +93,11 @@ def test_the_scan_sees_every_way_of_importing_an_http_client() -> None:
 def test_the_scan_covers_the_benchmarks() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in _modules()}
     assert {
-        "eval/bench/drive.py",
-        "eval/bench/run.py",
-        "eval/bench/real.py",
-        "eval/bench/fresh.py",
-        "eval/bench/server.py",
+        "bench/drive.py",
+        "bench/run.py",
+        "bench/real.py",
+        "bench/fresh.py",
+        "bench/server.py",
         "eval/harness.py",
         "scripts/bench_console.py",
         "scripts/bench_extraction_append.py",

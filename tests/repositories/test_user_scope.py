@@ -52,7 +52,7 @@ from app.repositories.retrieval import RetrievalRepository, Source, TimeFilter
 from app.repositories.search_index import Document, SearchIndexRepository
 from app.repositories.store import StoreRepository
 from app.repositories.users import UserDirectoryRepository
-from eval.bench.store import database
+from bench.store import database
 from tests.sql_scope import copy_violations, violations
 
 # Every module of app/repositories, found on disk: a new module is covered without an edit here.

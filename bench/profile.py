@@ -1,4 +1,4 @@
-"""`python -m eval.bench.profile --size 100k`: where one query_memory spends its time, statement
+"""`python -m bench.profile --size 100k`: where one query_memory spends its time, statement
 by statement, for small and big users, on a store the benchmark loaded.
 
 Runs the query path's own repository calls in the order QueryService makes them (embed, keyword,
@@ -28,9 +28,9 @@ from app.embedded import EmbeddedPostgres
 from app.repositories.retrieval import RetrievalRepository
 from app.retrieval.presets import get_preset
 from app.services.query import ann_probes
-from eval.bench.__main__ import ROOT, parse_settings, parse_size
-from eval.bench.drive import BenchQuery, make_queries
-from eval.bench.store import build_store
+from bench.drive import BenchQuery, make_queries
+from bench.options import ROOT, parse_settings, parse_size
+from bench.store import build_store
 
 cli = typer.Typer(add_completion=False)
 Times = dict[tuple[str, str], list[float]]

@@ -1,8 +1,8 @@
 """ivfflat vs HNSW for the big users' vectors, on a loaded store.
 
-`python -m eval.bench.ann --messages 60k --big-size 50000` (after `python -m eval.bench.real`
-built `bench_real_<messages>`; the big user's message vectors), or `python -m eval.bench.ann
---synthetic 1m` (after `python -m eval.bench --sizes 1m` built `bench_<items>`; the big users'
+`python -m bench.ann --messages 60k --big-size 50000` (after `python -m bench.real`
+built `bench_real_<messages>`; the big user's message vectors), or `python -m bench.ann
+--synthetic 1m` (after `python -m bench --sizes 1m` built `bench_<items>`; the big users'
 memory vectors, 50,000 distinct vectors each): the big users' own questions, embedded by the
 local model, each answered by
 
@@ -38,13 +38,13 @@ from app.embedded import EmbeddedPostgres
 from app.observability import configure_logging
 from app.repositories.admin import EMBEDDING_INDEXES, user_lists_for
 from app.repositories.retrieval import ann_settings
-from eval.bench.corpus import generate, layout
-from eval.bench.drive import make_queries, percentiles
-from eval.bench.real import LOCOMO, make_users, questions
-from eval.bench.store import Store, database
+from bench.corpus import generate, layout
+from bench.drive import make_queries, percentiles
+from bench.options import ROOT, parse_size
+from bench.real import LOCOMO, make_users, questions
+from bench.store import Store, database
 from eval.datasets.locomo import load_locomo
 
-ROOT = Path(__file__).resolve().parents[2]
 _SQL = (
     "SELECT t.id, t.embedding <=> CAST($2 AS vector) AS d FROM {table} AS t "
     "WHERE t.user_id = $1 AND t.embedding IS NOT NULL ORDER BY {order} LIMIT $3"
@@ -301,8 +301,6 @@ def main(
     builds: Annotated[int, typer.Option(help="per-user index builds per lists value")] = 1,
     out: Annotated[Path, typer.Option()] = ROOT / "bench/out",
 ) -> None:
-    from eval.bench.__main__ import parse_size
-
     configure_logging("WARNING", "text")
     ef = [int(x) for x in ef_search.split(",") if x]
     sweep = [int(x) for x in probes.split(",") if x]

@@ -1,4 +1,4 @@
-"""`python -m eval.bench` (or `python scripts/bench.py`, `make bench`): the performance benchmark.
+"""`python -m bench` (or `python scripts/bench.py`, `make bench`): the performance benchmark.
 
 Defaults: stores of 10k and 100k memory items, concurrency 1/8/32, results and logs under
 bench/out/. Setting overrides go to the server and to the recall measurement alike.
@@ -8,48 +8,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from app.observability import configure_logging
-from eval.bench.report import load_baselines, plot, table
-from eval.bench.run import BenchConfig, run_size
+from bench.options import ROOT, parse_levels, parse_settings, parse_size
+from bench.real import report, run, side_by_side
+from bench.report import load_baselines, plot, table
+from bench.run import BenchConfig, run_size
 
-log = logging.getLogger("eval.bench")
+log = logging.getLogger("bench")
 cli = typer.Typer(add_completion=False, help=__doc__)
-ROOT = Path(__file__).resolve().parents[2]
-_SIZE = re.compile(r"^(\d+)([km]?)$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> int:
-    """10k -> 10000, 1m -> 1000000, 2500 -> 2500."""
-    match = _SIZE.match(text.strip())
-    if not match:
-        raise typer.BadParameter(f"not a size: {text!r} (examples: 10k, 100k, 1m, 2500)")
-    return int(match.group(1)) * {"": 1, "k": 1000, "m": 1_000_000}[match.group(2).lower()]
-
-
-def parse_levels(text: str) -> list[tuple[int, int]]:
-    """'1:300,8:1000' -> [(1, 300), (8, 1000)] (concurrency:requests)."""
-    levels = []
-    for part in text.split(","):
-        concurrency, _, requests = part.partition(":")
-        levels.append((int(concurrency), int(requests or 300)))
-    return levels
-
-
-def parse_settings(pairs: list[str]) -> dict[str, str]:
-    """KEY=VALUE pairs (Settings field names, e.g. ivfflat_probes=20)."""
-    out = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep:
-            raise typer.BadParameter(f"expected KEY=VALUE, got {pair!r}")
-        out[key.strip().lower()] = value.strip()
-    return out
 
 
 async def _main(
@@ -131,8 +102,6 @@ def main(
             log.info("plot written to %s", out / "latency-vs-size.png")
         # A tagged (tuning) run prints its own results; an untagged one, every baseline size.
         typer.echo(table(baselines if tag is None else synthetic_results))
-    from eval.bench.real import report, run, side_by_side
-
     for size in filter(None, real.split(",")):
         result = asyncio.run(
             run(parse_size(size), list(cfg.levels), cfg.timing_samples, out, dict(cfg.settings))

@@ -1,6 +1,6 @@
 """The real-conversation workload: LoCoMo dialogues replicated across users, and a floor.
 
-`python -m eval.bench.real --messages 10k` (also run by `make bench`):
+`python -m bench.real --messages 10k` (also run by `make bench`):
 
 - **Corpus**: the 5 LoCoMo development conversations (../shared/datasets/locomo/). Every stored
   item is a dialogue turn (a message), as in docs/retrieval.md's LoCoMo protocol. Users get
@@ -81,17 +81,17 @@ from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService, Priority
 from app.services.query import QueryRequest, ann_probes, time_preference
-from eval.bench.drive import BenchQuery, percentiles, run_level, timing_breakdown
-from eval.bench.fresh import import_conversation
-from eval.bench.run import _cpu, _cpu_per_request
-from eval.bench.server import start_server
-from eval.bench.store import _schema_fingerprint, create_database, database
-from eval.bench.vocabulary import PEOPLE
+from bench.drive import BenchQuery, percentiles, run_level, timing_breakdown
+from bench.fresh import import_conversation
+from bench.options import ROOT, parse_levels, parse_settings, parse_size
+from bench.run import _cpu, _cpu_per_request
+from bench.server import start_server
+from bench.store import _schema_fingerprint, create_database, database
+from bench.vocabulary import PEOPLE
 from eval.datasets.locomo import Conversation, Turn, load_locomo
 from pgrecall.client import NO_RETRY, AsyncClient
 
-log = logging.getLogger("eval.bench")
-ROOT = Path(__file__).resolve().parents[2]
+log = logging.getLogger("bench")
 LOCOMO = ROOT.parent / "shared/datasets/locomo/locomo-dev.json"
 _NUMBER = re.compile(r"\d+")
 
@@ -533,7 +533,7 @@ async def run(
                     await engine.dispose()
             await settle(db.dsn)
             marker.write_text(json.dumps(meta))
-        from eval.bench.run import user_indexes
+        from bench.run import user_indexes
 
         result["user_vector_indexes"] = await user_indexes(
             db.url, cfg, ("memory_items", "messages")
@@ -711,8 +711,6 @@ def main(
     set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE setting")] = None,
     big_size: Annotated[int | None, typer.Option(help="turns of the big user")] = None,
 ) -> None:
-    from eval.bench.__main__ import parse_levels, parse_settings, parse_size
-
     configure_logging("INFO", "text")
     result = asyncio.run(
         run(

@@ -1,8 +1,8 @@
 """Which plan the service's vector statement gets for the big users, by probes and page cost.
 
-`python -m eval.bench.plans --synthetic 1m --probes 20,25,30 --page-costs 4,1.1` (after
-`python -m eval.bench --sizes 1m` built `bench_<items>`), or `--messages 1m` for the real store
-(after `python -m eval.bench.real --messages 1m`): each big user's question runs as the service
+`python -m bench.plans --synthetic 1m --probes 20,25,30 --page-costs 4,1.1` (after
+`python -m bench --sizes 1m` built `bench_<items>`), or `--messages 1m` for the real store
+(after `python -m bench.real --messages 1m`): each big user's question runs as the service
 runs it (the service role under row-level security, the user's session, custom plans,
 RetrievalRepository.set_vector_search with the given probes and random_page_cost, the
 statement of RetrievalRepository.vector with passages) on the store's per-user indexes, and
@@ -30,12 +30,11 @@ from app.repositories.admin import user_index_name
 from app.repositories.retrieval import RetrievalRepository
 from app.retrieval.presets import get_preset
 from app.roles import DEFAULT_APP_ROLE, with_user
-from eval.bench.ann import big_user_questions
-from eval.bench.drive import percentiles
-from eval.bench.recall import OWN_INDEX_SCANS
-from eval.bench.store import database
-
-ROOT = Path(__file__).resolve().parents[2]
+from bench.ann import big_user_questions
+from bench.drive import percentiles
+from bench.options import ROOT, parse_size
+from bench.recall import OWN_INDEX_SCANS
+from bench.store import database
 
 
 async def _run(
@@ -111,8 +110,6 @@ def main(
     page_costs: Annotated[str, typer.Option(help="random_page_cost values")] = "4,1.1",
     out: Annotated[Path, typer.Option()] = ROOT / "bench/out",
 ) -> None:
-    from eval.bench.__main__ import parse_size
-
     configure_logging("WARNING", "text")
     typer.echo(
         asyncio.run(

@@ -19,7 +19,7 @@ import psutil
 
 from pgrecall.client import NO_RETRY, AsyncClient, PgrecallError
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def free_port() -> int:
@@ -123,7 +123,7 @@ async def start_server(
             "-m",
             "uvicorn",
             "--factory",
-            "eval.bench.asgi:create",
+            "bench.asgi:create",
             "--host",
             "127.0.0.1",
             "--port",

@@ -23,14 +23,14 @@ from app.repositories.admin import Table
 from app.retrieval.presets import get_preset
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
 from app.services.reindex import reindex_users
-from eval.bench.drive import make_queries, run_level, timing_breakdown
-from eval.bench.recall import VectorSearch, measure_recall
-from eval.bench.report import result_path, write_result
-from eval.bench.server import Server, cpu_seconds, start_server
-from eval.bench.store import Store, build_store
+from bench.drive import make_queries, run_level, timing_breakdown
+from bench.recall import VectorSearch, measure_recall
+from bench.report import result_path, write_result
+from bench.server import Server, cpu_seconds, start_server
+from bench.store import Store, build_store
 from pgrecall.client import NO_RETRY, AsyncClient
 
-log = logging.getLogger("eval.bench")
+log = logging.getLogger("bench")
 Embed = Callable[[list[str]], npt.NDArray[np.float32]]
 _MB = 1024 * 1024
 

@@ -33,9 +33,9 @@ from app.repositories.admin import lists_for
 from app.repositories.bulk import BulkMemory, BulkRepository
 from app.services.memory import content_hash
 from app.services.reindex import reindex
-from eval.bench.corpus import Memory, UserLayout, fingerprint, generate, layout
+from bench.corpus import Memory, UserLayout, fingerprint, generate, layout
 
-log = logging.getLogger("eval.bench")
+log = logging.getLogger("bench")
 Vectors = npt.NDArray[np.float32]
 _CHUNK = 20_000
 _SAVE_EVERY = 10_000

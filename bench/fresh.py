@@ -1,6 +1,6 @@
 """Just-imported users vs settled ones: LoCoMo turns via `messages:bulk`, queried at once.
 
-`python -m eval.bench.fresh` starts the embedded Postgres of the benchmark (bench/out/pg), a
+`python -m bench.fresh` starts the embedded Postgres of the benchmark (bench/out/pg), a
 database `bench_fresh` migrated by the real scripts, and `pgrecall serve` on it. A few LoCoMo
 users are imported and ANALYZEd first (the tables have statistics, as in a running service).
 Then each measured user is imported over HTTP (`/v1/conversations` + `messages:bulk`, one call
@@ -28,13 +28,13 @@ import typer
 from app.migrate import upgrade_head
 from app.observability import configure_logging
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
-from eval.bench.server import start_server
-from eval.bench.store import create_database, database
+from bench.options import ROOT
+from bench.server import start_server
+from bench.store import create_database, database
 from eval.datasets.locomo import Conversation, load_locomo
 from pgrecall.client import NO_RETRY, AsyncClient
 
-log = logging.getLogger("eval.bench")
-ROOT = Path(__file__).resolve().parents[2]
+log = logging.getLogger("bench")
 LOCOMO = ROOT.parent / "shared/datasets/locomo/locomo-dev.json"
 TABLES = ("memory_items", "messages", "conversations", "search_postings", "search_stats")
 

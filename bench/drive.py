@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from eval.bench.store import Store
+from bench.store import Store
 from pgrecall.client import AsyncClient, PgrecallError
 
 

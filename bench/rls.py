@@ -1,4 +1,4 @@
-"""`python -m eval.bench.rls --size 10k`: what row-level security costs the query path.
+"""`python -m bench.rls --size 10k`: what row-level security costs the query path.
 
 The same queries go through the service's QueryService (keyword and vector arms on two
 connections, fusion, packing) twice, interleaved in a seeded random order per query:
@@ -34,9 +34,9 @@ from app.main import query_config
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryRequest, QueryService
-from eval.bench.__main__ import ROOT, parse_size
-from eval.bench.drive import BenchQuery, make_queries, percentiles
-from eval.bench.store import build_store
+from bench.drive import BenchQuery, make_queries, percentiles
+from bench.options import ROOT, parse_size
+from bench.store import build_store
 
 cli = typer.Typer(add_completion=False)
 

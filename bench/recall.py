@@ -24,7 +24,7 @@ from app.repositories.retrieval import RetrievalRepository
 from app.repositories.search_index import Source
 from app.roles import DEFAULT_APP_ROLE, with_user
 from app.services.query import ann_probes
-from eval.bench.drive import BenchQuery
+from bench.drive import BenchQuery
 
 _EXACT_SQL = """
 WITH u AS MATERIALIZED (

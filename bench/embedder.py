@@ -1,6 +1,6 @@
 """The query embedder's own cost under ONNX Runtime session options, measured in one run.
 
-`python -m eval.bench.embedder --queries 200`: LoCoMo questions embedded one at a time (as
+`python -m bench.embedder --queries 200`: LoCoMo questions embedded one at a time (as
 `query_memory` does), each variant's session taking turns query by query (rotating who goes
 first) so all see the same machine load. Prints wall p50/p95 and CPU time per query (this
 process's user + system time, so spinning threads show up) per variant. The service's
@@ -17,8 +17,8 @@ import numpy as np
 import typer
 
 from app.adapters.embedder import LocalEmbedder
-from eval.bench.drive import percentiles
-from eval.bench.real import LOCOMO
+from bench.drive import percentiles
+from bench.real import LOCOMO
 from eval.datasets.locomo import load_locomo
 
 VARIANTS: dict[str, dict[str, Any]] = {

@@ -14,7 +14,7 @@ import string
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from eval.bench import vocabulary as v
+from bench import vocabulary as v
 
 _POOLS: dict[str, tuple[str, ...]] = {
     "person": v.PEOPLE,
