@@ -36,7 +36,7 @@ from app.config import load_settings
 from app.db import vector_literal
 from app.embedded import EmbeddedPostgres
 from app.observability import configure_logging
-from app.repositories.admin import EMBEDDING_INDEXES, user_lists_for
+from app.repositories.maintenance import EMBEDDING_INDEXES, user_lists_for
 from app.repositories.retrieval import ann_settings
 from bench.corpus import generate, layout
 from bench.drive import make_queries, percentiles

@@ -26,7 +26,7 @@ from app.config import load_settings
 from app.db import create_engine, create_sessionmaker, user_session
 from app.embedded import EmbeddedPostgres
 from app.observability import configure_logging
-from app.repositories.admin import user_index_name
+from app.repositories.maintenance import user_index_name
 from app.repositories.retrieval import RetrievalRepository
 from app.retrieval.presets import get_preset
 from app.roles import DEFAULT_APP_ROLE, with_user

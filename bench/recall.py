@@ -19,7 +19,7 @@ import numpy.typing as npt
 from sqlalchemy import text
 
 from app.db import create_engine, create_sessionmaker, user_session, vector_literal
-from app.repositories.admin import user_index_name
+from app.repositories.maintenance import user_index_name
 from app.repositories.retrieval import RetrievalRepository
 from app.repositories.search_index import Source
 from app.roles import DEFAULT_APP_ROLE, with_user

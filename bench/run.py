@@ -19,7 +19,7 @@ import numpy.typing as npt
 
 from app.config import Settings, load_settings
 from app.db import create_engine, create_sessionmaker
-from app.repositories.admin import Table
+from app.repositories.maintenance import Table
 from app.retrieval.presets import get_preset
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
 from app.services.reindex import reindex_users

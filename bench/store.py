@@ -29,8 +29,8 @@ from sqlalchemy.engine import make_url
 from app.adapters.embedder import LOCAL_MODEL_ID
 from app.db import create_engine, create_sessionmaker
 from app.migrate import ROOT, upgrade_head
-from app.repositories.admin import lists_for
 from app.repositories.bulk import BulkMemory, BulkRepository
+from app.repositories.maintenance import lists_for
 from app.services.memory import content_hash
 from app.services.reindex import reindex
 from bench.corpus import Memory, UserLayout, fingerprint, generate, layout
