@@ -1,4 +1,5 @@
-"""eval/ and scripts/ talk to the service only through the project's client (`pgrecall.client`).
+"""eval/, bench/ and scripts/ talk to the service only through the project's client
+(`pgrecall.client`).
 
 An AST scan of every Python module there: importing an HTTP client library (httpx, requests,
 aiohttp, urllib3, httpcore, urllib.request, http.client), directly or by name through
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNED = ("eval", "scripts")
+SCANNED = ("eval", "bench", "scripts")
 FORBIDDEN = (
     "aiohttp",
     "http.client",
