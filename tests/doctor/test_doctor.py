@@ -24,7 +24,7 @@ from app.embedded import EmbeddedPostgres
 from tests.redis_server import RedisServer
 from tests.servers import service_url
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PGRECALL = ROOT / ".venv" / "bin" / "pgrecall"
 
 
