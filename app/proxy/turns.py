@@ -13,10 +13,10 @@ from pydantic import ValidationError
 
 from app.api.deps import Resources, after_commit, get_session
 from app.errors import ValidationFailedError
-from app.repositories.chat_turns import IDEMPOTENCY_KEY, ChatTurnRepository
 from app.retrieval.speakers import usable_speaker
 from app.schemas.common import MAX_CONTENT_CHARS
 from app.schemas.conversation import MessageCreate
+from app.services.chat_turns import IDEMPOTENCY_KEY, ChatTurnService
 from app.services.conversation import ConversationService
 from app.services.session_state import SessionStateService
 
@@ -92,9 +92,9 @@ class Turns:
         if self.key is None or self.user is None:
             return
         async with transaction(self.resources, self.user_id) as session:
-            found = await ChatTurnRepository(session).find(self.user_id, self.key)
+            found = await ChatTurnService(session).stored_turn(self.user_id, self.key)
         if found is not None:
-            self.user, self.conversation_id = None, found[1]
+            self.user, self.conversation_id = None, found
 
     async def ensure_conversation(self) -> uuid.UUID:
         """The conversation the turns go to, created now when absent (a stream names it in its
@@ -114,11 +114,9 @@ class Turns:
         async with transaction(resources, self.user_id) as session:
             user = self.user
             if user is not None and self.key is not None:
-                turns = ChatTurnRepository(session)
-                await turns.lock_key(self.user_id, self.key)
-                found = await turns.find(self.user_id, self.key)
+                found = await ChatTurnService(session).claim(self.user_id, self.key)
                 if found is not None:  # a concurrent attempt stored it meanwhile
-                    user, self.conversation_id = None, found[1]
+                    user, self.conversation_id = None, found
             if user is not None and failure:
                 user = user.model_copy(
                     update={"metadata": {**user.metadata, UPSTREAM_ERROR: failure}}
