@@ -20,15 +20,28 @@ import html
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 import httpx
 
 from pgrecall._core import Call, PgrecallError
 
-if TYPE_CHECKING:
-    from pgrecall.aio import AsyncClient
-    from pgrecall.client import Client
+T = TypeVar("T")
+
+
+# What the console needs of its client: its admin key and its transport loop. Protocols rather
+# than the client classes, so this module imports neither client (they import it).
+class SyncRunner(Protocol):
+    admin_key: str | None
+
+    def _run(self, call: Call[T]) -> T: ...
+
+
+class AsyncRunner(Protocol):
+    admin_key: str | None
+
+    async def _run(self, call: Call[T]) -> T: ...
+
 
 PREFIX = "/console"
 _NONCE = re.compile(r'name="nonce" value="([^"]*)"')
@@ -141,7 +154,7 @@ class _State:
 class Console(_State):
     """`Client.console`: the admin console, signed in with an admin key."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: SyncRunner) -> None:
         self._client = client
 
     def login(self, admin_key: str | None = None) -> None:
@@ -168,7 +181,7 @@ class Console(_State):
 class AsyncConsole(_State):
     """`AsyncClient.console`: the same as `Console`, awaited."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: AsyncRunner) -> None:
         self._client = client
 
     async def login(self, admin_key: str | None = None) -> None:

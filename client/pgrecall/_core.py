@@ -155,7 +155,7 @@ def nothing(_: httpx.Response) -> None:
 
 
 def dump(value: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
-    """A request item given as the service's schema object or as a plain mapping."""
+    """A request item given as a pydantic model (e.g. the service's schema) or a plain mapping."""
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", exclude_unset=True)
     return {k: _jsonable(v) for k, v in value.items()}
