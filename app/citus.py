@@ -64,6 +64,15 @@ _DISTRIBUTE_WITH = text(
     "SELECT create_distributed_table(CAST(:table AS regclass), :column, "
     "colocate_with := :colocate_with)"
 )
+# Citus hides shard tables from pg_class on every node by a function call per catalog row; the
+# asyncpg type lookup every new connection runs (for `vector`) took 1.4-1.6 s on the coordinator
+# instead of 10-40 ms, and tripped the query path's timeout. The service's connections do not
+# need the hiding: off for the database on the coordinator (its owner may set it).
+_SHOW_SHARDS = text(
+    "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET citus.override_table_visibility = off', "
+    "current_database()); END $$"
+)
+_VISIBILITY = text("SELECT current_setting('citus.override_table_visibility')")
 _PROBE_INSERT = text(
     "INSERT INTO conversations (id, user_id, title) VALUES (:id, :user_id, 'pgrecall doctor')"
 )
@@ -131,6 +140,9 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
                 else:
                     await conn.execute(_DISTRIBUTE_WITH, {**params, "colocate_with": ANCHOR})
             done.append(name)
+        name = "(table visibility)"
+        async with engine.begin() as conn:
+            await conn.execute(_SHOW_SHARDS)
     except SQLAlchemyError as exc:
         raise CitusError(f"distributing {name}: {exc.__class__.__name__}: {exc}") from exc
     finally:
@@ -160,11 +172,16 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
         return False, f"Citus {version}: " + "; ".join(problems) + " (run `pgrecall db distribute`)"
     role = user_of(service_url)
     try:
-        wrote = await _round_trip(service_url)
+        wrote, hidden = await _round_trip(service_url)
     except SQLAlchemyError as exc:
         return False, f"Citus {version}: {role} cannot write its own row: {one_line(exc)}"
     if not wrote:
         return False, f"Citus {version}: {role} wrote a row but could not read it back"
+    if hidden == "on":
+        return False, (
+            f"Citus {version}: citus.override_table_visibility is on for {role}: every new "
+            "connection's type lookup takes about a second (run `pgrecall db distribute`)"
+        )
     shards = next(t.shards for t in tables if t.table == ANCHOR)
     return True, (
         f"Citus {version}: {len(DISTRIBUTED_TABLES)} tables distributed by "
@@ -173,7 +190,8 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
     )
 
 
-async def _round_trip(service_url: str) -> bool:
+async def _round_trip(service_url: str) -> tuple[bool, str]:
+    """(the probe row written and read back, the connection's citus.override_table_visibility)"""
     user_id = f"pgrecall-doctor-{uuid.uuid4()}"
     row = {"id": uuid.uuid4(), "user_id": user_id}
     engine = create_async_engine(service_url, poolclass=NullPool)
@@ -183,7 +201,8 @@ async def _round_trip(service_url: str) -> bool:
             try:
                 await conn.execute(SET_LOCAL, set_local_params({"pgrecall.user_id": user_id}))
                 await conn.execute(_PROBE_INSERT, row)
-                return await conn.scalar(_PROBE_READ, row) == 1
+                read = await conn.scalar(_PROBE_READ, row) == 1
+                return read, str(await conn.scalar(_VISIBILITY))
             finally:
                 await tx.rollback()
     finally:
