@@ -9,7 +9,8 @@ Redis, so no query cache), loads the same users through the HTTP routes (a conve
 `--turns` turns each, plus one stored memory carrying a secret word of that user only), then asks
 `/v1/tools/query_memory` the same questions on both, alternating target per question so that the
 machine's load falls on both alike. It prints p50/p95 per target and their ratio, and counts
-cross-user results: every user's secret word asked by the next user must come back 0 times.
+cross-user results: every user's secret word asked by the next user must come back 0 times
+(and, as the control, each user's own word asked by that user must come back).
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ async def _run(single: str, citus: str, users: int, turns: int, queries: int, se
     targets = {"single node": single, "citus": citus}
     times: dict[str, list[float]] = {t: [] for t in targets}
     leaks = {t: 0 for t in targets}
+    owned = {t: 0 for t in targets}
     async with _client(single, embedder) as one, _client(citus, embedder) as many:
         clients = {"single node": one, "citus": many}
         for name, client in clients.items():
@@ -122,18 +124,22 @@ async def _run(single: str, citus: str, users: int, turns: int, queries: int, se
                 elapsed, _ = await _ask(clients[name], user, question)
                 times[name].append(elapsed)
         for n, user in enumerate(names):  # the next user's secret, asked by this one
-            other = _secret(names[(n + 1) % users])
+            own, other = _secret(user), _secret(names[(n + 1) % users])
             for name, client in clients.items():
                 _, found = await _ask(client, user, f"locker code word {other}")
                 leaks[name] += sum(other in text for text in found)
+                # The control: the same question about the user's own word finds it.
+                _, found = await _ask(client, user, f"locker code word {own}")
+                owned[name] += any(own in text for text in found)
     print(f"\nquery_memory, {queries} questions per target, concurrency 1 (ms)")
-    print("| target | p50 | p95 | cross-user results |")
-    print("|---|---:|---:|---:|")
+    print("| target | p50 | p95 | cross-user results | own word found |")
+    print("|---|---:|---:|---:|---:|")
     p50 = {}
     for name, values in times.items():
         p50[name] = statistics.median(values)
         p95 = statistics.quantiles(values, n=20)[-1]
-        print(f"| {name} | {p50[name]:.1f} | {p95:.1f} | {leaks[name]} |")
+        found = f"{owned[name]}/{users}"
+        print(f"| {name} | {p50[name]:.1f} | {p95:.1f} | {leaks[name]} | {found} |")
     print(f"\ncitus / single node p50: {p50['citus'] / p50['single node']:.2f}x")
 
 
