@@ -113,7 +113,7 @@ async def _with_runtime(
 @asynccontextmanager
 async def _runtime(settings: Settings, url: str, embedder: bool) -> AsyncIterator[Runtime]:
     from app.db import create_engine, create_sessionmaker
-    from app.main import embedder_from_settings
+    from app.runtime import embedder_from_settings
 
     engine = create_engine(url, pool_size=2, statement_timeout_ms=_STATEMENT_TIMEOUT_MS)
     cache = Cache.from_url(settings.redis_url)

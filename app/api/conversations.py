@@ -6,6 +6,7 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import (
     CorrelationDep,
@@ -13,7 +14,6 @@ from app.api.deps import (
     SessionDep,
     UserDep,
     WriteUserDep,
-    after_commit,
 )
 from app.schemas.common import Seq
 from app.schemas.conversation import (
@@ -46,8 +46,7 @@ async def _store(
     correlation: uuid.UUID,
     priority: Priority,
 ) -> list[MessageOut]:
-    conversations = ConversationService(session, resources.embeddings)
-    stored = await conversations.append(
+    stored = await _session_state(resources, session).append(
         user_id,
         conversation_id,
         messages,
@@ -56,13 +55,12 @@ async def _store(
         extract=resources.extraction is not None,
         passages=resources.message_passages,
     )
-    after_commit(session, _session_state(resources, conversations).after_append(user_id, stored))
     return [MessageOut.model_validate(m) for m in stored.messages]
 
 
-def _session_state(
-    resources: ResourcesDep, conversations: ConversationService
-) -> SessionStateService:
+def _session_state(resources: ResourcesDep, session: AsyncSession) -> SessionStateService:
+    """Message writes and session reads: the service refreshes the cached copy after commit."""
+    conversations = ConversationService(session, resources.embeddings)
     return SessionStateService(conversations, resources.cache, resources.session_messages)
 
 
@@ -181,13 +179,7 @@ async def delete_last_message(
     conversation_id: uuid.UUID, user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
 ) -> MessagePopped:
     """Delete the conversation's newest message and return it (null when it has none)."""
-    conversations = ConversationService(session, resources.embeddings)
-    deleted = await conversations.delete_last(user_id, conversation_id)
-    if deleted is not None:
-        refresh = await _session_state(resources, conversations).after_delete(
-            user_id, conversation_id
-        )
-        after_commit(session, refresh)
+    deleted = await _session_state(resources, session).delete_last(user_id, conversation_id)
     return MessagePopped(message=MessageOut.model_validate(deleted) if deleted else None)
 
 
@@ -196,10 +188,7 @@ async def delete_messages(
     conversation_id: uuid.UUID, user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
 ) -> MessagesCleared:
     """Delete every message of the conversation; the conversation itself stays."""
-    conversations = ConversationService(session, resources.embeddings)
-    deleted = await conversations.delete_all(user_id, conversation_id)
-    refresh = await _session_state(resources, conversations).after_delete(user_id, conversation_id)
-    after_commit(session, refresh)
+    deleted = await _session_state(resources, session).delete_all(user_id, conversation_id)
     return MessagesCleared(deleted=deleted)
 
 
@@ -208,8 +197,7 @@ async def get_session_state(
     conversation_id: uuid.UUID, user_id: UserDep, session: SessionDep, resources: ResourcesDep
 ) -> SessionOut:
     """Session state (last N messages, goal) from Redis, rebuilt from Postgres when missing."""
-    conversations = ConversationService(session, resources.embeddings)
-    view = await _session_state(resources, conversations).read(user_id, conversation_id)
+    view = await _session_state(resources, session).read(user_id, conversation_id)
     return SessionOut(
         conversation_id=conversation_id, messages=view.messages, goal=view.goal, source=view.source
     )
@@ -224,8 +212,7 @@ async def set_session_goal(
     resources: ResourcesDep,
 ) -> SessionOut:
     """Set or clear the session's current goal (session state lives in Redis, 24 h)."""
-    conversations = ConversationService(session, resources.embeddings)
-    view = await _session_state(resources, conversations).set_goal(
+    view = await _session_state(resources, session).set_goal(
         user_id, conversation_id, body.goal
     )
     return SessionOut(

@@ -8,7 +8,6 @@ works as on the other routes.
 
 from __future__ import annotations
 
-import contextlib
 import hmac
 import json
 import logging
@@ -19,25 +18,18 @@ from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from app.api.deps import (
-    CorrelationDep,
-    Resources,
-    ResourcesDep,
-    after_commit,
-    get_session,
-    validate_user_id,
-)
 from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
 from app.observability import correlation_id_var
 from app.proxy.schemas import ChatRequest, message_text
 from app.proxy.stream import Relay, RelayResponse
 from app.proxy.upstream import ChatUpstream
 from app.retrieval.speakers import usable_speaker
+from app.runtime import Resources, query_request, query_service, user_transaction
+from app.runtime.identity import validate_user_id
 from app.schemas.common import MAX_CONTENT_CHARS
 from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.prompt import format_for_prompt
-from app.services.query import QueryRequest, QueryService
 from app.services.session_state import SessionStateService
 
 log = logging.getLogger(__name__)
@@ -47,7 +39,21 @@ CONVERSATION_HEADER = "X-Pgrecall-Conversation-Id"
 MEMORY_IDS_HEADER = "X-Pgrecall-Memory-Ids"
 STORED_HEADER = "X-Pgrecall-Stored"
 KEY_HEADER = "X-Pgrecall-Key"
-transaction = contextlib.asynccontextmanager(get_session)
+
+
+def get_resources(request: Request) -> Resources:
+    return request.app.state.resources  # type: ignore[no-any-return]
+
+
+ResourcesDep = Annotated[Resources, Depends(get_resources)]
+
+
+def correlation_id() -> uuid.UUID:
+    """The request's correlation id (set by the middleware)."""
+    return uuid.UUID(correlation_id_var.get())
+
+
+CorrelationDep = Annotated[uuid.UUID, Depends(correlation_id)]
 
 
 def get_upstream(request: Request) -> ChatUpstream:
@@ -114,21 +120,13 @@ async def _memories(
     options = body.memory
     if (options and options.off) or not query.strip():
         return None, []
-    cfg = resources.query_config
-    result = await QueryService(
-        resources.sessionmaker,
-        resources.embeddings,
-        resources.cache,
-        cfg,
-        slots=resources.query_slots,
-    ).query(
-        QueryRequest(
-            user_id=user_id,
-            query=query,
-            limit=options.top_k if options and options.top_k else cfg.max_results,
-            min_score=options.min_relevance
-            if options and options.min_relevance is not None
-            else cfg.min_relevance,
+    result = await query_service(resources).query(
+        query_request(
+            resources.query_config,
+            user_id,
+            query,
+            limit=options.top_k if options and options.top_k else None,
+            min_score=options.min_relevance if options else None,
             token_budget=options.token_budget if options else None,
         ),
         correlation_id=correlation_id_var.get(),
@@ -162,12 +160,13 @@ async def _store(
     title: str,
 ) -> uuid.UUID:
     """Create the conversation when absent, append the turns; committed when this returns."""
-    async with transaction(resources, user_id) as session:
+    async with user_transaction(resources.sessionmaker, user_id) as session:
         conversations = ConversationService(session, resources.embeddings)
         if conversation_id is None:
             conversation_id = (await conversations.create(user_id, title)).id
         if turns:
-            stored = await conversations.append(
+            state = SessionStateService(conversations, resources.cache, resources.session_messages)
+            await state.append(
                 user_id,
                 conversation_id,
                 turns,
@@ -175,8 +174,6 @@ async def _store(
                 extract=resources.extraction is not None,
                 passages=resources.message_passages,
             )
-            state = SessionStateService(conversations, resources.cache, resources.session_messages)
-            after_commit(session, state.after_append(user_id, stored))
     return conversation_id
 
 
@@ -207,7 +204,7 @@ async def chat_completions(
     latest_user = next((m for m in reversed(body.messages) if m.role == "user"), None)
     conversation_id = body.memory.conversation_id if body.memory else None
     if conversation_id is not None:
-        async with transaction(resources, user_id) as session:
+        async with user_transaction(resources.sessionmaker, user_id) as session:
             await ConversationService(session, resources.embeddings).get(user_id, conversation_id)
     query = message_text(latest_user) if latest_user else ""
     block, memory_ids = await _memories(resources, user_id, body, query)

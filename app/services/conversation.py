@@ -74,6 +74,7 @@ class StoredMessages:
 
 class ConversationService:
     def __init__(self, session: AsyncSession, embeddings: EmbeddingService) -> None:
+        self.session = session
         self.repo = ConversationRepository(session)
         self.index = SearchIndexRepository(session)
         self.embeddings = embeddings

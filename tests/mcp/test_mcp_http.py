@@ -10,7 +10,14 @@ from mcp import Client
 
 from tests.helpers import make_key
 
-TOOLS = {"search_memory", "save_memory", "forget_memory", "list_memories", "search_conversations"}
+TOOLS = {
+    "query_memory",
+    "save_memory",
+    "forget_memory",
+    "rate_message",
+    "list_memories",
+    "search_conversations",
+}
 
 
 async def call(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
@@ -36,7 +43,7 @@ async def test_tools_save_search_forget(
             )
             assert saved["action"] == "added"
             item = saved["memory"]["id"]
-            found = await call(client, "search_memory", query="what animals do I keep?")
+            found = await call(client, "query_memory", query="what animals do I keep?")
             assert [m["id"] for m in found["memories"]] == [item]
             assert "<memories>" in found["formatted"]
             page = await call(client, "list_memories", limit=10)
@@ -44,7 +51,7 @@ async def test_tools_save_search_forget(
 
             forgotten = await call(client, "forget_memory", id=item)
             assert forgotten == {"id": item, "forgotten": True}
-            after = await call(client, "search_memory", query="what animals do I keep?")
+            after = await call(client, "query_memory", query="what animals do I keep?")
             assert after["memories"] == []
             assert (await call(client, "list_memories"))["total"] == 0
 
@@ -57,7 +64,7 @@ async def test_legacy_handshake_clients_work_too(
         async with mcp_client(app, token, mode="legacy") as client:
             assert {t.name for t in (await client.list_tools()).tools} == TOOLS
             saved = await call(client, "save_memory", content="I ride a tandem", type="fact")
-            found = await call(client, "search_memory", query="what bicycle do I ride?")
+            found = await call(client, "query_memory", query="what bicycle do I ride?")
             assert saved["memory"]["id"] in {m["id"] for m in found["memories"]}
 
 
@@ -86,7 +93,7 @@ async def test_a_key_never_reaches_another_users_data(
 
         async with mcp_client(app, a) as client:
             for query in ("locker code pool", "bank PIN hint", other_user_id, secret_id):
-                found = await call(client, "search_memory", query=query)
+                found = await call(client, "query_memory", query=query)
                 assert found["memories"] == [], query
                 turns = await call(client, "search_conversations", query=query)
                 assert turns["messages"] == [], query
@@ -98,15 +105,16 @@ async def test_a_key_never_reaches_another_users_data(
                 "save_memory", {"content": "x", "type": "note", "supersedes": secret_id}
             )
             assert superseding.is_error and "NotFoundError" in superseding.content[0].text
-            # A user named in arguments is not obeyed: it is rejected or ignored.
+            # A user named in arguments is refused as an unknown argument, never obeyed.
             sneaky = await client.call_tool(
-                "search_memory", {"query": "bank PIN hint", "user_id": other_user_id}
+                "query_memory", {"query": "bank PIN hint", "user_id": other_user_id}
             )
-            assert sneaky.is_error or sneaky.structured_content["memories"] == []
+            assert sneaky.is_error, sneaky.structured_content
+            assert sneaky.content[0].text.startswith("ValidationError: user_id: Extra inputs")
             assert "4417" not in json.dumps(sneaky.structured_content or {})
 
         async with mcp_client(app, b) as client:
-            still = await call(client, "search_memory", query="bank PIN hint")
+            still = await call(client, "query_memory", query="bank PIN hint")
             assert secret_id in {m["id"] for m in still["memories"]}
 
 
@@ -121,7 +129,7 @@ async def test_read_key_cannot_save_or_forget(
         async with mcp_client(app, writer) as client:
             item = await call(client, "save_memory", content="I speak Welsh", type="fact")
         async with mcp_client(app, reader) as client:
-            found = await call(client, "search_memory", query="which languages do I speak?")
+            found = await call(client, "query_memory", query="which languages do I speak?")
             assert item["memory"]["id"] in {m["id"] for m in found["memories"]}
             for name, args in (
                 ("save_memory", {"content": "I speak Breton", "type": "fact"}),
