@@ -10,6 +10,7 @@ from app.config import ExtractionMode, Settings
 from app.extraction.llm import ExtractionLLM
 from app.extraction.metrics import ExtractionMetrics
 from app.extraction.service import ExtractionConfig, ExtractionProcessor
+from app.extraction.summary import ConversationSummarizer
 from app.extraction.worker import ExtractionWorker
 from app.services.embedding import EmbeddingService
 
@@ -36,6 +37,10 @@ class Extraction:
     worker: ExtractionWorker
     # How long a stop waits for the batches in hand: one model call and the store after it.
     grace_s: float
+    # PGRECALL_EXTRACTION_DEFAULT: conversations without their own setting are extracted.
+    default_on: bool = True
+    # PGRECALL_EXTRACTION_SUMMARY_TOKENS: the rolling summary's size; 0 = none kept.
+    summary_tokens: int = 0
 
     async def aclose(self) -> None:
         await self.worker.stop(self.grace_s)
@@ -61,5 +66,23 @@ def build_extraction(
     metrics = ExtractionMetrics()
     config = extraction_config(settings)
     processor = ExtractionProcessor(sessionmaker, embeddings, llm, config, metrics)
-    worker = ExtractionWorker(sessionmaker, processor, config)
-    return Extraction(llm, metrics, worker, grace_s=settings.extraction_timeout_s + 5)
+    summarizer = (
+        ConversationSummarizer(
+            sessionmaker,
+            llm,
+            metrics,
+            max_tokens=settings.extraction_summary_tokens,
+            user_daily_token_cap=settings.extraction_user_daily_token_cap,
+        )
+        if settings.extraction_summary_tokens
+        else None
+    )
+    worker = ExtractionWorker(sessionmaker, processor, config, summarizer)
+    return Extraction(
+        llm,
+        metrics,
+        worker,
+        grace_s=settings.extraction_timeout_s + 5,
+        default_on=settings.extraction_default,
+        summary_tokens=settings.extraction_summary_tokens,
+    )

@@ -48,6 +48,16 @@ class Resources:
     # PGRECALL_MESSAGE_PASSAGES: the write paths embed messages' sentences too.
     message_passages: bool = True
 
+    @property
+    def extraction_default(self) -> bool | None:
+        """Whether a conversation without its own setting is extracted; None: no model."""
+        return None if self.extraction is None else self.extraction.default_on
+
+    @property
+    def summary_tokens(self) -> int:
+        """The rolling conversation summary's size (0: none is kept)."""
+        return 0 if self.extraction is None else self.extraction.summary_tokens
+
 
 def embedder_from_settings(settings: Settings) -> Embedder:
     return build_embedder(
