@@ -24,6 +24,7 @@ from typing import Any
 
 import httpx
 
+from app.errors import ServiceError
 from app.proxy.stream import DROPPED_EVENT, OnEnd, Relay
 from app.proxy.upstream import ChatUpstream
 
@@ -82,6 +83,17 @@ def query_of(tag_text: str) -> str:
     return " ".join(tag_text.split())[:MAX_QUERY_CHARS]
 
 
+async def recall(lookup: Lookup, tag_text: str) -> tuple[str, list[str]]:
+    """The memo for a tag, and the ids of the memories in it. A lookup that fails (database
+    or embedder away) says so in the memo: the answer under way cannot become a 503."""
+    try:
+        block, ids = await lookup(query_of(tag_text))
+    except ServiceError as exc:
+        log.warning("recall tag lookup failed: %s", exc.message)
+        return "<memo>\n(the memory lookup failed)\n</memo>", []
+    return memo(block), ids
+
+
 @dataclass
 class Transcript:
     """What the rounds produced: the clean answer, and the one with tags and memos."""
@@ -123,7 +135,12 @@ async def complete(
         content = await upstream.read(response)
         if response.status_code >= 400:
             return Finished(response, content, transcript)
-        data = json.loads(content)
+        try:
+            data = json.loads(content)
+        except ValueError:
+            data = None
+        if not isinstance(data, dict):  # not a completion: passed on as it came
+            return Finished(response, content, transcript)
         _add_usage(usage, data.get("usage"))
         text = _message_text(data)
         found = _TAG.search(text) if text is not None else None
@@ -135,8 +152,7 @@ async def complete(
             if usage:
                 data["usage"] = usage
             return Finished(response, json.dumps(data).encode(), transcript)
-        block, ids = await lookup(query_of(found.group(1)))
-        memo_text = memo(block)
+        memo_text, ids = await recall(lookup, found.group(1))
         transcript.rounds += 1
         transcript.memory_ids += [i for i in ids if i not in transcript.memory_ids]
         transcript.clean.append(strip_tags(text[: found.start()]))
@@ -322,8 +338,7 @@ class RecallRelay(Relay):
             before, tag = scanner.pending[: found.start()], found.group(0)
             if before:
                 yield self._text(before)
-            block, ids = await self.lookup(query_of(found.group(1)))
-            memo_text = memo(block)
+            memo_text, ids = await recall(self.lookup, found.group(1))
             self.transcript.rounds += 1
             self.transcript.memory_ids += [i for i in ids if i not in self.transcript.memory_ids]
             yield self._text("", tag + memo_text)
