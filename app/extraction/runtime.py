@@ -37,10 +37,6 @@ class Extraction:
     worker: ExtractionWorker
     # How long a stop waits for the batches in hand: one model call and the store after it.
     grace_s: float
-    # PGRECALL_EXTRACTION_DEFAULT: conversations without their own setting are extracted.
-    default_on: bool = True
-    # PGRECALL_EXTRACTION_SUMMARY_TOKENS: the rolling summary's size; 0 = none kept.
-    summary_tokens: int = 0
 
     async def aclose(self) -> None:
         await self.worker.stop(self.grace_s)
@@ -78,11 +74,4 @@ def build_extraction(
         else None
     )
     worker = ExtractionWorker(sessionmaker, processor, config, summarizer)
-    return Extraction(
-        llm,
-        metrics,
-        worker,
-        grace_s=settings.extraction_timeout_s + 5,
-        default_on=settings.extraction_default,
-        summary_tokens=settings.extraction_summary_tokens,
-    )
+    return Extraction(llm, metrics, worker, grace_s=settings.extraction_timeout_s + 5)

@@ -13,9 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.adapters.cache import Cache
 from app.adapters.embedder import Embedder, build_embedder
-from app.config import Settings
+from app.config import ExtractionMode, Settings
 from app.db import create_engine, create_sessionmaker
-from app.extraction.runtime import Extraction, build_extraction
 from app.roles import database_urls, prepare_database, warn_unless_rls_binds
 from app.runtime.query import query_config
 from app.services.api_keys import KeyAuthenticator
@@ -43,20 +42,20 @@ class Resources:
     # Per-user API keys (table api_keys), looked up by hash through a short in-process cache.
     keys: KeyAuthenticator
     write_rate_limit_per_minute: int = 0
-    # LLM extraction (PGRECALL_EXTRACTION=llm): user turns are queued for it; None = off.
-    extraction: Extraction | None = None
+    # LLM extraction (PGRECALL_EXTRACTION=llm): stored user turns are queued for it. The
+    # pipeline itself is the app's (app.main starts it), not a resource every door shares.
+    extract_turns: bool = False
+    # PGRECALL_EXTRACTION_DEFAULT: conversations without their own setting are extracted.
+    extraction_default_on: bool = True
+    # PGRECALL_EXTRACTION_SUMMARY_TOKENS: the rolling conversation summary's size (0: none).
+    summary_tokens: int = 0
     # PGRECALL_MESSAGE_PASSAGES: the write paths embed messages' sentences too.
     message_passages: bool = True
 
     @property
     def extraction_default(self) -> bool | None:
         """Whether a conversation without its own setting is extracted; None: no model."""
-        return None if self.extraction is None else self.extraction.default_on
-
-    @property
-    def summary_tokens(self) -> int:
-        """The rolling conversation summary's size (0: none is kept)."""
-        return 0 if self.extraction is None else self.extraction.summary_tokens
+        return self.extraction_default_on if self.extract_turns else None
 
 
 def embedder_from_settings(settings: Settings) -> Embedder:
@@ -78,11 +77,9 @@ def resources_from(
     cache: Cache,
     *,
     query_slots: int | None = None,
-    extraction: bool = True,
 ) -> Resources:
     """Resources over an engine someone else opened (the CLI's, a test's); the engine is the
-    sessionmaker's. `query_slots` defaults to the pool size, as the server's; `extraction=False`
-    leaves LLM extraction off whatever the settings say (a door that stores no turns)."""
+    sessionmaker's. `query_slots` defaults to the pool size, as the server's."""
     engine = sessionmaker.kw["bind"]
     return Resources(
         engine=engine,
@@ -96,7 +93,11 @@ def resources_from(
         query_slots=asyncio.Semaphore(max(1, query_slots or settings.db_pool_size)),
         keys=KeyAuthenticator(sessionmaker, ttl_s=settings.key_cache_ttl_s),
         write_rate_limit_per_minute=settings.write_rate_limit_per_minute,
-        extraction=build_extraction(settings, sessionmaker, embeddings) if extraction else None,
+        extract_turns=settings.extraction == ExtractionMode.LLM,
+        extraction_default_on=settings.extraction_default,
+        summary_tokens=(
+            settings.extraction_summary_tokens if settings.extraction == ExtractionMode.LLM else 0
+        ),
         message_passages=settings.message_passages,
     )
 
@@ -117,7 +118,6 @@ async def open_resources(
     )
     cache = Cache.from_url(settings.redis_url)
     the_embedder: Embedder | None = None
-    resources: Resources | None = None
     try:
         await warn_unless_rls_binds(engine)
         if not cache.enabled:
@@ -130,11 +130,8 @@ async def open_resources(
         if not settings.auth_enabled:
             log.warning("no PGRECALL_API_KEY: authentication is off (listening on loopback only)")
         embeddings = EmbeddingService(the_embedder, cache if cache.enabled else None)
-        resources = resources_from(settings, create_sessionmaker(engine), embeddings, cache)
-        yield resources
+        yield resources_from(settings, create_sessionmaker(engine), embeddings, cache)
     finally:
-        if resources is not None and resources.extraction is not None:
-            await resources.extraction.aclose()  # lets the batches in hand finish first
         await cache.aclose()
         close = getattr(the_embedder, "aclose", None)
         if close is not None and embedder is None:
