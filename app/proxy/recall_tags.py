@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from app.errors import ServiceError
+from app.errors import ServiceError, UpstreamError
 from app.proxy.stream import DROPPED_EVENT, OnEnd, Relay
 from app.proxy.upstream import ChatUpstream
 
@@ -343,9 +343,15 @@ class RecallRelay(Relay):
             self.transcript.memory_ids += [i for i in ids if i not in self.transcript.memory_ids]
             yield self._text("", tag + memo_text)
             self.body = continued(self.body, said + before + tag, memo_text)
-            response = await self.upstream.send(self.body, self.headers)
+            try:
+                response = await self.upstream.send(self.body, self.headers)
+            except UpstreamError as exc:  # unreachable or timed out: the answer so far stays
+                log.warning("chat upstream failed a recall round: %s", exc.message)
+                self.ended = "upstream_failed"
+                yield DROPPED_EVENT
+                return
             if response.status_code >= 400:
-                await self.upstream.read(response)
+                await response.aclose()
                 log.warning("chat upstream answered %d to a recall round", response.status_code)
                 self.ended = "upstream_failed"
                 yield DROPPED_EVENT

@@ -284,3 +284,48 @@ async def test_a_failed_lookup_says_so_in_the_memo() -> None:
     assert ids == ["m1"] and text.startswith("<memo>\n<memories>\nPython manager")
     # Tags inside quoted memories cannot close the memo nor start a lookup.
     assert text.count("</memo>") == 1 and "<recall>" not in text
+
+
+def test_a_failed_later_round_ends_the_stream_and_keeps_the_answer_so_far(
+    served: Served, upstream: Upstream, chat: openai.OpenAI, user: str
+) -> None:
+    upstream.answers.extend(
+        [
+            Answer(stream_pieces=["Part one. <recall>Python package manager</recall>"]),
+            Answer(status=500, error={"error": {"message": "overloaded"}}),
+        ]
+    )
+    received: list[str] = []
+    with chat.chat.completions.with_streaming_response.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Tell me about my tools"}],
+        stream=True,
+        extra_body={"memory": REQUEST},
+    ) as response:
+        conversation = response.headers["x-pgrecall-conversation-id"]
+        with pytest.raises(openai.APIError):
+            for c in response.parse():
+                received.append(c.choices[0].delta.content or "" if c.choices else "")
+    assert "".join(received) == "Part one. "
+    turns = stored(served, user, conversation, 2)
+    assert (turns[1].content, turns[1].metadata["incomplete"]) == ("Part one. ", "upstream_failed")
+
+
+def test_a_failed_later_round_without_streaming_is_the_upstreams_error(
+    served: Served, upstream: Upstream, chat: openai.OpenAI, user: str
+) -> None:
+    upstream.answers.extend(
+        [
+            Answer(text="Part one. <recall>Python package manager</recall>"),
+            Answer(status=503, error={"error": {"message": "overloaded"}}),
+        ]
+    )
+    with pytest.raises(openai.InternalServerError) as caught:
+        chat.chat.completions.create(
+            model=MODEL,
+            messages=[{"role": "user", "content": "Tell me about my tools"}],
+            extra_body={"memory": REQUEST},
+        )
+    assert caught.value.status_code == 503
+    with Client(served.base, user_id=user) as client:
+        assert client.list_conversations().items == []  # nothing stored
