@@ -23,9 +23,10 @@ class ConversationCreate(BaseModel):
 
 
 class ConversationUpdate(BaseModel):
-    """PATCH /v1/conversations/{id}: the fields given change, the others stay."""
+    """PATCH /v1/conversations/{id}: the fields given change, the others stay (at least one)."""
 
-    model_config = ConfigDict(extra="forbid")
+    # minProperties: the schema says what the route enforces (an empty body is a 422).
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
     title: Title | None = None
     extraction: StrictBool | None = Field(
         default=None,
