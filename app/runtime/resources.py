@@ -19,7 +19,7 @@ from app.roles import database_urls, prepare_database, warn_unless_rls_binds
 from app.runtime.query import query_config
 from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
-from app.services.query import QueryConfig
+from app.services.query import QueryConfig, QueryService
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,17 @@ class Resources:
     def extraction_default(self) -> bool | None:
         """Whether a conversation without its own setting is extracted; None: no model."""
         return self.extraction_default_on if self.extract_turns else None
+
+
+def query_service(resources: Resources) -> QueryService:
+    """The query service over the process's resources (its admission slots included)."""
+    return QueryService(
+        resources.sessionmaker,
+        resources.embeddings,
+        resources.cache,
+        resources.query_config,
+        slots=resources.query_slots,
+    )
 
 
 def embedder_from_settings(settings: Settings) -> Embedder:
