@@ -15,9 +15,8 @@ from app.api.deps import (
     UserDep,
     WriteUserDep,
 )
-from app.errors import NotFoundError, ValidationFailedError
+from app.errors import ValidationFailedError
 from app.models import Conversation
-from app.repositories.conversation_settings import ConversationSettingsRepository
 from app.runtime import Resources
 from app.schemas.common import Seq
 from app.schemas.conversation import (
@@ -146,11 +145,9 @@ async def update_conversation(
     values = {name: getattr(body, name) for name in body.model_fields_set}
     if not values:
         raise ValidationFailedError("body: give title and/or extraction", field="body")
-    conversation = await ConversationSettingsRepository(session).update(
+    conversation = await ConversationService(session, resources.embeddings).update(
         user_id, conversation_id, values
     )
-    if conversation is None:
-        raise NotFoundError("conversation not found")
     return _conversation_out(conversation, resources)
 
 

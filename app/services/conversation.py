@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.errors import NotFoundError
 from app.models import Conversation, Message
 from app.repositories.conversation import ConversationRepository, NewMessage
+from app.repositories.conversation_settings import ConversationSettingsRepository
 from app.repositories.extraction import ExtractionRepository
 from app.repositories.passages import PassageRepository
 from app.repositories.search_index import Document, SearchIndexRepository, Source
@@ -86,6 +87,17 @@ class ConversationService:
     async def get(self, user_id: str, conversation_id: uuid.UUID) -> Conversation:
         """The user's conversation, or NotFoundError (also for other users' ids)."""
         conversation = await self.repo.get(user_id, conversation_id)
+        if conversation is None:
+            raise NotFoundError("conversation not found")
+        return conversation
+
+    async def update(
+        self, user_id: str, conversation_id: uuid.UUID, values: dict[str, object]
+    ) -> Conversation:
+        """Set the title and/or the extraction setting; NotFoundError for others' ids."""
+        conversation = await ConversationSettingsRepository(self.session).update(
+            user_id, conversation_id, values
+        )
         if conversation is None:
             raise NotFoundError("conversation not found")
         return conversation
