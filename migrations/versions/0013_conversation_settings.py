@@ -6,7 +6,7 @@ extraction worker keeps (docs/extraction.md), `summary_seq` the last message it 
 `summary_updated_at` when it was written. The table keeps its row-level security (0003_rls).
 
 Revision ID: 0013_conversation_settings
-Revises: 0009_passages
+Revises: 0010_distributable
 Create Date: 2026-11-27
 """
 
@@ -16,7 +16,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0013_conversation_settings"
-down_revision: str | None = "0009_passages"
+down_revision: str | None = "0010_distributable"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
