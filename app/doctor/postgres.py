@@ -10,6 +10,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.doctor.checks import Check, one_line
+from app.models.base import CREATE_VECTOR_EXTENSION
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -124,7 +125,7 @@ async def check_index_build(
     database not migrated yet). A pgvector built for another CPU dies here with SIGILL.
     """
     statements = [
-        "CREATE EXTENSION IF NOT EXISTS vector",
+        CREATE_VECTOR_EXTENSION,
         f"CREATE TEMPORARY TABLE doctor_vectors (id int, v vector({dimension})) ON COMMIT DROP",
         f"INSERT INTO doctor_vectors SELECT i, array_agg(random())::vector({dimension}) "
         f"FROM generate_series(1, {rows}) i, generate_series(1, {dimension}) d GROUP BY i",
@@ -186,9 +187,7 @@ def prepare_database_check(settings: Settings) -> Check:
     from app.roles import database_urls, prepare_database
 
     try:
-        asyncio.run(
-            prepare_database(database_urls(settings), migrate=settings.migrate_on_start)
-        )
+        asyncio.run(prepare_database(database_urls(settings), migrate=settings.migrate_on_start))
     except Exception as exc:
         if backend_crashed(exc):
             return Check("migrations", False, CRASH_MESSAGE)  # CREATE INDEX in a migration

@@ -91,6 +91,25 @@ class ExtractionLLM:
             raise LLMRetryableError(f"{type(exc).__name__}: {exc}") from exc
         return read_completion(raw.content)
 
+    async def complete_text(
+        self, messages: Sequence[dict[str, str]], max_tokens: int
+    ) -> Completion:
+        """A plain-text answer of at most `max_tokens` (the conversation summary)."""
+        try:
+            raw = await self._client.chat.completions.with_raw_response.create(
+                model=self.model,
+                messages=list(messages),  # type: ignore[arg-type]
+                temperature=0,
+                max_completion_tokens=max_tokens,
+            )
+        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+            raise LLMRetryableError(f"{type(exc).__name__}: {exc}") from exc
+        except openai.APIStatusError as exc:
+            raise LLMError(f"HTTP {exc.status_code}: {type(exc).__name__}") from exc
+        except openai.OpenAIError as exc:
+            raise LLMRetryableError(f"{type(exc).__name__}: {exc}") from exc
+        return read_completion(raw.content)
+
     async def aclose(self) -> None:
         await self._client.close()
 

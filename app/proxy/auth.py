@@ -15,12 +15,20 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
-from app.api.deps import ResourcesDep, validate_user_id
 from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
 from app.proxy.upstream import ChatUpstream
+from app.runtime import Resources
+from app.runtime.identity import validate_user_id
 from app.services.api_keys import looks_like_key
 
 KEY_HEADER = "X-Pgrecall-Key"
+
+
+def get_resources(request: Request) -> Resources:
+    return request.app.state.resources  # type: ignore[no-any-return]
+
+
+ResourcesDep = Annotated[Resources, Depends(get_resources)]
 
 
 def get_upstream(request: Request) -> ChatUpstream:

@@ -4,16 +4,15 @@ failed), the model's answer when there is one, and never the user's turn twice f
 
 from __future__ import annotations
 
-import contextlib
 import uuid
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from app.api.deps import Resources, after_commit, get_session
 from app.errors import ValidationFailedError
 from app.retrieval.speakers import usable_speaker
+from app.runtime import Resources, user_transaction
 from app.schemas.common import MAX_CONTENT_CHARS
 from app.schemas.conversation import MessageCreate
 from app.services.chat_turns import IDEMPOTENCY_KEY, ChatTurnService
@@ -24,8 +23,6 @@ IDEMPOTENCY_HEADER = "Idempotency-Key"
 MAX_KEY_CHARS = 255
 # metadata of a user turn whose request the upstream did not answer (e.g. "http_500").
 UPSTREAM_ERROR = "upstream_error"
-
-transaction = contextlib.asynccontextmanager(get_session)
 
 
 def idempotency_key(value: str | None) -> str | None:
@@ -91,7 +88,7 @@ class Turns:
         and do not store the turn again."""
         if self.key is None or self.user is None:
             return
-        async with transaction(self.resources, self.user_id) as session:
+        async with user_transaction(self.resources.sessionmaker, self.user_id) as session:
             found = await ChatTurnService(session).stored_turn(self.user_id, self.key)
         if found is not None:
             self.user, self.conversation_id = None, found
@@ -100,7 +97,7 @@ class Turns:
         """The conversation the turns go to, created now when absent (a stream names it in its
         headers before the turns exist)."""
         if self.conversation_id is None:
-            async with transaction(self.resources, self.user_id) as session:
+            async with user_transaction(self.resources.sessionmaker, self.user_id) as session:
                 conversations = ConversationService(session, self.resources.embeddings)
                 self.conversation_id = (await conversations.create(self.user_id, self.title)).id
         return self.conversation_id
@@ -111,7 +108,7 @@ class Turns:
         """Create the conversation when absent, append the user turn (marked with `failure`)
         and the answer; committed when this returns."""
         resources = self.resources
-        async with transaction(resources, self.user_id) as session:
+        async with user_transaction(resources.sessionmaker, self.user_id) as session:
             user = self.user
             if user is not None and self.key is not None:
                 found = await ChatTurnService(session).claim(self.user_id, self.key)
@@ -126,17 +123,16 @@ class Turns:
                 self.conversation_id = (await conversations.create(self.user_id, self.title)).id
             turns_in = [t for t in (user, answer) if t is not None]
             if turns_in:
-                stored = await conversations.append(
+                state = SessionStateService(
+                    conversations, resources.cache, resources.session_messages
+                )
+                await state.append(
                     self.user_id,
                     self.conversation_id,
                     turns_in,
                     self.correlation,
-                    extract=resources.extraction is not None,
+                    extraction=resources.extraction_default,
                     passages=resources.message_passages,
                 )
-                state = SessionStateService(
-                    conversations, resources.cache, resources.session_messages
-                )
-                after_commit(session, state.after_append(self.user_id, stored))
         self.user = None
         return self.conversation_id

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -155,8 +155,11 @@ class AdminMemoryRepository:
     async def set_deleted(
         self, user_id: str, item_id: uuid.UUID, deleted: bool
     ) -> MemoryItem | None:
-        """Soft-delete (keeping the first deletion time) or restore; None if not this user's."""
-        when = func.coalesce(MemoryItem.deleted_at, func.now()) if deleted else None
+        """Soft-delete (keeping the first deletion time) or restore; None if not this user's.
+
+        The time is bound, not now(): Citus refuses a non-immutable function inside the
+        COALESCE of an UPDATE on a distributed table (docs/scaling.md)."""
+        when = func.coalesce(MemoryItem.deleted_at, datetime.now(UTC)) if deleted else None
         return await self.update(user_id, item_id, {"deleted_at": when})
 
     async def nearest(

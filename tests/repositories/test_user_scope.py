@@ -27,6 +27,7 @@ import asyncpg
 import numpy as np
 import pytest
 from sqlalchemy import event
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 import app.repositories
@@ -39,6 +40,7 @@ from app.repositories.api_keys import ApiKeyRepository
 from app.repositories.bulk import BulkMemory, BulkRepository
 from app.repositories.chat_turns import ChatTurnRepository
 from app.repositories.conversation import ConversationRepository, NewMessage
+from app.repositories.conversation_settings import ConversationSettingsRepository
 from app.repositories.extraction import ExtractionRepository, ExtractionStatsRepository
 from app.repositories.maintenance import MaintenanceRepository, StaleRow
 from app.repositories.memory import MemoryRepository, NewMemory
@@ -222,6 +224,24 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
         "ConversationRepository",
         "recent_messages",
         conversations.recent_messages(user, conv.id, 5),
+    )
+    settings = ConversationSettingsRepository(session)
+    await rec.call(
+        "ConversationSettingsRepository",
+        "update",
+        settings.update(user, conv.id, {"extraction": True}),
+    )
+    await rec.call("ConversationSettingsRepository", "summary", settings.summary(user, conv.id))
+    for after in (None, 1):
+        await rec.call(
+            "ConversationSettingsRepository",
+            "messages_after",
+            settings.messages_after(user, conv.id, after, 5),
+        )
+    await rec.call(
+        "ConversationSettingsRepository",
+        "save_summary",
+        settings.save_summary(user, conv.id, "a summary", 2, None),
     )
 
     memories = MemoryRepository(session)
@@ -613,7 +633,7 @@ async def recorded(pg: EmbeddedPostgres, db_engine: AsyncEngine, user_id: str) -
                 await session.rollback()
     finally:
         event.remove(db_engine.sync_engine, "before_cursor_execute", hook)
-    conn = await asyncpg.connect(database(pg.url, "postgres").dsn)
+    conn = await asyncpg.connect(database(pg.url, make_url(pg.url).database or "postgres").dsn)
     try:
         tx = conn.transaction()
         await tx.start()
