@@ -51,9 +51,7 @@ def _endpoint(tool: Tool[Any, Any]) -> Callable[..., Awaitable[BaseModel]]:
             inspect.Parameter(
                 "args", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[tool.args, Body()]
             ),
-            inspect.Parameter(
-                "resources", inspect.Parameter.KEYWORD_ONLY, annotation=ResourcesDep
-            ),
+            inspect.Parameter("resources", inspect.Parameter.KEYWORD_ONLY, annotation=ResourcesDep),
         ],
         return_annotation=tool.result,
     )
@@ -95,6 +93,8 @@ async def memory_query(
             time_from=body.time_from,
             time_to=body.time_to,
             as_of=body.as_of,
+            tags=body.tags,
+            tags_match=body.tags_match,
         ),
         correlation_id=correlation_id_var.get(),
     )

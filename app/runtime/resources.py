@@ -21,6 +21,7 @@ from app.runtime.query import query_config
 from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig
+from app.services.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,10 @@ class Resources:
     # Per-user API keys (table api_keys), looked up by hash through a short in-process cache.
     keys: KeyAuthenticator
     write_rate_limit_per_minute: int = 0
+    # PGRECALL_MAX_ENTRIES_PER_USER: save_memory evicts beyond it (0 = no cap).
+    max_entries_per_user: int = 0
+    # Stamps the memories query_memory returned, after answering (None: not recorded).
+    usage: UsageRecorder | None = None
     # LLM extraction (PGRECALL_EXTRACTION=llm): user turns are queued for it; None = off.
     extraction: Extraction | None = None
     # PGRECALL_MESSAGE_PASSAGES: the write paths embed messages' sentences too.
@@ -86,6 +91,8 @@ def resources_from(
         query_slots=asyncio.Semaphore(max(1, query_slots or settings.db_pool_size)),
         keys=KeyAuthenticator(sessionmaker, ttl_s=settings.key_cache_ttl_s),
         write_rate_limit_per_minute=settings.write_rate_limit_per_minute,
+        max_entries_per_user=settings.max_entries_per_user,
+        usage=UsageRecorder(sessionmaker),
         extraction=build_extraction(settings, sessionmaker, embeddings) if extraction else None,
         message_passages=settings.message_passages,
     )
@@ -125,6 +132,8 @@ async def open_resources(
     finally:
         if resources is not None and resources.extraction is not None:
             await resources.extraction.aclose()  # lets the batches in hand finish first
+        if resources is not None and resources.usage is not None:
+            await resources.usage.drain()
         await cache.aclose()
         close = getattr(the_embedder, "aclose", None)
         if close is not None and embedder is None:

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from app.models.base import MemoryType
 from app.schemas.common import (
     NON_BLANK_SCHEMA,
+    Tags,
     Timestamp,
     check_non_blank,
     json_float,
@@ -65,7 +66,23 @@ Sources = Annotated[
 ]
 
 
-class QueryMemoryArgs(TimeFilters):
+TagsMatch = Literal["any", "all"]
+TAG_FIELDS = {
+    "tags": "Only memories carrying these tags (past messages have none, so a tag filter "
+    "returns memory items only)",
+    "tags_match": "any (default): at least one of the tags; all: every one of them",
+}
+FilterTags = Annotated[Tags | None, Field(min_length=1)]
+
+
+class TagFilter(BaseModel):
+    """The tag filter shared by both query contracts (scoped by user like everything else)."""
+
+    tags: FilterTags = Field(default=None, description=TAG_FIELDS["tags"])
+    tags_match: TagsMatch = Field(default="any", description=TAG_FIELDS["tags_match"])
+
+
+class QueryMemoryArgs(TagFilter, TimeFilters):
     """The agent tool's arguments (Memory v1 tool contract)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -100,7 +117,7 @@ class QueryMemoryResult(BaseModel):
     formatted: str = Field(description="the memories as a delimited block for a prompt")
 
 
-class MemoryQueryRequest(TimeFilters):
+class MemoryQueryRequest(TagFilter, TimeFilters):
     """The internal retrieval contract (Memory v1 MemoryQueryRequest)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,7 +24,13 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db import user_session
 from app.errors import EmbeddingError
 from app.repositories.admin import user_lists_for
-from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository, TimeFilter
+from app.repositories.retrieval import (
+    Candidate,
+    KeywordHits,
+    RetrievalRepository,
+    TagFilter,
+    TimeFilter,
+)
 from app.repositories.search_index import Source
 from app.retrieval.budget import pack
 from app.retrieval.dates import TimeWindow, parse_time_expression
@@ -40,6 +47,7 @@ if TYPE_CHECKING:
     from app.adapters.cache import Cache
     from app.retrieval.budget import Packed
     from app.retrieval.scoring import Ranked
+    from app.services.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("app.audit")
@@ -88,10 +96,17 @@ class QueryRequest:
     time_from: datetime | None = None
     time_to: datetime | None = None
     as_of: datetime | None = None
+    # Only memories with any (or all) of these tags; messages have none.
+    tags: tuple[str, ...] | None = None
+    tags_match: Literal["any", "all"] = "any"
 
     @property
     def when(self) -> TimeFilter:
         return TimeFilter(self.time_from, self.time_to, self.as_of)
+
+    @property
+    def tag_filter(self) -> TagFilter | None:
+        return TagFilter(self.tags, self.tags_match == "all") if self.tags else None
 
 
 @dataclass(frozen=True)
@@ -176,6 +191,8 @@ def _cache_key(request: QueryRequest, preset: RetrievalPreset, budget: int) -> s
             request.time_from,
             request.time_to,
             request.as_of,
+            request.tags,
+            request.tags_match,
             # Relative time expressions ("yesterday") resolve against today's date.
             datetime.now(UTC).date() if request.as_of is None else None,
         ],
@@ -193,6 +210,7 @@ class QueryService:
         cache: Cache,
         config: QueryConfig,
         slots: asyncio.Semaphore | None = None,
+        usage: UsageRecorder | None = None,
     ) -> None:
         self.sessionmaker = sessionmaker
         self.embeddings = embeddings
@@ -200,9 +218,21 @@ class QueryService:
         self.config = config
         # Queries admitted to the database stage at once (each may hold two connections).
         self.slots = slots or asyncio.Semaphore(1_000_000)
+        # Notes which memories each answer returned; written after it (app/services/usage.py).
+        self.usage = usage
 
     async def query(self, request: QueryRequest, *, correlation_id: str = "-") -> QueryResult:
-        """Answer one query; never raises for database, Redis or embedder failures."""
+        """Answer one query; never raises for database, Redis or embedder failures. The
+        memories it returns get their usage stamped afterwards (with a UsageRecorder)."""
+        result = await self._answer(request, correlation_id)
+        if self.usage is not None:
+            self.usage.answered(
+                request.user_id,
+                (uuid.UUID(i.id) for i in result.items if i.source_kind == "memory"),
+            )
+        return result
+
+    async def _answer(self, request: QueryRequest, correlation_id: str) -> QueryResult:
         started = time.perf_counter()
         query_text = request.query
         query_cut = False
@@ -321,8 +351,8 @@ class QueryService:
         trace: QueryTrace | None = None,
     ) -> tuple[dict[tuple[Source, Any], Candidate], list[Any]]:
         memories = "memory" in request.sources
-        # Messages carry no memory type: a type filter restricts results to memory items.
-        messages = "message" in request.sources and not request.types
+        # Messages carry no memory type nor tags: either filter restricts results to memories.
+        messages = "message" in request.sources and not request.types and not request.tags
         n = max(preset.candidates, request.limit)
         # Both connections carry the request's user: row-level security backs up the predicates.
         async with (
@@ -408,6 +438,7 @@ class QueryService:
             "memories": memories,
             "messages": messages,
             "types": request.types,
+            "tags": request.tag_filter,
             "k1": preset.bm25_k1,
             "b": preset.bm25_b,
             "when": request.when,
@@ -492,6 +523,7 @@ class QueryService:
             memories=memories,
             messages=messages,
             types=request.types,
+            tags=request.tag_filter,
             exact=exact,
             model=self.embeddings.model,
             when=request.when,
