@@ -84,9 +84,12 @@ class UsageRepository:
             .limit(count)
             .with_for_update()
         )
+        ids = list((await self.session.execute(victims)).scalars().all())
+        if not ids:
+            return []
         stmt = (
             update(MemoryItem)
-            .where(MemoryItem.user_id == user_id, MemoryItem.id.in_(victims))
+            .where(MemoryItem.user_id == user_id, MemoryItem.id.in_(ids))
             .values(deleted_at=at, evicted_at=at, updated_at=at)
             .returning(MemoryItem)
             .execution_options(populate_existing=True, synchronize_session=False)

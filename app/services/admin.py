@@ -172,7 +172,7 @@ class AdminMemoryService:
         """Overwrite a memory with a near-duplicate row whose vector is already computed."""
         values = await self._content_values(item, row.content, vector)
         values["type"] = row.type
-        for name in ("importance", "expires_at", "source"):
+        for name in ("importance", "expires_at", "source", "tags"):
             if name in row.model_fields_set:
                 values[name] = getattr(row, name)
         return await self._write(item.user_id, item.id, values)
