@@ -3,6 +3,7 @@ filtered by query_memory and /v1/memory/query (any/all), validated, never across
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -142,10 +143,8 @@ async def test_admin_create_update_and_seed_files_set_tags(
         report = await _seed(app_, seed)
         assert report.added == 2, report.summary()
         jsonl = tmp_path / "seed.jsonl"
-        jsonl.write_text(
-            '{"user_id": "%s", "content": "The user likes chess", "type": "fact", '
-            '"tags": ["hobby"]}\n' % user_id
-        )
+        line = {"user_id": user_id, "content": "The user likes chess", "type": "fact"}
+        jsonl.write_text(json.dumps({**line, "tags": ["hobby"]}) + "\n")
         assert (await _seed(app_, jsonl)).added == 1
         ask = {"query": "what does the user do?", "min_score": 0.0}
         assert await _internal(client, user_id, **ask, tags=["work"]) == [STANDUP]
