@@ -4,6 +4,7 @@ user's; query_memory stamps what it returned after answering."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx
@@ -118,3 +119,39 @@ async def test_no_cap_by_default(client: httpx.AsyncClient, user_id: str) -> Non
     for i in range(5):
         saved = await _save(client, user_id, f"Distinct fact number {i} about trains")
         assert saved["evicted"] == []
+
+
+def _form_token(html: str) -> str:
+    found = re.search(r'name="csrf_token" value="([^"]+)"', html)
+    assert found is not None
+    return found.group(1)
+
+
+async def test_the_console_shows_evicted_memories_and_usage_and_restores(
+    make_client: Any, user_id: str
+) -> None:
+    async with make_client(max_entries_per_user=1) as (client, app):
+        first = (await _save(client, user_id, "The user grows tomatoes", importance=0.3))["memory"]
+        assert first["id"] in await _recall(client, app, user_id, "what do I grow?")
+        second = await _save(client, user_id, "The user sails on weekends", importance=0.8)
+        assert [m["id"] for m in second["evicted"]] == [first["id"]]
+
+        login = await client.get("/console/login")
+        nonce = re.search(r'name="nonce" value="([^"]+)"', login.text)
+        assert nonce is not None
+        await client.post("/console/login", data={"nonce": nonce.group(1)})
+        page = await client.get("/console/user", params={"user": user_id, "deleted": "evicted"})
+        assert page.status_code == 200
+        assert "The user grows tomatoes" in page.text
+        assert "The user sails on weekends" not in page.text  # live, not evicted
+        detail = await client.get("/console/memory", params={"user": user_id, "id": first["id"]})
+        assert "evicted by the per-user cap" in detail.text
+        times = re.search(r'id="memory-times-retrieved">(\d+)<', detail.text)
+        assert times is not None and times.group(1) == "1"
+        restored = await client.post(
+            f"/console/memory/restore?user={user_id}&id={first['id']}",
+            data={"csrf_token": _form_token(detail.text)},
+        )
+        assert restored.status_code == 303
+        item = await _admin_get(client, user_id, first["id"])
+        assert item["deleted_at"] is None and item["evicted_at"] is None
