@@ -13,9 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.adapters.cache import Cache
 from app.adapters.embedder import Embedder, build_embedder
-from app.config import Settings
+from app.config import ExtractionMode, Settings
 from app.db import create_engine, create_sessionmaker
-from app.extraction.runtime import Extraction, build_extraction
 from app.roles import database_urls, prepare_database, warn_unless_rls_binds
 from app.runtime.query import query_config
 from app.services.api_keys import KeyAuthenticator
@@ -48,8 +47,9 @@ class Resources:
     max_entries_per_user: int = 0
     # Stamps the memories query_memory returned, after answering (None: not recorded).
     usage: UsageRecorder | None = None
-    # LLM extraction (PGRECALL_EXTRACTION=llm): user turns are queued for it; None = off.
-    extraction: Extraction | None = None
+    # LLM extraction (PGRECALL_EXTRACTION=llm): stored user turns are queued for it. The
+    # pipeline itself is the app's (app.main starts it), not a resource every door shares.
+    extract_turns: bool = False
     # PGRECALL_MESSAGE_PASSAGES: the write paths embed messages' sentences too.
     message_passages: bool = True
 
@@ -73,11 +73,9 @@ def resources_from(
     cache: Cache,
     *,
     query_slots: int | None = None,
-    extraction: bool = True,
 ) -> Resources:
     """Resources over an engine someone else opened (the CLI's, a test's); the engine is the
-    sessionmaker's. `query_slots` defaults to the pool size, as the server's; `extraction=False`
-    leaves LLM extraction off whatever the settings say (a door that stores no turns)."""
+    sessionmaker's. `query_slots` defaults to the pool size, as the server's."""
     engine = sessionmaker.kw["bind"]
     return Resources(
         engine=engine,
@@ -93,7 +91,7 @@ def resources_from(
         write_rate_limit_per_minute=settings.write_rate_limit_per_minute,
         max_entries_per_user=settings.max_entries_per_user,
         usage=UsageRecorder(sessionmaker),
-        extraction=build_extraction(settings, sessionmaker, embeddings) if extraction else None,
+        extract_turns=settings.extraction == ExtractionMode.LLM,
         message_passages=settings.message_passages,
     )
 
@@ -130,10 +128,8 @@ async def open_resources(
         resources = resources_from(settings, create_sessionmaker(engine), embeddings, cache)
         yield resources
     finally:
-        if resources is not None and resources.extraction is not None:
-            await resources.extraction.aclose()  # lets the batches in hand finish first
         if resources is not None and resources.usage is not None:
-            await resources.usage.drain()
+            await resources.usage.drain()  # the usage data of answers already given
         await cache.aclose()
         close = getattr(the_embedder, "aclose", None)
         if close is not None and embedder is None:
