@@ -106,6 +106,7 @@ class AgentMemory(BaseModel):
     valid_from: datetime
     valid_to: datetime | None  # when it stopped being true (superseded)
     supersedes_id: uuid.UUID | None  # the earlier version it replaced
+    tags: list[str] = []
 
 
 class MemoryHistory(BaseModel):
@@ -120,6 +121,8 @@ class SaveMemoryResult(BaseModel):
     memory: AgentMemory
     action: Literal["added", "updated", "unchanged", "restored"]
     superseded: uuid.UUID | None = None
+    # memories the user's cap soft-deleted to make room (an admin can restore them)
+    evicted: list[AgentMemory] = []
 
 
 class ForgetMemoryResult(BaseModel):
@@ -228,6 +231,10 @@ class Memory(BaseModel):
     valid_from: datetime
     valid_to: datetime | None
     supersedes_id: uuid.UUID | None
+    tags: list[str]
+    last_retrieved_at: datetime | None  # when query_memory last returned it
+    times_retrieved: int  # how many answers of query_memory returned it
+    evicted_at: datetime | None  # when the per-user cap soft-deleted it (a restore clears it)
 
 
 class Duplicate(BaseModel):
