@@ -424,7 +424,7 @@ class RetrievalRepository:
         random_page_cost: pgvector prices every ivfflat list it probes as pages read from disk
         at random_page_cost (4 by default), so from about 45 probes of a 50k-item user's own 100
         lists the planner chose that user's exact scan (user_id index + sort), 3.5x slower
-        (`python -m eval.bench.plans`). The index is in memory or on SSD, as a query path's
+        (`python -m bench.plans`). The index is in memory or on SSD, as a query path's
         working set is: 1.1, the usual value for SSD storage, prices it so, for this
         transaction only (docs/performance.md, "Big users on real conversation turns")."""
         if not exact:

@@ -19,7 +19,7 @@ from app.roles import database_urls, prepare_database, warn_unless_rls_binds
 from app.runtime.query import query_config
 from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
-from app.services.query import QueryConfig
+from app.services.query import QueryConfig, QueryService
 from app.services.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,18 @@ class Resources:
     extract_turns: bool = False
     # PGRECALL_MESSAGE_PASSAGES: the write paths embed messages' sentences too.
     message_passages: bool = True
+
+
+def query_service(resources: Resources) -> QueryService:
+    """The query service over the process's resources (its admission slots included)."""
+    return QueryService(
+        resources.sessionmaker,
+        resources.embeddings,
+        resources.cache,
+        resources.query_config,
+        slots=resources.query_slots,
+        usage=resources.usage,
+    )
 
 
 def embedder_from_settings(settings: Settings) -> Embedder:
