@@ -29,8 +29,8 @@ from app.runtime import query_config
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryRequest, QueryService
 from app.services.usage import UsageRecorder
-from bench.options import ROOT, parse_size
 from bench.drive import BenchQuery, make_queries, percentiles
+from bench.options import ROOT, parse_size
 from bench.rls import _Precomputed
 from bench.store import build_store
 

@@ -119,6 +119,7 @@ def reindex(
     """Rebuild the vector indexes as PGRECALL_VECTOR_INDEX says (ivfflat with lists sized to the
     data, or HNSW), and the per-user indexes of the users above PGRECALL_EXACT_SEARCH_MAX_ITEMS
     (PGRECALL_USER_VECTOR_INDEXES); locks each table while it builds."""
+
     async def work(rt: Runtime) -> tuple[list[ReindexResult], list[UserIndexResult]]:
         results, per_user = [], []
         for table in TABLES:  # admin mode: the index builds count every user's rows
@@ -171,6 +172,7 @@ def reembed(
     quiet: QuietOption = False,
 ) -> None:
     """Move every stored vector to the configured embedding model (resumable)."""
+
     async def work(rt: Runtime) -> ReembedReport:
         assert rt.embeddings is not None
         return await run_reembed(

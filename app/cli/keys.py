@@ -94,6 +94,7 @@ def keys_list(
 @keys_app.command("revoke")
 def keys_revoke(key_id: Annotated[uuid.UUID, typer.Argument(help="the key's id")]) -> None:
     """Revoke a key for good; a running service refuses it within PGRECALL_KEY_CACHE_TTL_S."""
+
     async def work(rt: Runtime) -> ApiKey:
         async with admin_transaction(rt.sessionmaker, "keys revoke") as session:
             return await ApiKeyService(session).revoke(key_id)

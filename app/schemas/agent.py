@@ -115,7 +115,7 @@ class MemoryOut(BaseModel):
     valid_from: datetime
     valid_to: datetime | None = Field(description="when it stopped being true (superseded)")
     supersedes_id: uuid.UUID | None = Field(description="the earlier version it replaced")
-    tags: list[str] = Field(default_factory=list)
+    tags: list[str] = []
 
 
 class MemoryHistory(BaseModel):
@@ -140,7 +140,7 @@ class SaveMemoryResult(BaseModel):
         default=None, description="the memory the new one replaced (now in its history)"
     )
     evicted: list[MemoryOut] = Field(
-        default_factory=list,
+        default=[],
         description="memories the user's cap (PGRECALL_MAX_ENTRIES_PER_USER) soft-deleted to "
         "make room: the least valuable (lowest importance, least recently retrieved, oldest); "
         "an admin can restore them",
