@@ -72,6 +72,7 @@ class Options:
     progress: bool = True
     overrides: tuple[str, ...] = ()  # FIELD=VALUE assignments on the preset
     samples: tuple[str, ...] = ()  # LoCoMo: only these conversations (sample ids); () = all
+    locomo_import: str = "sessions"  # LoCoMo: eval.locomo_run.IMPORTS
 
 
 @dataclass
@@ -132,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--samples", nargs="+", metavar="SAMPLE_ID", default=[],
                         help="LoCoMo only: only these conversations (e.g. conv-26 conv-42), to "
                              "judge a change on a held-out part of the set")
+    parser.add_argument("--import", dest="locomo_import", choices=locomo_run.IMPORTS,
+                        default="sessions", help="LoCoMo: one conversation per session with "
+                        "speakers (the documented import), or one conversation without speakers")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bars")
     return parser
@@ -166,6 +170,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         limit=args.limit, min_score=args.min_score if args.min_score is not None else 0.0,
         tracking_uri=args.tracking_uri, progress=args.progress,
         overrides=tuple(args.overrides), samples=tuple(args.samples),
+        locomo_import=args.locomo_import,
     )
 
 
@@ -352,7 +357,7 @@ async def run_locomo(options: Options, settings: Settings) -> DatasetRun:
     questions = sum(len(c.questions) for c in conversations)
     async with running_service(settings) as harness:
         _apply_preset(harness, run_preset(options, settings))
-        id_to_dia = await locomo_run.load_into(harness, conversations)
+        id_to_dia = await locomo_run.load_into(harness, conversations, options.locomo_import)
         tool_results: list[CaseResult] = []
         results = await locomo_run.ask_all(
             harness, conversations, id_to_dia, min_score=options.min_score,
@@ -369,6 +374,7 @@ async def run_locomo(options: Options, settings: Settings) -> DatasetRun:
             "endpoint": "/v1/memory/query",
             "token_budget": locomo_run.TOKEN_BUDGET_FOR_RANKING,
             "min_relevance": options.min_score,
+            "import": options.locomo_import,
         },
         breakdown=render_tool_path(tool_summary, summarise(results, k=K), tool_results)
         + "\n"

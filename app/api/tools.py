@@ -10,6 +10,7 @@ from app.api.agent_tools import WRITE_TOOL_DEFINITIONS, WRITE_TOOLS_PROMPT
 from app.api.deps import ResourcesDep, UserDep
 from app.observability import correlation_id_var
 from app.schemas.memory import (
+    RECENCY_DESCRIPTION,
     TIME_FIELDS,
     MemoryItemOut,
     MemoryQueryRequest,
@@ -79,6 +80,12 @@ def tool_definitions() -> list[dict[str, Any]]:
                             name: {"type": "string", "format": "date-time", "description": text}
                             for name, text in TIME_FIELDS.items()
                         },
+                        "recency": {
+                            "type": "number",
+                            "minimum": 0,
+                            "maximum": 1,
+                            "description": RECENCY_DESCRIPTION,
+                        },
                     },
                     "required": ["query"],
                     "additionalProperties": False,
@@ -122,10 +129,11 @@ async def query_memory(
             time_from=args.time_from,
             time_to=args.time_to,
             as_of=args.as_of,
+            recency=args.recency,
         ),
         correlation_id=correlation_id_var.get(),
     )
-    return tool_answer(result)
+    return tool_answer(result, cfg.min_relevance)
 
 
 @router.post("/v1/memory/query", response_model=MemoryQueryResponse)
@@ -145,6 +153,7 @@ async def memory_query(
             time_from=body.time_from,
             time_to=body.time_to,
             as_of=body.as_of,
+            recency=body.recency,
         ),
         correlation_id=correlation_id_var.get(),
     )

@@ -142,7 +142,7 @@ def build_server(resources: Callable[[], ToolResources], caller: CallerSource) -
                     sources=tuple(sources) if sources else ("memory", "message"),
                 )
             )
-            return tool_answer(result)
+            return tool_answer(result, cfg.min_relevance)
 
         return await run(ctx, body)
 

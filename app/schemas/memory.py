@@ -65,6 +65,13 @@ Sources = Annotated[
 ]
 
 
+RECENCY_DESCRIPTION = (
+    "How much newer items are preferred, 0 to 1: score = (1 - recency) x relevance + recency x "
+    "exp(-age_days / 30) (default: the service's)"
+)
+Recency = json_float(ge=0.0, le=1.0) | None
+
+
 class QueryMemoryArgs(TimeFilters):
     """The agent tool's arguments (Memory v1 tool contract)."""
 
@@ -74,6 +81,7 @@ class QueryMemoryArgs(TimeFilters):
     )
     types: Types = Field(default=None, description="Filter to specific memory types")
     sources: Sources = Field(default=None, description="Restrict to memory items or past messages")
+    recency: Recency = Field(default=None, description=RECENCY_DESCRIPTION)
 
 
 class ToolMemory(BaseModel):
@@ -89,6 +97,10 @@ class ToolMetadata(BaseModel):
     count: int
     truncated: bool
     token_count: int
+    # How sure the service is that the store answers the question: the best relevance of any
+    # candidate (returned or not); `supported` is false when none reached the service's floor.
+    confidence: float = 0.0
+    supported: bool = False
     error: str | None = None
     degraded: str | None = None
     rate_limited: bool = False
@@ -110,6 +122,7 @@ class MemoryQueryRequest(TimeFilters):
     sources: Sources = None
     min_score: json_float(ge=0.0, le=1.0) = 0.3
     token_budget: json_int(ge=1, le=100_000) | None = None
+    recency: Recency = Field(default=None, description=RECENCY_DESCRIPTION)
 
 
 class MemoryItemOut(BaseModel):
