@@ -29,12 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from app.retrieval.relevance import FEATURES, MODEL_PATH, RelevanceModel
+from app.retrieval.relevance import FEATURES, ITEM_FEATURES, MODEL_PATH, RelevanceModel
 
 DEFAULT_LOCOMO = Path("../shared/datasets/locomo/locomo-dev.json")
 DEFAULT_CURATED = Path("eval/curated_dev.json")
 SEED = 29
 FOLDS = 5
+CALIBRATION_DEPTH = 5
 L2 = 1.0  # on the summed (weighted) log-loss of a set of unit total weight per set
 
 
@@ -46,6 +47,8 @@ class Question:
     shape: str  # LoCoMo category or curated shape
     x: np.ndarray  # candidates x features
     y: np.ndarray  # 1 = answers the question
+    keys: tuple[str, ...] = ()  # the candidates' dialogue ids or memory keys (for replays)
+    query: str = ""
 
 
 # --------------------------------------------------------------------------- collect
@@ -84,6 +87,8 @@ async def collect(
                             np.array(
                                 [mapping.get(str(k[1])) in q.evidence for k in keys], dtype=float
                             ),
+                            tuple(mapping.get(str(k[1]), "") for k in keys),
+                            q.question,
                         )
                     )
     return questions
@@ -134,6 +139,8 @@ async def _collect_curated(harness: Any, data: dict[str, Any]) -> list[Question]
                     q["shape"],
                     np.array([feats[k] for k in keys], dtype=float).reshape(-1, len(FEATURES)),
                     np.array([key_of.get(str(k[1])) in answers for k in keys], dtype=float),
+                    tuple(key_of.get(str(k[1]), "") for k in keys),
+                    q["query"],
                 )
             )
     return out
@@ -148,6 +155,8 @@ def save(questions: Sequence[Question], path: Path) -> None:
             "shape": q.shape,
             "x": q.x.round(6).tolist(),
             "y": q.y.tolist(),
+            "keys": list(q.keys),
+            "query": q.query,
         }
         for q in questions
     ]
@@ -166,6 +175,8 @@ def load(path: Path) -> list[Question]:
             r["shape"],
             np.array(r["x"], dtype=float).reshape(-1, len(FEATURES)),
             np.array(r["y"], dtype=float),
+            tuple(r.get("keys", ())),
+            r.get("query", ""),
         )
         for r in body["questions"]
     ]
@@ -189,7 +200,75 @@ def _design(questions: Sequence[Question]) -> tuple[np.ndarray, np.ndarray, np.n
     return np.vstack(xs), np.concatenate(ys), np.concatenate(ws)
 
 
-def fit(questions: Sequence[Question], l2: float = L2) -> RelevanceModel:
+def fit(
+    questions: Sequence[Question], l2: float = L2, objective: str = "listwise"
+) -> RelevanceModel:
+    """The model: "pointwise" is a weighted logistic regression over candidates; "listwise"
+    ranks first (a softmax over each question's candidates: the likelihood that the answers
+    are picked from them) and then calibrates that score into a probability (a logistic
+    regression on the score alone, which keeps the order)."""
+    if objective == "pointwise":
+        return _pointwise(questions, l2)
+    w = _listwise(questions, l2)
+    w[len(ITEM_FEATURES) :] = 0.0  # the same for every candidate: they cannot order them
+    # Calibrated where the tool decides: on each question's first CALIBRATION_DEPTH candidates
+    # (all candidates would teach it mostly that the hundredth one is not the answer), on the
+    # ranking score and the question's own features.
+    scored = []
+    for q in questions:
+        if not len(q.y):
+            continue
+        s = q.x @ w
+        top = np.argsort(-s)[:CALIBRATION_DEPTH]
+        calib = np.hstack([s[top][:, None], q.x[top][:, len(ITEM_FEATURES) :]])
+        scored.append(Question(q.dataset, q.group, q.qid, q.shape, calib, q.y[top]))
+    platt = _pointwise(scored, l2)
+    a, query_weights = platt.weights[0], platt.weights[1:]
+    weights = [a * v for v in w[: len(ITEM_FEATURES)]] + list(query_weights)
+    return RelevanceModel("fitted", tuple(float(v) for v in weights), platt.bias)
+
+
+def _listwise(questions: Sequence[Question], l2: float) -> np.ndarray:
+    """argmin over w of the weighted sum over questions with an answer of
+    -log(sum_answers softmax(X w)) + l2/2 |w|^2, by damped Newton steps on its convex part."""
+    per_set: dict[str, int] = {}
+    usable = [q for q in questions if len(q.y) and q.y.sum() > 0]
+    for q in usable:
+        per_set[q.dataset] = per_set.get(q.dataset, 0) + 1
+    sets = len(per_set)
+    weight = {q.qid: 1.0 / (per_set[q.dataset] * sets) for q in usable}
+    d = usable[0].x.shape[1]
+    w = np.zeros(d)
+    lam = l2 * 1e-3
+
+    def loss_grad_hess(w: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        loss, grad, hess = lam / 2 * w @ w, lam * w, lam * np.eye(d)
+        for q in usable:
+            s = q.x @ w
+            s = s - s.max()
+            p = np.exp(s) / np.exp(s).sum()
+            pos = q.y == 1
+            pi = np.where(pos, p, 0.0) / p[pos].sum()
+            c = weight[q.qid]
+            loss += c * -np.log(p[pos].sum())
+            grad += c * q.x.T @ (p - pi)
+            xc = q.x - p @ q.x
+            hess += c * (xc * p[:, None]).T @ xc
+        return float(loss), grad, hess
+
+    for _ in range(60):
+        loss, grad, hess = loss_grad_hess(w)
+        step = np.linalg.solve(hess + 1e-9 * np.eye(d), grad)
+        t = 1.0
+        while t > 1e-4 and loss_grad_hess(w - t * step)[0] > loss - 1e-4 * t * grad @ step:
+            t /= 2
+        w = w - t * step
+        if np.abs(t * step).max() < 1e-7:
+            break
+    return w
+
+
+def _pointwise(questions: Sequence[Question], l2: float) -> RelevanceModel:
     """Weighted L2 logistic regression (bias unpenalised), Newton's method to convergence."""
     x, y, w = _design(questions)
     w = w / w.sum()
@@ -256,6 +335,9 @@ def evaluate(
             row["by_threshold"] = {
                 f"{t:.2f}": {
                     "present": round(float(np.mean([a >= t for a in answer_tops])), 4),
+                    "answerable_empty": round(
+                        float(np.mean([float(s.max()) < t for _, s in answerable])), 4
+                    ),
                     "no_answer_answered": round(float(np.mean([m >= t for m in tops])), 4),
                 }
                 for t in thresholds
@@ -265,9 +347,10 @@ def evaluate(
 
 
 def cross_validate(
-    questions: Sequence[Question], l2: float, thresholds: Sequence[float]
-) -> dict[str, Any]:
-    """Held-out figures: each group's questions scored by a model fitted without that group."""
+    questions: Sequence[Question], l2: float, thresholds: Sequence[float], objective: str
+) -> tuple[dict[str, Any], list[Question]]:
+    """Held-out figures: each group's questions scored by a model fitted without that group
+    (and those scores, as one-column questions)."""
     groups = sorted({(q.dataset, q.group) for q in questions})
     random.Random(SEED).shuffle(groups)
     fold_of = {g: i % FOLDS for i, g in enumerate(groups)}
@@ -275,7 +358,7 @@ def cross_validate(
     for fold in range(FOLDS):
         train = [q for q in questions if fold_of[(q.dataset, q.group)] != fold]
         test = [q for q in questions if fold_of[(q.dataset, q.group)] == fold]
-        model = fit(train, l2)
+        model = fit(train, l2, objective)
         held += [(model, q) for q in test]
     # score every held-out question with its own fold's model, then evaluate the union
     rescored = []
@@ -283,7 +366,95 @@ def cross_validate(
         z = q.x @ np.array(model.weights) + model.bias
         rescored.append(Question(q.dataset, q.group, q.qid, q.shape, np.hstack([z[:, None]]), q.y))
     identity = RelevanceModel("cv", (1.0,), 0.0)
-    return evaluate(identity, rescored, thresholds)
+    return evaluate(identity, rescored, thresholds), rescored
+
+
+def convex_relevance(x: np.ndarray) -> np.ndarray:
+    """The `convex` preset's calibrated relevance of each candidate, from the same features:
+    the weighted noisy-OR of BM25 as a share of the ideal (full at 0.6) and cosine mapped from
+    0.15 to 0.5 (app/retrieval/scoring.py)."""
+    from app.retrieval.presets import CONVEX
+    from app.retrieval.scoring import combine_relevance, keyword_relevance, vector_relevance
+
+    col = {name: i for i, name in enumerate(FEATURES)}
+    cosine = x[:, col["best_cosine"]] + x[:, col["cosine_gap"]]
+    return np.array(
+        [
+            combine_relevance(
+                keyword_relevance(kw, 1.0, CONVEX.keyword_saturation),
+                vector_relevance(c, CONVEX.vector_floor, CONVEX.vector_ceiling),
+                CONVEX.keyword_weight,
+                CONVEX.vector_weight,
+            )
+            for kw, c in zip(x[:, col["keyword"]], cosine, strict=True)
+        ]
+    )
+
+
+def tradeoff_plot(questions: Sequence[Question], held_out: Sequence[Question], path: Path) -> None:
+    """Presence (an answerable curated question's answer at or over the threshold) and
+    abstention failures (a no-answer question with anything over it) against the threshold,
+    for the learned model (held-out probabilities), the convex preset's relevance and cosine
+    alone. Before the service's stages and relative cut."""
+    from matplotlib.figure import Figure
+
+    col = {name: i for i, name in enumerate(FEATURES)}
+    curated = [q for q in questions if q.dataset == "curated" and len(q.y)]
+    by_id = {q.qid: q for q in held_out}
+    approaches = {
+        "learned (held-out probability)": lambda q: 1 / (1 + np.exp(-by_id[q.qid].x[:, 0])),
+        "convex (noisy-OR relevance)": lambda q: convex_relevance(q.x),
+        "cosine alone": lambda q: q.x[:, col["best_cosine"]] + q.x[:, col["cosine_gap"]],
+    }
+    figure = Figure(figsize=(12, 3.8))
+    axes = figure.subplots(1, len(approaches), sharey=True)
+    grid = np.linspace(0.0, 1.0, 101)
+    for ax, (name, score) in zip(axes, approaches.items(), strict=True):
+        answer_tops, tops = [], []
+        for q in curated:
+            s = score(q)
+            if q.y.sum() > 0:
+                answer_tops.append(float(s[q.y == 1].max()))
+            else:
+                tops.append(float(s.max()))
+        present = [np.mean([a >= t for a in answer_tops]) for t in grid]
+        answered = [np.mean([m >= t for m in tops]) for t in grid]
+        ax.plot(grid, present, label="answerable: answer kept")
+        ax.plot(grid, answered, label="no answer: something returned")
+        ax.axhline(PRESENT_TARGET, color="C0", linestyle=":", linewidth=1)
+        ax.axhline(NO_ANSWER_TARGET, color="C1", linestyle=":", linewidth=1)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("threshold on the approach's score")
+    axes[0].set_ylabel("share of curated questions")
+    axes[0].legend(fontsize=8, loc="lower left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+# The issue's targets for the agent tool on curated memories.
+PRESENT_TARGET = 0.85
+NO_ANSWER_TARGET = 0.30
+EMPTY_TARGET = 0.08
+
+
+def choose_floor(by_threshold: dict[str, dict[str, float]]) -> float:
+    """The held-out operating point closest to the targets: the threshold with the smallest
+    sum of shortfalls (presence under 0.85, answerable questions left empty over 0.08,
+    no-answer questions answered over 0.30); on a tie the lower threshold (answers kept). 0.3
+    when there are no curated questions."""
+    if not by_threshold:
+        return 0.3
+
+    def miss(t: str) -> tuple[float, float]:
+        row = by_threshold[t]
+        shortfall = (
+            max(0.0, PRESENT_TARGET - row["present"])
+            + max(0.0, row["answerable_empty"] - EMPTY_TARGET)
+            + max(0.0, row["no_answer_answered"] - NO_ANSWER_TARGET)
+        )
+        return round(shortfall, 6), float(t)
+
+    return float(min(by_threshold, key=miss))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -300,6 +471,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="fit on features collected before (one or more dumps)",
     )
     parser.add_argument("--l2", type=float, default=L2)
+    parser.add_argument("--objective", choices=("listwise", "pointwise"), default="listwise")
+    parser.add_argument("--plot", type=Path, help="presence/abstention vs threshold (PNG)")
     parser.add_argument("--write", action="store_true", help=f"write {MODEL_PATH.name}")
     args = parser.parse_args(argv)
     if args.from_dump:
@@ -310,9 +483,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         questions = asyncio.run(collect(locomo, curated, args.samples))
         if args.dump:
             save(questions, args.dump)
-    thresholds = [round(0.05 * i, 2) for i in range(1, 20)]
-    model = fit(questions, args.l2)
-    held_out = cross_validate(questions, args.l2, thresholds)
+    thresholds = [round(0.01 * i, 2) for i in range(1, 60)]
+    model = fit(questions, args.l2, args.objective)
+    held_out, rescored = cross_validate(questions, args.l2, thresholds, args.objective)
+    if args.plot:
+        tradeoff_plot(questions, rescored, args.plot)
     report = {
         "weights": dict(zip(FEATURES, model.weights, strict=True)),
         "bias": model.bias,
@@ -321,6 +496,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     json.dump(report, sys.stdout, indent=1)
     print()
+    floor = choose_floor(held_out.get("curated", {}).get("by_threshold", {}))
+    print(f"operating point: probability {floor} (reported as relevance 0.3)")
     if args.write:
         sets = {q.dataset: sum(1 for x in questions if x.dataset == q.dataset) for q in questions}
         stamp = datetime.now(UTC).strftime("%Y-%m-%d")
@@ -328,12 +505,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{stamp}-" + "+".join(f"{k}{v}" for k, v in sorted(sets.items())),
             model.weights,
             model.bias,
+            floor,
         )
         MODEL_PATH.write_text(
             final.to_json(
                 {
                     "fitted_by": "python -m eval.fit_relevance --write",
                     "l2": args.l2,
+                    "objective": args.objective,
                     "seed": SEED,
                     "questions": sets,
                     "held_out": {

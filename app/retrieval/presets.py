@@ -102,8 +102,12 @@ class RetrievalPreset:
 # Today's ranking before issue 29: min-max convex fusion, calibrated noisy-OR relevance.
 CONVEX = RetrievalPreset(name="convex")
 # Issue 29: the learned relevance model orders and calibrates (app/retrieval/relevance.py).
-LEARNED = CONVEX.with_(name="learned", fusion="learned")
-DEFAULT = CONVEX.with_(name="default")
+# The stages multiply the model's odds; their strengths were re-chosen on that scale in a
+# replay of both halves of the LoCoMo development set (docs/retrieval.md).
+LEARNED = CONVEX.with_(
+    name="learned", fusion="learned", speaker_boost=3.0, answer_weight=2.0, time_boost=3.0
+)
+DEFAULT = LEARNED.with_(name="default")
 
 PRESETS: dict[str, RetrievalPreset] = {
     "default": DEFAULT,

@@ -1,10 +1,12 @@
 """A learned relevance: the probability that an item answers the question.
 
-A logistic regression over a few features of each candidate, all computed from what the two
-arms already return (no extra SQL): the cosine and its gap to the best cosine of the query, BM25
-as a share of the ideal score, the same share over the question's words that are not names
-(app/retrieval/names.py), a name-only-match flag, and whether the item is a dialogue turn (the
-model weighs short curated memories and long turns differently). Fitted offline by
+A logistic model over a few features of each candidate, all computed from what the two arms
+already return (no extra SQL): the cosine's gap to the question's best cosine, BM25 as a share
+of the ideal score, the same share over the question's words that are not names
+(app/retrieval/names.py), flags for a match on names alone and for an item that lacks the name
+the question asks about, and whether the item is a dialogue turn (the model weighs short curated
+memories and long turns differently); plus two features of the question (its best cosine, and
+how far that stands above the other candidates) that only move the calibration. Fitted offline by
 `python -m eval.fit_relevance` (numpy, fixed data, cross-validated by user); the coefficients
 live in `relevance_model.json` beside this file and are loaded once. Pure.
 """
@@ -23,26 +25,54 @@ K = TypeVar("K", bound=Hashable)
 
 MODEL_PATH = Path(__file__).with_name("relevance_model.json")
 
-FEATURES: tuple[str, ...] = (
-    "cosine",  # the item's cosine (a turn's blended with its best sentence's)
-    "cosine_gap",  # cosine - the best cosine among the query's candidates (<= 0)
-    "keyword",  # BM25 / the ideal document's BM25 (every query lexeme)
-    "plain",  # the same over the lexemes that are not names
+# Item features order a question's candidates; query features (the same for every candidate of
+# a question) only move how sure the model is that the store answers the question at all.
+ITEM_FEATURES: tuple[str, ...] = (
+    "cosine_gap",  # the item's cosine - the best cosine among the question's candidates (<= 0)
+    "keyword",  # BM25 / the ideal document's BM25 (one holding every query lexeme)
+    "plain",  # the same over the question's lexemes that are not names
     "name_only",  # 1: the item matched the question's names and nothing else
-    "keyword_top",  # BM25 / the best BM25 among the query's candidates
+    "name_missing",  # 1: the question names someone or something and the item does not
+    "keyword_top",  # BM25 / the best BM25 among the question's candidates
     "message",  # 1: a dialogue turn, 0: a curated memory
-    "message_cosine",  # message x cosine
+    "message_cosine_gap",  # message x cosine_gap
     "message_plain",  # message x plain
 )
+QUERY_FEATURES: tuple[str, ...] = (
+    "best_cosine",  # the best cosine among the question's candidates
+    "cosine_z",  # how far the best cosine stands above the others, in standard deviations
+)
+FEATURES: tuple[str, ...] = ITEM_FEATURES + QUERY_FEATURES
+
+
+# The relevance the API reports keeps the spec's scale: its default floor (min_score,
+# PGRECALL_MIN_RELEVANCE) is 0.3.
+SPEC_FLOOR = 0.3
 
 
 @dataclass(frozen=True)
 class RelevanceModel:
-    """weights . features + bias -> logit of P(answers the question)."""
+    """weights . features + bias -> logit of P(answers the question).
+
+    `floor_probability`: the probability chosen as the tool's operating point (the point of the
+    presence/abstention trade-off closest to both targets, docs/retrieval.md). The reported
+    relevance is p ** gamma with gamma such that this probability reports as SPEC_FLOOR: a
+    monotone map (order, 0 and 1 kept), so the spec's 0.3 floor is that operating point.
+    """
 
     version: str
     weights: tuple[float, ...]
     bias: float
+    floor_probability: float = SPEC_FLOOR
+
+    @property
+    def gamma(self) -> float:
+        p = min(max(self.floor_probability, 1e-6), 1.0 - 1e-6)
+        return math.log(SPEC_FLOOR) / math.log(p)
+
+    def relevance(self, probability: float) -> float:
+        """The reported relevance of a probability (see the class)."""
+        return max(probability, 0.0) ** self.gamma
 
     def logit(self, x: Sequence[float]) -> float:
         return self.bias + sum(w * v for w, v in zip(self.weights, x, strict=True))
@@ -59,6 +89,7 @@ class RelevanceModel:
             "features": list(FEATURES),
             "weights": {name: round(w, 6) for name, w in zip(FEATURES, self.weights, strict=True)},
             "bias": round(self.bias, 6),
+            "floor_probability": round(self.floor_probability, 6),
             **(extra or {}),
         }
         return json.dumps(body, indent=2) + "\n"
@@ -74,6 +105,7 @@ def parse_model(text: str) -> RelevanceModel:
         version=str(body["version"]),
         weights=tuple(float(weights[name]) for name in FEATURES),
         bias=float(body["bias"]),
+        floor_probability=float(body.get("floor_probability", SPEC_FLOOR)),
     )
 
 
@@ -89,34 +121,43 @@ def features(
     max_bm25: float,
     cosines: Mapping[K, float],
     is_message: Mapping[K, bool],
+    has_names: bool,
 ) -> dict[K, tuple[float, ...]]:
     """FEATURES for every candidate of either arm, in FEATURES order.
 
     An item the vector arm did not return gets the lowest cosine it returned (its own is at
     most that); an item the keyword arm did not return matched no query lexeme (0).
+    `has_names`: the question names someone (app/retrieval/names.py).
     """
     keys = list({**keyword_scores, **cosines})
-    floor = min(cosines.values(), default=0.0)
-    best_cos = max(cosines.values(), default=0.0)
+    values = list(cosines.values())
+    floor = min(values, default=0.0)
+    best_cos = max(values, default=0.0)
+    mean = sum(values) / len(values) if values else 0.0
+    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) if values else 0.0
+    cosine_z = (best_cos - mean) / spread if spread > 1e-9 else 0.0
     best_bm25 = max(keyword_scores.values(), default=0.0)
     ideal = max_bm25 if max_bm25 > 0.0 else 1.0
     out: dict[K, tuple[float, ...]] = {}
     for k in keys:
-        cos = cosines.get(k, floor)
+        gap = cosines.get(k, floor) - best_cos
         bm25 = keyword_scores.get(k, 0.0)
         plain = plain_scores.get(k, bm25) if bm25 > 0.0 else 0.0
+        named = bm25 - plain > 1e-9  # some of its BM25 came from a name
         message = 1.0 if is_message.get(k, False) else 0.0
-        kw, pl = bm25 / ideal, plain / ideal
+        pl = plain / ideal
         out[k] = (
-            cos,
-            cos - best_cos,
-            kw,
+            gap,
+            bm25 / ideal,
             pl,
-            1.0 if bm25 > 0.0 and plain <= 0.0 else 0.0,
+            1.0 if named and plain <= 0.0 else 0.0,
+            1.0 if has_names and not named else 0.0,
             bm25 / best_bm25 if best_bm25 > 0.0 else 0.0,
             message,
-            message * cos,
+            message * gap,
             message * pl,
+            best_cos,
+            cosine_z,
         )
     return out
 

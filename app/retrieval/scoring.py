@@ -68,6 +68,7 @@ def rank(
     plain: Mapping[K, float] | None = None,
     is_message: Mapping[K, bool] | None = None,
     model: RelevanceModel | None = None,
+    has_names: bool = False,
 ) -> list[Ranked[K]]:
     """Fuse the two arms and calibrate; items with no signal at all are dropped.
 
@@ -153,9 +154,10 @@ def _learned(
     plain: Mapping[K, float],
     is_message: Mapping[K, bool],
     model: RelevanceModel,
+    has_names: bool,
 ) -> list[Ranked[K]]:
     """Every candidate of either arm, scored by the relevance model (see `rank`)."""
-    x = features(keyword_scores, plain, max_bm25, cosines, is_message)
+    x = features(keyword_scores, plain, max_bm25, cosines, is_message, has_names)
     results = []
     for k, row in x.items():
         p = model.probability(row)
@@ -163,7 +165,7 @@ def _learned(
             Ranked(
                 key=k,
                 fused=odds(p),
-                relevance=p,
+                relevance=model.relevance(p),
                 keyword=kw_rel.get(k, 0.0),
                 semantic=vec_rel.get(k, 0.0),
             )
@@ -177,20 +179,23 @@ def finalise(
     preset: RetrievalPreset,
     ages_days: Mapping[K, float],
     recency_weight: float,
+    model: RelevanceModel | None = None,
 ) -> list[Ranked[K]]:
     """The last step of the ranking: what the caller sees, in the order it sees it.
 
-    Learned fusion: relevance becomes the probability of the final odds (after the stages), so
-    the items come in the order of the relevance they report. Then the recency blend (issue 28):
+    Learned fusion: relevance becomes the probability of the final odds (after the stages) on
+    the model's reporting scale (`RelevanceModel.relevance`), so the items come in the order
+    of the relevance they report. Then the recency blend (issue 28):
     score = (1 - w) * relevance + w * exp(-age_days / half_life), the reported relevance and
     the order both (w = 0: unchanged). An item without an age keeps its relevance x (1 - w).
     """
     learned = preset.fusion == "learned"
     if not learned and recency_weight <= 0.0:
         return ranked
+    scale = (model or load_model()).relevance if learned else None
     out = []
     for r in ranked:
-        relevance = probability_of(r.fused) if learned else r.relevance
+        relevance = scale(probability_of(r.fused)) if scale else r.relevance
         age = ages_days.get(r.key)
         if recency_weight > 0.0:
             half_life = preset.recency_half_life_days

@@ -27,6 +27,7 @@ from app.repositories.retrieval import Candidate, KeywordHits, RetrievalReposito
 from app.repositories.search_index import Source
 from app.retrieval.budget import pack
 from app.retrieval.dates import TimeWindow, parse_time_expression
+from app.retrieval.names import query_names
 from app.retrieval.presets import RetrievalPreset
 from app.retrieval.relevance import features
 from app.retrieval.rerank import rerank
@@ -364,9 +365,10 @@ class QueryService:
                     ),
                 )
             is_message = {k: k[0] is Source.MESSAGE for k in {**hits.scores, **cosines}}
+            has_names = bool(query_names(query))
             ranked = rank(
                 hits.scores, hits.max_score, cosines, preset, hits.expansion,
-                plain=hits.plain, is_message=is_message,
+                plain=hits.plain, is_message=is_message, has_names=has_names,
             )  # fmt: skip
             neighbours: dict[tuple[Source, Any], tuple[Any, Any]] = {}
             depth = max(request.limit * 3, 30, preset.rerank_depth)
@@ -403,7 +405,7 @@ class QueryService:
             if trace is not None:
                 trace.bm25, trace.cosine = hits.scores, cosines
                 trace.features = features(
-                    hits.scores, hits.plain or {}, hits.max_score, cosines, is_message
+                    hits.scores, hits.plain or {}, hits.max_score, cosines, is_message, has_names
                 )
         window = time_preference(query, request, preset)
         ranked = rerank(ranked, candidates, neighbours, query, window, preset)

@@ -41,31 +41,38 @@ def test_names_are_capitalised_words_that_do_not_open_a_sentence(
     assert query_names(question) == names
 
 
-def test_name_only_flag_and_plain_share() -> None:
+def test_name_flags_and_plain_share() -> None:
     x = features(
         keyword_scores={"sam": 2.0, "job": 3.0},
         plain_scores={"sam": 0.0, "job": 3.0},
         max_bm25=6.0,
         cosines={"sam": 0.5, "other": 0.2},
-        is_message={},
+        is_message={"other": True},
+        has_names=True,
     )
     row = dict(zip(FEATURES, x["sam"], strict=True))
-    assert row["name_only"] == 1.0 and row["plain"] == 0.0
+    assert row["name_only"] == 1.0 and row["plain"] == 0.0 and row["name_missing"] == 0.0
     assert row["keyword"] == pytest.approx(2.0 / 6.0)
     assert row["keyword_top"] == pytest.approx(2.0 / 3.0)
-    assert row["cosine_gap"] == 0.0
+    assert row["cosine_gap"] == 0.0 and row["best_cosine"] == 0.5
     job = dict(zip(FEATURES, x["job"], strict=True))
     # not returned by the vector arm: the lowest cosine it returned
-    assert job["cosine"] == 0.2 and job["name_only"] == 0.0
-    assert dict(zip(FEATURES, x["other"], strict=True))["keyword"] == 0.0
+    assert job["cosine_gap"] == pytest.approx(0.2 - 0.5)
+    assert job["name_only"] == 0.0 and job["name_missing"] == 1.0  # Sam is not in it
+    other = dict(zip(FEATURES, x["other"], strict=True))
+    assert other["keyword"] == 0.0 and other["message"] == 1.0
+    assert other["message_cosine_gap"] == pytest.approx(-0.3)
+    # the same for every candidate of the question: (best - mean) / standard deviation
+    assert [r[FEATURES.index("cosine_z")] for r in x.values()] == pytest.approx([1.0] * 3)
 
 
 def _model(**weights: float) -> RelevanceModel:
+    # floor probability 0.3: reported relevance = probability (gamma 1)
     return RelevanceModel("test", tuple(weights.get(f, 0.0) for f in FEATURES), -1.0)
 
 
 def test_learned_rank_orders_by_the_probability_it_reports() -> None:
-    model = _model(cosine=10.0, name_only=-3.0)
+    model = _model(cosine_gap=10.0, name_only=-3.0)
     ranked = rank(
         {"named": 5.0},
         10.0,
@@ -77,14 +84,21 @@ def test_learned_rank_orders_by_the_probability_it_reports() -> None:
     assert [r.key for r in ranked] == ["answer", "named", "far"]
     for r in ranked:
         assert r.fused == pytest.approx(odds(r.relevance))
-    final = finalise(ranked, LEARNED, {}, 0.0)
+    final = finalise(ranked, LEARNED, {}, 0.0, model)
     assert [r.relevance for r in final] == sorted((r.relevance for r in final), reverse=True)
-    assert final[0].relevance == pytest.approx(1 / (1 + math.exp(-(10 * 0.45 - 1))))
+    assert final[0].relevance == pytest.approx(1 / (1 + math.exp(-(10 * -0.05 - 1))))
+
+
+def test_the_reported_scale_puts_the_operating_point_at_the_spec_floor() -> None:
+    model = RelevanceModel("test", (0.0,) * len(FEATURES), 0.0, floor_probability=0.1)
+    assert model.relevance(0.1) == pytest.approx(0.3)
+    assert model.relevance(0.0) == 0.0 and model.relevance(1.0) == 1.0
+    assert model.relevance(0.05) < model.relevance(0.2) < model.relevance(0.6)
 
 
 def test_stages_move_the_reported_relevance_with_the_order() -> None:
     ranked = [Ranked("a", odds(0.6), 0.6, 0, 0), Ranked("b", odds(0.5) * 3.0, 0.5, 0, 0)]
-    final = finalise(ranked, LEARNED, {}, 0.0)
+    final = finalise(ranked, LEARNED, {}, 0.0, _model())
     assert [r.key for r in final] == ["b", "a"]
     assert final[0].relevance == pytest.approx(probability_of(3.0))  # odds 1 x 3 -> 0.75
 
@@ -93,7 +107,7 @@ def test_recency_blend_is_issue_28s_form_and_newer_wins_a_tie() -> None:
     assert blend(0.8, 30.0, 0.2, 30.0) == pytest.approx(0.8 * 0.8 + 0.2 * math.exp(-1))
     assert blend(0.8, 30.0, 0.0, 30.0) == 0.8
     tie = [Ranked("old", odds(0.7), 0.7, 0, 0), Ranked("new", odds(0.7), 0.7, 0, 0)]
-    final = finalise(tie, LEARNED, {"old": 400.0, "new": 3.0}, 0.1)
+    final = finalise(tie, LEARNED, {"old": 400.0, "new": 3.0}, 0.1, _model())
     assert [r.key for r in final] == ["new", "old"]
     assert final[0].relevance == pytest.approx(0.9 * 0.7 + 0.1 * math.exp(-0.1))
     # today's fusion: order and relevance untouched without a recency weight
@@ -102,7 +116,11 @@ def test_recency_blend_is_issue_28s_form_and_newer_wins_a_tie() -> None:
 
 def test_thresholds_on_the_reported_relevance() -> None:
     final = finalise(
-        [Ranked("a", odds(0.9), 0.9, 0, 0), Ranked("b", odds(0.2), 0.2, 0, 0)], LEARNED, {}, 0.0
+        [Ranked("a", odds(0.9), 0.9, 0, 0), Ranked("b", odds(0.2), 0.2, 0, 0)],
+        LEARNED,
+        {},
+        0.0,
+        _model(),
     )
     assert [r.key for r in apply_thresholds(final, 0.3, 0.6)] == ["a"]
 
