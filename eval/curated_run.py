@@ -26,6 +26,8 @@ from typing import Any
 
 from tqdm import tqdm
 
+from app.config import Settings
+from app.retrieval.presets import RetrievalPreset
 from app.services.memory import MemoryInput
 from eval.curated_metrics import (
     RANKING_DEPTH,
@@ -39,9 +41,10 @@ from eval.curated_metrics import (
     shape_rows,
     threshold_sweep,
 )
-from eval.datasets.curated import DEFAULT_PATH, SHAPES, CuratedDataset, CuratedUser
+from eval.dataset_run import DatasetRun
+from eval.datasets.curated import DEFAULT_PATH, SHAPES, CuratedDataset, CuratedUser, load_curated
 from eval.golden_run import time_shift
-from eval.harness import Harness
+from eval.harness import Harness, running_service
 from eval.metrics import CaseResult, Threshold
 from pgrecall.client import PgrecallError
 
@@ -56,6 +59,7 @@ __all__ = [
     "case_result",
     "gate_from",
     "render_breakdown",
+    "run_dataset",
     "run_questions",
     "write_artifacts",
 ]
@@ -425,3 +429,28 @@ def write_artifacts(outcomes: Sequence[CuratedOutcome], out: Path) -> list[Path]
 
 def run_figures(outcomes: Sequence[CuratedOutcome]) -> dict[str, float]:
     return figures([o.judged for o in outcomes])
+
+
+async def run_dataset(
+    settings: Settings, preset: RetrievalPreset, path: Path, *, gate: CuratedGate,
+    limit: int | None = None, progress: bool = True,
+) -> DatasetRun:
+    """The whole run for `python -m eval --dataset curated`: a throwaway service, the set's
+    questions, the house cases (shape = category) and the set's own figures and artifacts."""
+    dataset = load_curated(path)
+    async with running_service(settings) as harness:
+        harness.use_preset(preset)
+        outcomes = await run_questions(harness, dataset, limit=limit, progress=progress)
+    return DatasetRun(
+        name="curated",
+        results=[case_result(o, settings.token_budget) for o in outcomes],
+        thresholds=gate.thresholds(),
+        params={
+            "dataset_version": dataset.version, "cases": len(outcomes),
+            "endpoint": TOOL_PATH, "token_budget": settings.token_budget,
+            "min_relevance": settings.min_relevance, "gate_blocking": gate.blocking,
+        },
+        breakdown=render_breakdown(outcomes),
+        figures=run_figures(outcomes),
+        write_extra=lambda out: write_artifacts(outcomes, out),
+    )

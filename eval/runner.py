@@ -17,19 +17,19 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from app.config import Settings, SettingsError, load_settings
 from app.retrieval.presets import PRESETS, RetrievalPreset, get_preset, with_overrides
 from eval import curated_run, golden_run, locomo_run
 from eval.curated_run import CuratedGate
+from eval.dataset_run import DatasetRun
 from eval.datasets.curated import load_curated
 from eval.datasets.locomo import Conversation
-from eval.harness import running_service
+from eval.harness import Harness, running_service
 from eval.metrics import (
     MEMORY_THRESHOLDS,
     CaseResult,
@@ -76,22 +76,6 @@ class Options:
     overrides: tuple[str, ...] = ()  # FIELD=VALUE assignments on the preset
     samples: tuple[str, ...] = ()  # LoCoMo: only these conversations (sample ids); () = all
     curated_gate: CuratedGate = field(default_factory=CuratedGate)  # the curated set's targets
-
-
-@dataclass
-class DatasetRun:
-    """What a dataset runner hands back for gating and reporting."""
-
-    name: str
-    results: list[CaseResult]
-    thresholds: tuple[Threshold, ...]
-    params: dict[str, object]
-    breakdown: str = ""  # printed after the table
-    extra_metrics: dict[str, float] = field(default_factory=dict)  # logged to MLflow too
-    failure_details: dict[str, dict[str, Any]] = field(default_factory=dict)
-    # The dataset's own figures, shown, gated and logged beside the house metrics.
-    figures: dict[str, float] = field(default_factory=dict)
-    write_extra: Callable[[Path], list[Path]] | None = None  # the dataset's own artifacts
 
 
 def _positive_int(text: str) -> int:
@@ -231,11 +215,8 @@ def run_preset(options: Options, settings: Settings) -> RetrievalPreset:
     return with_overrides(get_preset(settings.retrieval_preset), options.overrides)
 
 
-def _apply_preset(harness: Any, preset: RetrievalPreset) -> None:
-    """Put the run's preset into the running service (every query reads it per request)."""
-    config = harness.resources.query_config
-    if config.preset != preset:
-        harness.resources.query_config = replace(config, preset=preset)
+def _apply_preset(harness: Harness, preset: RetrievalPreset) -> None:
+    harness.use_preset(preset)
 
 
 def base_params(options: Options, settings: Settings) -> dict[str, object]:
@@ -285,26 +266,10 @@ async def run_memory(options: Options, settings: Settings) -> DatasetRun:
 
 
 async def run_curated(options: Options, settings: Settings) -> DatasetRun:
-    """The curated set through the agent tool and the plain ranking; gated by CuratedGate."""
-    dataset = load_curated(options.path)  # parse_args checked it
-    async with running_service(settings) as harness:
-        _apply_preset(harness, run_preset(options, settings))
-        outcomes = await curated_run.run_questions(
-            harness, dataset, limit=options.limit, progress=options.progress
-        )
-    return DatasetRun(
-        name="curated",
-        results=[curated_run.case_result(o, settings.token_budget) for o in outcomes],
-        thresholds=options.curated_gate.thresholds(),
-        params={
-            "dataset_version": dataset.version, "cases": len(outcomes),
-            "endpoint": curated_run.TOOL_PATH, "token_budget": settings.token_budget,
-            "min_relevance": settings.min_relevance,
-            "gate_blocking": options.curated_gate.blocking,
-        },
-        breakdown=curated_run.render_breakdown(outcomes),
-        figures=curated_run.run_figures(outcomes),
-        write_extra=lambda out: curated_run.write_artifacts(outcomes, out),
+    """The curated set through the agent tool and the plain ranking (eval.curated_run)."""
+    return await curated_run.run_dataset(
+        settings, run_preset(options, settings), options.path, gate=options.curated_gate,
+        limit=options.limit, progress=options.progress,
     )
 
 
