@@ -282,24 +282,26 @@ def _cell(value: float) -> str:
     return "-" if math.isnan(value) else f"{value:.3f}"
 
 
+def _shape_cell(heading: str, value: float) -> str:
+    if heading == "questions":
+        return str(round(value))
+    if heading == "returned" and not math.isnan(value):
+        return f"{value:.2f}"
+    return _cell(value)
+
+
 def render_shapes(judged: Sequence[Judged]) -> str:
     """Per shape: what the tool returned beside the plain ranking."""
     rows = shape_rows(judged, SHAPES)
-    headings = list(rows[0][1]) if rows else []
-    title = f"Curated set by shape: agent tool ({TOOL_PATH}) and plain ranking ({RANKING_PATH}, " \
-            f"min_score 0, top {RANKING_LIMIT})"
-    lines = [title, "=" * len(title)]
-    widths = [max(len(h), 6) for h in headings]
-    lines.append("  " + f"{'shape':<20}" + "".join(f" {h:>{w}}" for h, w in zip(
-        headings, widths, strict=True)))
+    headings = list(rows[0][1])
+    title = (f"Curated set by shape: agent tool ({TOOL_PATH}) and plain ranking "
+             f"({RANKING_PATH}, min_score 0, top {RANKING_LIMIT})")
+    lines = [title, "=" * len(title), "  " + f"{'shape':<20}" + "".join(
+        f" {h:>6}" for h in headings
+    )]
     for name, row in rows:
-        cells = [
-            str(round(row[h])) if h == "questions" else
-            ("-" if math.isnan(row[h]) else f"{row[h]:.2f}" if h == "returned" else _cell(row[h]))
-            for h in headings
-        ]
-        lines.append("  " + f"{name:<20}" + "".join(
-            f" {c:>{w}}" for c, w in zip(cells, widths, strict=True)))
+        cells = "".join(f" {_shape_cell(h, row[h]):>{max(len(h), 6)}}" for h in headings)
+        lines.append(f"  {name:<20}{cells}")
     return "\n".join(lines) + "\n"
 
 
