@@ -13,7 +13,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from app.config import Settings
 from app.db import admin_sessions, user_session
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
+from app.retrieval.presets import RetrievalPreset
 from app.services.memory import MemoryInput, MemoryService
 from pgrecall.client import AsyncClient, TimeFilters
 
@@ -36,6 +37,12 @@ class Harness:
     @property
     def resources(self) -> Resources:
         return self.app.state.resources  # type: ignore[no-any-return]
+
+    def use_preset(self, preset: RetrievalPreset) -> None:
+        """Put a run's preset into the running service (every query reads it per request)."""
+        config = self.resources.query_config
+        if config.preset != preset:
+            self.resources.query_config = replace(config, preset=preset)
 
     async def add_memories(self, items: Sequence[MemoryInput]) -> list[uuid.UUID]:
         """Store curated memories through the memory service (the admin write path)."""

@@ -1,6 +1,7 @@
 """`python -m eval`: run a dataset through the real service, gate, report, log to MLflow.
 
-Exit codes: 0 = thresholds met (warnings allowed; LoCoMo is report-only), 1 = a blocking
+Exit codes: 0 = thresholds met (warnings allowed; LoCoMo is report-only, the curated set is with
+--report-only), 1 = a blocking
 threshold missed, 2 = bad arguments or settings, 130 = interrupted (Ctrl-C), 143 = SIGTERM.
 Either way the throwaway database is stopped and removed before the process exits.
 """
@@ -20,13 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from app.config import Settings, SettingsError, load_settings
 from app.retrieval.presets import PRESETS, RetrievalPreset, get_preset, with_overrides
-from eval import golden_run, locomo_run
+from eval import curated_run, golden_run, locomo_run
+from eval.curated_run import CuratedGate
+from eval.dataset_run import DatasetRun
+from eval.datasets.curated import load_curated
 from eval.datasets.locomo import Conversation
-from eval.harness import running_service
+from eval.harness import Harness, running_service
 from eval.metrics import (
     MEMORY_THRESHOLDS,
     CaseResult,
@@ -73,19 +76,7 @@ class Options:
     overrides: tuple[str, ...] = ()  # FIELD=VALUE assignments on the preset
     samples: tuple[str, ...] = ()  # LoCoMo: only these conversations (sample ids); () = all
     locomo_import: str = "sessions"  # LoCoMo: eval.locomo_run.IMPORTS
-
-
-@dataclass
-class DatasetRun:
-    """What a dataset runner hands back for gating and reporting."""
-
-    name: str
-    results: list[CaseResult]
-    thresholds: tuple[Threshold, ...]
-    params: dict[str, object]
-    breakdown: str = ""  # printed after the table
-    extra_metrics: dict[str, float] = field(default_factory=dict)  # logged to MLflow too
-    failure_details: dict[str, dict[str, Any]] = field(default_factory=dict)
+    curated_gate: CuratedGate = field(default_factory=CuratedGate)  # the curated set's targets
 
 
 def _positive_int(text: str) -> int:
@@ -108,10 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m eval",
         description="Evaluate pgrecall's retrieval on a dataset, through the real service.",
     )
-    parser.add_argument("--dataset", choices=("memory", "locomo"), default="memory",
-                        help="memory = the golden set (gated); locomo = LoCoMo (report only)")
+    parser.add_argument("--dataset", choices=("memory", "curated", "locomo"), default="memory",
+                        help="memory = the golden set (gated); curated = the curated-memory "
+                             "development set (gated, see --report-only); locomo = LoCoMo "
+                             "(report only)")
     parser.add_argument("--path", type=Path,
-                        help="dataset file (memory default: eval/memory_golden_dataset.json)")
+                        help="dataset file (memory default: eval/memory_golden_dataset.json, "
+                             "curated default: eval/curated_dev.json)")
     parser.add_argument("--preset", choices=sorted(PRESETS),
                         help="retrieval preset (default: PGRECALL_RETRIEVAL_PRESET or 'default')")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
@@ -138,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "speakers (the documented import), or one conversation without speakers")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bars")
+    curated_run.add_arguments(parser)
     return parser
 
 
@@ -148,14 +143,23 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     if args.dataset == "locomo" and args.path is None:
         parser.error("--dataset locomo needs --path FILE "
                      "(e.g. ../shared/datasets/locomo/locomo-dev.json)")
-    if args.dataset == "memory" and args.samples:
+    if args.dataset != "locomo" and args.samples:
         parser.error("--samples applies to --dataset locomo only")
-    if args.dataset == "memory" and args.min_score is not None:
-        parser.error("--min-score applies to --dataset locomo only (the golden set uses the "
-                     "service's own min_relevance, as agents do)")
-    path = args.path or golden_run.DEFAULT_PATH
+    if args.dataset != "locomo" and args.min_score is not None:
+        parser.error("--min-score applies to --dataset locomo only (the golden and curated sets "
+                     "use the service's own min_relevance, as agents do)")
+    if args.dataset != "curated" and curated_run.gate_options_given(args):
+        parser.error(f"{', '.join(curated_run.gate_options_given(args))} "
+                     "apply to --dataset curated only")
+    default = curated_run.DEFAULT_PATH if args.dataset == "curated" else golden_run.DEFAULT_PATH
+    path = args.path or default
     if not path.is_file():
         parser.error(f"dataset file not found: {path}")
+    if args.dataset == "curated":
+        try:
+            load_curated(path)
+        except ValueError as exc:
+            parser.error(f"{path}: {exc}")
     if args.samples:
         try:
             _only_samples(locomo_run.load(path), args.samples)
@@ -171,6 +175,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         tracking_uri=args.tracking_uri, progress=args.progress,
         overrides=tuple(args.overrides), samples=tuple(args.samples),
         locomo_import=args.locomo_import,
+        curated_gate=curated_run.gate_from(args),
     )
 
 
@@ -215,11 +220,8 @@ def run_preset(options: Options, settings: Settings) -> RetrievalPreset:
     return with_overrides(get_preset(settings.retrieval_preset), options.overrides)
 
 
-def _apply_preset(harness: Any, preset: RetrievalPreset) -> None:
-    """Put the run's preset into the running service (every query reads it per request)."""
-    config = harness.resources.query_config
-    if config.preset != preset:
-        harness.resources.query_config = replace(config, preset=preset)
+def _apply_preset(harness: Harness, preset: RetrievalPreset) -> None:
+    harness.use_preset(preset)
 
 
 def base_params(options: Options, settings: Settings) -> dict[str, object]:
@@ -265,6 +267,14 @@ async def run_memory(options: Options, settings: Settings) -> DatasetRun:
         },
         breakdown=golden_run.render_breakdown(outcomes, K),
         failure_details={o.case.id: golden_run.failure_details(o, K) for o in failing},
+    )
+
+
+async def run_curated(options: Options, settings: Settings) -> DatasetRun:
+    """The curated set through the agent tool and the plain ranking (eval.curated_run)."""
+    return await curated_run.run_dataset(
+        settings, run_preset(options, settings), options.path, gate=options.curated_gate,
+        limit=options.limit, progress=options.progress,
     )
 
 
@@ -421,7 +431,8 @@ def write_artifacts(
     )
     report = out / "report.txt"
     report.write_text(table + "\n" + run.breakdown, encoding="utf-8")
-    return [
+    extra = run.write_extra(out) if run.write_extra else []
+    return [*extra,
         write_case_csv(run.results, out / "cases.csv", k=K),
         plot_recall_curve(summary, out / "recall_at_k.png"),
         plot_latency_histogram(run.results, out / "latency_histogram.png"),
@@ -441,11 +452,12 @@ async def run(options: Options, settings: Settings) -> int:
         file=sys.stderr,
     )
     started = time.perf_counter()
-    runner = run_memory if options.dataset == "memory" else run_locomo
-    dataset_run = await runner(options, settings)
+    runners = {"memory": run_memory, "curated": run_curated, "locomo": run_locomo}
+    dataset_run = await runners[options.dataset](options, settings)
     wall_s = time.perf_counter() - started
 
     summary = summarise(dataset_run.results, k=K)
+    summary.overall.update(dataset_run.figures)
     checks = check_thresholds(summary, dataset_run.thresholds)
     title = f"pgrecall eval: {dataset_run.name} (preset {preset}, {len(dataset_run.results)} cases)"
     table = render_table(summary, checks, title)

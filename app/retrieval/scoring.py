@@ -111,6 +111,7 @@ def rank(
             plain or {},
             is_message or {},
             model or load_model(),
+            has_names,
         )
     if expansion:
         keyword_scores = {
