@@ -438,21 +438,21 @@ EMPTY_TARGET = 0.08
 
 
 def choose_floor(by_threshold: dict[str, dict[str, float]]) -> float:
-    """The held-out operating point closest to the targets: the threshold with the smallest
-    sum of shortfalls (presence under 0.85, answerable questions left empty over 0.08,
-    no-answer questions answered over 0.30); on a tie the lower threshold (answers kept). 0.3
-    when there are no curated questions."""
+    """The held-out operating point closest to the targets (presence >= 0.85, answerable
+    questions left empty <= 0.08, no-answer questions answered <= 0.30): the threshold that
+    misses fewest of them, then has the smallest sum of shortfalls, then is lowest (answers
+    kept). 0.3 when there are no curated questions."""
     if not by_threshold:
         return 0.3
 
-    def miss(t: str) -> tuple[float, float]:
+    def miss(t: str) -> tuple[int, float, float]:
         row = by_threshold[t]
-        shortfall = (
-            max(0.0, PRESENT_TARGET - row["present"])
-            + max(0.0, row["answerable_empty"] - EMPTY_TARGET)
-            + max(0.0, row["no_answer_answered"] - NO_ANSWER_TARGET)
+        shortfalls = (
+            max(0.0, PRESENT_TARGET - row["present"]),
+            max(0.0, row["answerable_empty"] - EMPTY_TARGET),
+            max(0.0, row["no_answer_answered"] - NO_ANSWER_TARGET),
         )
-        return round(shortfall, 6), float(t)
+        return sum(v > 0 for v in shortfalls), round(sum(shortfalls), 6), float(t)
 
     return float(min(by_threshold, key=miss))
 
@@ -497,6 +497,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     json.dump(report, sys.stdout, indent=1)
     print()
     floor = choose_floor(held_out.get("curated", {}).get("by_threshold", {}))
+    z = FEATURES.index("cosine_z")
+    neutral_z = float(np.mean([q.x[0, z] for q in questions if len(q.y)]))
     print(f"operating point: probability {floor} (reported as relevance 0.3)")
     if args.write:
         sets = {q.dataset: sum(1 for x in questions if x.dataset == q.dataset) for q in questions}
@@ -506,6 +508,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             model.weights,
             model.bias,
             floor,
+            neutral_z,
         )
         MODEL_PATH.write_text(
             final.to_json(

@@ -43,6 +43,7 @@ QUERY_FEATURES: tuple[str, ...] = (
     "cosine_z",  # how far the best cosine stands above the others, in standard deviations
 )
 FEATURES: tuple[str, ...] = ITEM_FEATURES + QUERY_FEATURES
+MIN_SPREAD = 5  # cosines needed for cosine_z to mean something
 
 
 # The relevance the API reports keeps the spec's scale: its default floor (min_score,
@@ -64,6 +65,9 @@ class RelevanceModel:
     weights: tuple[float, ...]
     bias: float
     floor_probability: float = SPEC_FLOOR
+    # cosine_z of a question with fewer than MIN_SPREAD cosines, where a spread says nothing
+    # (a store of one or two items): the mean cosine_z of the fitting questions.
+    neutral_cosine_z: float = 0.0
 
     @property
     def gamma(self) -> float:
@@ -90,6 +94,7 @@ class RelevanceModel:
             "weights": {name: round(w, 6) for name, w in zip(FEATURES, self.weights, strict=True)},
             "bias": round(self.bias, 6),
             "floor_probability": round(self.floor_probability, 6),
+            "neutral_cosine_z": round(self.neutral_cosine_z, 6),
             **(extra or {}),
         }
         return json.dumps(body, indent=2) + "\n"
@@ -106,6 +111,7 @@ def parse_model(text: str) -> RelevanceModel:
         weights=tuple(float(weights[name]) for name in FEATURES),
         bias=float(body["bias"]),
         floor_probability=float(body.get("floor_probability", SPEC_FLOOR)),
+        neutral_cosine_z=float(body.get("neutral_cosine_z", 0.0)),
     )
 
 
@@ -122,12 +128,14 @@ def features(
     cosines: Mapping[K, float],
     is_message: Mapping[K, bool],
     has_names: bool,
+    neutral_z: float = 0.0,
 ) -> dict[K, tuple[float, ...]]:
     """FEATURES for every candidate of either arm, in FEATURES order.
 
     An item the vector arm did not return gets the lowest cosine it returned (its own is at
     most that); an item the keyword arm did not return matched no query lexeme (0).
-    `has_names`: the question names someone (app/retrieval/names.py).
+    `has_names`: the question names someone (app/retrieval/names.py). `neutral_z` is the
+    cosine_z of a question with fewer than MIN_SPREAD cosines.
     """
     keys = list({**keyword_scores, **cosines})
     values = list(cosines.values())
@@ -136,6 +144,8 @@ def features(
     mean = sum(values) / len(values) if values else 0.0
     spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) if values else 0.0
     cosine_z = (best_cos - mean) / spread if spread > 1e-9 else 0.0
+    if len(values) < MIN_SPREAD:
+        cosine_z = neutral_z
     best_bm25 = max(keyword_scores.values(), default=0.0)
     ideal = max_bm25 if max_bm25 > 0.0 else 1.0
     out: dict[K, tuple[float, ...]] = {}

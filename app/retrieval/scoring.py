@@ -158,7 +158,9 @@ def _learned(
     has_names: bool,
 ) -> list[Ranked[K]]:
     """Every candidate of either arm, scored by the relevance model (see `rank`)."""
-    x = features(keyword_scores, plain, max_bm25, cosines, is_message, has_names)
+    x = features(
+        keyword_scores, plain, max_bm25, cosines, is_message, has_names, model.neutral_cosine_z
+    )
     results = []
     for k, row in x.items():
         p = model.probability(row)

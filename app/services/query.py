@@ -29,7 +29,7 @@ from app.retrieval.budget import pack
 from app.retrieval.dates import TimeWindow, parse_time_expression
 from app.retrieval.names import query_names
 from app.retrieval.presets import RetrievalPreset
-from app.retrieval.relevance import features
+from app.retrieval.relevance import features, load_model
 from app.retrieval.rerank import rerank
 from app.retrieval.scoring import (
     apply_thresholds,
@@ -405,7 +405,13 @@ class QueryService:
             if trace is not None:
                 trace.bm25, trace.cosine = hits.scores, cosines
                 trace.features = features(
-                    hits.scores, hits.plain or {}, hits.max_score, cosines, is_message, has_names
+                    hits.scores,
+                    hits.plain or {},
+                    hits.max_score,
+                    cosines,
+                    is_message,
+                    has_names,
+                    load_model().neutral_cosine_z,
                 )
         window = time_preference(query, request, preset)
         ranked = rerank(ranked, candidates, neighbours, query, window, preset)
