@@ -104,8 +104,15 @@ CONVEX = RetrievalPreset(name="convex")
 # Issue 29: the learned relevance model orders and calibrates (app/retrieval/relevance.py).
 # The stages multiply the model's odds; their strengths were re-chosen on that scale in a
 # replay of both halves of the LoCoMo development set (docs/retrieval.md).
+# vector_floor is its evidence floor: a candidate without a keyword match on a non-name word
+# and with a cosine at or under it is not returned (the golden set's unrelated stores).
 LEARNED = CONVEX.with_(
-    name="learned", fusion="learned", speaker_boost=3.0, answer_weight=2.0, time_boost=3.0
+    name="learned",
+    fusion="learned",
+    speaker_boost=3.0,
+    answer_weight=2.0,
+    time_boost=3.0,
+    vector_floor=0.25,
 )
 DEFAULT = LEARNED.with_(name="default")
 

@@ -157,12 +157,20 @@ def _learned(
     model: RelevanceModel,
     has_names: bool,
 ) -> list[Ranked[K]]:
-    """Every candidate of either arm, scored by the relevance model (see `rank`)."""
+    """The candidates with evidence of their own, scored by the relevance model (see `rank`).
+
+    Evidence: a keyword match on a word that is not a name, or a cosine above the preset's
+    `vector_floor`. The model orders candidates relative to each other and was fitted on
+    stores where every question is about the user; the floor is what keeps a store of
+    unrelated items from answering a question about nothing in it (as in the convex preset).
+    """
     x = features(
         keyword_scores, plain, max_bm25, cosines, is_message, has_names, model.neutral_cosine_z
     )
     results = []
     for k, row in x.items():
+        if plain.get(k, keyword_scores.get(k, 0.0)) <= 0.0 and vec_rel.get(k, 0.0) <= 0.0:
+            continue
         p = model.probability(row)
         results.append(
             Ranked(

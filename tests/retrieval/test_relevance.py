@@ -62,8 +62,16 @@ def test_name_flags_and_plain_share() -> None:
     other = dict(zip(FEATURES, x["other"], strict=True))
     assert other["keyword"] == 0.0 and other["message"] == 1.0
     assert other["message_cosine_gap"] == pytest.approx(-0.3)
+    # two cosines have no spread to speak of: the neutral value
+    assert [r[FEATURES.index("cosine_z")] for r in x.values()] == [0.0] * 3
+    five = features(
+        {}, {}, 0.0, dict(zip("abcde", [0.9, 0.5, 0.5, 0.5, 0.1], strict=True)), {}, False, 3.0
+    )
     # the same for every candidate of the question: (best - mean) / standard deviation
-    assert [r[FEATURES.index("cosine_z")] for r in x.values()] == pytest.approx([1.0] * 3)
+    mean, sd = 0.5, (0.32 / 5) ** 0.5
+    z = (0.9 - mean) / sd
+    assert [r[FEATURES.index("cosine_z")] for r in five.values()] == pytest.approx([z] * 5)
+    assert features({}, {}, 0.0, {"a": 0.4}, {}, False, 3.0)["a"][-1] == 3.0
 
 
 def _model(**weights: float) -> RelevanceModel:
@@ -81,7 +89,8 @@ def test_learned_rank_orders_by_the_probability_it_reports() -> None:
         plain={"named": 0.0},
         model=model,
     )
-    assert [r.key for r in ranked] == ["answer", "named", "far"]
+    # "far" has no evidence of its own (no keyword, cosine under the preset's floor)
+    assert [r.key for r in ranked] == ["answer", "named"]
     for r in ranked:
         assert r.fused == pytest.approx(odds(r.relevance))
     final = finalise(ranked, LEARNED, {}, 0.0, model)
