@@ -11,11 +11,14 @@ test: venv
 	@scripts/ensure-test-deps.sh
 	.venv/bin/python -m pytest
 
-# The golden set gates; the curated set (issue 29) reports its targets without failing until
-# the ranking meets them (drop --report-only then). Both fail on errors or a cross-user leak.
+# The golden set gates; so does the curated set (issue 29): at its targets where the default
+# meets them (answerable left empty <= 0.08), and at the measured level minus a small margin
+# where it does not (paraphrase present 0.809, first 0.662, no-answer answered 0.917 against
+# the targets 0.85, 0.70, 0.30; docs/retrieval.md). Both fail on errors or a cross-user leak.
 eval: venv
 	.venv/bin/python -m eval --dataset memory
-	.venv/bin/python -m eval --dataset curated --report-only
+	.venv/bin/python -m eval --dataset curated --gate-present 0.78 --gate-first 0.63 \
+		--gate-abstain 0.95
 
 eval-locomo: venv
 	.venv/bin/python -m eval --dataset locomo --path ../shared/datasets/locomo/locomo-dev.json
