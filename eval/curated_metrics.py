@@ -215,13 +215,16 @@ def threshold_sweep(
     unanswerable = _unanswerable(judged)
     out = []
     for t in thresholds:
+
         def kept(q: Judged, t: float = t) -> list[str | None]:
             answer = q.tool if tool else q.ranking
             return [k for k, r in zip(answer.keys, answer.relevances, strict=True) if r >= t]
 
-        out.append((
-            t,
-            _share(answerable, lambda q, kept=kept: present(kept(q), q.answers)),
-            _share(unanswerable, lambda q, kept=kept: bool(kept(q))),
-        ))
+        out.append(
+            (
+                t,
+                _share(answerable, lambda q, kept=kept: present(kept(q), q.answers)),
+                _share(unanswerable, lambda q, kept=kept: bool(kept(q))),
+            )
+        )
     return out

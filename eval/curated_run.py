@@ -115,19 +115,35 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The curated set's gate options (defaults: the issue's targets)."""
     gate = CuratedGate()
     group = parser.add_argument_group("curated set gate (--dataset curated)")
-    group.add_argument("--gate-present", type=_share_arg, metavar="SHARE",
-                       help=f"paraphrase: right memory in the tool's answer, at least "
-                            f"(default {gate.present})")
-    group.add_argument("--gate-first", type=_share_arg, metavar="SHARE",
-                       help=f"paraphrase: right memory first, at least (default {gate.first})")
-    group.add_argument("--gate-empty", type=_share_arg, metavar="SHARE",
-                       help=f"answerable questions answered with nothing, at most "
-                            f"(default {gate.empty})")
-    group.add_argument("--gate-abstain", type=_share_arg, metavar="SHARE",
-                       help=f"questions with no answer that the tool answered, at most "
-                            f"(default {gate.abstain})")
-    group.add_argument("--report-only", action="store_true",
-                       help="missed targets warn instead of failing (errors still fail)")
+    group.add_argument(
+        "--gate-present",
+        type=_share_arg,
+        metavar="SHARE",
+        help=f"paraphrase: right memory in the tool's answer, at least (default {gate.present})",
+    )
+    group.add_argument(
+        "--gate-first",
+        type=_share_arg,
+        metavar="SHARE",
+        help=f"paraphrase: right memory first, at least (default {gate.first})",
+    )
+    group.add_argument(
+        "--gate-empty",
+        type=_share_arg,
+        metavar="SHARE",
+        help=f"answerable questions answered with nothing, at most (default {gate.empty})",
+    )
+    group.add_argument(
+        "--gate-abstain",
+        type=_share_arg,
+        metavar="SHARE",
+        help=f"questions with no answer that the tool answered, at most (default {gate.abstain})",
+    )
+    group.add_argument(
+        "--report-only",
+        action="store_true",
+        help="missed targets warn instead of failing (errors still fail)",
+    )
 
 
 def gate_from(args: argparse.Namespace) -> CuratedGate:
@@ -145,7 +161,8 @@ def gate_from(args: argparse.Namespace) -> CuratedGate:
 def gate_options_given(args: argparse.Namespace) -> list[str]:
     """The gate options set on the command line (they apply to --dataset curated only)."""
     return [
-        "--" + name.replace("_", "-") for name in GATE_OPTIONS
+        "--" + name.replace("_", "-")
+        for name in GATE_OPTIONS
         if getattr(args, name) not in (None, False)
     ]
 
@@ -175,8 +192,12 @@ async def seed(harness: Harness, dataset: CuratedDataset, shift: timedelta) -> l
         user_id = f"curated-{user.id}-{uuid.uuid4().hex[:12]}"
         inputs = [
             MemoryInput(
-                user_id=user_id, content=m.content, type=m.type, importance=m.importance,
-                created_at=m.created_at(dataset.reference_now) + shift, source="curated-set",
+                user_id=user_id,
+                content=m.content,
+                type=m.type,
+                importance=m.importance,
+                created_at=m.created_at(dataset.reference_now) + shift,
+                source="curated-set",
             )
             for m in user.memories
         ]
@@ -199,13 +220,17 @@ def _error_of(metadata: Mapping[str, Any]) -> str | None:
 
 
 def _answer(
-    items: Sequence[Mapping[str, Any]], relevance: str, keys: Mapping[str, str],
-    error: str | None, latency_ms: float,
+    items: Sequence[Mapping[str, Any]],
+    relevance: str,
+    keys: Mapping[str, str],
+    error: str | None,
+    latency_ms: float,
 ) -> Answer:
     return Answer(
         keys=tuple(keys.get(str(item["id"])) for item in items),
         relevances=tuple(float(item[relevance]) for item in items),
-        error=error, latency_ms=latency_ms,
+        error=error,
+        latency_ms=latency_ms,
     )
 
 
@@ -226,7 +251,10 @@ async def _ranking(harness: Harness, who: Seeded, query: str) -> tuple[Answer, l
     started = time.perf_counter()
     try:
         body = await harness.query(
-            who.user_id, query, limit=RANKING_LIMIT, min_score=0.0,
+            who.user_id,
+            query,
+            limit=RANKING_LIMIT,
+            min_score=0.0,
             token_budget=TOKEN_BUDGET_FOR_RANKING,
         )
     except PgrecallError as exc:
@@ -239,7 +267,10 @@ async def _ranking(harness: Harness, who: Seeded, query: str) -> tuple[Answer, l
 
 
 async def run_questions(
-    harness: Harness, dataset: CuratedDataset, *, limit: int | None = None,
+    harness: Harness,
+    dataset: CuratedDataset,
+    *,
+    limit: int | None = None,
     progress: bool = True,
 ) -> list[CuratedOutcome]:
     """Seed the set, then ask its (first `limit`) questions one after another."""
@@ -253,9 +284,14 @@ async def run_questions(
         tool, tool_ids, tokens = await _tool(harness, who, question.query)
         ranking, ranking_ids = await _ranking(harness, who, question.query)
         judged = Judged(
-            question_id=question.id, user=who.user.id, shape=question.shape,
-            query=question.query, answers=question.answers, stale=question.stale,
-            tool=tool, ranking=ranking,
+            question_id=question.id,
+            user=who.user.id,
+            shape=question.shape,
+            query=question.query,
+            answers=question.answers,
+            stale=question.stale,
+            tool=tool,
+            ranking=ranking,
         )
         # The user owns only its seeded memories: any other id is someone else's.
         leak = any(i not in who.keys for i in [*tool_ids, *ranking_ids])
@@ -267,11 +303,15 @@ def case_result(outcome: CuratedOutcome, token_budget: int) -> CaseResult:
     """The tool's answer as a generic case (shape = category), for the house table and CSV."""
     q = outcome.judged
     return CaseResult(
-        case_id=q.question_id, category=q.shape,
+        case_id=q.question_id,
+        category=q.shape,
         ranked=tuple(k if k is not None else f"other:{n}" for n, k in enumerate(q.tool.keys)),
-        relevant=frozenset(q.answers), latency_ms=q.tool.latency_ms,
-        token_count=outcome.token_count, token_budget=token_budget,
-        cross_user_leak=outcome.leak, error=q.tool.error,
+        relevant=frozenset(q.answers),
+        latency_ms=q.tool.latency_ms,
+        token_count=outcome.token_count,
+        token_budget=token_budget,
+        cross_user_leak=outcome.leak,
+        error=q.tool.error,
     )
 
 
@@ -294,11 +334,15 @@ def render_shapes(judged: Sequence[Judged]) -> str:
     """Per shape: what the tool returned beside the plain ranking."""
     rows = shape_rows(judged, SHAPES)
     headings = list(rows[0][1])
-    title = (f"Curated set by shape: agent tool ({TOOL_PATH}) and plain ranking "
-             f"({RANKING_PATH}, min_score 0, top {RANKING_LIMIT})")
-    lines = [title, "=" * len(title), "  " + f"{'shape':<20}" + "".join(
-        f" {h:>6}" for h in headings
-    )]
+    title = (
+        f"Curated set by shape: agent tool ({TOOL_PATH}) and plain ranking "
+        f"({RANKING_PATH}, min_score 0, top {RANKING_LIMIT})"
+    )
+    lines = [
+        title,
+        "=" * len(title),
+        "  " + f"{'shape':<20}" + "".join(f" {h:>6}" for h in headings),
+    ]
     for name, row in rows:
         cells = "".join(f" {_shape_cell(h, row[h]):>{max(len(h), 6)}}" for h in headings)
         lines.append(f"  {name:<20}{cells}")
@@ -326,10 +370,26 @@ def _keys_text(answer: Answer) -> str:
 
 
 CSV_COLUMNS = (
-    "question_id", "user", "shape", "query", "answers", "stale",
-    "tool_keys", "tool_present", "tool_first", "tool_empty", "newer_first", "both_present",
-    "ranking_keys", "ranking_present@10", "ranking_first", "ranking_top_relevance",
-    "tool_latency_ms", "ranking_latency_ms", "tool_error", "ranking_error",
+    "question_id",
+    "user",
+    "shape",
+    "query",
+    "answers",
+    "stale",
+    "tool_keys",
+    "tool_present",
+    "tool_first",
+    "tool_empty",
+    "newer_first",
+    "both_present",
+    "ranking_keys",
+    "ranking_present@10",
+    "ranking_first",
+    "ranking_top_relevance",
+    "tool_latency_ms",
+    "ranking_latency_ms",
+    "tool_error",
+    "ranking_error",
 )
 
 
@@ -339,8 +399,12 @@ def _csv_row(q: Judged) -> dict[str, object]:
 
     answerable = q.answerable
     return {
-        "question_id": q.question_id, "user": q.user, "shape": q.shape, "query": q.query,
-        "answers": " ".join(q.answers), "stale": " ".join(q.stale),
+        "question_id": q.question_id,
+        "user": q.user,
+        "shape": q.shape,
+        "query": q.query,
+        "answers": " ".join(q.answers),
+        "stale": " ".join(q.stale),
         "tool_keys": _keys_text(q.tool),
         "tool_present": flag(present(q.tool.keys, q.answers)) if answerable else "",
         "tool_first": flag(first(q.tool.keys, q.answers)) if answerable else "",
@@ -355,7 +419,8 @@ def _csv_row(q: Judged) -> dict[str, object]:
         "ranking_top_relevance": f"{max(q.ranking.relevances, default=0.0):.4f}",
         "tool_latency_ms": f"{q.tool.latency_ms:.1f}",
         "ranking_latency_ms": f"{q.ranking.latency_ms:.1f}",
-        "tool_error": q.tool.error or "", "ranking_error": q.ranking.error or "",
+        "tool_error": q.tool.error or "",
+        "ranking_error": q.ranking.error or "",
     }
 
 
@@ -402,10 +467,20 @@ def plot_sweep(judged: Sequence[Judged], path: Path) -> Path:
     for tool, style in ((False, "-"), (True, "--")):
         points = threshold_sweep(judged, SWEEP, tool=tool)
         label = "tool + extra floor" if tool else "plain ranking, top 10"
-        axes.plot([p[0] for p in points], [p[1] for p in points], style, color="tab:green",
-                  label=f"answerable present ({label})")
-        axes.plot([p[0] for p in points], [p[2] for p in points], style, color="tab:red",
-                  label=f"unanswerable answered ({label})")
+        axes.plot(
+            [p[0] for p in points],
+            [p[1] for p in points],
+            style,
+            color="tab:green",
+            label=f"answerable present ({label})",
+        )
+        axes.plot(
+            [p[0] for p in points],
+            [p[2] for p in points],
+            style,
+            color="tab:red",
+            label=f"unanswerable answered ({label})",
+        )
     axes.axhline(0.85, color="tab:green", alpha=0.3, linestyle=":")
     axes.axhline(0.30, color="tab:red", alpha=0.3, linestyle=":")
     axes.set_xlabel("relevance floor")
@@ -434,8 +509,13 @@ def run_figures(outcomes: Sequence[CuratedOutcome]) -> dict[str, float]:
 
 
 async def run_dataset(
-    settings: Settings, preset: RetrievalPreset, path: Path, *, gate: CuratedGate,
-    limit: int | None = None, progress: bool = True,
+    settings: Settings,
+    preset: RetrievalPreset,
+    path: Path,
+    *,
+    gate: CuratedGate,
+    limit: int | None = None,
+    progress: bool = True,
 ) -> DatasetRun:
     """The whole run for `python -m eval --dataset curated`: a throwaway service, the set's
     questions, the house cases (shape = category) and the set's own figures and artifacts."""
@@ -448,9 +528,12 @@ async def run_dataset(
         results=[case_result(o, settings.token_budget) for o in outcomes],
         thresholds=gate.thresholds(),
         params={
-            "dataset_version": dataset.version, "cases": len(outcomes),
-            "endpoint": TOOL_PATH, "token_budget": settings.token_budget,
-            "min_relevance": settings.min_relevance, "gate_blocking": gate.blocking,
+            "dataset_version": dataset.version,
+            "cases": len(outcomes),
+            "endpoint": TOOL_PATH,
+            "token_budget": settings.token_budget,
+            "min_relevance": settings.min_relevance,
+            "gate_blocking": gate.blocking,
         },
         breakdown=render_breakdown(outcomes),
         figures=run_figures(outcomes),

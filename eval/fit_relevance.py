@@ -36,7 +36,6 @@ DEFAULT_CURATED = Path("eval/curated_dev.json")
 SEED = 29
 FOLDS = 5
 CALIBRATION_DEPTH = 5
-MESSAGE = FEATURES.index("message")
 L2 = 1.0  # on the summed (weighted) log-loss of a set of unit total weight per set
 
 
@@ -221,16 +220,11 @@ def fit(
             continue
         s = q.x @ w
         top = np.argsort(-s)[:CALIBRATION_DEPTH]
-        calib = np.hstack(
-            [s[top][:, None], q.x[top][:, [MESSAGE]], q.x[top][:, len(ITEM_FEATURES) :]]
-        )
+        calib = np.hstack([s[top][:, None], q.x[top][:, len(ITEM_FEATURES) :]])
         scored.append(Question(q.dataset, q.group, q.qid, q.shape, calib, q.y[top]))
     platt = _pointwise(scored, l2)
-    # a dialogue turn and a curated memory differ in base rate (a question's answer is one of a
-    # hundred turns, or of forty memories): the calibration sees which one it is
-    a, message, query_weights = platt.weights[0], platt.weights[1], platt.weights[2:]
+    a, query_weights = platt.weights[0], platt.weights[1:]
     weights = [a * v for v in w[: len(ITEM_FEATURES)]] + list(query_weights)
-    weights[MESSAGE] += message
     return RelevanceModel("fitted", tuple(float(v) for v in weights), platt.bias)
 
 

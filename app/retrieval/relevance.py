@@ -4,8 +4,7 @@ A logistic model over a few features of each candidate, all computed from what t
 already return (no extra SQL): the cosine's gap to the question's best cosine, BM25 as a share
 of the ideal score, the same share over the question's words that are not names
 (app/retrieval/names.py), flags for a match on names alone and for an item that lacks the name
-the question asks about, and whether the item is a dialogue turn (the model weighs short curated
-memories and long turns differently); plus two features of the question (its best cosine, and
+the question asks about; plus two features of the question (its best cosine, and
 how far that stands above the other candidates) that only move the calibration. Fitted offline by
 `python -m eval.fit_relevance` (numpy, fixed data, cross-validated by user); the coefficients
 live in `relevance_model.json` beside this file and are loaded once. Pure.
@@ -34,9 +33,6 @@ ITEM_FEATURES: tuple[str, ...] = (
     "name_only",  # 1: the item matched the question's names and nothing else
     "name_missing",  # 1: the question names someone or something and the item does not
     "keyword_top",  # BM25 / the best BM25 among the question's candidates
-    "message",  # 1: a dialogue turn, 0: a curated memory
-    "message_cosine_gap",  # message x cosine_gap
-    "message_plain",  # message x plain
 )
 QUERY_FEATURES: tuple[str, ...] = (
     "best_cosine",  # the best cosine among the question's candidates
@@ -126,7 +122,6 @@ def features(
     plain_scores: Mapping[K, float],
     max_bm25: float,
     cosines: Mapping[K, float],
-    is_message: Mapping[K, bool],
     has_names: bool,
     neutral_z: float = 0.0,
 ) -> dict[K, tuple[float, ...]]:
@@ -154,7 +149,6 @@ def features(
         bm25 = keyword_scores.get(k, 0.0)
         plain = plain_scores.get(k, bm25) if bm25 > 0.0 else 0.0
         named = bm25 - plain > 1e-9  # some of its BM25 came from a name
-        message = 1.0 if is_message.get(k, False) else 0.0
         pl = plain / ideal
         out[k] = (
             gap,
@@ -163,9 +157,6 @@ def features(
             1.0 if named and plain <= 0.0 else 0.0,
             1.0 if has_names and not named else 0.0,
             bm25 / best_bm25 if best_bm25 > 0.0 else 0.0,
-            message,
-            message * gap,
-            message * pl,
             best_cos,
             cosine_z,
         )

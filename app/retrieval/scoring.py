@@ -66,7 +66,6 @@ def rank(
     preset: RetrievalPreset,
     expansion: Mapping[K, float] | None = None,
     plain: Mapping[K, float] | None = None,
-    is_message: Mapping[K, bool] | None = None,
     model: RelevanceModel | None = None,
     has_names: bool = False,
 ) -> list[Ranked[K]]:
@@ -75,7 +74,7 @@ def rank(
     fusion "learned": the relevance model's probability is the relevance, and its odds the
     ranking score (the later stages multiply odds; `finalise` turns them back into the
     relevance the caller sees, so order and reported relevance agree). `plain` is the BM25 over
-    the question's non-name lexemes, `is_message` tells dialogue turns from curated memories.
+    the question's non-name lexemes; `has_names`: the question names someone.
 
     `expansion` (pseudo-relevance feedback BM25) adds `preset.prf_weight` of its score to the
     keyword arm's ranking score; the calibrated relevance stays the query's own.
@@ -109,7 +108,6 @@ def rank(
             kw_rel,
             vec_rel,
             plain or {},
-            is_message or {},
             model or load_model(),
             has_names,
         )
@@ -153,7 +151,6 @@ def _learned(
     kw_rel: Mapping[K, float],
     vec_rel: Mapping[K, float],
     plain: Mapping[K, float],
-    is_message: Mapping[K, bool],
     model: RelevanceModel,
     has_names: bool,
 ) -> list[Ranked[K]]:
@@ -164,9 +161,7 @@ def _learned(
     stores where every question is about the user; the floor is what keeps a store of
     unrelated items from answering a question about nothing in it (as in the convex preset).
     """
-    x = features(
-        keyword_scores, plain, max_bm25, cosines, is_message, has_names, model.neutral_cosine_z
-    )
+    x = features(keyword_scores, plain, max_bm25, cosines, has_names, model.neutral_cosine_z)
     results = []
     for k, row in x.items():
         if plain.get(k, keyword_scores.get(k, 0.0)) <= 0.0 and vec_rel.get(k, 0.0) <= 0.0:

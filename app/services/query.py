@@ -364,11 +364,10 @@ class QueryService:
                         request, embedding, n, memories, messages, result, preset, items
                     ),
                 )
-            is_message = {k: k[0] is Source.MESSAGE for k in {**hits.scores, **cosines}}
             has_names = bool(query_names(query))
             ranked = rank(
                 hits.scores, hits.max_score, cosines, preset, hits.expansion,
-                plain=hits.plain, is_message=is_message, has_names=has_names,
+                plain=hits.plain, has_names=has_names,
             )  # fmt: skip
             neighbours: dict[tuple[Source, Any], tuple[Any, Any]] = {}
             depth = max(request.limit * 3, 30, preset.rerank_depth)
@@ -409,7 +408,6 @@ class QueryService:
                     hits.plain or {},
                     hits.max_score,
                     cosines,
-                    is_message,
                     has_names,
                     load_model().neutral_cosine_z,
                 )

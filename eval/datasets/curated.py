@@ -35,11 +35,11 @@ __all__ = [
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "curated_dev.json"
 MEMORY_TYPES = frozenset({"fact", "preference", "decision", "note"})
 SHAPES = (
-    "paraphrase",    # answered by a memory it shares no stem with
-    "shared_word",   # answered by a memory it shares at least one stem with
-    "no_answer",     # nothing stored answers it
-    "name_trap",     # about a stored person; unanswerable, or only one of look-alikes answers
-    "newer_wins",    # the answer replaced an older memory (no link): it must rank first
+    "paraphrase",  # answered by a memory it shares no stem with
+    "shared_word",  # answered by a memory it shares at least one stem with
+    "no_answer",  # nothing stored answers it
+    "name_trap",  # about a stored person; unanswerable, or only one of look-alikes answers
+    "newer_wins",  # the answer replaced an older memory (no link): it must rank first
     "two_memories",  # needs every answer key
 )
 # Shapes whose questions always have an answer; name_trap may or may not.
@@ -191,8 +191,10 @@ def _user(raw: Mapping[str, Any], where: str) -> CuratedUser:
         for i, q in enumerate(_field(raw, "questions", list, where))
     ]
     return CuratedUser(
-        id=user_id, persona=_field(raw, "persona", str, where),
-        memories=tuple(memories), questions=tuple(questions),
+        id=user_id,
+        persona=_field(raw, "persona", str, where),
+        memories=tuple(memories),
+        questions=tuple(questions),
     )
 
 

@@ -47,7 +47,6 @@ def test_name_flags_and_plain_share() -> None:
         plain_scores={"sam": 0.0, "job": 3.0},
         max_bm25=6.0,
         cosines={"sam": 0.5, "other": 0.2},
-        is_message={"other": True},
         has_names=True,
     )
     row = dict(zip(FEATURES, x["sam"], strict=True))
@@ -60,18 +59,17 @@ def test_name_flags_and_plain_share() -> None:
     assert job["cosine_gap"] == pytest.approx(0.2 - 0.5)
     assert job["name_only"] == 0.0 and job["name_missing"] == 1.0  # Sam is not in it
     other = dict(zip(FEATURES, x["other"], strict=True))
-    assert other["keyword"] == 0.0 and other["message"] == 1.0
-    assert other["message_cosine_gap"] == pytest.approx(-0.3)
+    assert other["keyword"] == 0.0 and other["cosine_gap"] == pytest.approx(-0.3)
     # two cosines have no spread to speak of: the neutral value
     assert [r[FEATURES.index("cosine_z")] for r in x.values()] == [0.0] * 3
     five = features(
-        {}, {}, 0.0, dict(zip("abcde", [0.9, 0.5, 0.5, 0.5, 0.1], strict=True)), {}, False, 3.0
+        {}, {}, 0.0, dict(zip("abcde", [0.9, 0.5, 0.5, 0.5, 0.1], strict=True)), False, 3.0
     )
     # the same for every candidate of the question: (best - mean) / standard deviation
     mean, sd = 0.5, (0.32 / 5) ** 0.5
     z = (0.9 - mean) / sd
     assert [r[FEATURES.index("cosine_z")] for r in five.values()] == pytest.approx([z] * 5)
-    assert features({}, {}, 0.0, {"a": 0.4}, {}, False, 3.0)["a"][-1] == 3.0
+    assert features({}, {}, 0.0, {"a": 0.4}, False, 3.0)["a"][-1] == 3.0
 
 
 def _model(**weights: float) -> RelevanceModel:
