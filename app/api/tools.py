@@ -95,6 +95,7 @@ async def memory_query(
             as_of=body.as_of,
             tags=body.tags,
             tags_match=body.tags_match,
+            recency=body.recency,
         ),
         correlation_id=correlation_id_var.get(),
     )

@@ -128,6 +128,7 @@ async def _memories(
             limit=options.top_k if options and options.top_k else None,
             min_score=options.min_relevance if options else None,
             token_budget=options.token_budget if options else None,
+            recency=options.recency if options else None,
         ),
         correlation_id=correlation_id_var.get(),
     )

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import vector_literal
 from app.repositories.search_index import Source
+from app.retrieval.names import query_names
 from app.retrieval.speakers import usable_speaker
 
 
@@ -25,6 +26,8 @@ class KeywordHits:
     scores: dict[tuple[Source, uuid.UUID], float]
     max_score: float  # BM25 of an ideal document holding every query lexeme: sum(idf) * (k1+1)
     expansion: dict[tuple[Source, uuid.UUID], float] | None = None  # PRF round, if any
+    # BM25 over the query's lexemes that are not names (app/retrieval/names.py), per item
+    plain: dict[tuple[Source, uuid.UUID], float] | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,9 @@ class Candidate:
 _BM25_SQL = """
 WITH q AS (
     SELECT DISTINCT u.lexeme FROM unnest(to_tsvector('english', :query)) AS u
+), nq AS (
+    -- the lexemes of the names in the question (app/retrieval/names.py)
+    SELECT DISTINCT u.lexeme FROM unnest(to_tsvector('english', :names)) AS u
 ), st AS (
     SELECT greatest(doc_count, 1)::float8 AS n,
            greatest(total_length::float8 / greatest(doc_count, 1), 1.0) AS avgdl
@@ -67,7 +73,11 @@ WITH q AS (
 ){expansion}, scored AS (
     SELECT p.item_id, p.source,
            sum({terms}.idf * p.tf * (:k1 + 1.0)
-               / (p.tf + :k1 * (1.0 - :b + :b * p.dl / st.avgdl))) AS score
+               / (p.tf + :k1 * (1.0 - :b + :b * p.dl / st.avgdl))) AS score,
+           -- the same sum over the lexemes that are not names: a name alone is no evidence
+           coalesce(sum({terms}.idf * p.tf * (:k1 + 1.0)
+               / (p.tf + :k1 * (1.0 - :b + :b * p.dl / st.avgdl)))
+               FILTER (WHERE {terms}.lexeme NOT IN (SELECT lexeme FROM nq)), 0) AS plain
     -- One index range per query lexeme. LATERAL + OFFSET 0 because the planner cannot see that
     -- idf has a handful of rows and seq-scans a big user's postings (84 ms at 50k items).
     FROM {terms} CROSS JOIN st CROSS JOIN LATERAL (
@@ -76,7 +86,7 @@ WITH q AS (
     ) AS p
     GROUP BY p.item_id, p.source
 )
-SELECT s.item_id, s.source, s.score,
+SELECT s.item_id, s.source, s.score, s.plain,
        (SELECT coalesce(sum(idf), 0) * (:k1 + 1.0) FROM query_idf) AS max_score
 -- Sorted before the visibility filter: LIMIT stops the EXISTS probes after the top rows.
 FROM (SELECT * FROM scored ORDER BY score DESC OFFSET 0) AS s
@@ -340,8 +350,9 @@ class RetrievalRepository:
             user_id, query, limit, memories, messages, types, k1, b, when, tags, expansion=None
         )
         scores = {(Source(r.source), r.item_id): float(r.score) for r in rows}
+        plain = {(Source(r.source), r.item_id): float(r.plain) for r in rows}
         max_score = float(rows[0].max_score) if rows else 0.0
-        return KeywordHits(scores, max_score)
+        return KeywordHits(scores, max_score, plain=plain)
 
     async def expansion(
         self,
@@ -398,6 +409,7 @@ class RetrievalRepository:
         params: dict[str, Any] = {
             "user_id": user_id,
             "query": query,
+            "names": " ".join(query_names(query)),
             "limit": limit,
             "k1": k1,
             "b": b,

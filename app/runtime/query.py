@@ -48,6 +48,7 @@ def query_request(
     as_of: datetime | None = None,
     tags: Sequence[str] | None = None,
     tags_match: Literal["any", "all"] = "any",
+    recency: float | None = None,
 ) -> QueryRequest:
     """A query request: what the caller chose, the configured defaults for what it left out
     (limit PGRECALL_MAX_RESULTS, PGRECALL_MIN_RELEVANCE, both sources, every type)."""
@@ -64,4 +65,5 @@ def query_request(
         as_of=as_of,
         tags=tuple(tags) if tags else None,
         tags_match=tags_match,
+        recency=recency,
     )

@@ -66,6 +66,13 @@ Sources = Annotated[
 ]
 
 
+RECENCY_DESCRIPTION = (
+    "How much newer items are preferred, 0 to 1: score = (1 - recency) x relevance + recency x "
+    "exp(-age_days / 30) (default: the service's)"
+)
+Recency = json_float(ge=0.0, le=1.0) | None
+
+
 TagsMatch = Literal["any", "all"]
 TAG_FIELDS = {
     "tags": "Only memories carrying these tags (past messages have none, so a tag filter "
@@ -91,6 +98,7 @@ class QueryMemoryArgs(TagFilter, TimeFilters):
     )
     types: Types = Field(default=None, description="Filter to specific memory types")
     sources: Sources = Field(default=None, description="Restrict to memory items or past messages")
+    recency: Recency = Field(default=None, description=RECENCY_DESCRIPTION)
 
 
 class ToolMemory(BaseModel):
@@ -106,6 +114,10 @@ class ToolMetadata(BaseModel):
     count: int
     truncated: bool
     token_count: int
+    # How sure the service is that the store answers the question: the best relevance of any
+    # candidate (returned or not); `supported` is false when none reached the service's floor.
+    confidence: float = 0.0
+    supported: bool = False
     error: str | None = None
     degraded: str | None = None
     rate_limited: bool = False
@@ -127,6 +139,7 @@ class MemoryQueryRequest(TagFilter, TimeFilters):
     sources: Sources = None
     min_score: json_float(ge=0.0, le=1.0) = 0.3
     token_budget: json_int(ge=1, le=100_000) | None = None
+    recency: Recency = Field(default=None, description=RECENCY_DESCRIPTION)
 
 
 class MemoryItemOut(BaseModel):

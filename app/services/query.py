@@ -34,10 +34,13 @@ from app.repositories.retrieval import (
 from app.repositories.search_index import Source
 from app.retrieval.budget import pack
 from app.retrieval.dates import TimeWindow, parse_time_expression
+from app.retrieval.names import query_names
 from app.retrieval.presets import RetrievalPreset
+from app.retrieval.relevance import features, load_model
 from app.retrieval.rerank import rerank
 from app.retrieval.scoring import (
     apply_thresholds,
+    finalise,
     propagate,
     rank,
 )
@@ -99,6 +102,9 @@ class QueryRequest:
     # Only memories with any (or all) of these tags; messages have none.
     tags: tuple[str, ...] | None = None
     tags_match: Literal["any", "all"] = "any"
+    # Recency weight w of this request (None: the preset's): score = (1 - w) x relevance
+    # + w x exp(-age_days / half_life).
+    recency: float | None = None
 
     @property
     def when(self) -> TimeFilter:
@@ -141,6 +147,9 @@ class QueryResult:
     rate_limited: bool = False
     cached: bool = False
     query_truncated: bool = False
+    # The best relevance of any candidate, kept or not (0: nothing matched at all): how sure
+    # the service is that the store holds an answer.
+    confidence: float = 0.0
 
     def to_json(self) -> bytes:
         data = asdict(self)
@@ -167,6 +176,8 @@ class QueryTrace:
     bm25: dict[tuple[Source, Any], float] = field(default_factory=dict)  # raw keyword scores
     cosine: dict[tuple[Source, Any], float] = field(default_factory=dict)  # raw similarities
     ranked: list[Ranked[tuple[Source, Any]]] = field(default_factory=list)  # before thresholds
+    # the relevance model's inputs per candidate (app/retrieval/relevance.FEATURES)
+    features: dict[tuple[Source, Any], tuple[float, ...]] = field(default_factory=dict)
     kept: list[tuple[Source, Any]] = field(default_factory=list)  # passed both thresholds
     candidates: dict[tuple[Source, Any], Candidate] = field(default_factory=dict)
     packed: dict[tuple[Source, Any], Packed] = field(default_factory=dict)  # what the budget let in
@@ -193,6 +204,7 @@ def _cache_key(request: QueryRequest, preset: RetrievalPreset, budget: int) -> s
             request.as_of,
             request.tags,
             request.tags_match,
+            request.recency,
             # Relative time expressions ("yesterday") resolve against today's date.
             datetime.now(UTC).date() if request.as_of is None else None,
         ],
@@ -321,6 +333,7 @@ class QueryService:
                 with contextlib.suppress(asyncio.CancelledError):
                     await embedding
         result.retrieval_ms = int((time.perf_counter() - t0) * 1000)
+        result.confidence = round(max((r.relevance for r in ranked), default=0.0), 4)
 
         kept = apply_thresholds(
             ranked, request.min_score, preset.relative_cutoff, preset.cutoff_exempt_ranks
@@ -381,7 +394,11 @@ class QueryService:
                         request, embedding, n, memories, messages, result, preset, items
                     ),
                 )
-            ranked = rank(hits.scores, hits.max_score, cosines, preset, hits.expansion)
+            has_names = bool(query_names(query))
+            ranked = rank(
+                hits.scores, hits.max_score, cosines, preset, hits.expansion,
+                plain=hits.plain, has_names=has_names,
+            )  # fmt: skip
             neighbours: dict[tuple[Source, Any], tuple[Any, Any]] = {}
             depth = max(request.limit * 3, 30, preset.rerank_depth)
             seeds: list[Any] = []
@@ -416,9 +433,20 @@ class QueryService:
             candidates = {k: fetched[k] for k in keep if k in fetched}
             if trace is not None:
                 trace.bm25, trace.cosine = hits.scores, cosines
+                trace.features = features(
+                    hits.scores,
+                    hits.plain or {},
+                    hits.max_score,
+                    cosines,
+                    has_names,
+                    load_model().neutral_cosine_z,
+                )
         window = time_preference(query, request, preset)
         ranked = rerank(ranked, candidates, neighbours, query, window, preset)
-        return candidates, ranked
+        now = request.as_of or datetime.now(UTC)
+        ages = {k: (now - c.created_at).total_seconds() / 86400 for k, c in candidates.items()}
+        weight = preset.recency_weight if request.recency is None else request.recency
+        return candidates, finalise(ranked, preset, ages, weight)
 
     @staticmethod
     async def _keyword_arm(
@@ -455,7 +483,7 @@ class QueryService:
             min_df=preset.prf_min_df,
             **scope,
         )
-        return KeywordHits(hits.scores, hits.max_score, expansion)
+        return KeywordHits(hits.scores, hits.max_score, expansion, hits.plain)
 
     async def _vector_arm(
         self,

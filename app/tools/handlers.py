@@ -58,10 +58,11 @@ async def query_memory(call: ToolCall, args: QueryMemoryArgs) -> QueryMemoryResu
             as_of=args.as_of,
             tags=args.tags,
             tags_match=args.tags_match,
+            recency=args.recency,
         ),
         correlation_id=call.correlation_id,
     )
-    return tool_answer(result)
+    return tool_answer(result, resources.query_config.min_relevance)
 
 
 async def save_memory(call: ToolCall, args: SaveMemoryArgs) -> SaveMemoryResult:
