@@ -151,6 +151,8 @@ class ToolMetadata(BaseModel):
     count: int
     truncated: bool
     token_count: int
+    confidence: float = 0.0  # the best relevance of any candidate, returned or not
+    supported: bool = False  # false: nothing reached the service's floor
     error: str | None = None
     degraded: str | None = None
     rate_limited: bool = False
