@@ -28,3 +28,4 @@ bench: venv
 
 lint: venv
 	.venv/bin/ruff check .
+	.venv/bin/lint-imports

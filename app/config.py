@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
@@ -16,6 +17,18 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def check_role_name(name: str) -> str:
+    """Role names are formatted into DDL, so only plain lower-case identifiers are accepted.
+
+    Here rather than in app/roles.py (which uses it for every role it creates) because the
+    settings validate PGRECALL_APP_ROLE with it, and roles.py reads Settings."""
+    if not _ROLE_NAME.fullmatch(name):
+        raise ValueError("must be a lower-case identifier: a-z, 0-9, _ (max 63, not digit-first)")
+    return name
 
 
 class EmbeddingProvider(StrEnum):
@@ -187,8 +200,6 @@ class Settings(BaseSettings):
     @field_validator("app_role")
     @classmethod
     def _check_role(cls, value: str) -> str:
-        from app.roles import check_role_name
-
         return check_role_name(value)
 
     @field_validator("redis_url")

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Create .venv (Python >= 3.11) and install pgrecall with its dev tools; safe to re-run.
+# Create .venv (Python >= 3.11) and install pgrecall with its dev tools, and the client
+# (client/, distribution pgrecall-client) editable with its adapters' extras; safe to re-run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -17,8 +18,9 @@ stamp=.venv/.installed
 if [ ! -x .venv/bin/python ]; then
   "$(pick_python)" -m venv .venv
 fi
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || [ client/pyproject.toml -nt "$stamp" ]
+then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e '.[dev]'
+  .venv/bin/python -m pip install --quiet -e '.[dev]' -e './client[langgraph,agents]'
   touch "$stamp"
 fi

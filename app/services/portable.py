@@ -134,6 +134,11 @@ async def _json_lines(session: AsyncSession, user_id: str, embeddings: bool) -> 
         await session.close()
 
 
+async def export_counts(session: AsyncSession, user_id: str) -> dict[str, int]:
+    """Conversations, messages and memories the export will hold (in the session's snapshot)."""
+    return await PortableRepository(session).counts(user_id)
+
+
 async def export_user(
     session: AsyncSession,
     user_id: str,
