@@ -46,6 +46,11 @@ USER_TABLES: tuple[str, ...] = (
     "extraction_usage",
     "message_passages",  # migration 0009_passages
 )
+# On a Citus cluster (app/citus.py, docs/scaling.md) every user table but api_keys is
+# distributed by user_id, the first one listed being the one the others are co-located with;
+# api_keys stays a table of the coordinator (authentication reads it by hash, not by user).
+COORDINATOR_TABLES: tuple[str, ...] = ("api_keys",)
+DISTRIBUTED_TABLES: tuple[str, ...] = tuple(t for t in USER_TABLES if t not in COORDINATOR_TABLES)
 READ_ONLY_TABLES: tuple[str, ...] = ("alembic_version",)
 _LOCK_KEY = 0x70677263  # "pgrc": serialises role set-up across processes
 

@@ -6,9 +6,10 @@ connections, fusion, packing) twice, interleaved in a seeded random order per qu
 - rls on: as the service role, which the policies bind (how the service runs);
 - rls off: as the server's superuser, which bypasses them (how the service ran before).
 
-Both run the same code, so both send the one set_config statement per transaction; its round
-trip is timed on its own and printed too. Query vectors are computed once up front (the model
-is the same in both modes and would only add noise). Wall times on whatever else the machine
+Both run the same code, so both send the one scope statement per transaction (app/db.py: the
+SET LOCALs of pgrecall_set_local); its round trip is timed on its own and printed too. Query
+vectors are computed once up front (the model is the same in both modes and would only add
+noise). Wall times on whatever else the machine
 runs: indicative, not a benchmark result; compare the two columns of one run, not runs.
 """
 
@@ -28,7 +29,7 @@ from sqlalchemy import text
 from app.adapters.cache import Cache
 from app.adapters.embedder import LocalEmbedder
 from app.config import load_settings
-from app.db import create_engine, create_sessionmaker, user_session
+from app.db import SET_LOCAL, create_engine, create_sessionmaker, set_local_params, user_session
 from app.embedded import EmbeddedPostgres
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
 from app.runtime import query_config
@@ -87,7 +88,7 @@ async def run(size: int, queries: int, out: Path, big_size: int) -> dict[str, li
             for mode, e in engines.items()
         }
         times: dict[str, list[float]] = {mode: [] for mode in services}
-        times["set_config round trip"] = []
+        times["scope statement round trip"] = []
         rng = random.Random(42)
         try:
             for warm in (True, False):  # the first pass fills buffers and plan caches
@@ -99,8 +100,8 @@ async def run(size: int, queries: int, out: Path, big_size: int) -> dict[str, li
                         if not warm:
                             times[mode].append(elapsed)
                     if not warm:
-                        times["set_config round trip"].append(
-                            await _set_config_ms(services["rls on"], query.user_id)
+                        times["scope statement round trip"].append(
+                            await _scope_statement_ms(services["rls on"], query.user_id)
                         )
         finally:
             for engine in engines.values():
@@ -111,14 +112,12 @@ async def run(size: int, queries: int, out: Path, big_size: int) -> dict[str, li
             await asyncio.to_thread(pg.stop)
 
 
-async def _set_config_ms(service: QueryService, user_id: str) -> float:
+async def _scope_statement_ms(service: QueryService, user_id: str) -> float:
     """One extra round trip of the statement that names the user (already in both modes)."""
     async with user_session(service.sessionmaker, user_id) as session, session.begin():
-        await session.execute(text("SELECT 1"))  # the transaction's set_config runs before this
+        await session.execute(text("SELECT 1"))  # the transaction's scope statement runs first
         started = time.perf_counter()
-        await session.execute(
-            text("SELECT set_config('pgrecall.user_id', :u, true)"), {"u": user_id}
-        )
+        await session.execute(SET_LOCAL, set_local_params({"pgrecall.user_id": user_id}))
         return (time.perf_counter() - started) * 1000
 
 

@@ -1,8 +1,9 @@
-"""`pgrecall db`: database maintenance (upgrade, url)."""
+"""`pgrecall db`: database maintenance (upgrade, distribute, url)."""
 
 from __future__ import annotations
 
 import asyncio
+from typing import Annotated
 
 import typer
 
@@ -24,6 +25,27 @@ def db_upgrade() -> None:
         if embedded is not None and embedded.started_here:  # leave a server `serve` runs alone
             embedded.stop()
     typer.echo("database at head")
+
+
+@db_app.command("distribute")
+def db_distribute(
+    shards: Annotated[int, typer.Option(min=1, help="shards per table (Citus)")] = 32,
+) -> None:
+    """On a Citus coordinator: distribute the user tables by user_id, co-located (as the owner,
+    after `pgrecall db upgrade`; docs/scaling.md). Safe to repeat."""
+    from app.citus import CitusError, distribute
+
+    settings = settings_or_exit()
+    if not settings.database_url:
+        typer.echo("pgrecall: db distribute needs PGRECALL_DATABASE_URL (a Citus coordinator)")
+        raise typer.Exit(2)
+    owner = settings.migration_database_url or settings.database_url
+    try:
+        done = asyncio.run(distribute(owner, shard_count=shards))
+    except CitusError as exc:
+        typer.echo(f"pgrecall: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"distributed: {', '.join(done)}" if done else "already distributed")
 
 
 @db_app.command("url")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -159,9 +159,12 @@ class AdminMemoryRepository:
         self, user_id: str, item_id: uuid.UUID, deleted: bool
     ) -> MemoryItem | None:
         """Soft-delete (keeping the first deletion time) or restore (also from an eviction);
-        None if not this user's."""
+        None if not this user's.
+
+        The time is bound, not now(): Citus refuses a non-immutable function inside the
+        COALESCE of an UPDATE on a distributed table (docs/scaling.md)."""
         if deleted:
-            when = func.coalesce(MemoryItem.deleted_at, func.now())
+            when = func.coalesce(MemoryItem.deleted_at, datetime.now(UTC))
             return await self.update(user_id, item_id, {"deleted_at": when})
         return await self.update(user_id, item_id, {"deleted_at": None, "evicted_at": None})
 

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db import vector_literal
+from app.db import SET_LOCAL, set_local_params, vector_literal
 from app.repositories.search_index import Source
 from app.retrieval.names import query_names
 from app.retrieval.speakers import usable_speaker
@@ -447,11 +447,8 @@ class RetrievalRepository:
                 max_scan_tuples=max_scan_tuples,
                 random_page_cost=random_page_cost,
             )
-            names = list(settings)
-            calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(names)))
-            params = {f"n{i}": name for i, name in enumerate(names)}
-            params |= {f"v{i}": settings[name] for i, name in enumerate(names)}
-            await self.session.execute(text(f"SELECT {calls}"), params)
+            # SET LOCAL (app/db.py): on Citus it reaches the worker that runs the statement.
+            await self.session.execute(SET_LOCAL, set_local_params(settings))
 
     async def vector(
         self,

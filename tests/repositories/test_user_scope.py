@@ -27,6 +27,7 @@ import asyncpg
 import numpy as np
 import pytest
 from sqlalchemy import event
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 import app.repositories
@@ -625,7 +626,7 @@ async def recorded(pg: EmbeddedPostgres, db_engine: AsyncEngine, user_id: str) -
                 await session.rollback()
     finally:
         event.remove(db_engine.sync_engine, "before_cursor_execute", hook)
-    conn = await asyncpg.connect(database(pg.url, "postgres").dsn)
+    conn = await asyncpg.connect(database(pg.url, make_url(pg.url).database or "postgres").dsn)
     try:
         tx = conn.transaction()
         await tx.start()
