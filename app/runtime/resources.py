@@ -50,8 +50,17 @@ class Resources:
     # LLM extraction (PGRECALL_EXTRACTION=llm): stored user turns are queued for it. The
     # pipeline itself is the app's (app.main starts it), not a resource every door shares.
     extract_turns: bool = False
+    # PGRECALL_EXTRACTION_DEFAULT: conversations without their own setting are extracted.
+    extraction_default_on: bool = True
+    # PGRECALL_EXTRACTION_SUMMARY_TOKENS: the rolling conversation summary's size (0: none).
+    summary_tokens: int = 0
     # PGRECALL_MESSAGE_PASSAGES: the write paths embed messages' sentences too.
     message_passages: bool = True
+
+    @property
+    def extraction_default(self) -> bool | None:
+        """Whether a conversation without its own setting is extracted; None: no model."""
+        return self.extraction_default_on if self.extract_turns else None
 
 
 def query_service(resources: Resources) -> QueryService:
@@ -104,6 +113,10 @@ def resources_from(
         max_entries_per_user=settings.max_entries_per_user,
         usage=UsageRecorder(sessionmaker),
         extract_turns=settings.extraction == ExtractionMode.LLM,
+        extraction_default_on=settings.extraction_default,
+        summary_tokens=(
+            settings.extraction_summary_tokens if settings.extraction == ExtractionMode.LLM else 0
+        ),
         message_passages=settings.message_passages,
     )
 

@@ -9,7 +9,7 @@
   like any soft delete, which clears it).
 
 Revision ID: 0014_tags_usage
-Revises: 0009_passages
+Revises: 0013_conversation_settings
 Create Date: 2026-11-27
 """
 
@@ -20,7 +20,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0014_tags_usage"
-down_revision: str | None = "0009_passages"
+down_revision: str | None = "0013_conversation_settings"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
