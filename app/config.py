@@ -166,6 +166,16 @@ class Settings(BaseSettings):
     extraction_lease_s: Annotated[float, Field(gt=0, le=86_400)] = Field(
         default=300.0, description="a claimed batch not finished by then is claimable again"
     )
+    extraction_default: bool = Field(
+        default=True,
+        description="with PGRECALL_EXTRACTION=llm: conversations without their own setting "
+        "(PATCH /v1/conversations/{id} extraction) are extracted",
+    )
+    extraction_summary_tokens: Annotated[int, Field(ge=0, le=2000)] = Field(
+        default=200,
+        description="with PGRECALL_EXTRACTION=llm: the rolling conversation summary's size in "
+        "tokens at most (one more model call per extraction batch); 0 = no summaries",
+    )
 
     db_pool_size: Annotated[int, Field(ge=1, le=200)] = 10
     max_body_bytes: Annotated[int, Field(ge=1024)] = 5 * 1024 * 1024

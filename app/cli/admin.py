@@ -23,8 +23,8 @@ from app.cli.common import (
     run,
     show_progress,
 )
-from app.db import admin_sessions
 from app.errors import ServiceError
+from app.runtime import admin_transaction
 from app.services.keywords import KeywordReport, all_users
 from app.services.keywords import rebuild_keywords as run_rebuild_keywords
 from app.services.passages import PassageReport
@@ -121,9 +121,8 @@ def reindex(
     (PGRECALL_USER_VECTOR_INDEXES); locks each table while it builds."""
     async def work(rt: Runtime) -> tuple[list[ReindexResult], list[UserIndexResult]]:
         results, per_user = [], []
-        sessions = admin_sessions(rt.sessionmaker, "reindex")  # counts every user's rows
-        for table in TABLES:
-            async with sessions() as session, session.begin():
+        for table in TABLES:  # admin mode: the index builds count every user's rows
+            async with admin_transaction(rt.sessionmaker, "reindex") as session:
                 results.append(
                     await rebuild_index(
                         session,
@@ -132,7 +131,7 @@ def reindex(
                         method=rt.settings.vector_index,
                     )
                 )
-            async with sessions() as session, session.begin():
+            async with admin_transaction(rt.sessionmaker, "reindex") as session:
                 per_user.append(
                     await reindex_users(
                         session,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
+from typing import Literal, get_args
 
 from sqlalchemy import DateTime, MetaData, func
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
@@ -22,7 +23,10 @@ NAMING_CONVENTION = {
 EMBEDDING_DIMENSION = int(os.environ.get("PGRECALL_EMBEDDING_DIMENSION", "384"))
 
 USER_ID_LENGTH = 255
-MEMORY_TYPES = ("fact", "preference", "decision", "note")
+# The one list of memory types: schemas, services, the console, the CLI and the table's check
+# constraint all read it from here.
+MemoryType = Literal["fact", "preference", "decision", "note"]
+MEMORY_TYPES: tuple[MemoryType, ...] = get_args(MemoryType)
 MESSAGE_ROLES = ("user", "assistant", "system")
 
 

@@ -26,13 +26,19 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.models.base import EMBEDDING_DIMENSION, USER_ID_LENGTH, Base, CreatedAtMixin
+from app.models.base import (
+    EMBEDDING_DIMENSION,
+    MEMORY_TYPES,
+    USER_ID_LENGTH,
+    Base,
+    CreatedAtMixin,
+)
 
 
 class MemoryItem(CreatedAtMixin, Base):
     __tablename__ = "memory_items"
     __table_args__ = (
-        CheckConstraint("type IN ('fact', 'preference', 'decision', 'note')", name="type"),
+        CheckConstraint(f"type IN ({', '.join(repr(t) for t in MEMORY_TYPES)})", name="type"),
         CheckConstraint("importance >= 0 AND importance <= 1", name="importance_range"),
         CheckConstraint("supersedes_id <> id", name="not_self_superseding"),
         CheckConstraint("valid_to IS NULL OR valid_to >= valid_from", name="valid_window"),

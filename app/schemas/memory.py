@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from app.models.base import MemoryType
 from app.schemas.common import (
     NON_BLANK_SCHEMA,
     Timestamp,
@@ -15,7 +16,6 @@ from app.schemas.common import (
     json_int,
 )
 
-MemoryType = Literal["fact", "preference", "decision", "note"]
 SourceKind = Literal["memory", "message"]
 # Longer queries are accepted and cut to 8192 characters with a warning (the spec); beyond
 # this hard limit the request is rejected instead of read into memory.

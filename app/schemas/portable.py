@@ -18,6 +18,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.models.base import MemoryType
+
 FORMAT = "pgrecall-export"
 VERSION = 1
 
@@ -60,7 +62,7 @@ class MemoryLine(_Line):
     kind: Literal["memory"] = "memory"
     id: uuid.UUID
     content: str = Field(min_length=1)
-    type: Literal["fact", "preference", "decision", "note"]
+    type: MemoryType
     importance: float = Field(ge=0.0, le=1.0)
     source: str | None
     source_message_id: uuid.UUID | None

@@ -8,11 +8,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.adapters.cache import Cache
 from app.errors import ConflictError, NotFoundError
 from app.models import MemoryItem
 from app.repositories.admin import AdminMemoryRepository, MemoryFilter
 from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.schemas.admin import AdminMemoryCreate, AdminMemoryCreateOne, AdminMemoryUpdate
+from app.services.effects import invalidate_after_commit
 from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import MemoryInput, MemoryService, content_hash
 from app.services.supersession import SupersessionService
@@ -33,12 +35,19 @@ def memory_input(row: AdminMemoryCreate) -> MemoryInput:
 
 
 class AdminMemoryService:
-    def __init__(self, session: AsyncSession, embeddings: EmbeddingService | None) -> None:
-        """`embeddings` may be None for callers that only read, delete or restore."""
+    def __init__(
+        self,
+        session: AsyncSession,
+        embeddings: EmbeddingService | None,
+        cache: Cache | None = None,
+    ) -> None:
+        """`embeddings` may be None for callers that only read, delete or restore. With
+        `cache`, a change drops its users' cached query results once it commits."""
         self.repo = AdminMemoryRepository(session)
         self.index = SearchIndexRepository(session)
         self.session = session
         self._embeddings = embeddings
+        self.cache = cache
 
     @property
     def embeddings(self) -> EmbeddingService:
@@ -78,6 +87,7 @@ class AdminMemoryService:
         found: dict[uuid.UUID, MemoryItem] = {}
         for user, ids in new_ids.items():
             found.update((m.id, m) for m in await self.repo.get_many(user, ids))
+        invalidate_after_commit(self.session, self.cache, *new_ids)
         return [found[i] for i in order if i in found], duplicates
 
     async def supersede(self, row: AdminMemoryCreateOne) -> MemoryItem:
@@ -98,6 +108,7 @@ class AdminMemoryService:
             observed_at=row.created_at,
             observed_field="body.created_at",
         )
+        invalidate_after_commit(self.session, self.cache, row.user_id)
         return done.new
 
     async def history(self, user_id: str, item_id: uuid.UUID) -> list[MemoryItem]:
@@ -128,6 +139,7 @@ class AdminMemoryService:
         (new id, linked back) holds the new text with the other changes; the new version is
         returned. Type, importance and expiry alone change the item in place."""
         item = await self._get(user_id, item_id)
+        invalidate_after_commit(self.session, self.cache, user_id)
         fields = changes.model_fields_set
         if changes.content is not None and changes.content != item.content:
             if item.deleted_at is not None:
@@ -165,6 +177,7 @@ class AdminMemoryService:
         item = await self.repo.set_deleted(user_id, item_id, deleted)
         if item is None:
             raise NotFoundError("memory not found")
+        invalidate_after_commit(self.session, self.cache, user_id)
         return item
 
     async def _content_values(self, item: MemoryItem, content: str, vector: Any) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """What agents may do to their user's memory: save, forget, rate a message, list, search turns.
 
-One implementation behind both front doors (HTTP tools in app/api/agent_tools.py, MCP tools in
-app/mcp/). Saving a near-duplicate of a valid memory (cosine >= NEAR_DUPLICATE_COSINE, the
+One implementation behind every door (the tool catalog in app/tools/, which HTTP and MCP are
+generated from). Saving a near-duplicate of a valid memory (cosine >= NEAR_DUPLICATE_COSINE, the
 seeding threshold) that says something new supersedes it (app/services/supersession.py): the
 old statement is closed and kept in the memory's history, never overwritten. 0.90 is measured
 by `python -m eval.near_duplicates` (docs/admin.md): it catches 8 of 10 restatements and none of
@@ -21,13 +21,14 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.adapters.cache import Cache
-from app.errors import ConflictError, NotFoundError, RateLimitedError
+from app.errors import ConflictError, NotFoundError
 from app.models import MemoryItem
 from app.repositories.agent_memory import RATING_ORIGIN, AgentMemoryRepository
 from app.repositories.memory import MemoryRepository
 from app.retrieval.budget import pack
 from app.schemas.agent import MemoryOut, SaveMemoryResult
 from app.services.admin import AdminMemoryService
+from app.services.effects import admit_write, invalidate_after_commit
 from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import MemoryInput, MemoryService, content_hash
 from app.services.query import QueryItem, QueryRequest, QueryResult, QueryService
@@ -63,19 +64,21 @@ class Rated:
     removed: int = 0
 
 
-async def admit_write(cache: Cache, user_id: str, per_minute: int) -> None:
-    """Count one agent write; RateLimitedError (429) over the limit. Fails open without Redis."""
-    decision = await cache.hit_rate_limit(user_id, per_minute, bucket="write_limit")
-    if not decision.allowed:
-        raise RateLimitedError(
-            f"write limit of {per_minute} per minute reached; retry in {decision.reset_s} s"
-        )
-
-
 class AgentMemoryService:
-    def __init__(self, session: AsyncSession, embeddings: EmbeddingService) -> None:
+    def __init__(
+        self,
+        session: AsyncSession,
+        embeddings: EmbeddingService,
+        cache: Cache | None = None,
+        *,
+        write_limit_per_minute: int = 0,
+    ) -> None:
+        """With `cache`, every write is admitted against the user's write limit first and drops
+        the user's cached query results once the transaction commits."""
         self.session = session
         self.embeddings = embeddings
+        self.cache = cache
+        self.write_limit_per_minute = write_limit_per_minute
         self.repo = AgentMemoryRepository(session)
         self.memories = MemoryRepository(session)
         self.admin = AdminMemoryService(session, embeddings)
@@ -93,6 +96,7 @@ class AgentMemoryService:
         """Store a memory. An identical valid one of the user is reused (or restored); one
         that replaces a memory - named by `supersedes`, or the user's nearest valid memory at
         cosine >= NEAR_DUPLICATE_COSINE - supersedes it (closed, kept as history)."""
+        await self._write(user_id)
         digest = content_hash(content)
         if supersedes is None:
             existing = await self._by_hash(user_id, digest)
@@ -151,6 +155,7 @@ class AgentMemoryService:
 
     async def forget(self, user_id: str, item_id: uuid.UUID) -> MemoryItem:
         """Soft-delete one of the user's memories (idempotent); 404 for any other id."""
+        await self._write(user_id)
         item = await self.memories.get(user_id, item_id, include_deleted=True)
         if item is None:
             raise NotFoundError("memory not found")
@@ -161,6 +166,7 @@ class AgentMemoryService:
     async def rate(self, user_id: str, message_id: uuid.UUID, vote: str) -> Rated:
         """Up: keep the message (with the user turn an assistant reply answers) as a note.
         Down: remove the note an upvote made. Both idempotent; 404 for another user's message."""
+        await self._write(user_id)
         message = await self.repo.message(user_id, message_id)
         if message is None:
             raise NotFoundError("message not found")
@@ -204,6 +210,14 @@ class AgentMemoryService:
         if existing.deleted_at is not None:
             existing = await self.admin.set_deleted(user_id, existing.id, False)
         return Rated(message_id, vote, "exists", existing)
+
+    async def _write(self, user_id: str) -> None:
+        """Admit one write (429 over the limit, before anything is written), and have the
+        user's cached query results dropped once it commits, so query_memory sees it at once."""
+        if self.cache is None:
+            return
+        await admit_write(self.cache, user_id, self.write_limit_per_minute)
+        invalidate_after_commit(self.session, self.cache, user_id)
 
     async def page(
         self, user_id: str, *, limit: int, offset: int, type: str | None = None

@@ -39,6 +39,7 @@ from app.repositories.agent_memory import AgentMemoryRepository
 from app.repositories.api_keys import ApiKeyRepository
 from app.repositories.bulk import BulkMemory, BulkRepository
 from app.repositories.conversation import ConversationRepository, NewMessage
+from app.repositories.conversation_settings import ConversationSettingsRepository
 from app.repositories.extraction import ExtractionRepository, ExtractionStatsRepository
 from app.repositories.maintenance import MaintenanceRepository, StaleRow
 from app.repositories.memory import MemoryRepository, NewMemory
@@ -222,6 +223,24 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
         "ConversationRepository",
         "recent_messages",
         conversations.recent_messages(user, conv.id, 5),
+    )
+    settings = ConversationSettingsRepository(session)
+    await rec.call(
+        "ConversationSettingsRepository",
+        "update",
+        settings.update(user, conv.id, {"extraction": True}),
+    )
+    await rec.call("ConversationSettingsRepository", "summary", settings.summary(user, conv.id))
+    for after in (None, 1):
+        await rec.call(
+            "ConversationSettingsRepository",
+            "messages_after",
+            settings.messages_after(user, conv.id, after, 5),
+        )
+    await rec.call(
+        "ConversationSettingsRepository",
+        "save_summary",
+        settings.save_summary(user, conv.id, "a summary", 2, None),
     )
 
     memories = MemoryRepository(session)
