@@ -212,9 +212,7 @@ async def set_session_goal(
     resources: ResourcesDep,
 ) -> SessionOut:
     """Set or clear the session's current goal (session state lives in Redis, 24 h)."""
-    view = await _session_state(resources, session).set_goal(
-        user_id, conversation_id, body.goal
-    )
+    view = await _session_state(resources, session).set_goal(user_id, conversation_id, body.goal)
     return SessionOut(
         conversation_id=conversation_id, messages=view.messages, goal=view.goal, source=view.source
     )

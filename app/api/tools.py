@@ -51,9 +51,7 @@ def _endpoint(tool: Tool[Any, Any]) -> Callable[..., Awaitable[BaseModel]]:
             inspect.Parameter(
                 "args", inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[tool.args, Body()]
             ),
-            inspect.Parameter(
-                "resources", inspect.Parameter.KEYWORD_ONLY, annotation=ResourcesDep
-            ),
+            inspect.Parameter("resources", inspect.Parameter.KEYWORD_ONLY, annotation=ResourcesDep),
         ],
         return_annotation=tool.result,
     )

@@ -186,9 +186,7 @@ def prepare_database_check(settings: Settings) -> Check:
     from app.roles import database_urls, prepare_database
 
     try:
-        asyncio.run(
-            prepare_database(database_urls(settings), migrate=settings.migrate_on_start)
-        )
+        asyncio.run(prepare_database(database_urls(settings), migrate=settings.migrate_on_start))
     except Exception as exc:
         if backend_crashed(exc):
             return Check("migrations", False, CRASH_MESSAGE)  # CREATE INDEX in a migration
