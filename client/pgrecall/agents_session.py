@@ -108,7 +108,9 @@ class PgrecallSession:
         self.client = client or AsyncClient(base_url, user_id=user_id, api_key=api_key)
         # As the SDK's own sessions: no limit unless one is set.
         self.session_settings: SessionSettings = (
-            coerce_session_settings(session_settings) or SessionSettings()
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(session_settings)
         )
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient] = (
             weakref.WeakKeyDictionary()
