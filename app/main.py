@@ -28,6 +28,7 @@ from app.api.handlers import install_handlers
 from app.api.openapi import install_openapi
 from app.config import Settings
 from app.console import install_console
+from app.extraction.runtime import build_extraction
 from app.mcp.http import McpHttp
 from app.middleware import BodySizeLimitMiddleware, CorrelationIdMiddleware
 from app.proxy import routes as chat_proxy
@@ -44,7 +45,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with open_resources(settings, embedder=embedder) as resources:
             app.state.resources = resources
-            extraction = resources.extraction
+            extraction = build_extraction(settings, resources.sessionmaker, resources.embeddings)
+            app.state.extraction = extraction
             if extraction is not None and settings.extraction_workers:
                 extraction.worker.start()
             app.state.chat_upstream = ChatUpstream.from_settings(settings)
@@ -52,6 +54,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
                 async with mcp_door.running():
                     yield
             finally:
+                if extraction is not None:
+                    await extraction.aclose()  # lets the batches in hand finish first
                 await app.state.chat_upstream.aclose()
 
     app = FastAPI(

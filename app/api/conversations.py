@@ -52,7 +52,7 @@ async def _store(
         messages,
         correlation,
         priority=priority,
-        extract=resources.extraction is not None,
+        extract=resources.extract_turns,
         passages=resources.message_passages,
     )
     return [MessageOut.model_validate(m) for m in stored.messages]

@@ -24,11 +24,8 @@ def stdio_resources(
     embeddings: EmbeddingService,
     cache: Cache,
 ) -> Resources:
-    """The runtime's resources over the CLI's engine: one query at a time (one client), and no
-    LLM extraction (MCP stores no conversation turns)."""
-    return resources_from(
-        settings, sessionmaker, embeddings, cache, query_slots=1, extraction=False
-    )
+    """The runtime's resources over the CLI's engine: one query at a time (one client)."""
+    return resources_from(settings, sessionmaker, embeddings, cache, query_slots=1)
 
 
 async def serve_stdio(resources: Resources, token: str) -> Caller:

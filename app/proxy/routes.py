@@ -171,7 +171,7 @@ async def _store(
                 conversation_id,
                 turns,
                 correlation,
-                extract=resources.extraction is not None,
+                extract=resources.extract_turns,
                 passages=resources.message_passages,
             )
     return conversation_id

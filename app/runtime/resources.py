@@ -13,9 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.adapters.cache import Cache
 from app.adapters.embedder import Embedder, build_embedder
-from app.config import Settings
+from app.config import ExtractionMode, Settings
 from app.db import create_engine, create_sessionmaker
-from app.extraction.runtime import Extraction, build_extraction
 from app.roles import database_urls, prepare_database, warn_unless_rls_binds
 from app.runtime.query import query_config
 from app.services.api_keys import KeyAuthenticator
@@ -43,8 +42,9 @@ class Resources:
     # Per-user API keys (table api_keys), looked up by hash through a short in-process cache.
     keys: KeyAuthenticator
     write_rate_limit_per_minute: int = 0
-    # LLM extraction (PGRECALL_EXTRACTION=llm): user turns are queued for it; None = off.
-    extraction: Extraction | None = None
+    # LLM extraction (PGRECALL_EXTRACTION=llm): stored user turns are queued for it. The
+    # pipeline itself is the app's (app.main starts it), not a resource every door shares.
+    extract_turns: bool = False
     # PGRECALL_MESSAGE_PASSAGES: the write paths embed messages' sentences too.
     message_passages: bool = True
 
@@ -68,11 +68,9 @@ def resources_from(
     cache: Cache,
     *,
     query_slots: int | None = None,
-    extraction: bool = True,
 ) -> Resources:
     """Resources over an engine someone else opened (the CLI's, a test's); the engine is the
-    sessionmaker's. `query_slots` defaults to the pool size, as the server's; `extraction=False`
-    leaves LLM extraction off whatever the settings say (a door that stores no turns)."""
+    sessionmaker's. `query_slots` defaults to the pool size, as the server's."""
     engine = sessionmaker.kw["bind"]
     return Resources(
         engine=engine,
@@ -86,7 +84,7 @@ def resources_from(
         query_slots=asyncio.Semaphore(max(1, query_slots or settings.db_pool_size)),
         keys=KeyAuthenticator(sessionmaker, ttl_s=settings.key_cache_ttl_s),
         write_rate_limit_per_minute=settings.write_rate_limit_per_minute,
-        extraction=build_extraction(settings, sessionmaker, embeddings) if extraction else None,
+        extract_turns=settings.extraction == ExtractionMode.LLM,
         message_passages=settings.message_passages,
     )
 
@@ -107,7 +105,6 @@ async def open_resources(
     )
     cache = Cache.from_url(settings.redis_url)
     the_embedder: Embedder | None = None
-    resources: Resources | None = None
     try:
         await warn_unless_rls_binds(engine)
         if not cache.enabled:
@@ -120,11 +117,8 @@ async def open_resources(
         if not settings.auth_enabled:
             log.warning("no PGRECALL_API_KEY: authentication is off (listening on loopback only)")
         embeddings = EmbeddingService(the_embedder, cache if cache.enabled else None)
-        resources = resources_from(settings, create_sessionmaker(engine), embeddings, cache)
-        yield resources
+        yield resources_from(settings, create_sessionmaker(engine), embeddings, cache)
     finally:
-        if resources is not None and resources.extraction is not None:
-            await resources.extraction.aclose()  # lets the batches in hand finish first
         await cache.aclose()
         close = getattr(the_embedder, "aclose", None)
         if close is not None and embedder is None:

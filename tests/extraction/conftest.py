@@ -44,7 +44,7 @@ class Env:
 
     @property
     def extraction(self) -> Extraction:
-        extraction = self.app.state.resources.extraction
+        extraction = self.app.state.extraction
         assert extraction is not None
         return extraction  # type: ignore[no-any-return]
 

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from mcp import Client
 
 from tests.helpers import make_key
@@ -221,12 +224,54 @@ async def test_search_conversations_with_a_time_range(
                 before="2026-01-01T00:00:00Z",
             )
             assert [m["id"] for m in early["messages"]] == [skye]
-            bad = await client.call_tool(
+            # An inverted range matches nothing (as query_memory's time filters: JSON Schema
+            # cannot state an order between two arguments, so it is not a schema error).
+            inverted = await call(
+                client,
                 "search_conversations",
-                {
-                    "query": "ferry",
-                    "after": "2026-01-01T00:00:00Z",
-                    "before": "2025-01-01T00:00:00Z",
-                },
+                query="which ferry did we book?",
+                after="2026-01-01T00:00:00Z",
+                before="2025-01-01T00:00:00Z",
             )
-            assert bad.is_error and "before must be later than after" in bad.content[0].text
+            assert inverted["messages"] == []
+
+
+async def test_query_memory_has_time_filters_and_carries_the_correlation_id(
+    make_client: Callable[..., Any],
+    mcp_client: Callable[..., Any],
+    user_id: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    correlation = str(uuid.uuid4())
+    caplog.set_level(logging.INFO, logger="app.audit")
+    async with make_client() as (_, app):
+        token = (await make_key(app, user_id)).token
+        async with mcp_client(app, token, **{"X-Correlation-ID": correlation}) as client:
+            await call(client, "save_memory", content="I keep bees on my allotment", type="fact")
+            found = await call(client, "query_memory", query="what animals do I keep?")
+            assert len(found["memories"]) == 1
+            # as_of before the memory existed: nothing was known then.
+            before = await call(
+                client,
+                "query_memory",
+                query="what animals do I keep?",
+                as_of="2001-01-01T00:00:00Z",
+            )
+            assert before["memories"] == []
+            window = await call(
+                client,
+                "query_memory",
+                query="what animals do I keep?",
+                time_from="2001-01-01T00:00:00Z",
+                time_to="2001-12-31T00:00:00Z",
+            )
+            assert window["memories"] == []
+            renamed = await client.call_tool("search_memory", {"query": "bees"})
+            assert renamed.is_error
+            assert renamed.content[0].text == "NotFoundError: unknown tool: search_memory"
+    logged = [
+        r.fields["correlation_id"]  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.name == "app.audit" and r.getMessage() == "memory retrieval"
+    ]
+    assert logged and set(logged) == {correlation}
