@@ -123,7 +123,7 @@ class PgrecallSession:
         with self._lock:
             client = self._loops.get(loop)
             if client is None:
-                client = self.client.sibling()
+                client = self.client._sibling()
                 self._loops[loop] = client
             return client
 

@@ -89,7 +89,7 @@ class AsyncClient(Base):
             sleep=self._sleep,
         )
 
-    def sibling(self) -> AsyncClient:
+    def _sibling(self) -> AsyncClient:
         """A client with this one's settings and a connection pool of its own.
 
         Connections belong to the event loop that opened them; a sibling is what another loop
