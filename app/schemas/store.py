@@ -12,7 +12,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
 from app.schemas.common import (
     MAX_METADATA_KEY_CHARS,
@@ -129,12 +129,14 @@ class StoreAddress(BaseModel):
 
 
 class StoreGet(StoreAddress):
-    refresh_ttl: bool = Field(default=False, description="restart the item's TTL on this read")
+    refresh_ttl: StrictBool = Field(
+        default=False, description="restart the item's TTL on this read"
+    )
 
 
 class StorePut(StoreAddress):
     value: Value
-    index: bool = Field(
+    index: StrictBool = Field(
         default=True, description="false: stored but not found by meaning (no embedding search)"
     )
     ttl: Ttl | None = Field(default=None, description="minutes until expiry; none: never")
@@ -147,7 +149,7 @@ class StoreSearch(BaseModel):
     filter: Filter | None = None
     limit: json_int(ge=1, le=MAX_STORE_PAGE) = 10  # type: ignore[valid-type]
     offset: json_int(ge=0, le=10_000) = 0  # type: ignore[valid-type]
-    refresh_ttl: bool = Field(default=False, description="restart the found items' TTLs")
+    refresh_ttl: StrictBool = Field(default=False, description="restart the found items' TTLs")
 
 
 class StoreNamespaces(BaseModel):

@@ -153,7 +153,7 @@ class StoreService:
         ):
             if ttl is not None:
                 await self.repo.refresh_ttl(user_id, [current.id])
-                return await self.get(user_id, namespace, key)
+                return await self._written(user_id, address, key)
             return current
         invalidate_after_commit(self.session, self.cache, user_id)
         (vector,) = await self.embeddings.embed([text], priority=Priority.INTERACTIVE)
@@ -179,7 +179,14 @@ class StoreService:
             await self.index.unindex(user_id, [item_id])
         if index:
             await self.index.index(user_id, [Document(item_id, Source.MEMORY, text)])
-        return await self.get(user_id, namespace, key)
+        return await self._written(user_id, address, key)
+
+    async def _written(self, user_id: str, address: str, key: str) -> MemoryItem:
+        """The version a put just wrote, even if its TTL is so short it has expired already."""
+        item = await self.repo.get(user_id, address, key, include_deleted=True)
+        if item is None:  # the put's own row: only a concurrent delete of the user could do it
+            raise NotFoundError("store item not found")
+        return item
 
     async def get(
         self, user_id: str, namespace: Sequence[str], key: str, *, refresh_ttl: bool = False
