@@ -31,3 +31,4 @@ bench: venv
 
 lint: venv
 	.venv/bin/ruff check .
+	.venv/bin/lint-imports

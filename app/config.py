@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
@@ -16,6 +17,18 @@ from pydantic import (
     model_validator,
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
+
+
+def check_role_name(name: str) -> str:
+    """Role names are formatted into DDL, so only plain lower-case identifiers are accepted.
+
+    Here rather than in app/roles.py (which uses it for every role it creates) because the
+    settings validate PGRECALL_APP_ROLE with it, and roles.py reads Settings."""
+    if not _ROLE_NAME.fullmatch(name):
+        raise ValueError("must be a lower-case identifier: a-z, 0-9, _ (max 63, not digit-first)")
+    return name
 
 
 class EmbeddingProvider(StrEnum):
@@ -153,6 +166,16 @@ class Settings(BaseSettings):
     extraction_lease_s: Annotated[float, Field(gt=0, le=86_400)] = Field(
         default=300.0, description="a claimed batch not finished by then is claimable again"
     )
+    extraction_default: bool = Field(
+        default=True,
+        description="with PGRECALL_EXTRACTION=llm: conversations without their own setting "
+        "(PATCH /v1/conversations/{id} extraction) are extracted",
+    )
+    extraction_summary_tokens: Annotated[int, Field(ge=0, le=2000)] = Field(
+        default=200,
+        description="with PGRECALL_EXTRACTION=llm: the rolling conversation summary's size in "
+        "tokens at most (one more model call per extraction batch); 0 = no summaries",
+    )
 
     db_pool_size: Annotated[int, Field(ge=1, le=200)] = 10
     max_body_bytes: Annotated[int, Field(ge=1024)] = 5 * 1024 * 1024
@@ -187,8 +210,6 @@ class Settings(BaseSettings):
     @field_validator("app_role")
     @classmethod
     def _check_role(cls, value: str) -> str:
-        from app.roles import check_role_name
-
         return check_role_name(value)
 
     @field_validator("redis_url")

@@ -2,10 +2,11 @@
 
 Row-level security (migration 0003_rls) shows the service role only the rows of the user named
 in the transaction's `pgrecall.user_id` setting, or every row in the admin mode. Sessions made
-with `user_session` set the user, and those made with `admin_sessions` the admin
-mode, at the start of every transaction they run: with set_config(..., true), transaction-local
-like SET LOCAL, so commit or rollback (also after an error) clears it and a pooled connection
-never carries one user into the next transaction. A session made without a scope sees no rows
+with `user_session` set the user, and those made with `admin_sessions` the admin mode, at
+the start of every transaction they run: with SET LOCAL (migration 0010's pgrecall_set_local,
+one statement, also forwarded to the workers of a Citus cluster), so commit or rollback (also
+after an error) clears it and a pooled connection never carries one user into the next
+transaction. A session made without a scope sees no rows
 as the service role (it still works as the owner, for maintenance and tests).
 
 Vectors travel in pgvector's text form: the ORM's Vector type renders them, and raw SQL casts a
@@ -32,7 +33,6 @@ from sqlalchemy.orm import Session, SessionTransaction
 audit = logging.getLogger("app.audit")
 
 _SCOPE = "pgrecall.scope"
-_SET_USER = text("SELECT set_config('pgrecall.user_id', :user_id, true)")
 # The read path's transactions also plan every statement for its own parameters (one round trip):
 # a cached generic plan sizes `user_id = $1` by the average user, and for a big user it walked
 # all of the user's rows per candidate (the content fetch: 27 ms instead of 1; neighbours 12 ms
@@ -45,13 +45,16 @@ READ_PATH_SETTINGS = {
     "plan_cache_mode": "force_custom_plan",
     "max_parallel_workers_per_gather": "0",
 }
-_SET_USER_CUSTOM_PLANS = text(
-    "SELECT set_config('pgrecall.user_id', :user_id, true), "
-    + ", ".join(f"set_config('{k}', '{v}', true)" for k, v in READ_PATH_SETTINGS.items())
-)
-_SET_ADMIN = text("SELECT set_config('pgrecall.admin', 'on', true)")
-_SET_KEY_HASH = text("SELECT set_config('pgrecall.key_hash', :key_hash, true)")
-_SET_JOB_QUEUE = text("SELECT set_config('pgrecall.job_queue', 'on', true)")
+# Every setting of a transaction's scope is a SET LOCAL, all in one statement (one round trip):
+# migration 0010_distributable's pgrecall_set_local. On a Citus coordinator SET LOCAL reaches the
+# worker connections (set_config() does not: row-level security then saw no user there, so
+# writes failed and reads came back empty; docs/scaling.md).
+SET_LOCAL = text("SELECT pgrecall_set_local(CAST(:names AS text[]), CAST(:vals AS text[]))")
+
+
+def set_local_params(settings: dict[str, str]) -> dict[str, list[str]]:
+    """SET_LOCAL's parameters for these settings."""
+    return {"names": list(settings), "vals": list(settings.values())}
 
 
 def create_engine(
@@ -196,20 +199,29 @@ def session_scope(
     return scope if isinstance(scope, kinds) else None
 
 
+def scope_settings(
+    scope: UserScope | AdminScope | KeyLookupScope | JobQueueScope,
+) -> dict[str, str]:
+    """The transaction-local settings a scope runs with (row-level security reads them)."""
+    if isinstance(scope, UserScope):
+        extra = READ_PATH_SETTINGS if scope.custom_plans else {}
+        return {"pgrecall.user_id": scope.user_id, **extra}
+    if isinstance(scope, KeyLookupScope):
+        return {"pgrecall.key_hash": scope.key_hash}
+    if isinstance(scope, JobQueueScope):
+        return {"pgrecall.job_queue": "on"}
+    return {"pgrecall.admin": "on"}
+
+
 @event.listens_for(Session, "after_begin")
 def _apply_scope(session: Session, _tx: SessionTransaction, connection: Connection) -> None:
     """First statement of every transaction of a scoped session (any engine, any sessionmaker)."""
     scope = session_scope(session)
-    if isinstance(scope, UserScope):
-        statement = _SET_USER_CUSTOM_PLANS if scope.custom_plans else _SET_USER
-        connection.execute(statement, {"user_id": scope.user_id})
-    elif isinstance(scope, KeyLookupScope):
-        connection.execute(_SET_KEY_HASH, {"key_hash": scope.key_hash})
-    elif isinstance(scope, JobQueueScope):
-        connection.execute(_SET_JOB_QUEUE)
-    elif isinstance(scope, AdminScope):
+    if scope is None:
+        return
+    if isinstance(scope, AdminScope):
         audit.info(
             "admin mode: all users' rows visible",
             extra={"fields": {"reason": scope.reason}},
         )
-        connection.execute(_SET_ADMIN)
+    connection.execute(SET_LOCAL, set_local_params(scope_settings(scope)))

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -26,8 +25,9 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from app.config import Settings, check_role_name
+
 if TYPE_CHECKING:
-    from app.config import Settings
     from app.embedded import EmbeddedPostgres
 
 log = logging.getLogger(__name__)
@@ -46,20 +46,17 @@ USER_TABLES: tuple[str, ...] = (
     "extraction_usage",
     "message_passages",  # migration 0009_passages
 )
+# On a Citus cluster (app/citus.py, docs/scaling.md) every user table but api_keys is
+# distributed by user_id, the first one listed being the one the others are co-located with;
+# api_keys stays a table of the coordinator (authentication reads it by hash, not by user).
+COORDINATOR_TABLES: tuple[str, ...] = ("api_keys",)
+DISTRIBUTED_TABLES: tuple[str, ...] = tuple(t for t in USER_TABLES if t not in COORDINATOR_TABLES)
 READ_ONLY_TABLES: tuple[str, ...] = ("alembic_version",)
 _LOCK_KEY = 0x70677263  # "pgrc": serialises role set-up across processes
-_ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
 class RoleSetupError(RuntimeError):
     """The service role could not be created or granted its privileges."""
-
-
-def check_role_name(name: str) -> str:
-    """Role names are formatted into DDL, so only plain lower-case identifiers are accepted."""
-    if not _ROLE_NAME.fullmatch(name):
-        raise ValueError("must be a lower-case identifier: a-z, 0-9, _ (max 63, not digit-first)")
-    return name
 
 
 def with_user(url: str, user: str) -> str:

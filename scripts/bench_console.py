@@ -39,7 +39,7 @@ from app.embedded import EmbeddedPostgres  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.migrate import upgrade_head  # noqa: E402
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user  # noqa: E402
-from eval.bench.server import free_port  # noqa: E402
+from bench.server import free_port  # noqa: E402
 from pgrecall.client import NO_RETRY, Client, ConsolePage, PgrecallError  # noqa: E402
 
 ADMIN_KEY = "bench-console-admin-key"

@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from eval.bench.server import Server, free_port  # noqa: E402
+from bench.server import Server, free_port  # noqa: E402
 from eval.metrics import percentile  # noqa: E402
 from pgrecall.client import NO_RETRY, AsyncClient, Client, PgrecallError  # noqa: E402
 

@@ -22,7 +22,7 @@ from app.config import Settings
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
 from tests.redis_server import RedisServer
-from tests.servers import app_settings, temporary_postgres, temporary_redis
+from tests.servers import app_settings, external_postgres, temporary_postgres, temporary_redis
 
 # CI runs every property test on the same examples (failures found locally are pinned with
 # @example); locally hypothesis keeps exploring. CI=true is set by the CI runner.
@@ -33,7 +33,12 @@ if os.environ.get("CI"):
 
 @pytest.fixture(scope="session")
 def pg() -> Iterator[EmbeddedPostgres]:
-    """The embedded Postgres 18 + pgvector, migrated to head with the real Alembic scripts."""
+    """The embedded Postgres 18 + pgvector, migrated to head with the real Alembic scripts; or
+    the server PGRECALL_TEST_DATABASE_URL names (tests/servers.py), migrated the same way."""
+    external = external_postgres()
+    if external is not None:
+        yield external  # type: ignore[misc]  # has the `url` the tests on a shared server use
+        return
     with temporary_postgres() as server:
         yield server
 

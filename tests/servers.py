@@ -7,10 +7,12 @@ often longer.
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -51,12 +53,42 @@ def temporary_postgres(*, migrate: bool = True) -> Iterator[EmbeddedPostgres]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def service_url(server: EmbeddedPostgres) -> str:
+# A superuser's URL of a running server the suite does not own (a Citus coordinator, say), as
+# the embedded server's URL is: tests seed and inspect rows through it past row-level security.
+# The session's `pg` fixture then migrates it and runs the tests there instead of on an embedded
+# server (docs/scaling.md, "Verified on a real cluster"). Tests that stop or restart the server
+# need the embedded one; run the query-path, RLS, scope and API tests this way.
+TEST_DATABASE_URL = "PGRECALL_TEST_DATABASE_URL"
+
+
+@dataclass(frozen=True)
+class ExternalPostgres:
+    """A server given by PGRECALL_TEST_DATABASE_URL; the service role must exist (created by
+    the operator as docs/security.md shows) and reach it without a password."""
+
+    url: str
+
+
+def external_postgres() -> ExternalPostgres | None:
+    """The external test server (migrated to head, the service role granted), if one is set."""
+    raw = os.environ.get(TEST_DATABASE_URL)
+    if not raw:
+        return None
+    url = Settings(database_url=raw).database_url  # the asyncpg driver, as the app uses it
+    assert url is not None
+    upgrade_head(url)
+    asyncio.run(ensure_service_role(url, DEFAULT_APP_ROLE, create=False))
+    return ExternalPostgres(url)
+
+
+def service_url(server: EmbeddedPostgres | ExternalPostgres) -> str:
     """The server as the service role (bound by row-level security), not its superuser."""
     return with_user(server.url, DEFAULT_APP_ROLE)
 
 
-def app_settings(pg: EmbeddedPostgres, redis_url: str, **overrides: Any) -> Settings:
+def app_settings(
+    pg: EmbeddedPostgres | ExternalPostgres, redis_url: str, **overrides: Any
+) -> Settings:
     """Settings of an app on the test servers: requests as the service role (row-level security
     on), migrations left to the suite, no rate limit unless asked for."""
     base: dict[str, Any] = {

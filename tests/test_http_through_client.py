@@ -1,4 +1,5 @@
-"""eval/ and scripts/ talk to the service only through the project's client (`pgrecall.client`).
+"""eval/, bench/ and scripts/ talk to the service only through the project's client
+(`pgrecall.client`).
 
 An AST scan of every Python module there: importing an HTTP client library (httpx, requests,
 aiohttp, urllib3, httpcore, urllib.request, http.client), directly or by name through
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNED = ("eval", "scripts")
+SCANNED = ("eval", "bench", "scripts")
 FORBIDDEN = (
     "aiohttp",
     "http.client",
@@ -93,11 +94,11 @@ def test_the_scan_sees_every_way_of_importing_an_http_client() -> None:
 def test_the_scan_covers_the_benchmarks() -> None:
     names = {p.relative_to(ROOT).as_posix() for p in _modules()}
     assert {
-        "eval/bench/drive.py",
-        "eval/bench/run.py",
-        "eval/bench/real.py",
-        "eval/bench/fresh.py",
-        "eval/bench/server.py",
+        "bench/drive.py",
+        "bench/run.py",
+        "bench/real.py",
+        "bench/fresh.py",
+        "bench/server.py",
         "eval/harness.py",
         "scripts/bench_console.py",
         "scripts/bench_extraction_append.py",

@@ -148,12 +148,17 @@ async def test_foreign_keys_in_catalog(conn: AsyncConnection) -> None:
         )
     )
     fks = {(src, dst): (action, definition) for src, dst, action, definition in rows}
+    # Keys carry user_id (Citus co-location, migration 0010_distributable); the links a memory
+    # keeps are NO ACTION ('a'): the app clears them before deleting (Citus refuses SET NULL).
     action, definition = fks[("messages", "conversations")]
-    assert action == "c" and "(conversation_id)" in definition
+    assert action == "c" and "(user_id, conversation_id)" in definition
     action, definition = fks[("memory_items", "messages")]
-    assert action == "n" and "(source_message_id)" in definition
+    assert action == "a" and "(user_id, source_message_id)" in definition
     action, definition = fks[("memory_items", "memory_items")]
-    assert action == "n" and "(supersedes_id)" in definition
+    assert action == "a" and "(user_id, supersedes_id)" in definition
+    for src in ("extraction_jobs", "message_passages"):
+        action, definition = fks[(src, "messages")]
+        assert action == "c" and "(user_id, message_id)" in definition
 
 
 async def test_check_constraints_in_catalog(conn: AsyncConnection) -> None:
@@ -292,13 +297,20 @@ async def test_message_needs_existing_conversation(conn: AsyncConnection) -> Non
     await _expect_violation(conn, lambda: _message(conn, uuid.uuid4()), "23503")
 
 
-async def test_delete_conversation_cascades_and_memory_source_set_null(
+async def test_delete_conversation_cascades_and_memory_source_must_be_cleared(
     conn: AsyncConnection,
 ) -> None:
     cid = await _conversation(conn)
     message = await _message(conn, cid)
     memory = await _memory(conn, source_message=message)
-    await conn.execute(text("DELETE FROM conversations WHERE id = :id"), {"id": cid})
+    delete = text("DELETE FROM conversations WHERE id = :id")
+    # A memory still pointing at the message refuses the delete (no dangling link)...
+    await _expect_violation(conn, lambda: conn.execute(delete, {"id": cid}), "23503")
+    # ...and once the link is cleared (ConversationRepository does it) the delete cascades.
+    await conn.execute(
+        text("UPDATE memory_items SET source_message_id = NULL WHERE id = :id"), {"id": memory}
+    )
+    await conn.execute(delete, {"id": cid})
     left = await conn.scalar(
         text("SELECT count(*) FROM messages WHERE conversation_id = :id"), {"id": cid}
     )
@@ -306,7 +318,7 @@ async def test_delete_conversation_cascades_and_memory_source_set_null(
     source = await conn.execute(
         text("SELECT source_message_id FROM memory_items WHERE id = :id"), {"id": memory}
     )
-    assert source.one() == (None,)  # the memory survives, its source link is cleared
+    assert source.one() == (None,)  # the memory survives
 
 
 async def test_embedding_dimension_enforced(conn: AsyncConnection) -> None:

@@ -11,7 +11,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import AdminSessionDep, ResourcesDep
 from app.models.base import MemoryType
-from app.repositories.admin import MemoryFilter
 from app.schemas.admin import (
     AdminBulkResult,
     AdminMemoryBulkCreate,
@@ -29,7 +28,7 @@ from app.schemas.common import (
     check_storable,
     check_user_id,
 )
-from app.services.admin import AdminMemoryService
+from app.services.admin import AdminMemoryService, MemoryFilter
 from app.services.embedding import Priority
 
 router = APIRouter(prefix="/v1/admin", tags=["admin"])

@@ -15,11 +15,15 @@ from app.api.deps import (
     UserDep,
     WriteUserDep,
 )
+from app.errors import ValidationFailedError
+from app.models import Conversation
+from app.runtime import Resources
 from app.schemas.common import Seq
 from app.schemas.conversation import (
     ConversationCreate,
     ConversationOut,
     ConversationPage,
+    ConversationUpdate,
     MessageBulkCreate,
     MessageCreate,
     MessageList,
@@ -33,6 +37,7 @@ from app.schemas.conversation import (
 from app.services.conversation import ConversationService
 from app.services.embedding import Priority
 from app.services.session_state import SessionStateService
+from app.services.summary import read_summary
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
 
@@ -52,7 +57,7 @@ async def _store(
         messages,
         correlation,
         priority=priority,
-        extract=resources.extract_turns,
+        extraction=resources.extraction_default,
         passages=resources.message_passages,
     )
     return [MessageOut.model_validate(m) for m in stored.messages]
@@ -62,6 +67,15 @@ def _session_state(resources: ResourcesDep, session: AsyncSession) -> SessionSta
     """Message writes and session reads: the service refreshes the cached copy after commit."""
     conversations = ConversationService(session, resources.embeddings)
     return SessionStateService(conversations, resources.cache, resources.session_messages)
+
+
+def _conversation_out(conversation: Conversation, resources: Resources) -> ConversationOut:
+    out = ConversationOut.model_validate(conversation)
+    default = resources.extraction_default
+    active = default is not None and (
+        conversation.extraction if conversation.extraction is not None else default
+    )
+    return out.model_copy(update={"extraction_active": active})
 
 
 _LOCATION = {
@@ -88,7 +102,7 @@ async def create_conversation(
         user_id, body.title
     )
     response.headers["Location"] = f"{router.prefix}/{conversation.id}"
-    return ConversationOut.model_validate(conversation)
+    return _conversation_out(conversation, resources)
 
 
 @router.get("", response_model=ConversationPage)
@@ -103,7 +117,7 @@ async def list_conversations(
     rows = await ConversationService(session, resources.embeddings).list(
         user_id, limit=limit + 1, offset=offset
     )
-    items = [ConversationOut.model_validate(c) for c in rows[:limit]]
+    items = [_conversation_out(c, resources) for c in rows[:limit]]
     return ConversationPage(items=items, next_offset=offset + limit if len(rows) > limit else None)
 
 
@@ -115,7 +129,26 @@ async def get_conversation(
     conversation = await ConversationService(session, resources.embeddings).get(
         user_id, conversation_id
     )
-    return ConversationOut.model_validate(conversation)
+    return _conversation_out(conversation, resources)
+
+
+@router.patch("/{conversation_id}", response_model=ConversationOut)
+async def update_conversation(
+    conversation_id: uuid.UUID,
+    body: ConversationUpdate,
+    user_id: WriteUserDep,
+    session: SessionDep,
+    resources: ResourcesDep,
+) -> ConversationOut:
+    """Change the title and/or the conversation's LLM extraction setting (`extraction`:
+    true/false override the service default for its next user turns, null follows it)."""
+    values = {name: getattr(body, name) for name in body.model_fields_set}
+    if not values:
+        raise ValidationFailedError("body: give title and/or extraction", field="body")
+    conversation = await ConversationService(session, resources.embeddings).update(
+        user_id, conversation_id, values
+    )
+    return _conversation_out(conversation, resources)
 
 
 @router.post(
@@ -198,8 +231,21 @@ async def get_session_state(
 ) -> SessionOut:
     """Session state (last N messages, goal) from Redis, rebuilt from Postgres when missing."""
     view = await _session_state(resources, session).read(user_id, conversation_id)
+    summary = await read_summary(
+        session,
+        user_id,
+        conversation_id,
+        extraction_default=resources.extraction_default,
+        summary_tokens=resources.summary_tokens,
+    )
     return SessionOut(
-        conversation_id=conversation_id, messages=view.messages, goal=view.goal, source=view.source
+        conversation_id=conversation_id,
+        messages=view.messages,
+        goal=view.goal,
+        source=view.source,
+        summary=summary.text,
+        summary_updated_at=summary.updated_at,
+        summary_state=summary.state,
     )
 
 

@@ -99,6 +99,9 @@ async def _database_checks(settings: Settings, url: str) -> list[Check]:
             checks.extend(_skipped(["index build"], "pgvector"))
         checks.append(await check_migrations(engine, migrate_on_start=settings.migrate_on_start))
         checks.append(await check_row_security(settings, url))
+        citus = await check_citus(settings, url)
+        if citus is not None:  # a Citus coordinator: one more line
+            checks.append(citus)
         return checks
     finally:
         await engine.dispose()
@@ -121,6 +124,18 @@ async def check_row_security(settings: Settings, url: str) -> Check:
     if status is None:
         return _skipped(["row security"], "the migrations")[0]
     return Check("row security", *status)
+
+
+async def check_citus(settings: Settings, url: str) -> Check | None:
+    """On a Citus coordinator: tables distributed and co-located, and the service role writing
+    and reading back its own row through the workers (app/citus.py). None on plain Postgres."""
+    from app.citus import cluster_status
+
+    if not settings.database_url:
+        return None  # the embedded server is a single node
+    service, owner = settings.database_url, settings.migration_database_url or url
+    status = await cluster_status(owner, service)
+    return None if status is None else Check("citus", *status)
 
 
 def _skipped(names: list[str], because: str) -> list[Check]:

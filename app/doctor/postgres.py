@@ -10,6 +10,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.doctor.checks import Check, one_line
+from app.models.base import CREATE_VECTOR_EXTENSION
 
 if TYPE_CHECKING:
     from app.config import Settings
@@ -124,7 +125,7 @@ async def check_index_build(
     database not migrated yet). A pgvector built for another CPU dies here with SIGILL.
     """
     statements = [
-        "CREATE EXTENSION IF NOT EXISTS vector",
+        CREATE_VECTOR_EXTENSION,
         f"CREATE TEMPORARY TABLE doctor_vectors (id int, v vector({dimension})) ON COMMIT DROP",
         f"INSERT INTO doctor_vectors SELECT i, array_agg(random())::vector({dimension}) "
         f"FROM generate_series(1, {rows}) i, generate_series(1, {dimension}) d GROUP BY i",

@@ -57,6 +57,11 @@ def _correlation_id(ctx: Context) -> str:
     return value if isinstance(value, str) else str(uuid.uuid4())
 
 
+# Names MCP clients configured before the catalog still call: accepted, not listed. The search
+# tool was MCP's `search_memory` until the catalog gave both doors one name.
+RENAMED = {"search_memory": "query_memory"}
+
+
 def _listed() -> list[types.Tool]:
     return [
         types.Tool(
@@ -84,7 +89,7 @@ def build_server(resources: Callable[[], Resources], caller: CallerSource) -> Se
 
     async def call_tool(ctx: Context, params: types.CallToolRequestParams) -> types.CallToolResult:
         try:
-            tool = get_tool(params.name)
+            tool = get_tool(RENAMED.get(params.name, params.name))
             who = await caller(ctx)
             tool.admit(who)  # a read-only key is refused before its arguments are read (403)
             args = tool.parse(dict(params.arguments or {}))

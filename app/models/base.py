@@ -38,3 +38,13 @@ class CreatedAtMixin:
     created_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
+
+
+# CREATE EXTENSION only when the extension is missing: on a Citus coordinator even
+# `CREATE EXTENSION IF NOT EXISTS` is forwarded to the workers, where only the extension's owner
+# (a superuser) may run it, so the owner role's migrations failed on a cluster whose nodes
+# already had pgvector (docs/scaling.md).
+CREATE_VECTOR_EXTENSION = (
+    "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_extension WHERE extname = 'vector') "
+    "THEN CREATE EXTENSION vector; END IF; END $$"
+)

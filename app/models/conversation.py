@@ -9,9 +9,10 @@ from typing import Any
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
-    ForeignKey,
+    ForeignKeyConstraint,
     Identity,
     Index,
     SmallInteger,
@@ -27,6 +28,9 @@ from sqlalchemy.orm import Mapped, mapped_column
 from app.models.base import EMBEDDING_DIMENSION, USER_ID_LENGTH, Base, CreatedAtMixin
 
 
+# Primary keys: the tables' keys are (user_id, id) in the database (migration
+# 0010_distributable: Citus needs the distribution column in every key); the ORM identifies rows
+# by their uuid alone, which is unique on its own.
 class Conversation(CreatedAtMixin, Base):
     __tablename__ = "conversations"
     __table_args__ = (
@@ -37,10 +41,19 @@ class Conversation(CreatedAtMixin, Base):
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
     user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), nullable=False)
     title: Mapped[str | None] = mapped_column(String(500), nullable=True)
-    # The session state's goal (set_session_goal); Redis keeps a copy (migration 0012).
+    # The session state's goal (set_session_goal); Redis keeps a copy (migration 0014).
     goal: Mapped[str | None] = mapped_column(Text, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    # LLM extraction for this conversation: True/False override the service default, None
+    # follows it (PATCH /v1/conversations/{id}).
+    extraction: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # The rolling summary the extraction worker keeps, and the last message seq it covers.
+    summary: Mapped[str | None] = mapped_column(Text, nullable=True)
+    summary_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    summary_updated_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
     )
 
 
@@ -48,6 +61,11 @@ class Message(CreatedAtMixin, Base):
     __tablename__ = "messages"
     __table_args__ = (
         CheckConstraint("role IN ('user', 'assistant', 'system')", name="role"),
+        ForeignKeyConstraint(
+            ["user_id", "conversation_id"],
+            ["conversations.user_id", "conversations.id"],
+            ondelete="CASCADE",
+        ),
         Index("idx_messages_conversation_id", "conversation_id", "seq"),
         Index("idx_messages_user_id", "user_id"),
         Index("idx_messages_correlation_id", "correlation_id"),
@@ -66,9 +84,7 @@ class Message(CreatedAtMixin, Base):
     )
 
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
-    conversation_id: Mapped[uuid.UUID] = mapped_column(
-        Uuid, ForeignKey("conversations.id", ondelete="CASCADE"), nullable=False
-    )
+    conversation_id: Mapped[uuid.UUID] = mapped_column(Uuid, nullable=False)
     user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), nullable=False)
     role: Mapped[str] = mapped_column(String(20), nullable=False)
     content: Mapped[str] = mapped_column(Text, nullable=False)
@@ -85,11 +101,14 @@ class MessagePassage(Base):
     """A sentence of a multi-sentence message, with its own vector (migration 0009_passages)."""
 
     __tablename__ = "message_passages"
-    __table_args__ = (Index("idx_message_passages_user_message", "user_id", "message_id"),)
-
-    message_id: Mapped[uuid.UUID] = mapped_column(
-        Uuid, ForeignKey("messages.id", ondelete="CASCADE"), primary_key=True
+    __table_args__ = (
+        Index("idx_message_passages_user_message", "user_id", "message_id"),
+        ForeignKeyConstraint(
+            ["user_id", "message_id"], ["messages.user_id", "messages.id"], ondelete="CASCADE"
+        ),
     )
+
+    message_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     ord: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), nullable=False)
     embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIMENSION), nullable=False)

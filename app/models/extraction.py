@@ -11,7 +11,7 @@ from sqlalchemy import (
     CheckConstraint,
     Date,
     DateTime,
-    ForeignKey,
+    ForeignKeyConstraint,
     Index,
     Integer,
     PrimaryKeyConstraint,
@@ -37,7 +37,10 @@ class ExtractionJob(CreatedAtMixin, Base):
     __tablename__ = "extraction_jobs"
     __table_args__ = (
         CheckConstraint("state IN ('queued', 'running', 'done', 'failed', 'dead')", name="state"),
-        Index("uq_extraction_jobs_message_id", "message_id", unique=True),
+        Index("uq_extraction_jobs_message_id", "user_id", "message_id", unique=True),
+        ForeignKeyConstraint(
+            ["user_id", "message_id"], ["messages.user_id", "messages.id"], ondelete="CASCADE"
+        ),
         Index("idx_extraction_jobs_user_id", "user_id"),
         Index(
             "idx_extraction_jobs_due",
@@ -56,9 +59,7 @@ class ExtractionJob(CreatedAtMixin, Base):
     user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), nullable=False)
     # Batching key, copied from the message (whose foreign key already cascades).
     conversation_id: Mapped[uuid.UUID] = mapped_column(Uuid, nullable=False)
-    message_id: Mapped[uuid.UUID] = mapped_column(
-        Uuid, ForeignKey("messages.id", ondelete="CASCADE"), nullable=False
-    )
+    message_id: Mapped[uuid.UUID] = mapped_column(Uuid, nullable=False)
     state: Mapped[str] = mapped_column(String(10), nullable=False, server_default="queued")
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     next_attempt_at: Mapped[datetime] = mapped_column(

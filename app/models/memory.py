@@ -13,7 +13,7 @@ from sqlalchemy import (
     CheckConstraint,
     DateTime,
     Float,
-    ForeignKey,
+    ForeignKeyConstraint,
     Index,
     PrimaryKeyConstraint,
     SmallInteger,
@@ -61,7 +61,13 @@ class MemoryItem(CreatedAtMixin, Base):
             postgresql_where=text("deleted_at IS NULL AND valid_to IS NULL"),
         ),
         # Chains are linear (superseded at most once); also the "newer version" lookup.
-        Index("uq_memory_items_supersedes_id", "supersedes_id", unique=True),
+        Index("uq_memory_items_supersedes_id", "user_id", "supersedes_id", unique=True),
+        # NO ACTION, not SET NULL: Citus refuses SET NULL on a key holding user_id. The app
+        # clears a memory's source link before deleting the message (ConversationRepository).
+        ForeignKeyConstraint(["user_id", "source_message_id"], ["messages.user_id", "messages.id"]),
+        ForeignKeyConstraint(
+            ["user_id", "supersedes_id"], ["memory_items.user_id", "memory_items.id"]
+        ),
         Index(
             "idx_memory_items_embedding",
             "embedding",
@@ -93,9 +99,7 @@ class MemoryItem(CreatedAtMixin, Base):
     type: Mapped[str] = mapped_column(String(20), nullable=False)
     embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIMENSION), nullable=False)
     embedding_model: Mapped[str] = mapped_column(String(100), nullable=False)
-    source_message_id: Mapped[uuid.UUID | None] = mapped_column(
-        Uuid, ForeignKey("messages.id", ondelete="SET NULL"), nullable=True
-    )
+    source_message_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, nullable=True)
     source: Mapped[str | None] = mapped_column(String(500), nullable=True)
     importance: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("0.5"))
     updated_at: Mapped[datetime] = mapped_column(
@@ -115,9 +119,7 @@ class MemoryItem(CreatedAtMixin, Base):
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )
     valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
-    supersedes_id: Mapped[uuid.UUID | None] = mapped_column(
-        Uuid, ForeignKey("memory_items.id", ondelete="SET NULL"), nullable=True
-    )
+    supersedes_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, nullable=True)
 
 
 class SearchPosting(Base):

@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import delete, func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.models import Conversation, Message
+from app.models import Conversation, MemoryItem, Message
 
 
 @dataclass(frozen=True)
@@ -160,6 +160,7 @@ class ConversationRepository:
             .limit(1)
             .scalar_subquery()
         )
+        await self._unlink_sources(user_id, MemoryItem.source_message_id == newest)
         stmt = (
             delete(Message)
             .where(Message.user_id == user_id, Message.id == newest)
@@ -169,9 +170,23 @@ class ConversationRepository:
 
     async def delete_messages(self, user_id: str, conversation_id: uuid.UUID) -> list[uuid.UUID]:
         """Delete every message of the conversation; the deleted ids."""
+        of_conversation = select(Message.id).where(
+            Message.conversation_id == conversation_id, Message.user_id == user_id
+        )
+        await self._unlink_sources(user_id, MemoryItem.source_message_id.in_(of_conversation))
         stmt = (
             delete(Message)
             .where(Message.conversation_id == conversation_id, Message.user_id == user_id)
             .returning(Message.id)
         )
         return list((await self.session.execute(stmt)).scalars().all())
+
+    async def _unlink_sources(self, user_id: str, which: Any) -> None:
+        """Clear the source link of the user's memories that point at messages about to be
+        deleted (what ON DELETE SET NULL did: Citus refuses it on a key holding user_id, so
+        the foreign key is NO ACTION since migration 0010_distributable)."""
+        await self.session.execute(
+            update(MemoryItem)
+            .where(MemoryItem.user_id == user_id, which)
+            .values(source_message_id=None)
+        )

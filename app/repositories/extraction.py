@@ -11,7 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 
 from sqlalchemy import select, text
@@ -30,22 +30,27 @@ class ClaimedJob:
     tokens_used: int
 
 
-# One due job (queued and due, or running with an expired lease) picks the conversation; then
-# up to :batch due jobs of that conversation are taken, oldest first. SKIP LOCKED lets workers
-# claim side by side; a row this transaction already locked is not skipped.
+# Conversations with due jobs (queued and due, or running with an expired lease), the most
+# overdue first: a read across users without locks (on Citus one statement per shard, merged).
+_DUE_SQL = text(
+    """
+    SELECT user_id, conversation_id FROM extraction_jobs
+    WHERE (state = 'queued' OR (state = 'running' AND lease_until < now()))
+      AND next_attempt_at <= now()
+    ORDER BY next_attempt_at, created_at
+    LIMIT :candidates
+    """
+)
+# Up to :batch due jobs of one conversation, oldest first, marked running for this claim. Pinned
+# to the user, so on Citus the lock and the update run on that user's shard (FOR UPDATE across
+# shards is refused). SKIP LOCKED lets workers claim side by side: a conversation another
+# worker holds yields no row, and the claim tries the next candidate.
 _CLAIM_SQL = text(
     """
-    WITH first AS (
-        SELECT user_id, conversation_id FROM extraction_jobs
-        WHERE (state = 'queued' OR (state = 'running' AND lease_until < now()))
-          AND next_attempt_at <= now()
-        ORDER BY next_attempt_at, created_at
-        LIMIT 1
-        FOR UPDATE SKIP LOCKED
-    ), batch AS (
-        SELECT j.id FROM extraction_jobs AS j JOIN first
-          ON j.user_id = first.user_id AND j.conversation_id = first.conversation_id
-        WHERE (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()))
+    WITH batch AS (
+        SELECT j.id FROM extraction_jobs AS j
+        WHERE j.user_id = :user_id AND j.conversation_id = :conversation_id
+          AND (j.state = 'queued' OR (j.state = 'running' AND j.lease_until < now()))
           AND j.next_attempt_at <= now()
         ORDER BY j.created_at, j.id
         LIMIT :batch
@@ -54,11 +59,13 @@ _CLAIM_SQL = text(
     UPDATE extraction_jobs AS j
     SET state = 'running', claimed_by = :token, attempts = j.attempts + 1,
         lease_until = now() + make_interval(secs => :lease_s), updated_at = now()
-    FROM batch WHERE j.id = batch.id
+    FROM batch WHERE j.user_id = :user_id AND j.id = batch.id
     RETURNING j.id, j.user_id, j.conversation_id, j.message_id, j.attempts, j.tokens_used,
               j.created_at
     """
 )
+# How many due conversations one claim tries before it gives up until the next poll.
+CLAIM_CANDIDATES = 8
 
 # Ends the claim's jobs; only rows this claim still holds change (the fence), with their share
 # of the tokens the call used.
@@ -70,7 +77,8 @@ _SETTLE_SQL = text(
             WHEN :state = 'retry' THEN 'queued'
             ELSE :state END,
         next_attempt_at = CASE WHEN :state = 'retry'
-            THEN now() + make_interval(secs => :delay_s) ELSE j.next_attempt_at END,
+            THEN CAST(:now AS timestamptz) + make_interval(secs => :delay_s)
+            ELSE j.next_attempt_at END,
         last_error = :error, tokens_used = j.tokens_used + t.tokens,
         outcome = CAST(:outcome AS jsonb), claimed_by = NULL, lease_until = NULL,
         updated_at = now()
@@ -97,17 +105,23 @@ class ExtractionRepository:
             text(
                 "INSERT INTO extraction_jobs (id, user_id, conversation_id, message_id) "
                 "SELECT gen_random_uuid(), :u, :c, m FROM unnest(CAST(:ids AS uuid[])) AS m "
-                "ON CONFLICT (message_id) DO NOTHING"
+                "ON CONFLICT (user_id, message_id) DO NOTHING"
             ),
             {"u": user_id, "c": conversation_id, "ids": list(message_ids)},
         )
 
     async def claim(self, token: uuid.UUID, *, batch: int, lease_s: float) -> list[ClaimedJob]:
-        """Due jobs of one conversation, marked running for this claim (admin-mode session)."""
-        rows = await self.session.execute(
-            _CLAIM_SQL, {"token": token, "batch": batch, "lease_s": lease_s}
-        )
-        claimed = sorted(rows.all(), key=lambda r: (r.created_at, r.id))
+        """Due jobs of one conversation, marked running for this claim (job-queue session)."""
+        due = await self.session.execute(_DUE_SQL, {"candidates": CLAIM_CANDIDATES})
+        claimed: list[Any] = []
+        for user_id, conversation_id in dict.fromkeys(tuple(r) for r in due.all()):
+            params = {"user_id": user_id, "conversation_id": conversation_id}
+            rows = await self.session.execute(
+                _CLAIM_SQL, {**params, "token": token, "batch": batch, "lease_s": lease_s}
+            )
+            claimed = sorted(rows.all(), key=lambda r: (r.created_at, r.id))
+            if claimed:
+                break
         return [
             ClaimedJob(r.id, r.user_id, r.conversation_id, r.message_id, r.attempts, r.tokens_used)
             for r in claimed
@@ -163,6 +177,9 @@ class ExtractionRepository:
                 "delay_s": delay_s,
                 "max_attempts": max_attempts,
                 "outcome": outcome,
+                # Bound, not now(): Citus refuses a non-immutable function inside the CASE of an
+                # UPDATE on a distributed table (docs/scaling.md).
+                "now": datetime.now(UTC),
             },
         )
         return {r.id: r.state for r in rows.all()}

@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db import vector_literal
+from app.db import SET_LOCAL, set_local_params, vector_literal
 from app.repositories.search_index import Source
 from app.retrieval.speakers import usable_speaker
 
@@ -396,7 +396,7 @@ class RetrievalRepository:
         random_page_cost: pgvector prices every ivfflat list it probes as pages read from disk
         at random_page_cost (4 by default), so from about 45 probes of a 50k-item user's own 100
         lists the planner chose that user's exact scan (user_id index + sort), 3.5x slower
-        (`python -m eval.bench.plans`). The index is in memory or on SSD, as a query path's
+        (`python -m bench.plans`). The index is in memory or on SSD, as a query path's
         working set is: 1.1, the usual value for SSD storage, prices it so, for this
         transaction only (docs/performance.md, "Big users on real conversation turns")."""
         if not exact:
@@ -407,11 +407,8 @@ class RetrievalRepository:
                 max_scan_tuples=max_scan_tuples,
                 random_page_cost=random_page_cost,
             )
-            names = list(settings)
-            calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(names)))
-            params = {f"n{i}": name for i, name in enumerate(names)}
-            params |= {f"v{i}": settings[name] for i, name in enumerate(names)}
-            await self.session.execute(text(f"SELECT {calls}"), params)
+            # SET LOCAL (app/db.py): on Citus it reaches the worker that runs the statement.
+            await self.session.execute(SET_LOCAL, set_local_params(settings))
 
     async def vector(
         self,

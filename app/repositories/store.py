@@ -124,7 +124,9 @@ class StoreRepository:
         stmt = stmt.on_conflict_do_update(
             index_elements=["user_id", "store_namespace", "store_key"],
             index_where=MemoryItem.store_key.is_not(None) & MemoryItem.valid_to.is_(None),
-            set_={**changed, "deleted_at": None, "updated_at": func.now()},
+            # EXCLUDED.updated_at: the proposed row's default, now(). Citus refuses a function
+            # call in DO UPDATE SET on a distributed table (docs/scaling.md).
+            set_={**changed, "deleted_at": None, "updated_at": stmt.excluded.updated_at},
         ).returning(MemoryItem.id, literal_column("xmax = 0").label("inserted"))
         result = (await self.session.execute(stmt)).one()
         return result.id, bool(result.inserted)

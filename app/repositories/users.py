@@ -22,17 +22,20 @@ WITH ids AS (
 """
 _PAGE = text(_IDS + "SELECT user_id FROM ids ORDER BY user_id LIMIT :limit OFFSET :offset")
 _TOTAL = text(_IDS + "SELECT count(*) FROM ids")
+# Counted per table and grouped by user, not with subqueries correlated to the list of ids:
+# Citus cannot run a correlated subquery over a distributed table; each branch here is a plain
+# aggregate it runs on the shards of the listed users and merges (docs/scaling.md).
 _COUNTS = text(
     """
-SELECT u.user_id,
-       (SELECT count(*) FROM conversations AS c WHERE c.user_id = u.user_id) AS conversations,
-       (SELECT count(*) FROM messages AS m WHERE m.user_id = u.user_id) AS messages,
-       (SELECT count(*) FROM memory_items AS i
-         WHERE i.user_id = u.user_id AND i.deleted_at IS NULL AND i.valid_to IS NULL) AS memories,
-       (SELECT count(*) FROM memory_items AS i
-         WHERE i.user_id = u.user_id AND i.deleted_at IS NOT NULL) AS deleted_memories
-FROM unnest(CAST(:user_ids AS text[])) WITH ORDINALITY AS u(user_id, n)
-ORDER BY u.n
+SELECT 'conversations' AS kind, user_id, count(*) AS n, 0 AS n2 FROM conversations
+ WHERE user_id = ANY(CAST(:user_ids AS text[])) GROUP BY user_id
+UNION ALL
+SELECT 'messages', user_id, count(*), 0 FROM messages
+ WHERE user_id = ANY(CAST(:user_ids AS text[])) GROUP BY user_id
+UNION ALL
+SELECT 'memories', user_id, count(*) FILTER (WHERE deleted_at IS NULL AND valid_to IS NULL),
+       count(*) FILTER (WHERE deleted_at IS NOT NULL) FROM memory_items
+ WHERE user_id = ANY(CAST(:user_ids AS text[])) GROUP BY user_id
 """
 )
 
@@ -68,7 +71,20 @@ class UserDirectoryRepository:
         if not user_ids:
             return []
         rows = await self.session.execute(_COUNTS, {"user_ids": list(user_ids)})
+        counts: dict[tuple[str, str], tuple[int, int]] = {
+            (r.kind, r.user_id): (int(r.n), int(r.n2)) for r in rows
+        }
+
+        def n(kind: str, user_id: str, which: int = 0) -> int:
+            return counts.get((kind, user_id), (0, 0))[which]
+
         return [
-            UserCounts(r.user_id, r.conversations, r.messages, r.memories, r.deleted_memories)
-            for r in rows
+            UserCounts(
+                u,
+                n("conversations", u),
+                n("messages", u),
+                n("memories", u),
+                n("memories", u, 1),
+            )
+            for u in user_ids
         ]

@@ -105,7 +105,7 @@ PRESETS: dict[str, RetrievalPreset] = {
     "untimed": DEFAULT.with_(name="untimed", time_boost=0.0, time_mention_slack_days=0.0),
     # The ranking without issue 13's stages (time preference, when-questions, answers
     # inheriting relevance, named speakers, passages): the reference for their latency cost
-    # (eval/bench).
+    # (bench/).
     "baseline": DEFAULT.with_(
         name="baseline",
         time_boost=0.0,

@@ -8,8 +8,8 @@ resources, transactions and query service from here; none of them imports anothe
 - query.py: the query configuration and the one factory of the query service and its requests.
 """
 
-from app.runtime.query import query_config, query_request, query_service
-from app.runtime.resources import Resources, embedder_from_settings, open_resources
+from app.runtime.query import query_config, query_request
+from app.runtime.resources import Resources, embedder_from_settings, open_resources, query_service
 from app.runtime.uow import admin_transaction, transaction, user_transaction
 
 __all__ = [

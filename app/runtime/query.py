@@ -1,18 +1,15 @@
-"""The query configuration (from Settings) and the one place a door gets a query service and
-builds a query request: the door's arguments, the service's defaults for the rest."""
+"""The query configuration (from Settings) and the one place a door builds a query request:
+the door's arguments, the configured defaults for the rest. The query service itself comes from
+`app.runtime.resources.query_service`."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from app.config import Settings
 from app.retrieval.presets import get_preset
-from app.services.query import QueryConfig, QueryRequest, QueryService, SourceName
-
-if TYPE_CHECKING:
-    from app.runtime.resources import Resources
+from app.services.query import QueryConfig, QueryRequest, SourceName
 
 BOTH_SOURCES: tuple[SourceName, ...] = ("memory", "message")
 
@@ -32,17 +29,6 @@ def query_config(settings: Settings) -> QueryConfig:
         ivfflat_probe_share=settings.ivfflat_probe_share,
         hnsw_ef_search=settings.hnsw_ef_search,
         hnsw_max_scan_tuples=settings.hnsw_max_scan_tuples,
-    )
-
-
-def query_service(resources: Resources) -> QueryService:
-    """The query service over the process's resources (its admission slots included)."""
-    return QueryService(
-        resources.sessionmaker,
-        resources.embeddings,
-        resources.cache,
-        resources.query_config,
-        slots=resources.query_slots,
     )
 
 

@@ -19,7 +19,7 @@ from app.roles import database_urls, prepare_database, warn_unless_rls_binds
 from app.runtime.query import query_config
 from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
-from app.services.query import QueryConfig
+from app.services.query import QueryConfig, QueryService
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +45,28 @@ class Resources:
     # LLM extraction (PGRECALL_EXTRACTION=llm): stored user turns are queued for it. The
     # pipeline itself is the app's (app.main starts it), not a resource every door shares.
     extract_turns: bool = False
+    # PGRECALL_EXTRACTION_DEFAULT: conversations without their own setting are extracted.
+    extraction_default_on: bool = True
+    # PGRECALL_EXTRACTION_SUMMARY_TOKENS: the rolling conversation summary's size (0: none).
+    summary_tokens: int = 0
     # PGRECALL_MESSAGE_PASSAGES: the write paths embed messages' sentences too.
     message_passages: bool = True
+
+    @property
+    def extraction_default(self) -> bool | None:
+        """Whether a conversation without its own setting is extracted; None: no model."""
+        return self.extraction_default_on if self.extract_turns else None
+
+
+def query_service(resources: Resources) -> QueryService:
+    """The query service over the process's resources (its admission slots included)."""
+    return QueryService(
+        resources.sessionmaker,
+        resources.embeddings,
+        resources.cache,
+        resources.query_config,
+        slots=resources.query_slots,
+    )
 
 
 def embedder_from_settings(settings: Settings) -> Embedder:
@@ -85,6 +105,10 @@ def resources_from(
         keys=KeyAuthenticator(sessionmaker, ttl_s=settings.key_cache_ttl_s),
         write_rate_limit_per_minute=settings.write_rate_limit_per_minute,
         extract_turns=settings.extraction == ExtractionMode.LLM,
+        extraction_default_on=settings.extraction_default,
+        summary_tokens=(
+            settings.extraction_summary_tokens if settings.extraction == ExtractionMode.LLM else 0
+        ),
         message_passages=settings.message_passages,
     )
 

@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.adapters.cache import Cache
 from app.db import user_session
 from app.errors import ConflictError, ValidationFailedError
 from app.models import Conversation, MemoryItem, Message
@@ -44,6 +45,7 @@ from app.schemas.portable import (
     MessageLine,
 )
 from app.services.conversation import conversation_documents
+from app.services.effects import invalidate_after_commit
 from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import content_hash
 from app.services.passages import PassageSource, embed_passages
@@ -132,6 +134,11 @@ async def _json_lines(session: AsyncSession, user_id: str, embeddings: bool) -> 
         log.exception("export of a user failed mid-stream")
     finally:
         await session.close()
+
+
+async def export_counts(session: AsyncSession, user_id: str) -> dict[str, int]:
+    """Conversations, messages and memories the export will hold (in the session's snapshot)."""
+    return await PortableRepository(session).counts(user_id)
 
 
 async def export_user(
@@ -278,10 +285,13 @@ async def import_export(
     allow_non_empty: bool = False,
     progress: Progress | None = None,
     passages: bool = True,
+    cache: Cache | None = None,
 ) -> ImportReport:
     """Write a parsed export into `user_id` (default: the exported user); `passages` makes the
-    messages' sentence passages as the write path does (PGRECALL_MESSAGE_PASSAGES)."""
+    messages' sentence passages as the write path does (PGRECALL_MESSAGE_PASSAGES). With
+    `cache`, the user's cached query results are dropped once the import commits."""
     target = user_id or parsed.header.user_id
+    invalidate_after_commit(session, cache, target)
     repo = PortableRepository(session)
     held = await repo.counts(target)
     if any(held.values()) and not allow_non_empty:

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.adapters.cache import Cache, CacheUnavailableError
 from app.db import user_session
-from app.repositories.admin import PurgeRepository
+from app.repositories.purge import PurgeRepository
 
 _KEY_CHUNK = 1000
 

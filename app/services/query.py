@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import user_session
 from app.errors import EmbeddingError
-from app.repositories.admin import user_lists_for
+from app.repositories.maintenance import user_lists_for
 from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository, TimeFilter
 from app.repositories.search_index import Source
 from app.retrieval.budget import pack

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from tqdm import tqdm
 
 from app.db import admin_sessions
-from app.repositories.admin import MaintenanceRepository, Table
+from app.repositories.maintenance import MaintenanceRepository, Table
 from app.services.embedding import EmbeddingService, Priority
 from app.services.keywords import all_users
 from app.services.passages import rebuild_passages

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.repositories.admin import (
+from app.repositories.maintenance import (
     IndexState,
     MaintenanceRepository,
     Table,

@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from app.adapters.cache import Cache
 from app.db import admin_sessions
-from app.repositories.admin import MaintenanceRepository
+from app.repositories.maintenance import MaintenanceRepository
 from app.services.admin import AdminMemoryService, memory_input
 from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import content_hash

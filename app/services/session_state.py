@@ -56,7 +56,7 @@ class SessionStateService:
         correlation_id: uuid.UUID,
         *,
         priority: Priority = Priority.INTERACTIVE,
-        extract: bool = False,
+        extraction: bool | None = None,
         passages: bool = True,
     ) -> StoredMessages:
         """Store the messages (ConversationService.append); once committed, the cached copy
@@ -67,7 +67,7 @@ class SessionStateService:
             messages,
             correlation_id,
             priority=priority,
-            extract=extract,
+            extraction=extraction,
             passages=passages,
         )
         after_commit(self.conversations.session, self.after_append(user_id, stored))

@@ -17,7 +17,6 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from app.errors import NotFoundError, PermissionDeniedError, ServiceError
-from app.runtime import Resources
 from app.runtime.failures import database_error
 from app.schemas.agent import (
     ForgetMemoryArgs,
@@ -34,18 +33,10 @@ from app.schemas.agent import (
 from app.schemas.memory import QueryMemoryArgs, QueryMemoryResult
 from app.services.api_keys import Caller
 from app.tools import handlers
+from app.tools.call import ToolCall
 
 A = TypeVar("A", bound=BaseModel)
 R = TypeVar("R", bound=BaseModel)
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """Who a tool call acts for, over what, and the correlation id its logs carry."""
-
-    resources: Resources
-    caller: Caller
-    correlation_id: str = "-"
 
 
 @dataclass(frozen=True)

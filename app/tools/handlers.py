@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession
 
     from app.runtime import Resources
-    from app.tools.catalog import ToolCall
+    from app.tools.call import ToolCall
 
 
 def _agent(resources: Resources, session: AsyncSession) -> AgentMemoryService:

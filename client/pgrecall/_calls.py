@@ -43,6 +43,17 @@ def get_conversation(conversation_id: Ident) -> Call[t.Conversation]:
     )
 
 
+def update_conversation(conversation_id: Ident, changes: Mapping[str, Any]) -> Call[t.Conversation]:
+    # Sets values: repeating it changes nothing, so it is retried like a PUT.
+    return Call(
+        "PATCH",
+        _conversations(f"/{conversation_id}"),
+        model(t.Conversation),
+        json=dump(changes),
+        idempotent=True,
+    )
+
+
 def list_conversations(limit: int, offset: int) -> Call[t.ConversationPage]:
     return Call(
         "GET",

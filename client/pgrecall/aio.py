@@ -148,6 +148,11 @@ class AsyncClient(Base):
         """One of the user's conversations."""
         return await self._run(c.get_conversation(conversation_id))
 
+    async def update_conversation(self, conversation_id: Ident, **changes: Any) -> t.Conversation:
+        """Change `title` and/or `extraction` (True/False override the service's LLM
+        extraction default for this conversation, None follows it)."""
+        return await self._run(c.update_conversation(conversation_id, changes))
+
     async def list_conversations(self, *, limit: int = 50, offset: int = 0) -> t.ConversationPage:
         """The user's conversations, most recently updated first."""
         return await self._run(c.list_conversations(limit, offset))

@@ -123,6 +123,11 @@ class Client(Base):
         """One of the user's conversations."""
         return self._run(c.get_conversation(conversation_id))
 
+    def update_conversation(self, conversation_id: Ident, **changes: Any) -> t.Conversation:
+        """Change `title` and/or `extraction` (True/False override the service's LLM
+        extraction default for this conversation, None follows it)."""
+        return self._run(c.update_conversation(conversation_id, changes))
+
     def list_conversations(self, *, limit: int = 50, offset: int = 0) -> t.ConversationPage:
         """The user's conversations, most recently updated first."""
         return self._run(c.list_conversations(limit, offset))

@@ -52,6 +52,8 @@ class Conversation(BaseModel):
     title: str | None
     created_at: datetime
     updated_at: datetime
+    extraction: bool | None = None  # this conversation's LLM extraction setting; None: default
+    extraction_active: bool = False  # whether its new user turns are queued for extraction
 
 
 class ConversationPage(BaseModel):
@@ -90,6 +92,10 @@ class SessionOut(BaseModel):
     messages: list[dict[str, object]]
     goal: str | None
     source: Literal["cache", "database"]
+    summary: str | None = None  # the rolling conversation summary (LLM extraction only)
+    summary_updated_at: datetime | None = None
+    # current | pending | off (not kept for this conversation) | no_llm (no extraction model)
+    summary_state: Literal["current", "pending", "off", "no_llm"] = "no_llm"
 
 
 class AgentMemory(BaseModel):

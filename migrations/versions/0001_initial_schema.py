@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from app.models.base import EMBEDDING_DIMENSION
+from app.models.base import CREATE_VECTOR_EXTENSION, EMBEDDING_DIMENSION
 
 revision: str = "0001"
 down_revision: str | None = None
@@ -23,7 +23,7 @@ FTS = sa.text("to_tsvector('english'::regconfig, content)")
 
 
 def upgrade() -> None:
-    op.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    op.execute(CREATE_VECTOR_EXTENSION)
     op.create_table(
         "conversations",
         sa.Column("id", sa.Uuid(), nullable=False),

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.adapters.embedder import LocalEmbedder
 from app.errors import EmbeddingError
-from app.repositories.admin import MaintenanceRepository, StaleRow
+from app.repositories.maintenance import MaintenanceRepository, StaleRow
 from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService

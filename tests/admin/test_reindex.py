@@ -10,7 +10,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.migrate import alembic_config
-from app.repositories.admin import (
+from app.repositories.maintenance import (
     IndexState,
     MaintenanceRepository,
     _megabytes,

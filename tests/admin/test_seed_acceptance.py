@@ -16,7 +16,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.adapters.embedder import LocalEmbedder
-from app.repositories.admin import IndexState, MaintenanceRepository
+from app.repositories.maintenance import IndexState, MaintenanceRepository
 from app.services.embedding import EmbeddingService
 from app.services.seed import SeedOptions, seed_file
 

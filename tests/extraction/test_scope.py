@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.embedded import EmbeddedPostgres
@@ -51,27 +52,25 @@ async def test_a_users_batch_never_sees_or_touches_another_users_memories(
     ]
 
 
-async def test_a_job_never_reads_another_users_message(
+async def test_a_job_cannot_point_at_another_users_message(
     make_env: Callable[..., Any], user_id: str, other_user_id: str, db_engine: AsyncEngine
 ) -> None:
-    """Even a job row forged to point at another user's message (as the owner) reads nothing
-    of it: the job's user-scoped session cannot see the message."""
+    """A job row forged (as the owner) to point at another user's message is refused by the
+    database itself: the job's key to its message includes user_id (migration
+    0010_distributable), so a job can only name a message of its own user."""
     async with make_env() as env:
         cid, turns = await _say(env, other_user_id, [("user", "My PIN is 4321")])
-        async with db_engine.begin() as conn:
-            await conn.execute(
-                text("DELETE FROM extraction_jobs WHERE user_id = :u"), {"u": other_user_id}
-            )
-            await conn.execute(
-                text(
-                    "INSERT INTO extraction_jobs (id, user_id, conversation_id, message_id) "
-                    "VALUES (:j, :u, :c, :m)"
-                ),
-                {"j": uuid.uuid4(), "u": user_id, "c": cid, "m": turns[0]["id"]},
-            )
-        (result,) = await env.drain()
-        (job,) = await env.jobs(user_id)
-    assert result.outcome == {"skipped": ["no turn"]} and job.state == "done"
+        with pytest.raises(IntegrityError) as info:
+            async with db_engine.begin() as conn:
+                await conn.execute(
+                    text(
+                        "INSERT INTO extraction_jobs (id, user_id, conversation_id, message_id) "
+                        "VALUES (:j, :u, :c, :m)"
+                    ),
+                    {"j": uuid.uuid4(), "u": user_id, "c": cid, "m": turns[0]["id"]},
+                )
+        assert getattr(info.value.orig, "sqlstate", None) == "23503"
+        assert await env.jobs(user_id) == []
     assert env.upstream.seen == []
 
 

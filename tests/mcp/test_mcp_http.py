@@ -266,9 +266,15 @@ async def test_query_memory_has_time_filters_and_carries_the_correlation_id(
                 time_to="2001-12-31T00:00:00Z",
             )
             assert window["memories"] == []
-            renamed = await client.call_tool("search_memory", {"query": "bees"})
-            assert renamed.is_error
-            assert renamed.content[0].text == "NotFoundError: unknown tool: search_memory"
+            # the pre-catalog name still answers, as query_memory, and is not listed
+            renamed = await client.call_tool("search_memory", {"query": "what animals do I keep?"})
+            assert not renamed.is_error
+            answer = dict(renamed.structured_content or {})
+            assert [m["content"] for m in answer["memories"]] == ["I keep bees on my allotment"]
+            listed = {tool.name for tool in (await client.list_tools()).tools}
+            assert "search_memory" not in listed
+            unknown = await client.call_tool("search_memories", {"query": "bees"})
+            assert unknown.content[0].text == "NotFoundError: unknown tool: search_memories"
     logged = [
         r.fields["correlation_id"]  # type: ignore[attr-defined]
         for r in caplog.records

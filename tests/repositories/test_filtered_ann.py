@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.config import Settings
 from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
-from app.repositories.admin import MaintenanceRepository, user_index_name
+from app.repositories.maintenance import MaintenanceRepository, user_index_name
 from app.repositories.retrieval import RetrievalRepository
 from app.repositories.search_index import Source
 from app.services.reindex import reindex_users

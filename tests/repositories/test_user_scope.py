@@ -27,32 +27,30 @@ import asyncpg
 import numpy as np
 import pytest
 from sqlalchemy import event
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 import app.repositories
 from app.adapters.embedder import LOCAL_DIMENSION, LOCAL_MODEL_ID
 from app.db import create_sessionmaker
 from app.embedded import EmbeddedPostgres
-from app.repositories.admin import (
-    AdminMemoryRepository,
-    MaintenanceRepository,
-    MemoryFilter,
-    PurgeRepository,
-    StaleRow,
-)
+from app.repositories.admin import AdminMemoryRepository, MemoryFilter
 from app.repositories.agent_memory import AgentMemoryRepository
 from app.repositories.api_keys import ApiKeyRepository
 from app.repositories.bulk import BulkMemory, BulkRepository
 from app.repositories.conversation import ConversationRepository, NewMessage
+from app.repositories.conversation_settings import ConversationSettingsRepository
 from app.repositories.extraction import ExtractionRepository, ExtractionStatsRepository
+from app.repositories.maintenance import MaintenanceRepository, StaleRow
 from app.repositories.memory import MemoryRepository, NewMemory
 from app.repositories.passages import NewPassage, PassageRepository
 from app.repositories.portable import PortableRepository
+from app.repositories.purge import PurgeRepository
 from app.repositories.retrieval import RetrievalRepository, Source, TimeFilter
 from app.repositories.search_index import Document, SearchIndexRepository
 from app.repositories.store import StoreRepository
 from app.repositories.users import UserDirectoryRepository
-from eval.bench.store import database
+from bench.store import database
 from tests.sql_scope import copy_violations, violations
 
 # Every module of app/repositories, found on disk: a new module is covered without an edit here.
@@ -228,6 +226,24 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
         "ConversationRepository",
         "recent_messages",
         conversations.recent_messages(user, conv.id, 5),
+    )
+    settings = ConversationSettingsRepository(session)
+    await rec.call(
+        "ConversationSettingsRepository",
+        "update",
+        settings.update(user, conv.id, {"extraction": True}),
+    )
+    await rec.call("ConversationSettingsRepository", "summary", settings.summary(user, conv.id))
+    for after in (None, 1):
+        await rec.call(
+            "ConversationSettingsRepository",
+            "messages_after",
+            settings.messages_after(user, conv.id, after, 5),
+        )
+    await rec.call(
+        "ConversationSettingsRepository",
+        "save_summary",
+        settings.save_summary(user, conv.id, "a summary", 2, None),
     )
 
     memories = MemoryRepository(session)
@@ -617,7 +633,7 @@ async def recorded(pg: EmbeddedPostgres, db_engine: AsyncEngine, user_id: str) -
                 await session.rollback()
     finally:
         event.remove(db_engine.sync_engine, "before_cursor_execute", hook)
-    conn = await asyncpg.connect(database(pg.url, "postgres").dsn)
+    conn = await asyncpg.connect(database(pg.url, make_url(pg.url).database or "postgres").dsn)
     try:
         tx = conn.transaction()
         await tx.start()

@@ -1,0 +1,5 @@
+"""The Redis cache's concerns, one module each; app/adapters/cache.py composes them into `Cache`.
+
+breaker.py (the connection guard: timeouts, circuit breaker, warnings, counters),
+embeddings.py, sessions.py, rate_limit.py, query_results.py.
+"""

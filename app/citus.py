@@ -1,0 +1,209 @@
+"""pgrecall on a Citus cluster: distribute the user tables by user_id, and check a cluster.
+
+docs/scaling.md has the whole story. Every user table (app/roles.py DISTRIBUTED_TABLES) becomes
+a hash-distributed table on `user_id`, all co-located with `conversations`, so all of one user's
+rows sit in one shard group on one worker and every statement the service sends (each names its
+user: tests/repositories/test_user_scope.py) is a router query on that worker. `api_keys` stays a
+plain table of the coordinator: authentication reads it by token hash before it knows the user.
+
+`distribute` runs as the owner role (Citus lets a table's owner distribute it) after
+`pgrecall db upgrade`; it is idempotent. `cluster_status` is doctor's check.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+from sqlalchemy import text
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy.pool import NullPool
+
+from app.db import SET_LOCAL, set_local_params
+from app.doctor.checks import one_line
+from app.roles import COORDINATOR_TABLES, DISTRIBUTED_TABLES, user_of
+
+DISTRIBUTION_COLUMN = "user_id"
+ANCHOR = DISTRIBUTED_TABLES[0]  # the table the others are co-located with
+DEFAULT_SHARD_COUNT = 32
+
+
+class CitusError(RuntimeError):
+    """The database is not a Citus coordinator, or a table cannot be distributed."""
+
+
+@dataclass(frozen=True)
+class TableDistribution:
+    table: str
+    method: str | None  # 'h' hash-distributed, 'n' reference/local in metadata, None: plain
+    column: str | None
+    colocation: int | None
+    shards: int
+
+
+_VERSION = text("SELECT extversion FROM pg_extension WHERE extname = 'citus'")
+_DISTRIBUTION = text(
+    """
+    SELECT t.name, p.partmethod::text AS method,
+           CASE WHEN p.partmethod = 'h'
+                THEN column_to_column_name(p.logicalrelid, p.partkey) END AS column,
+           p.colocationid AS colocation,
+           (SELECT count(*) FROM pg_dist_shard AS s WHERE s.logicalrelid = p.logicalrelid)
+               AS shards
+    FROM unnest(CAST(:tables AS text[])) AS t(name)
+    LEFT JOIN pg_dist_partition AS p ON p.logicalrelid = to_regclass(t.name)
+    """
+)
+# The anchor sets the shard count; the others take its placement (Citus refuses both at once).
+_DISTRIBUTE_ANCHOR = text(
+    "SELECT create_distributed_table(CAST(:table AS regclass), :column, "
+    "shard_count := :shard_count)"
+)
+_DISTRIBUTE_WITH = text(
+    "SELECT create_distributed_table(CAST(:table AS regclass), :column, "
+    "colocate_with := :colocate_with)"
+)
+# Citus hides shard tables from pg_class on every node by a function call per catalog row; the
+# asyncpg type lookup every new connection runs (for `vector`) took 1.4-1.6 s on the coordinator
+# instead of 10-40 ms, and tripped the query path's timeout. The service's connections do not
+# need the hiding: off for the database on the coordinator (its owner may set it).
+_SHOW_SHARDS = text(
+    "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET citus.override_table_visibility = off', "
+    "current_database()); END $$"
+)
+_VISIBILITY = text("SELECT current_setting('citus.override_table_visibility')")
+_PROBE_INSERT = text(
+    "INSERT INTO conversations (id, user_id, title) VALUES (:id, :user_id, 'pgrecall doctor')"
+)
+_PROBE_READ = text("SELECT count(*) FROM conversations WHERE user_id = :user_id AND id = :id")
+
+
+async def citus_version(conn: AsyncConnection) -> str | None:
+    """The installed Citus extension's version; None on plain Postgres."""
+    return await conn.scalar(_VERSION)
+
+
+async def distribution(conn: AsyncConnection) -> list[TableDistribution]:
+    """How each user table and coordinator table is placed (Citus metadata)."""
+    rows = await conn.execute(
+        _DISTRIBUTION, {"tables": list(DISTRIBUTED_TABLES + COORDINATOR_TABLES)}
+    )
+    return [
+        TableDistribution(r.name, r.method, r.column, r.colocation, int(r.shards or 0))
+        for r in rows
+    ]
+
+
+def distribution_problems(tables: list[TableDistribution]) -> list[str]:
+    """What is not as docs/scaling.md lays it out (empty: all distributed and co-located)."""
+    problems = []
+    by_name = {t.table: t for t in tables}
+    anchor = by_name.get(ANCHOR)
+    for name in DISTRIBUTED_TABLES:
+        t = by_name[name]
+        if t.method != "h":
+            problems.append(f"{name} not distributed")
+        elif t.column != DISTRIBUTION_COLUMN:
+            problems.append(f"{name} distributed by {t.column}, not {DISTRIBUTION_COLUMN}")
+        elif anchor is not None and t.colocation != anchor.colocation:
+            problems.append(f"{name} not co-located with {ANCHOR}")
+    for name in COORDINATOR_TABLES:
+        if by_name[name].method == "h":
+            problems.append(f"{name} distributed (authentication reads it by hash)")
+    return problems
+
+
+async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) -> list[str]:
+    """Distribute every user table by user_id, co-located (the ones not yet distributed; in
+    foreign-key order: a referenced table goes first). Returns the tables it distributed."""
+    engine = create_async_engine(owner_url, poolclass=NullPool)
+    done: list[str] = []
+    name = "(metadata)"
+    try:
+        async with engine.begin() as conn:
+            if await citus_version(conn) is None:
+                raise CitusError("the citus extension is not installed: not a Citus coordinator")
+            placed = {t.table: t for t in await distribution(conn)}
+            for name in COORDINATOR_TABLES:
+                if placed[name].method == "h":
+                    raise CitusError(f"{name} is distributed: it must stay on the coordinator")
+        for name in DISTRIBUTED_TABLES:
+            if placed[name].method == "h":
+                continue
+            # One transaction per table: create_distributed_table copies the local rows into
+            # the shards, and a failure leaves the tables before it distributed (rerun resumes).
+            async with engine.begin() as conn:
+                params = {"table": name, "column": DISTRIBUTION_COLUMN}
+                if name == ANCHOR:
+                    await conn.execute(_DISTRIBUTE_ANCHOR, {**params, "shard_count": shard_count})
+                else:
+                    await conn.execute(_DISTRIBUTE_WITH, {**params, "colocate_with": ANCHOR})
+            done.append(name)
+        name = "(table visibility)"
+        async with engine.begin() as conn:
+            await conn.execute(_SHOW_SHARDS)
+    except SQLAlchemyError as exc:
+        raise CitusError(f"distributing {name}: {exc.__class__.__name__}: {exc}") from exc
+    finally:
+        await engine.dispose()
+    return done
+
+
+async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] | None:
+    """doctor's Citus check; None on plain Postgres (nothing to check).
+
+    Not ok unless every user table is distributed by user_id and co-located, api_keys is not,
+    and the service role can write a row of a probe user and read it back in that user's scope
+    (the SET LOCAL scope reaching the worker that holds the shard; rolled back)."""
+    engine = create_async_engine(owner_url, poolclass=NullPool)
+    try:
+        async with engine.connect() as conn:
+            version = await citus_version(conn)
+            if version is None:
+                return None
+            tables = await distribution(conn)
+    except SQLAlchemyError as exc:
+        return False, f"cannot read the Citus metadata: {exc.__class__.__name__}: {exc}"
+    finally:
+        await engine.dispose()
+    problems = distribution_problems(tables)
+    if problems:
+        return False, f"Citus {version}: " + "; ".join(problems) + " (run `pgrecall db distribute`)"
+    role = user_of(service_url)
+    try:
+        wrote, hidden = await _round_trip(service_url)
+    except SQLAlchemyError as exc:
+        return False, f"Citus {version}: {role} cannot write its own row: {one_line(exc)}"
+    if not wrote:
+        return False, f"Citus {version}: {role} wrote a row but could not read it back"
+    if hidden == "on":
+        return False, (
+            f"Citus {version}: citus.override_table_visibility is on for {role}: every new "
+            "connection's type lookup takes about a second (run `pgrecall db distribute`)"
+        )
+    shards = next(t.shards for t in tables if t.table == ANCHOR)
+    return True, (
+        f"Citus {version}: {len(DISTRIBUTED_TABLES)} tables distributed by "
+        f"{DISTRIBUTION_COLUMN} and co-located ({shards} shards); {role} writes and reads back "
+        "its own row"
+    )
+
+
+async def _round_trip(service_url: str) -> tuple[bool, str]:
+    """(the probe row written and read back, the connection's citus.override_table_visibility)"""
+    user_id = f"pgrecall-doctor-{uuid.uuid4()}"
+    row = {"id": uuid.uuid4(), "user_id": user_id}
+    engine = create_async_engine(service_url, poolclass=NullPool)
+    try:
+        async with engine.connect() as conn:
+            tx = await conn.begin()
+            try:
+                await conn.execute(SET_LOCAL, set_local_params({"pgrecall.user_id": user_id}))
+                await conn.execute(_PROBE_INSERT, row)
+                read = await conn.scalar(_PROBE_READ, row) == 1
+                return read, str(await conn.scalar(_VISIBILITY))
+            finally:
+                await tx.rollback()
+    finally:
+        await engine.dispose()

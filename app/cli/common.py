@@ -1,0 +1,148 @@
+"""What every `pgrecall` command shares: settings, the runner that finds and migrates the
+database, user-id checks, error lines and the options several commands take.
+
+The runner starts the database like `pgrecall serve` does (the configured URL or the embedded
+server), migrates it, and calls the command's `work` with fresh resources; the logic itself lives
+in app/services so tests drive it with their own sessions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Annotated, TypeVar
+
+import typer
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.adapters.cache import Cache
+from app.config import Settings, SettingsError, load_settings
+from app.db import create_engine, create_sessionmaker
+from app.embedded import EmbeddedPostgres
+from app.observability import configure_logging
+from app.roles import DatabaseUrls, database_urls, prepare_database
+from app.runtime import embedder_from_settings
+from app.schemas.common import check_user_id
+from app.services.embedding import EmbeddingService
+
+T = TypeVar("T")
+# Admin work runs long statements (bulk inserts, index builds); the service's 5 s limit is for
+# requests, not for this.
+_STATEMENT_TIMEOUT_MS = 3_600_000
+
+# Options several commands share.
+UsersOption = Annotated[
+    list[str] | None,
+    typer.Option("--user", help="only this user (repeatable); default: every user"),
+]
+QuietOption = Annotated[bool, typer.Option("--quiet", help="no progress bar")]
+
+
+def settings_or_exit(**overrides: object) -> Settings:
+    """Settings from the environment; one clear line and exit 2 when invalid."""
+    try:
+        settings = load_settings(**overrides)
+    except SettingsError as exc:
+        typer.echo(f"pgrecall: {exc}", err=True)
+        raise typer.Exit(2) from None
+    configure_logging(settings.log_level, settings.log_format.value)
+    return settings
+
+
+def fail(message: str, code: int = 1) -> typer.Exit:
+    """Print `pgrecall: message` on stderr; the caller raises the returned Exit."""
+    typer.echo(f"pgrecall: {message}", err=True)
+    return typer.Exit(code)
+
+
+def show_progress(quiet: bool) -> bool:
+    return not quiet and sys.stderr.isatty()
+
+
+def checked_user(value: str) -> str:
+    """A valid user id, or exit 2 naming the problem."""
+    try:
+        return check_user_id(value)
+    except ValueError as exc:
+        raise fail(f"user id: {exc}", 2) from None
+
+
+def aware(value: datetime | None) -> datetime | None:
+    """Command-line times without an offset are UTC."""
+    return value.replace(tzinfo=UTC) if value is not None and value.tzinfo is None else value
+
+
+# -- the runner ------------------------------------------------------------------------------
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    sessionmaker: async_sessionmaker[AsyncSession]
+    cache: Cache
+    embeddings: EmbeddingService | None
+
+
+def run(work: Callable[[Runtime], Awaitable[T]], *, embedder: bool = False) -> T:
+    """Start (or attach to) the database, migrate, and run `work` with fresh resources.
+
+    Admin work connects as the owner (PGRECALL_MIGRATION_DATABASE_URL, the embedded server's
+    superuser, or else PGRECALL_DATABASE_URL): index rebuilds need the tables' owner. Row-level
+    security still applies to an owner that is not a superuser (FORCE), so every command scopes
+    its sessions to one user or to the audited admin mode.
+    """
+    settings = settings_or_exit()
+    embedded = None
+    lock = None
+    try:
+        if settings.database_url is None:
+            settings.data_dir.mkdir(parents=True, exist_ok=True)
+            # Hold `pgrecall serve`'s lock while we may own the server, so a serve starting
+            # meanwhile cannot attach to a server this command is about to stop.
+            lock = open(settings.data_dir / "serve.lock", "w")  # noqa: SIM115
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # serve is running: attach to its server
+                lock.close()
+                lock = None
+            embedded = EmbeddedPostgres(settings.data_dir)
+        urls = database_urls(settings, embedded)
+        return asyncio.run(_prepared(settings, urls, work, embedder))
+    finally:
+        if embedded is not None and embedded.started_here:
+            embedded.stop()  # a server `pgrecall serve` started is left alone
+        if lock is not None:
+            lock.close()
+
+
+async def _prepared(
+    settings: Settings,
+    urls: DatabaseUrls,
+    work: Callable[[Runtime], Awaitable[T]],
+    embedder: bool,
+) -> T:
+    await prepare_database(urls)
+    async with _runtime(settings, urls.owner, embedder) as runtime:
+        return await work(runtime)
+
+
+@asynccontextmanager
+async def _runtime(settings: Settings, url: str, embedder: bool) -> AsyncIterator[Runtime]:
+    engine = create_engine(url, pool_size=2, statement_timeout_ms=_STATEMENT_TIMEOUT_MS)
+    cache = Cache.from_url(settings.redis_url)
+    model = await asyncio.to_thread(embedder_from_settings, settings) if embedder else None
+    vectors_cache = cache if cache.enabled else None
+    embeddings = None if model is None else EmbeddingService(model, vectors_cache)
+    try:
+        yield Runtime(settings, create_sessionmaker(engine), cache, embeddings)
+    finally:
+        await cache.aclose()
+        close = getattr(model, "aclose", None)
+        if close is not None:
+            await close()
+        await engine.dispose()
