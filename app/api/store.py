@@ -12,7 +12,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import ResourcesDep, SessionDep, UserDep, WriteUserDep
 from app.models import MemoryItem
-from app.repositories.store import TTL
 from app.schemas.store import (
     NamespaceList,
     StoreAddress,
@@ -25,7 +24,7 @@ from app.schemas.store import (
     StoreSearch,
     StoreSwept,
 )
-from app.services.store import StoreService, key_created_at, split
+from app.services.store import TTL, StoreService, key_created_at, split
 
 router = APIRouter(prefix="/v1/store", tags=["store"])
 
