@@ -119,6 +119,11 @@ class Settings(BaseSettings):
     write_rate_limit_per_minute: Annotated[int, Field(ge=0)] = Field(
         default=30, description="agent writes (save/forget/rate) per user per minute; 0 = off"
     )
+    max_entries_per_user: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="live memories a user may keep; a save_memory beyond it soft-deletes the "
+        "least valuable ones (lowest importance, least recently retrieved, oldest): 0 = no cap",
+    )
 
     chat_upstream_url: str | None = Field(
         default=None,

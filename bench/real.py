@@ -68,11 +68,13 @@ from app.repositories.retrieval import (
     _source_filter,
     ann_settings,
 )
+from app.retrieval.names import query_names
 from app.retrieval.passages import passages
 from app.retrieval.presets import get_preset
 from app.retrieval.rerank import rerank
 from app.retrieval.scoring import (
     apply_thresholds,
+    finalise,
     propagate,
     rank,
 )
@@ -279,7 +281,7 @@ def _numbered(sql: str, names: list[str]) -> str:
     )
 
 
-PARAMS = ["user_id", "query", "limit", "k1", "b", "q", "model", "w"]
+PARAMS = ["user_id", "query", "limit", "k1", "b", "q", "model", "w", "names"]
 # The service's own visibility rules (deleted, expired, superseded), on alias t.
 _VISIBLE_MEMORY = _memory_visible(None).replace("m.", "t.") + _memory_valid("t", NO_TIME_FILTER)
 
@@ -363,6 +365,7 @@ async def floor_query(
         vector_literal(vector),
         LOCAL_MODEL_ID,
         preset.passage_weight,
+        " ".join(query_names(query)),
     )
     scores: dict[tuple[Source, Any], float] = {}
     max_score = 0.0
@@ -403,7 +406,9 @@ async def floor_query(
                 r["role"],
             )
     # From here on the service's own steps (app/services/query.py _candidates and _search).
-    ranked = rank(scores, max_score, cosines, preset, None)
+    # The statement computes the names' share of BM25 (its `plain` column) but does not return
+    # it: the floor's ranking counts names as ordinary words (same work, one column fewer).
+    ranked = rank(scores, max_score, cosines, preset, None, has_names=bool(query_names(query)))
     seeds = [r.key for r in ranked if r.key[0] is Source.MESSAGE][: preset.neighbour_seeds]
     neighbours = {
         key: (
@@ -423,6 +428,7 @@ async def floor_query(
     candidates = {k: content[k] for k in keep if k in content}
     window = time_preference(query, QueryRequest(user_id, query, limit, 0.0), preset)
     ranked = rerank(ranked, candidates, neighbours, query, window, preset)
+    ranked = finalise(ranked, preset, {}, preset.recency_weight)
     kept = apply_thresholds(ranked, 0.0, preset.relative_cutoff, preset.cutoff_exempt_ranks)
     ids = [str(r.key[1]) for r in kept[:limit]]
     done = time.perf_counter()

@@ -101,7 +101,8 @@ def match_expected(content: str, expected: Sequence[str], taken: set[int]) -> in
     """Index of the expected text this content is (or, cut by the budget, starts); unused first."""
     prefix = content[: -len(TRUNCATION_MARK)] if content.endswith(TRUNCATION_MARK) else None
     candidates = [
-        i for i, text in enumerate(expected)
+        i
+        for i, text in enumerate(expected)
         if text == content or (prefix and text.startswith(prefix))
     ]
     fresh = [i for i in candidates if i not in taken]
@@ -133,8 +134,12 @@ def judge(
             taken.add(match)
         judged.append(
             Returned(
-                item_id, content, str(item.get("source", "")),
-                float(item.get("relevance", 0.0)), match, foreign,
+                item_id,
+                content,
+                str(item.get("source", "")),
+                float(item.get("relevance", 0.0)),
+                match,
+                foreign,
             )
         )
     return tuple(judged)
@@ -177,8 +182,13 @@ def _shifted(value: datetime | None, shift: timedelta) -> datetime | None:
 
 
 async def seed_user(
-    harness: Harness, user_id: str, memories: Sequence[GoldenMemory],
-    messages: Sequence[GoldenMessage], *, shift: timedelta, label: str,
+    harness: Harness,
+    user_id: str,
+    memories: Sequence[GoldenMemory],
+    messages: Sequence[GoldenMessage],
+    *,
+    shift: timedelta,
+    label: str,
 ) -> Seeded:
     """Store a user's memories (timestamps shifted, deleted ones soft-deleted) and messages."""
     inputs = []
@@ -186,8 +196,12 @@ async def seed_user(
         extra: dict[str, Any] = {} if m.importance is None else {"importance": m.importance}
         inputs.append(
             MemoryInput(
-                user_id=user_id, content=m.content, type=m.type, source="golden-set",
-                created_at=_shifted(m.created_at, shift), expires_at=_shifted(m.expires_at, shift),
+                user_id=user_id,
+                content=m.content,
+                type=m.type,
+                source="golden-set",
+                created_at=_shifted(m.created_at, shift),
+                expires_at=_shifted(m.expires_at, shift),
                 **extra,
             )
         )
@@ -199,9 +213,7 @@ async def seed_user(
             await harness.set_deleted(user_id, item_id)
     message_ids: list[str] = []
     if messages:
-        rows = await harness.add_conversation(
-            user_id, [m.body() for m in messages], title=label
-        )
+        rows = await harness.add_conversation(user_id, [m.body() for m in messages], title=label)
         message_ids = [str(row["id"]) for row in rows]
     return Seeded(
         memory_ids=tuple(str(i) for i in ids),
@@ -219,8 +231,13 @@ def _resolve(value: Any, ids_by_content: Mapping[str, str], label: str) -> Any:
 
 
 async def apply_tool_calls(
-    harness: Harness, user_id: str, calls: Sequence[GoldenToolCall], own: Seeded,
-    contents: Mapping[str, str], *, label: str,
+    harness: Harness,
+    user_id: str,
+    calls: Sequence[GoldenToolCall],
+    own: Seeded,
+    contents: Mapping[str, str],
+    *,
+    label: str,
 ) -> Seeded:
     """Make the case's agent writes through the HTTP tools; returns what the user now owns."""
     ids_by_content = dict(contents)
@@ -273,8 +290,12 @@ async def run_case(
     foreign_contents: set[str] = set()
     for n, other in enumerate(case.other_users):
         seeded = await seed_user(
-            harness, _new_user(case.id, f"other{n}"), other.memories, other.messages,
-            shift=shift, label=f"{case.id} other user {n}",
+            harness,
+            _new_user(case.id, f"other{n}"),
+            other.memories,
+            other.messages,
+            shift=shift,
+            label=f"{case.id} other user {n}",
         )
         foreign_contents |= seeded.contents
     if case.tool_calls:
@@ -332,8 +353,12 @@ def time_shift(reference: datetime, now: datetime | None = None) -> timedelta:
 
 
 async def run_cases(
-    harness: Harness, dataset: GoldenDataset, cases: Sequence[GoldenCase], *,
-    token_budget: int, progress: bool = True,
+    harness: Harness,
+    dataset: GoldenDataset,
+    cases: Sequence[GoldenCase],
+    *,
+    token_budget: int,
+    progress: bool = True,
 ) -> list[GoldenOutcome]:
     """Run the cases one after another (so latencies are not contended), with a progress bar."""
     shift = time_shift(dataset.reference)
@@ -382,8 +407,13 @@ def failure_details(outcome: GoldenOutcome, k: int = 5) -> dict[str, Any]:
         "rubric": outcome.case.rubric,
         "missing_expected": outcome.missing(k),
         "unexpected_returned": [
-            {"rank": outcome.returned.index(x) + 1, "content": x.content, "source": x.source,
-             "relevance": x.relevance, "foreign": x.foreign}
+            {
+                "rank": outcome.returned.index(x) + 1,
+                "content": x.content,
+                "source": x.source,
+                "relevance": x.relevance,
+                "foreign": x.foreign,
+            }
             for x in outcome.unexpected()
         ],
         "failure_reasons": failure_reasons(outcome, k),

@@ -13,7 +13,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ from fastapi import FastAPI
 from app.config import Settings
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
+from app.retrieval.presets import RetrievalPreset
 from app.runtime import Resources, admin_transaction, user_transaction
 from app.services.memory import MemoryInput, MemoryService
 from pgrecall.client import AsyncClient, TimeFilters
@@ -35,6 +36,12 @@ class Harness:
     @property
     def resources(self) -> Resources:
         return self.app.state.resources  # type: ignore[no-any-return]
+
+    def use_preset(self, preset: RetrievalPreset) -> None:
+        """Put a run's preset into the running service (every query reads it per request)."""
+        config = self.resources.query_config
+        if config.preset != preset:
+            self.resources.query_config = replace(config, preset=preset)
 
     async def add_memories(self, items: Sequence[MemoryInput]) -> list[uuid.UUID]:
         """Store curated memories through the memory service (the admin write path)."""

@@ -15,33 +15,45 @@ from eval.metrics import CaseResult
 TOKEN_BUDGET_FOR_RANKING = 4000  # ten dialogue turns fit easily; the budget is not what is measured
 
 
+IMPORTS = ("sessions", "single")
+
+
 async def load_into(
-    harness: Harness, conversations: Sequence[Conversation]
+    harness: Harness, conversations: Sequence[Conversation], mode: str = "sessions"
 ) -> dict[str, dict[str, str]]:
-    """Store each session as a conversation of the sample's user; message id -> dia_id by user."""
+    """Store each sample's turns as its user's messages; message id -> dia_id by user.
+
+    mode "sessions" (what docs/retrieval.md describes): one conversation per session, each
+    turn with `metadata.speaker`. mode "single": the whole sample as one conversation without
+    speaker metadata (what a plain transcript import gives).
+    """
+    if mode not in IMPORTS:
+        raise ValueError(f"unknown LoCoMo import {mode!r}; known: {IMPORTS}")
     id_to_dia: dict[str, dict[str, str]] = {}
     for conv in tqdm(conversations, desc="loading conversations", unit="conv"):
         mapping: dict[str, str] = {}
         speakers: dict[str, str] = {}
         by_session: dict[int, list] = {}
         for turn in conv.turns:
-            by_session.setdefault(turn.session, []).append(turn)
+            by_session.setdefault(turn.session if mode == "sessions" else 0, []).append(turn)
         for session, turns in sorted(by_session.items()):
             messages = []
             for turn in turns:
                 role = speakers.setdefault(turn.speaker, "user" if not speakers else "assistant")
+                # The turn's speaker, as any multi-party import would name it.
+                meta = {"dia_id": turn.dia_id}
+                if mode == "sessions":
+                    meta["speaker"] = turn.speaker
                 messages.append(
                     {
                         "role": role,
                         "content": turn.content,
                         "created_at": turn.created_at.isoformat(),
-                        # The turn's speaker, as any multi-party import would name it.
-                        "metadata": {"dia_id": turn.dia_id, "speaker": turn.speaker},
+                        "metadata": meta,
                     }
                 )
-            stored = await harness.add_conversation(
-                conv.user_id, messages, title=f"session {session}"
-            )
+            title = f"session {session}" if mode == "sessions" else conv.sample_id
+            stored = await harness.add_conversation(conv.user_id, messages, title=title)
             for row, turn in zip(stored, turns, strict=True):
                 mapping[row["id"]] = turn.dia_id
         id_to_dia[conv.user_id] = mapping

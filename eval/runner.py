@@ -1,6 +1,7 @@
 """`python -m eval`: run a dataset through the real service, gate, report, log to MLflow.
 
-Exit codes: 0 = thresholds met (warnings allowed; LoCoMo is report-only), 1 = a blocking
+Exit codes: 0 = thresholds met (warnings allowed; LoCoMo is report-only, the curated set is with
+--report-only), 1 = a blocking
 threshold missed, 2 = bad arguments or settings, 130 = interrupted (Ctrl-C), 143 = SIGTERM.
 Either way the throwaway database is stopped and removed before the process exits.
 """
@@ -20,13 +21,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from app.config import Settings, SettingsError, load_settings
 from app.retrieval.presets import PRESETS, RetrievalPreset, get_preset, with_overrides
-from eval import golden_run, locomo_run
+from eval import curated_run, golden_run, locomo_run
+from eval.curated_run import CuratedGate
+from eval.dataset_run import DatasetRun
+from eval.datasets.curated import load_curated
 from eval.datasets.locomo import Conversation
-from eval.harness import running_service
+from eval.harness import Harness, running_service
 from eval.metrics import (
     MEMORY_THRESHOLDS,
     CaseResult,
@@ -72,19 +75,8 @@ class Options:
     progress: bool = True
     overrides: tuple[str, ...] = ()  # FIELD=VALUE assignments on the preset
     samples: tuple[str, ...] = ()  # LoCoMo: only these conversations (sample ids); () = all
-
-
-@dataclass
-class DatasetRun:
-    """What a dataset runner hands back for gating and reporting."""
-
-    name: str
-    results: list[CaseResult]
-    thresholds: tuple[Threshold, ...]
-    params: dict[str, object]
-    breakdown: str = ""  # printed after the table
-    extra_metrics: dict[str, float] = field(default_factory=dict)  # logged to MLflow too
-    failure_details: dict[str, dict[str, Any]] = field(default_factory=dict)
+    locomo_import: str = "sessions"  # LoCoMo: eval.locomo_run.IMPORTS
+    curated_gate: CuratedGate = field(default_factory=CuratedGate)  # the curated set's targets
 
 
 def _positive_int(text: str) -> int:
@@ -107,33 +99,76 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m eval",
         description="Evaluate pgrecall's retrieval on a dataset, through the real service.",
     )
-    parser.add_argument("--dataset", choices=("memory", "locomo"), default="memory",
-                        help="memory = the golden set (gated); locomo = LoCoMo (report only)")
-    parser.add_argument("--path", type=Path,
-                        help="dataset file (memory default: eval/memory_golden_dataset.json)")
-    parser.add_argument("--preset", choices=sorted(PRESETS),
-                        help="retrieval preset (default: PGRECALL_RETRIEVAL_PRESET or 'default')")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="FIELD=VALUE",
-                        help="override one RetrievalPreset field for this run (repeatable), "
-                             "e.g. --set cutoff_exempt_ranks=2; logged with the preset")
-    parser.add_argument("--out", type=Path,
-                        help="artifacts directory (default: eval/out/<dataset>-<timestamp>)")
-    parser.add_argument("--no-mlflow", dest="mlflow", action="store_false",
-                        help="do not log the run to MLflow")
-    parser.add_argument("--tracking-uri",
-                        help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else "
-                             "sqlite:///./mlruns/mlflow.db)")
-    parser.add_argument("--limit", type=_positive_int,
-                        help="only the first N cases (LoCoMo: questions), for quick runs")
-    parser.add_argument("--min-score", type=_unit_float,
-                        help="LoCoMo only: min_score of each query (default 0.0, so the full "
-                             "ranking is measured, not the relevance cut-off)")
-    parser.add_argument("--samples", nargs="+", metavar="SAMPLE_ID", default=[],
-                        help="LoCoMo only: only these conversations (e.g. conv-26 conv-42), to "
-                             "judge a change on a held-out part of the set")
-    parser.add_argument("--no-progress", dest="progress", action="store_false",
-                        help="no progress bars")
+    parser.add_argument(
+        "--dataset",
+        choices=("memory", "curated", "locomo"),
+        default="memory",
+        help="memory = the golden set (gated); curated = the curated-memory "
+        "development set (gated, see --report-only); locomo = LoCoMo "
+        "(report only)",
+    )
+    parser.add_argument(
+        "--path",
+        type=Path,
+        help="dataset file (memory default: eval/memory_golden_dataset.json, "
+        "curated default: eval/curated_dev.json)",
+    )
+    parser.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="retrieval preset (default: PGRECALL_RETRIEVAL_PRESET or 'default')",
+    )
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override one RetrievalPreset field for this run (repeatable), "
+        "e.g. --set cutoff_exempt_ranks=2; logged with the preset",
+    )
+    parser.add_argument(
+        "--out", type=Path, help="artifacts directory (default: eval/out/<dataset>-<timestamp>)"
+    )
+    parser.add_argument(
+        "--no-mlflow", dest="mlflow", action="store_false", help="do not log the run to MLflow"
+    )
+    parser.add_argument(
+        "--tracking-uri",
+        help="MLflow tracking URI (default: MLFLOW_TRACKING_URI, else "
+        "sqlite:///./mlruns/mlflow.db)",
+    )
+    parser.add_argument(
+        "--limit",
+        type=_positive_int,
+        help="only the first N cases (LoCoMo: questions), for quick runs",
+    )
+    parser.add_argument(
+        "--min-score",
+        type=_unit_float,
+        help="LoCoMo only: min_score of each query (default 0.0, so the full "
+        "ranking is measured, not the relevance cut-off)",
+    )
+    parser.add_argument(
+        "--samples",
+        nargs="+",
+        metavar="SAMPLE_ID",
+        default=[],
+        help="LoCoMo only: only these conversations (e.g. conv-26 conv-42), to "
+        "judge a change on a held-out part of the set",
+    )
+    parser.add_argument(
+        "--import",
+        dest="locomo_import",
+        choices=locomo_run.IMPORTS,
+        default="sessions",
+        help="LoCoMo: one conversation per session with "
+        "speakers (the documented import), or one conversation without speakers",
+    )
+    parser.add_argument(
+        "--no-progress", dest="progress", action="store_false", help="no progress bars"
+    )
+    curated_run.add_arguments(parser)
     return parser
 
 
@@ -142,16 +177,29 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.dataset == "locomo" and args.path is None:
-        parser.error("--dataset locomo needs --path FILE "
-                     "(e.g. ../shared/datasets/locomo/locomo-dev.json)")
-    if args.dataset == "memory" and args.samples:
+        parser.error(
+            "--dataset locomo needs --path FILE (e.g. ../shared/datasets/locomo/locomo-dev.json)"
+        )
+    if args.dataset != "locomo" and args.samples:
         parser.error("--samples applies to --dataset locomo only")
-    if args.dataset == "memory" and args.min_score is not None:
-        parser.error("--min-score applies to --dataset locomo only (the golden set uses the "
-                     "service's own min_relevance, as agents do)")
-    path = args.path or golden_run.DEFAULT_PATH
+    if args.dataset != "locomo" and args.min_score is not None:
+        parser.error(
+            "--min-score applies to --dataset locomo only (the golden and curated sets "
+            "use the service's own min_relevance, as agents do)"
+        )
+    if args.dataset != "curated" and curated_run.gate_options_given(args):
+        parser.error(
+            f"{', '.join(curated_run.gate_options_given(args))} apply to --dataset curated only"
+        )
+    default = curated_run.DEFAULT_PATH if args.dataset == "curated" else golden_run.DEFAULT_PATH
+    path = args.path or default
     if not path.is_file():
         parser.error(f"dataset file not found: {path}")
+    if args.dataset == "curated":
+        try:
+            load_curated(path)
+        except ValueError as exc:
+            parser.error(f"{path}: {exc}")
     if args.samples:
         try:
             _only_samples(locomo_run.load(path), args.samples)
@@ -162,10 +210,19 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
     except ValueError as exc:
         parser.error(f"--set: {exc}")
     return Options(
-        dataset=args.dataset, path=path, preset=args.preset, out=args.out, mlflow=args.mlflow,
-        limit=args.limit, min_score=args.min_score if args.min_score is not None else 0.0,
-        tracking_uri=args.tracking_uri, progress=args.progress,
-        overrides=tuple(args.overrides), samples=tuple(args.samples),
+        dataset=args.dataset,
+        path=path,
+        preset=args.preset,
+        out=args.out,
+        mlflow=args.mlflow,
+        limit=args.limit,
+        min_score=args.min_score if args.min_score is not None else 0.0,
+        tracking_uri=args.tracking_uri,
+        progress=args.progress,
+        overrides=tuple(args.overrides),
+        samples=tuple(args.samples),
+        locomo_import=args.locomo_import,
+        curated_gate=curated_run.gate_from(args),
     )
 
 
@@ -173,7 +230,9 @@ def eval_settings(preset: str | None) -> Settings:
     """Service settings for a run: the environment's, but always a throwaway embedded
     database, no Redis (no shared cache or rate limit to skew results) and migrations on."""
     overrides: dict[str, object] = {
-        "database_url": None, "redis_url": None, "migrate_on_start": True,
+        "database_url": None,
+        "redis_url": None,
+        "migrate_on_start": True,
     }
     if preset is not None:
         overrides["retrieval_preset"] = preset
@@ -210,11 +269,8 @@ def run_preset(options: Options, settings: Settings) -> RetrievalPreset:
     return with_overrides(get_preset(settings.retrieval_preset), options.overrides)
 
 
-def _apply_preset(harness: Any, preset: RetrievalPreset) -> None:
-    """Put the run's preset into the running service (every query reads it per request)."""
-    config = harness.resources.query_config
-    if config.preset != preset:
-        harness.resources.query_config = replace(config, preset=preset)
+def _apply_preset(harness: Harness, preset: RetrievalPreset) -> None:
+    harness.use_preset(preset)
 
 
 def base_params(options: Options, settings: Settings) -> dict[str, object]:
@@ -250,7 +306,9 @@ async def run_memory(options: Options, settings: Settings) -> DatasetRun:
         )
     failing = [o for o in outcomes if golden_run.failure_reasons(o, K)]
     return DatasetRun(
-        name="memory", results=[o.result for o in outcomes], thresholds=MEMORY_GATE,
+        name="memory",
+        results=[o.result for o in outcomes],
+        thresholds=MEMORY_GATE,
         params={
             "dataset_version": dataset.version,
             "cases": len(cases),
@@ -260,6 +318,18 @@ async def run_memory(options: Options, settings: Settings) -> DatasetRun:
         },
         breakdown=golden_run.render_breakdown(outcomes, K),
         failure_details={o.case.id: golden_run.failure_details(o, K) for o in failing},
+    )
+
+
+async def run_curated(options: Options, settings: Settings) -> DatasetRun:
+    """The curated set through the agent tool and the plain ranking (eval.curated_run)."""
+    return await curated_run.run_dataset(
+        settings,
+        run_preset(options, settings),
+        options.path,
+        gate=options.curated_gate,
+        limit=options.limit,
+        progress=options.progress,
     )
 
 
@@ -295,8 +365,11 @@ def _limit_questions(
 def render_locomo_references() -> str:
     """The README's reference lines, to read beside this run's table."""
     title = "LoCoMo references (development half, 760 queries, same protocol)"
-    lines = [title, "=" * len(title),
-             f"  {'method':<45} {'recall@5':>8} {'hit@5':>6} {'recall@10':>9} {'mrr@10':>6}"]
+    lines = [
+        title,
+        "=" * len(title),
+        f"  {'method':<45} {'recall@5':>8} {'hit@5':>6} {'recall@10':>9} {'mrr@10':>6}",
+    ]
     for name, r5, h5, r10, mrr in LOCOMO_REFERENCES:
         lines.append(f"  {name:<45} {r5:>8.3f} {h5:>6.3f} {r10:>9.3f} {mrr:>6.3f}")
     lines.append(
@@ -327,9 +400,12 @@ def mean_returned(results: Sequence[CaseResult], category: str | None = None) ->
 def render_tool_path(tool: Summary, ranking: Summary, tool_results: Sequence[CaseResult]) -> str:
     """The agent tool (floor, relative cut, limit, budget) beside the plain ranking."""
     title = "Agent tool path (/v1/tools/query_memory) vs plain ranking (/v1/memory/query)"
-    lines = [title, "=" * len(title),
-             f"  {'category':<12} {'tool r@5':>8} {'rank r@5':>8} {'gap':>6} "
-             f"{'tool p@5':>8} {'returned':>8}"]
+    lines = [
+        title,
+        "=" * len(title),
+        f"  {'category':<12} {'tool r@5':>8} {'rank r@5':>8} {'gap':>6} "
+        f"{'tool p@5':>8} {'returned':>8}",
+    ]
     rows = [("all", tool.overall, ranking.overall)] + [
         (c, tool.by_category[c], ranking.by_category[c]) for c in sorted(tool.by_category)
     ]
@@ -339,8 +415,10 @@ def render_tool_path(tool: Summary, ranking: Summary, tool_results: Sequence[Cas
             f"{r['recall@5'] - t['recall@5']:>6.3f} {t['precision@5']:>8.3f}"
             f" {mean_returned(tool_results, None if name == 'all' else name):>8.2f}"
         )
-    lines.append(f"  tool latency p95 {tool.overall['latency_p95_ms']:.1f} ms, "
-                 f"ranking p95 {ranking.overall['latency_p95_ms']:.1f} ms")
+    lines.append(
+        f"  tool latency p95 {tool.overall['latency_p95_ms']:.1f} ms, "
+        f"ranking p95 {ranking.overall['latency_p95_ms']:.1f} ms"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -352,16 +430,22 @@ async def run_locomo(options: Options, settings: Settings) -> DatasetRun:
     questions = sum(len(c.questions) for c in conversations)
     async with running_service(settings) as harness:
         _apply_preset(harness, run_preset(options, settings))
-        id_to_dia = await locomo_run.load_into(harness, conversations)
+        id_to_dia = await locomo_run.load_into(harness, conversations, options.locomo_import)
         tool_results: list[CaseResult] = []
         results = await locomo_run.ask_all(
-            harness, conversations, id_to_dia, min_score=options.min_score,
-            progress=options.progress, tool_results=tool_results,
+            harness,
+            conversations,
+            id_to_dia,
+            min_score=options.min_score,
+            progress=options.progress,
+            tool_results=tool_results,
             tool_budget=settings.token_budget,
         )
     tool_summary = summarise(tool_results, k=K)
     return DatasetRun(
-        name="locomo", results=results, thresholds=(),
+        name="locomo",
+        results=results,
+        thresholds=(),
         params={
             "dataset_version": _file_digest(options.path),
             "cases": questions,
@@ -369,6 +453,7 @@ async def run_locomo(options: Options, settings: Settings) -> DatasetRun:
             "endpoint": "/v1/memory/query",
             "token_budget": locomo_run.TOKEN_BUDGET_FOR_RANKING,
             "min_relevance": options.min_score,
+            "import": options.locomo_import,
         },
         breakdown=render_tool_path(tool_summary, summarise(results, k=K), tool_results)
         + "\n"
@@ -381,8 +466,12 @@ async def run_locomo(options: Options, settings: Settings) -> DatasetRun:
 
 
 def write_artifacts(
-    run: DatasetRun, summary: Summary, checks: Sequence[ThresholdResult], table: str,
-    params: dict[str, object], out: Path,
+    run: DatasetRun,
+    summary: Summary,
+    checks: Sequence[ThresholdResult],
+    table: str,
+    params: dict[str, object],
+    out: Path,
 ) -> list[Path]:
     """Per-case CSV, plots, failures, summary and the printed report, under `out`."""
     out.mkdir(parents=True, exist_ok=True)
@@ -402,20 +491,28 @@ def write_artifacts(
                 "by_category": summary.by_category,
                 "recall_curve": summary.recall_curve,
                 "thresholds": [
-                    {"metric": c.threshold.metric, "minimum": c.threshold.minimum,
-                     "maximum": c.threshold.maximum, "blocking": c.threshold.blocking,
-                     "value": c.value, "status": c.status}
+                    {
+                        "metric": c.threshold.metric,
+                        "minimum": c.threshold.minimum,
+                        "maximum": c.threshold.maximum,
+                        "blocking": c.threshold.blocking,
+                        "value": c.value,
+                        "status": c.status,
+                    }
                     for c in checks
                 ],
                 "passed": all(c.status != "FAIL" for c in checks),
             },
             indent=2,
-        ) + "\n",
+        )
+        + "\n",
         encoding="utf-8",
     )
     report = out / "report.txt"
     report.write_text(table + "\n" + run.breakdown, encoding="utf-8")
+    extra = run.write_extra(out) if run.write_extra else []
     return [
+        *extra,
         write_case_csv(run.results, out / "cases.csv", k=K),
         plot_recall_curve(summary, out / "recall_at_k.png"),
         plot_latency_histogram(run.results, out / "latency_histogram.png"),
@@ -435,11 +532,12 @@ async def run(options: Options, settings: Settings) -> int:
         file=sys.stderr,
     )
     started = time.perf_counter()
-    runner = run_memory if options.dataset == "memory" else run_locomo
-    dataset_run = await runner(options, settings)
+    runners = {"memory": run_memory, "curated": run_curated, "locomo": run_locomo}
+    dataset_run = await runners[options.dataset](options, settings)
     wall_s = time.perf_counter() - started
 
     summary = summarise(dataset_run.results, k=K)
+    summary.overall.update(dataset_run.figures)
     checks = check_thresholds(summary, dataset_run.thresholds)
     title = f"pgrecall eval: {dataset_run.name} (preset {preset}, {len(dataset_run.results)} cases)"
     table = render_table(summary, checks, title)
@@ -450,7 +548,9 @@ async def run(options: Options, settings: Settings) -> int:
     print(f"wall time: {wall_s:.1f} s")
 
     params = {
-        **base_params(options, settings), **dataset_run.params, "wall_time_s": round(wall_s, 1),
+        **base_params(options, settings),
+        **dataset_run.params,
+        "wall_time_s": round(wall_s, 1),
     }
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
     out = options.out or DEFAULT_OUT_ROOT / f"{dataset_run.name}-{stamp}"
@@ -460,7 +560,10 @@ async def run(options: Options, settings: Settings) -> int:
         run_id = log_to_mlflow(
             experiment=f"pgrecall-eval-{dataset_run.name}",
             run_name=f"{dataset_run.name}-{preset}-{out.name}",
-            params=params, summary=summary, artifacts=artifacts, tracking_uri=options.tracking_uri,
+            params=params,
+            summary=summary,
+            artifacts=artifacts,
+            tracking_uri=options.tracking_uri,
             extra_metrics=dataset_run.extra_metrics,
         )
         print(f"mlflow run: {run_id}")

@@ -108,10 +108,14 @@ async def list_memories(
     include_superseded: Annotated[
         bool, Query(description="also earlier versions that were superseded")
     ] = False,
+    evicted: Annotated[
+        bool, Query(description="only memories the per-user cap soft-deleted (restorable)")
+    ] = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> AdminMemoryPage:
-    """One user's memories, newest first, filtered by type, text and creation time."""
+    """One user's memories, newest first, filtered by type, text and creation time (or only
+    those the per-user cap evicted)."""
     filters = MemoryFilter(
         user_id=user_id,
         type=type_,
@@ -120,6 +124,7 @@ async def list_memories(
         created_before=created_before,
         include_deleted=include_deleted,
         include_superseded=include_superseded,
+        evicted_only=evicted,
     )
     items, total = await _service(session, resources).list(filters, limit=limit, offset=offset)
     return AdminMemoryPage(

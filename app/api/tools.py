@@ -93,6 +93,9 @@ async def memory_query(
             time_from=body.time_from,
             time_to=body.time_to,
             as_of=body.as_of,
+            tags=body.tags,
+            tags_match=body.tags_match,
+            recency=body.recency,
         ),
         correlation_id=correlation_id_var.get(),
     )

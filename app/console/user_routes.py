@@ -90,18 +90,20 @@ async def user_page(
     user_id: UserParam,
     type_: Annotated[MemoryType | Literal[""], Query(alias="type")] = "",
     q: Annotated[str, Query(max_length=1000)] = "",
-    deleted: Literal["live", "all"] = "live",
+    deleted: Literal["live", "all", "evicted"] = "live",
     validity: Literal["current", "all"] = "current",
     page: Page = 1,
     notice: Annotated[str, Query(max_length=200)] = "",
 ) -> Response:
-    """A user's memories (newest first), filtered by type, text, deletion and validity."""
+    """A user's memories (newest first), filtered by type, text, deletion (or only those the
+    per-user cap evicted) and validity, with their tags and usage."""
     filters = MemoryFilter(
         user_id=user_id,
         type=type_ or None,
         q=q.strip() or None,
         include_deleted=deleted == "all",
         include_superseded=validity == "all",
+        evicted_only=deleted == "evicted",
     )
     async with _as_user(resources, user_id) as db:
         items, total = await AdminMemoryService(db, None).list(
@@ -135,6 +137,7 @@ async def create_memory(
             **({"importance": _number(v)} if (v := _optional(form, "importance")) else {}),
             **({"expires_at": v} if (v := _optional(form, "expires_at")) else {}),
             **({"source": v} if (v := _optional(form, "source")) else {}),
+            **({"tags": v.split()} if (v := _optional(form, "tags")) else {}),
         },
     )
     async with _as_user(resources, user_id) as db:
@@ -179,6 +182,7 @@ async def update_memory(
             "type": form.get("type", ""),
             "importance": _number(form.get("importance", "").strip()),
             "expires_at": _optional(form, "expires_at"),
+            "tags": form.get("tags", "").split(),
         },
     )
     async with _as_user(resources, user_id) as db:

@@ -36,6 +36,10 @@ async def serve_stdio(resources: Resources, token: str) -> Caller:
         return await resources.keys.authenticate(token)
 
     server = build_server(lambda: resources, per_call)
-    async with stdio_server() as (read_stream, write_stream):
-        await server.run(read_stream, write_stream, server.create_initialization_options())
+    try:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+    finally:
+        if resources.usage is not None:
+            await resources.usage.drain()  # before the CLI disposes of the engine
     return caller

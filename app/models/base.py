@@ -28,6 +28,12 @@ USER_ID_LENGTH = 255
 MemoryType = Literal["fact", "preference", "decision", "note"]
 MEMORY_TYPES: tuple[MemoryType, ...] = get_args(MemoryType)
 MESSAGE_ROLES = ("user", "assistant", "system")
+# Tags on a memory (migration 0014_tags_usage): at most MAX_TAGS labels of 1-MAX_TAG_CHARS
+# characters each, lowercase letters, digits and `_ - . :` (the schemas validate, the table's
+# check constraint holds the count).
+MAX_TAGS = 16
+MAX_TAG_CHARS = 32
+TAG_PATTERN_TEXT = rf"^[a-z0-9][a-z0-9_.:-]{{0,{MAX_TAG_CHARS - 1}}}$"
 
 
 class Base(DeclarativeBase):

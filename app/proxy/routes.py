@@ -25,6 +25,7 @@ from app.proxy.auth import ProxyUserDep, UpstreamDep
 from app.proxy.conversation_summary import SUMMARY_HEADER, summary_block, with_summary
 from app.proxy.schemas import ChatRequest, message_text
 from app.proxy.stream import Relay, RelayResponse
+from app.proxy.tool_rounds import tool_round
 from app.proxy.turns import IDEMPOTENCY_HEADER, Turns, answer_turn, idempotency_key, user_turn
 from app.proxy.upstream import ChatUpstream
 from app.runtime import Resources, query_request, query_service, user_transaction
@@ -74,6 +75,7 @@ async def _memories(
             limit=options.top_k if options and options.top_k else None,
             min_score=options.min_relevance if options else None,
             token_budget=options.token_budget if options else None,
+            recency=options.recency if options else None,
         ),
         correlation_id=correlation_id_var.get(),
     )
@@ -148,6 +150,8 @@ async def chat_completions(
         if last.role == "user"
         else None
     )
+    # A request that ends with tool results carries a tool round: stored before the answer.
+    round_turns = tool_round(body.messages)
     latest_user = next((m for m in reversed(body.messages) if m.role == "user"), None)
     conversation_id = body.memory.conversation_id if body.memory else None
     if conversation_id is not None:
@@ -155,7 +159,9 @@ async def chat_completions(
             await ConversationService(session, resources.embeddings).get(user_id, conversation_id)
     query = message_text(latest_user) if latest_user else ""
     title = (query.strip() or "chat")[:100]
-    turns = Turns(resources, user_id, correlation, title, conversation_id, new_turn, key)
+    turns = Turns(
+        resources, user_id, correlation, title, conversation_id, new_turn, key, round_turns
+    )
     await turns.resume()
     conversation_id = turns.conversation_id
     block, memory_ids = await _memories(resources, user_id, body, query)

@@ -5,7 +5,7 @@ failed), the model's answer when there is one, and never the user's turn twice f
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import ValidationError
@@ -73,7 +73,9 @@ def answer_turn(text: str, model: str, incomplete: str | None) -> MessageCreate 
 @dataclass
 class Turns:
     """One request's turns. `user` is None when the request has no new user turn (a tool-call
-    round) or once it is stored; `conversation_id` None until there is a conversation."""
+    round) or once it is stored; `rounds` is the request's trailing tool round (the assistant's
+    tool calls and their results, app/proxy/tool_rounds.py), stored between the user turn and
+    the answer; `conversation_id` None until there is a conversation."""
 
     resources: Resources
     user_id: str
@@ -82,6 +84,7 @@ class Turns:
     conversation_id: uuid.UUID | None
     user: MessageCreate | None
     key: str | None
+    rounds: list[MessageCreate] = field(default_factory=list)
 
     async def resume(self) -> None:
         """A retry of a request whose user turn is stored already: continue its conversation,
@@ -91,7 +94,7 @@ class Turns:
         async with user_transaction(self.resources.sessionmaker, self.user_id) as session:
             found = await ChatTurnService(session).stored_turn(self.user_id, self.key)
         if found is not None:
-            self.user, self.conversation_id = None, found
+            self.user, self.rounds, self.conversation_id = None, [], found
 
     async def ensure_conversation(self) -> uuid.UUID:
         """The conversation the turns go to, created now when absent (a stream names it in its
@@ -113,7 +116,7 @@ class Turns:
             if user is not None and self.key is not None:
                 found = await ChatTurnService(session).claim(self.user_id, self.key)
                 if found is not None:  # a concurrent attempt stored it meanwhile
-                    user, self.conversation_id = None, found
+                    user, self.rounds, self.conversation_id = None, [], found
             if user is not None and failure:
                 user = user.model_copy(
                     update={"metadata": {**user.metadata, UPSTREAM_ERROR: failure}}
@@ -121,7 +124,7 @@ class Turns:
             conversations = ConversationService(session, resources.embeddings)
             if self.conversation_id is None:
                 self.conversation_id = (await conversations.create(self.user_id, self.title)).id
-            turns_in = [t for t in (user, answer) if t is not None]
+            turns_in = [t for t in (user, *self.rounds, answer) if t is not None]
             if turns_in:
                 state = SessionStateService(
                     conversations, resources.cache, resources.session_messages
@@ -134,5 +137,5 @@ class Turns:
                     extraction=resources.extraction_default,
                     passages=resources.message_passages,
                 )
-        self.user = None
+        self.user, self.rounds = None, []
         return self.conversation_id

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.db import SET_LOCAL, set_local_params, vector_literal
 from app.repositories.search_index import Source
+from app.retrieval.names import query_names
 from app.retrieval.speakers import usable_speaker
 
 
@@ -25,6 +26,8 @@ class KeywordHits:
     scores: dict[tuple[Source, uuid.UUID], float]
     max_score: float  # BM25 of an ideal document holding every query lexeme: sum(idf) * (k1+1)
     expansion: dict[tuple[Source, uuid.UUID], float] | None = None  # PRF round, if any
+    # BM25 over the query's lexemes that are not names (app/retrieval/names.py), per item
+    plain: dict[tuple[Source, uuid.UUID], float] | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,9 @@ class Candidate:
 _BM25_SQL = """
 WITH q AS (
     SELECT DISTINCT u.lexeme FROM unnest(to_tsvector('english', :query)) AS u
+), nq AS (
+    -- the lexemes of the names in the question (app/retrieval/names.py)
+    SELECT DISTINCT u.lexeme FROM unnest(to_tsvector('english', :names)) AS u
 ), st AS (
     SELECT greatest(doc_count, 1)::float8 AS n,
            greatest(total_length::float8 / greatest(doc_count, 1), 1.0) AS avgdl
@@ -67,7 +73,11 @@ WITH q AS (
 ){expansion}, scored AS (
     SELECT p.item_id, p.source,
            sum({terms}.idf * p.tf * (:k1 + 1.0)
-               / (p.tf + :k1 * (1.0 - :b + :b * p.dl / st.avgdl))) AS score
+               / (p.tf + :k1 * (1.0 - :b + :b * p.dl / st.avgdl))) AS score,
+           -- the same sum over the lexemes that are not names: a name alone is no evidence
+           coalesce(sum({terms}.idf * p.tf * (:k1 + 1.0)
+               / (p.tf + :k1 * (1.0 - :b + :b * p.dl / st.avgdl)))
+               FILTER (WHERE {terms}.lexeme NOT IN (SELECT lexeme FROM nq)), 0) AS plain
     -- One index range per query lexeme. LATERAL + OFFSET 0 because the planner cannot see that
     -- idf has a handful of rows and seq-scans a big user's postings (84 ms at 50k items).
     FROM {terms} CROSS JOIN st CROSS JOIN LATERAL (
@@ -76,7 +86,7 @@ WITH q AS (
     ) AS p
     GROUP BY p.item_id, p.source
 )
-SELECT s.item_id, s.source, s.score,
+SELECT s.item_id, s.source, s.score, s.plain,
        (SELECT coalesce(sum(idf), 0) * (:k1 + 1.0) FROM query_idf) AS max_score
 -- Sorted before the visibility filter: LIMIT stops the EXISTS probes after the top rows.
 FROM (SELECT * FROM scored ORDER BY score DESC OFFSET 0) AS s
@@ -106,14 +116,36 @@ _EXPANSION_CTE = """
 _MEMORY_VISIBLE = """
     m.user_id = :user_id AND m.deleted_at IS NULL
     AND (m.expires_at IS NULL OR m.expires_at > now())
-    {type_filter}
+    {type_filter}{tag_filter}
 """
 
 
-def _memory_visible(types: Sequence[str] | None) -> str:
+@dataclass(frozen=True)
+class TagFilter:
+    """Memories with any (`all_=False`) or every one of `tags` (the GIN index serves both)."""
+
+    tags: Sequence[str]
+    all_: bool = False
+
+    def sql(self, alias: str) -> str:
+        op = "@>" if self.all_ else "&&"
+        return f" AND {alias}.tags {op} CAST(:tags AS text[])"
+
+
+def _memory_visible(types: Sequence[str] | None, tags: TagFilter | None = None) -> str:
     return _MEMORY_VISIBLE.format(
-        type_filter="AND m.type = ANY(CAST(:types AS text[]))" if types else ""
+        type_filter="AND m.type = ANY(CAST(:types AS text[]))" if types else "",
+        tag_filter=tags.sql("m") if tags else "",
     )
+
+
+def _scope_params(types: Sequence[str] | None, tags: TagFilter | None) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if types:
+        params["types"] = list(types)
+    if tags:
+        params["tags"] = list(tags.tags)
+    return params
 
 
 def _memory_valid(alias: str, when: TimeFilter) -> str:
@@ -160,7 +192,11 @@ NO_TIME_FILTER = TimeFilter()
 
 
 def _source_filter(
-    memories: bool, messages: bool, types: Sequence[str] | None, when: TimeFilter
+    memories: bool,
+    messages: bool,
+    types: Sequence[str] | None,
+    when: TimeFilter,
+    tags: TagFilter | None = None,
 ) -> str | None:
     """Which postings rows may be returned: visible memories, messages, within the time filter."""
     parts = []
@@ -174,7 +210,7 @@ def _source_filter(
     if memories:
         parts.append(
             "(s.source = 0 AND EXISTS (SELECT 1 FROM memory_items AS m "
-            f"WHERE m.id = s.item_id AND {_memory_visible(types)}{when.sql('m')}"
+            f"WHERE m.id = s.item_id AND {_memory_visible(types, tags)}{when.sql('m')}"
             f"{_memory_valid('m', when)}))"
         )
     return " OR ".join(parts) if parts else None
@@ -307,14 +343,16 @@ class RetrievalRepository:
         k1: float,
         b: float,
         when: TimeFilter = NO_TIME_FILTER,
+        tags: TagFilter | None = None,
     ) -> KeywordHits:
         """Top items by BM25 (per-user document frequencies) over any of the query's lexemes."""
         rows = await self._bm25(
-            user_id, query, limit, memories, messages, types, k1, b, when, expansion=None
+            user_id, query, limit, memories, messages, types, k1, b, when, tags, expansion=None
         )
         scores = {(Source(r.source), r.item_id): float(r.score) for r in rows}
+        plain = {(Source(r.source), r.item_id): float(r.plain) for r in rows}
         max_score = float(rows[0].max_score) if rows else 0.0
-        return KeywordHits(scores, max_score)
+        return KeywordHits(scores, max_score, plain=plain)
 
     async def expansion(
         self,
@@ -331,13 +369,14 @@ class RetrievalRepository:
         k1: float,
         b: float,
         when: TimeFilter = NO_TIME_FILTER,
+        tags: TagFilter | None = None,
     ) -> dict[tuple[Source, uuid.UUID], float]:
         """BM25 of the items over the seeds' rarest lexemes the query lacks (one PRF round)."""
         if not seeds or terms <= 0:
             return {}
         expansion = {"seeds": list(seeds), "terms": terms, "min_df": min_df}
         rows = await self._bm25(
-            user_id, query, limit, memories, messages, types, k1, b, when, expansion=expansion
+            user_id, query, limit, memories, messages, types, k1, b, when, tags, expansion=expansion
         )
         return {(Source(r.source), r.item_id): float(r.score) for r in rows}
 
@@ -352,11 +391,12 @@ class RetrievalRepository:
         k1: float,
         b: float,
         when: TimeFilter,
+        tags: TagFilter | None,
         *,
         expansion: dict[str, Any] | None,
     ) -> Sequence[Any]:
         """Run the BM25 statement over the query's lexemes, or over the expansion terms."""
-        source_filter = _source_filter(memories, messages, types, when)
+        source_filter = _source_filter(memories, messages, types, when, tags)
         if source_filter is None:
             return []
         sql = text(
@@ -369,14 +409,14 @@ class RetrievalRepository:
         params: dict[str, Any] = {
             "user_id": user_id,
             "query": query,
+            "names": " ".join(query_names(query)),
             "limit": limit,
             "k1": k1,
             "b": b,
             **when.params(),
             **(expansion or {}),
+            **_scope_params(types, tags),
         }
-        if types:
-            params["types"] = list(types)
         return (await self.session.execute(sql, params)).all()
 
     async def set_vector_search(
@@ -423,6 +463,7 @@ class RetrievalRepository:
         model: str,
         when: TimeFilter = NO_TIME_FILTER,
         passage_weight: float = 0.0,
+        tags: TagFilter | None = None,
     ) -> dict[tuple[Source, uuid.UUID], float]:
         """Top items by cosine similarity, per source.
 
@@ -447,14 +488,13 @@ class RetrievalRepository:
             "q": vector_literal(embedding),
             "limit": limit,
             **when.params(),
+            **_scope_params(types, tags),
         }
-        if types:
-            params["types"] = list(types)
         params["model"] = model
         statements: list[tuple[Source, str]] = []
         # Vectors of another model (mid re-embed) live in another space: never compare them.
         if memories:
-            visible = _memory_visible(types).replace("m.", "t.")
+            visible = _memory_visible(types, tags).replace("m.", "t.")
             statements.append(
                 (
                     Source.MEMORY,

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Literal
 
-Fusion = Literal["convex", "rrf"]
+Fusion = Literal["convex", "rrf", "learned"]
 Normalisation = Literal["minmax", "max", "zscore"]
 
 
@@ -86,6 +86,10 @@ class RetrievalPreset:
     prf_terms: int = 10
     prf_min_df: int = 2
     prf_weight: float = 0.3
+    # Recency (issues 28 and 29): score = (1 - w) x relevance + w x exp(-age_days / half_life),
+    # the reported relevance and the order; a request's `recency` overrides w (0 = off).
+    recency_weight: float = 0.0
+    recency_half_life_days: float = 30.0
 
     def as_params(self) -> dict[str, object]:
         """Flat name -> value, for logs and MLflow."""
@@ -95,10 +99,27 @@ class RetrievalPreset:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
-DEFAULT = RetrievalPreset(name="default")
+# Today's ranking before issue 29: min-max convex fusion, calibrated noisy-OR relevance.
+CONVEX = RetrievalPreset(name="convex")
+# Issue 29: the learned relevance model orders and calibrates (app/retrieval/relevance.py).
+# The stages multiply the model's odds; their strengths were re-chosen on that scale in a
+# replay of both halves of the LoCoMo development set (docs/retrieval.md).
+# vector_floor is its evidence floor: a candidate without a keyword match on a non-name word
+# and with a cosine at or under it is not returned (the golden set's unrelated stores).
+LEARNED = CONVEX.with_(
+    name="learned",
+    fusion="learned",
+    speaker_boost=3.0,
+    answer_weight=2.0,
+    time_boost=3.0,
+    vector_floor=0.25,
+)
+DEFAULT = LEARNED.with_(name="default")
 
 PRESETS: dict[str, RetrievalPreset] = {
     "default": DEFAULT,
+    "convex": CONVEX,
+    "learned": LEARNED,
     "keyword_only": DEFAULT.with_(name="keyword_only", use_vector=False),
     "vector_only": DEFAULT.with_(name="vector_only", use_keyword=False),
     # The ranking without the time preference (what a caller who wants no date reading gets).

@@ -10,6 +10,14 @@ from typing import Generic, TypeVar
 from app.retrieval.dates import TimeWindow
 from app.retrieval.fusion import convex, max_scaled, min_max, rrf, z_scored
 from app.retrieval.presets import RetrievalPreset
+from app.retrieval.relevance import (
+    RelevanceModel,
+    blend,
+    features,
+    load_model,
+    odds,
+    probability_of,
+)
 
 K = TypeVar("K", bound=Hashable)
 
@@ -57,8 +65,16 @@ def rank(
     cosines: Mapping[K, float],
     preset: RetrievalPreset,
     expansion: Mapping[K, float] | None = None,
+    plain: Mapping[K, float] | None = None,
+    model: RelevanceModel | None = None,
+    has_names: bool = False,
 ) -> list[Ranked[K]]:
     """Fuse the two arms and calibrate; items with no signal at all are dropped.
+
+    fusion "learned": the relevance model's probability is the relevance, and its odds the
+    ranking score (the later stages multiply odds; `finalise` turns them back into the
+    relevance the caller sees, so order and reported relevance agree). `plain` is the BM25 over
+    the question's non-name lexemes; `has_names`: the question names someone.
 
     `expansion` (pseudo-relevance feedback BM25) adds `preset.prf_weight` of its score to the
     keyword arm's ranking score; the calibrated relevance stays the query's own.
@@ -83,6 +99,18 @@ def rank(
         if kw_rel.get(k, 0.0) > 0 or vec_rel.get(k, 0.0) > 0
     ]
 
+    if preset.fusion == "learned":
+        return _learned(
+            keyword_scores,
+            max_bm25,
+            cosines,
+            preset,
+            kw_rel,
+            vec_rel,
+            plain or {},
+            model or load_model(),
+            has_names,
+        )
     if expansion:
         keyword_scores = {
             k: keyword_scores.get(k, 0.0) + preset.prf_weight * expansion.get(k, 0.0)
@@ -113,6 +141,84 @@ def rank(
     results = [r for r in results if r.relevance > 0.0]
     results.sort(key=lambda r: (-r.fused, -r.relevance))
     return results
+
+
+def _learned(
+    keyword_scores: Mapping[K, float],
+    max_bm25: float,
+    cosines: Mapping[K, float],
+    preset: RetrievalPreset,
+    kw_rel: Mapping[K, float],
+    vec_rel: Mapping[K, float],
+    plain: Mapping[K, float],
+    model: RelevanceModel,
+    has_names: bool,
+) -> list[Ranked[K]]:
+    """The candidates with evidence of their own, scored by the relevance model (see `rank`).
+
+    Evidence: a keyword match on a word that is not a name, or a cosine above the preset's
+    `vector_floor`. The model orders candidates relative to each other and was fitted on
+    stores where every question is about the user; the floor is what keeps a store of
+    unrelated items from answering a question about nothing in it (as in the convex preset).
+    """
+    x = features(keyword_scores, plain, max_bm25, cosines, has_names, model.neutral_cosine_z)
+    results = []
+    for k, row in x.items():
+        if plain.get(k, keyword_scores.get(k, 0.0)) <= 0.0 and vec_rel.get(k, 0.0) <= 0.0:
+            continue
+        p = model.probability(row)
+        results.append(
+            Ranked(
+                key=k,
+                fused=odds(p),
+                relevance=model.relevance(p),
+                keyword=kw_rel.get(k, 0.0),
+                semantic=vec_rel.get(k, 0.0),
+            )
+        )
+    results.sort(key=lambda r: (-r.fused, -r.relevance))
+    return results
+
+
+def finalise(
+    ranked: list[Ranked[K]],
+    preset: RetrievalPreset,
+    ages_days: Mapping[K, float],
+    recency_weight: float,
+    model: RelevanceModel | None = None,
+) -> list[Ranked[K]]:
+    """The last step of the ranking: what the caller sees, in the order it sees it.
+
+    Learned fusion: relevance becomes the probability of the final odds (after the stages) on
+    the model's reporting scale (`RelevanceModel.relevance`), so the items come in the order
+    of the relevance they report. Then the recency blend (issue 28):
+    score = (1 - w) * relevance + w * exp(-age_days / half_life), the reported relevance and
+    the order both (w = 0: unchanged). An item without an age keeps its relevance x (1 - w).
+    """
+    learned = preset.fusion == "learned"
+    if not learned and recency_weight <= 0.0:
+        return ranked
+    scale = (model or load_model()).relevance if learned else None
+    out = []
+    for r in ranked:
+        relevance = scale(probability_of(r.fused)) if scale else r.relevance
+        age = ages_days.get(r.key)
+        if recency_weight > 0.0:
+            half_life = preset.recency_half_life_days
+            relevance = (
+                blend(relevance, age, recency_weight, half_life)
+                if age is not None
+                else (1.0 - recency_weight) * relevance
+            )
+        # today's fusion orders by its fused score: the blend moves that the same way
+        fused = (
+            relevance
+            if learned
+            else blend(r.fused, age or 0.0, recency_weight, preset.recency_half_life_days)
+        )
+        out.append(Ranked(r.key, fused, relevance, r.keyword, r.semantic))
+    out.sort(key=lambda r: (-r.fused, -r.relevance))
+    return out
 
 
 def apply_thresholds(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Literal
 
 from app.config import Settings
 from app.retrieval.presets import get_preset
@@ -45,6 +46,9 @@ def query_request(
     time_from: datetime | None = None,
     time_to: datetime | None = None,
     as_of: datetime | None = None,
+    tags: Sequence[str] | None = None,
+    tags_match: Literal["any", "all"] = "any",
+    recency: float | None = None,
 ) -> QueryRequest:
     """A query request: what the caller chose, the configured defaults for what it left out
     (limit PGRECALL_MAX_RESULTS, PGRECALL_MIN_RELEVANCE, both sources, every type)."""
@@ -59,4 +63,7 @@ def query_request(
         time_from=time_from,
         time_to=time_to,
         as_of=as_of,
+        tags=tuple(tags) if tags else None,
+        tags_match=tags_match,
+        recency=recency,
     )

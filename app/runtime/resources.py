@@ -20,6 +20,7 @@ from app.runtime.query import query_config
 from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig, QueryService
+from app.services.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,10 @@ class Resources:
     # Per-user API keys (table api_keys), looked up by hash through a short in-process cache.
     keys: KeyAuthenticator
     write_rate_limit_per_minute: int = 0
+    # PGRECALL_MAX_ENTRIES_PER_USER: save_memory evicts beyond it (0 = no cap).
+    max_entries_per_user: int = 0
+    # Stamps the memories query_memory returned, after answering (None: not recorded).
+    usage: UsageRecorder | None = None
     # LLM extraction (PGRECALL_EXTRACTION=llm): stored user turns are queued for it. The
     # pipeline itself is the app's (app.main starts it), not a resource every door shares.
     extract_turns: bool = False
@@ -66,6 +71,7 @@ def query_service(resources: Resources) -> QueryService:
         resources.cache,
         resources.query_config,
         slots=resources.query_slots,
+        usage=resources.usage,
     )
 
 
@@ -104,6 +110,8 @@ def resources_from(
         query_slots=asyncio.Semaphore(max(1, query_slots or settings.db_pool_size)),
         keys=KeyAuthenticator(sessionmaker, ttl_s=settings.key_cache_ttl_s),
         write_rate_limit_per_minute=settings.write_rate_limit_per_minute,
+        max_entries_per_user=settings.max_entries_per_user,
+        usage=UsageRecorder(sessionmaker),
         extract_turns=settings.extraction == ExtractionMode.LLM,
         extraction_default_on=settings.extraction_default,
         summary_tokens=(
@@ -129,6 +137,7 @@ async def open_resources(
     )
     cache = Cache.from_url(settings.redis_url)
     the_embedder: Embedder | None = None
+    resources: Resources | None = None
     try:
         await warn_unless_rls_binds(engine)
         if not cache.enabled:
@@ -141,8 +150,11 @@ async def open_resources(
         if not settings.auth_enabled:
             log.warning("no PGRECALL_API_KEY: authentication is off (listening on loopback only)")
         embeddings = EmbeddingService(the_embedder, cache if cache.enabled else None)
-        yield resources_from(settings, create_sessionmaker(engine), embeddings, cache)
+        resources = resources_from(settings, create_sessionmaker(engine), embeddings, cache)
+        yield resources
     finally:
+        if resources is not None and resources.usage is not None:
+            await resources.usage.drain()  # the usage data of answers already given
         await cache.aclose()
         close = getattr(the_embedder, "aclose", None)
         if close is not None and embedder is None:

@@ -8,7 +8,14 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from app.schemas.common import NON_BLANK_SCHEMA, Timestamp, check_non_blank, json_float, json_int
+from app.schemas.common import (
+    NON_BLANK_SCHEMA,
+    Tags,
+    Timestamp,
+    check_non_blank,
+    json_float,
+    json_int,
+)
 from app.schemas.memory import MemoryType, Query
 
 # A saved memory is a short statement, not a document: 4000 characters is ~1000 tokens, the
@@ -44,6 +51,11 @@ class SaveMemoryArgs(BaseModel):
         default=None,
         description="id of one of the user's memories this one replaces: it stops being "
         "returned and stays in the new memory's history",
+    )
+    tags: Tags | None = Field(
+        default=None,
+        description='short labels to filter by later (query_memory\'s tags), e.g. ["work"]; '
+        "a replacement keeps the old memory's tags unless given",
     )
 
 
@@ -103,6 +115,7 @@ class MemoryOut(BaseModel):
     valid_from: datetime
     valid_to: datetime | None = Field(description="when it stopped being true (superseded)")
     supersedes_id: uuid.UUID | None = Field(description="the earlier version it replaced")
+    tags: list[str] = []
 
 
 class MemoryHistory(BaseModel):
@@ -125,6 +138,12 @@ class SaveMemoryResult(BaseModel):
     )
     superseded: uuid.UUID | None = Field(
         default=None, description="the memory the new one replaced (now in its history)"
+    )
+    evicted: list[MemoryOut] = Field(
+        default=[],
+        description="memories the user's cap (PGRECALL_MAX_ENTRIES_PER_USER) soft-deleted to "
+        "make room: the least valuable (lowest importance, least recently retrieved, oldest); "
+        "an admin can restore them",
     )
 
 

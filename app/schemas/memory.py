@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from app.models.base import MemoryType
 from app.schemas.common import (
     NON_BLANK_SCHEMA,
+    Tags,
     Timestamp,
     check_non_blank,
     json_float,
@@ -65,7 +66,30 @@ Sources = Annotated[
 ]
 
 
-class QueryMemoryArgs(TimeFilters):
+RECENCY_DESCRIPTION = (
+    "How much newer items are preferred, 0 to 1: score = (1 - recency) x relevance + recency x "
+    "exp(-age_days / 30) (default: the service's)"
+)
+Recency = json_float(ge=0.0, le=1.0) | None
+
+
+TagsMatch = Literal["any", "all"]
+TAG_FIELDS = {
+    "tags": "Only memories carrying these tags (past messages have none, so a tag filter "
+    "returns memory items only)",
+    "tags_match": "any (default): at least one of the tags; all: every one of them",
+}
+FilterTags = Annotated[Tags | None, Field(min_length=1)]
+
+
+class TagFilter(BaseModel):
+    """The tag filter shared by both query contracts (scoped by user like everything else)."""
+
+    tags: FilterTags = Field(default=None, description=TAG_FIELDS["tags"])
+    tags_match: TagsMatch = Field(default="any", description=TAG_FIELDS["tags_match"])
+
+
+class QueryMemoryArgs(TagFilter, TimeFilters):
     """The agent tool's arguments (Memory v1 tool contract)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -74,6 +98,7 @@ class QueryMemoryArgs(TimeFilters):
     )
     types: Types = Field(default=None, description="Filter to specific memory types")
     sources: Sources = Field(default=None, description="Restrict to memory items or past messages")
+    recency: Recency = Field(default=None, description=RECENCY_DESCRIPTION)
 
 
 class ToolMemory(BaseModel):
@@ -89,6 +114,10 @@ class ToolMetadata(BaseModel):
     count: int
     truncated: bool
     token_count: int
+    # How sure the service is that the store answers the question: the best relevance of any
+    # candidate (returned or not); `supported` is false when none reached the service's floor.
+    confidence: float = 0.0
+    supported: bool = False
     error: str | None = None
     degraded: str | None = None
     rate_limited: bool = False
@@ -100,7 +129,7 @@ class QueryMemoryResult(BaseModel):
     formatted: str = Field(description="the memories as a delimited block for a prompt")
 
 
-class MemoryQueryRequest(TimeFilters):
+class MemoryQueryRequest(TagFilter, TimeFilters):
     """The internal retrieval contract (Memory v1 MemoryQueryRequest)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -110,6 +139,7 @@ class MemoryQueryRequest(TimeFilters):
     sources: Sources = None
     min_score: json_float(ge=0.0, le=1.0) = 0.3
     token_budget: json_int(ge=1, le=100_000) | None = None
+    recency: Recency = Field(default=None, description=RECENCY_DESCRIPTION)
 
 
 class MemoryItemOut(BaseModel):

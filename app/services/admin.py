@@ -31,6 +31,7 @@ def memory_input(row: AdminMemoryCreate) -> MemoryInput:
         expires_at=row.expires_at,
         source=row.source,
         metadata=row.metadata,
+        tags=tuple(row.tags),
     )
 
 
@@ -107,6 +108,7 @@ class AdminMemoryService:
             metadata=row.metadata,
             observed_at=row.created_at,
             observed_field="body.created_at",
+            tags=row.tags if "tags" in fields else None,
         )
         invalidate_after_commit(self.session, self.cache, row.user_id)
         return done.new
@@ -152,6 +154,7 @@ class AdminMemoryService:
                 importance=changes.importance,
                 expires_at=changes.expires_at if "expires_at" in fields else item.expires_at,
                 metadata=dict(item.metadata_),
+                tags=changes.tags,
             )
             return done.new
         values: dict[str, Any] = {}
@@ -161,13 +164,15 @@ class AdminMemoryService:
             values["importance"] = changes.importance
         if "expires_at" in fields:
             values["expires_at"] = changes.expires_at
+        if changes.tags is not None:
+            values["tags"] = list(changes.tags)
         return await self._write(user_id, item_id, values)
 
     async def replace(self, item: MemoryItem, row: AdminMemoryCreate, vector: Any) -> MemoryItem:
         """Overwrite a memory with a near-duplicate row whose vector is already computed."""
         values = await self._content_values(item, row.content, vector)
         values["type"] = row.type
-        for name in ("importance", "expires_at", "source"):
+        for name in ("importance", "expires_at", "source", "tags"):
             if name in row.model_fields_set:
                 values[name] = getattr(row, name)
         return await self._write(item.user_id, item.id, values)

@@ -25,6 +25,7 @@ from app.errors import ConflictError, NotFoundError
 from app.models import MemoryItem
 from app.repositories.agent_memory import RATING_ORIGIN, AgentMemoryRepository
 from app.repositories.memory import MemoryRepository
+from app.repositories.usage import UsageRepository
 from app.retrieval.budget import pack
 from app.schemas.agent import MemoryOut, SaveMemoryResult
 from app.services.admin import AdminMemoryService
@@ -34,6 +35,7 @@ from app.services.memory import MemoryInput, MemoryService, content_hash
 from app.services.query import QueryItem, QueryRequest, QueryResult, QueryService
 from app.services.seed import NEAR_DUPLICATE_COSINE
 from app.services.supersession import SupersessionService
+from app.services.usage import evict_over_cap
 
 SAVE_ORIGIN = "save_memory"
 # With a time range, the range is applied to this many ranked messages (see search_messages).
@@ -45,6 +47,8 @@ class Saved:
     item: MemoryItem
     action: str  # added | updated | unchanged | restored
     superseded: uuid.UUID | None = None
+    # Soft-deleted by the per-user cap to make room for this one (restorable by an admin).
+    evicted: tuple[MemoryItem, ...] = ()
 
     def result(self) -> SaveMemoryResult:
         """The save_memory answer, the same through HTTP and MCP."""
@@ -52,6 +56,7 @@ class Saved:
             memory=MemoryOut.model_validate(self.item),
             action=self.action,  # type: ignore[arg-type]
             superseded=self.superseded,
+            evicted=[MemoryOut.model_validate(m) for m in self.evicted],
         )
 
 
@@ -72,13 +77,16 @@ class AgentMemoryService:
         cache: Cache | None = None,
         *,
         write_limit_per_minute: int = 0,
+        max_entries: int = 0,
     ) -> None:
         """With `cache`, every write is admitted against the user's write limit first and drops
-        the user's cached query results once the transaction commits."""
+        the user's cached query results once the transaction commits. `max_entries` > 0 caps
+        the user's live memories: a save beyond it evicts (app/services/usage.py order)."""
         self.session = session
         self.embeddings = embeddings
         self.cache = cache
         self.write_limit_per_minute = write_limit_per_minute
+        self.max_entries = max_entries
         self.repo = AgentMemoryRepository(session)
         self.memories = MemoryRepository(session)
         self.admin = AdminMemoryService(session, embeddings)
@@ -92,11 +100,32 @@ class AgentMemoryService:
         importance: float | None = None,
         expires_at: datetime | None = None,
         supersedes: uuid.UUID | None = None,
+        tags: Sequence[str] | None = None,
     ) -> Saved:
         """Store a memory. An identical valid one of the user is reused (or restored); one
         that replaces a memory - named by `supersedes`, or the user's nearest valid memory at
-        cosine >= NEAR_DUPLICATE_COSINE - supersedes it (closed, kept as history)."""
+        cosine >= NEAR_DUPLICATE_COSINE - supersedes it (closed, kept as history). A memory
+        added or restored beyond the user's cap evicts the least valuable others."""
         await self._write(user_id)
+        if self.max_entries > 0:
+            # Count and evict under the user's lock: two concurrent saves cannot both see room.
+            await UsageRepository(self.session).lock_user(user_id)
+        saved = await self._save(user_id, content, type, importance, expires_at, supersedes, tags)
+        if saved.action in ("added", "restored") and self.max_entries > 0:
+            evicted = await evict_over_cap(self.session, user_id, self.max_entries, saved.item.id)
+            return replace(saved, evicted=tuple(evicted))
+        return saved
+
+    async def _save(
+        self,
+        user_id: str,
+        content: str,
+        type: str,
+        importance: float | None,
+        expires_at: datetime | None,
+        supersedes: uuid.UUID | None,
+        tags: Sequence[str] | None,
+    ) -> Saved:
         digest = content_hash(content)
         # Embedded before the lock (the slow part runs in parallel), then one save of this user
         # at a time: parallel saves would each pick the same nearest memory to replace.
@@ -111,9 +140,10 @@ class AgentMemoryService:
                 if existing.deleted_at is None and not expired:
                     return Saved(existing, "unchanged")
                 # A forgotten or expired copy of the same text: the new statement brings it back.
-                restored = await self.admin.repo.update(
-                    user_id, existing.id, {"deleted_at": None, "expires_at": expires_at}
-                )
+                values = {"deleted_at": None, "evicted_at": None, "expires_at": expires_at}
+                if tags is not None:
+                    values["tags"] = list(tags)
+                restored = await self.admin.repo.update(user_id, existing.id, values)
                 if restored is None:  # purged by a concurrent transaction
                     raise NotFoundError("memory not found")
                 return Saved(restored, "restored")
@@ -136,6 +166,7 @@ class AgentMemoryService:
                 source_message_id=None,
                 metadata=metadata,
                 vector=vector,
+                tags=tags,
             )
             return Saved(done.new, "updated", supersedes)
         item = MemoryInput(
@@ -146,6 +177,7 @@ class AgentMemoryService:
             expires_at=expires_at,
             source="agent",
             metadata=metadata,
+            tags=tuple(tags or ()),
         )
         created = await MemoryService(self.session, self.embeddings).store([item], [vector])
         stored = await self.memories.get(user_id, created[0]) if created else None

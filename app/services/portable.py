@@ -100,6 +100,9 @@ def memory_line(m: MemoryItem, embeddings: bool) -> dict[str, Any]:
         supersedes_id=m.supersedes_id,
         metadata=m.metadata_,
         embedding_model=m.embedding_model,
+        tags=list(m.tags),
+        last_retrieved_at=m.last_retrieved_at,
+        times_retrieved=m.times_retrieved,
     )
     out = line.model_dump(mode="json", exclude={"embedding"})
     if embeddings:
@@ -386,6 +389,9 @@ async def import_export(
                 "metadata_": item.metadata,
                 "embedding": vec,
                 "embedding_model": model,
+                "tags": list(item.tags),
+                "last_retrieved_at": item.last_retrieved_at,
+                "times_retrieved": item.times_retrieved,
             }
         )
     await repo.insert_memories(memory_rows)

@@ -42,8 +42,12 @@ def context_line(item: QueryItem) -> str:
     return f"{item.type} stored {when}" + (f", from {item.source}" if item.source else "")
 
 
-def tool_answer(result: QueryResult) -> QueryMemoryResult:
-    """The agent tool's answer to a query, the same through every front door (HTTP, MCP)."""
+def tool_answer(result: QueryResult, floor: float) -> QueryMemoryResult:
+    """The agent tool's answer to a query, the same through every front door (HTTP, MCP).
+
+    `floor` is the relevance the service requires (`min_relevance`): `supported` says whether
+    anything in the store reached it, so an agent can ask the user instead of guessing.
+    """
     memories = [
         ToolMemory(
             content=i.content,
@@ -64,6 +68,8 @@ def tool_answer(result: QueryResult) -> QueryMemoryResult:
             error=result.error,
             degraded=result.degraded,
             rate_limited=result.rate_limited,
+            confidence=result.confidence,
+            supported=bool(memories) and result.confidence >= floor,
         ),
         formatted=format_for_prompt(result.items),
     )

@@ -13,6 +13,7 @@ import json
 import logging
 import math
 import time
+import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -23,14 +24,23 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db import user_session
 from app.errors import EmbeddingError
 from app.repositories.maintenance import user_lists_for
-from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository, TimeFilter
+from app.repositories.retrieval import (
+    Candidate,
+    KeywordHits,
+    RetrievalRepository,
+    TagFilter,
+    TimeFilter,
+)
 from app.repositories.search_index import Source
 from app.retrieval.budget import pack
 from app.retrieval.dates import TimeWindow, parse_time_expression
+from app.retrieval.names import query_names
 from app.retrieval.presets import RetrievalPreset
+from app.retrieval.relevance import features, load_model
 from app.retrieval.rerank import rerank
 from app.retrieval.scoring import (
     apply_thresholds,
+    finalise,
     propagate,
     rank,
 )
@@ -40,6 +50,7 @@ if TYPE_CHECKING:
     from app.adapters.cache import Cache
     from app.retrieval.budget import Packed
     from app.retrieval.scoring import Ranked
+    from app.services.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("app.audit")
@@ -88,10 +99,20 @@ class QueryRequest:
     time_from: datetime | None = None
     time_to: datetime | None = None
     as_of: datetime | None = None
+    # Only memories with any (or all) of these tags; messages have none.
+    tags: tuple[str, ...] | None = None
+    tags_match: Literal["any", "all"] = "any"
+    # Recency weight w of this request (None: the preset's): score = (1 - w) x relevance
+    # + w x exp(-age_days / half_life).
+    recency: float | None = None
 
     @property
     def when(self) -> TimeFilter:
         return TimeFilter(self.time_from, self.time_to, self.as_of)
+
+    @property
+    def tag_filter(self) -> TagFilter | None:
+        return TagFilter(self.tags, self.tags_match == "all") if self.tags else None
 
 
 @dataclass(frozen=True)
@@ -126,6 +147,9 @@ class QueryResult:
     rate_limited: bool = False
     cached: bool = False
     query_truncated: bool = False
+    # The best relevance of any candidate, kept or not (0: nothing matched at all): how sure
+    # the service is that the store holds an answer.
+    confidence: float = 0.0
 
     def to_json(self) -> bytes:
         data = asdict(self)
@@ -152,6 +176,8 @@ class QueryTrace:
     bm25: dict[tuple[Source, Any], float] = field(default_factory=dict)  # raw keyword scores
     cosine: dict[tuple[Source, Any], float] = field(default_factory=dict)  # raw similarities
     ranked: list[Ranked[tuple[Source, Any]]] = field(default_factory=list)  # before thresholds
+    # the relevance model's inputs per candidate (app/retrieval/relevance.FEATURES)
+    features: dict[tuple[Source, Any], tuple[float, ...]] = field(default_factory=dict)
     kept: list[tuple[Source, Any]] = field(default_factory=list)  # passed both thresholds
     candidates: dict[tuple[Source, Any], Candidate] = field(default_factory=dict)
     packed: dict[tuple[Source, Any], Packed] = field(default_factory=dict)  # what the budget let in
@@ -176,6 +202,9 @@ def _cache_key(request: QueryRequest, preset: RetrievalPreset, budget: int) -> s
             request.time_from,
             request.time_to,
             request.as_of,
+            request.tags,
+            request.tags_match,
+            request.recency,
             # Relative time expressions ("yesterday") resolve against today's date.
             datetime.now(UTC).date() if request.as_of is None else None,
         ],
@@ -193,6 +222,7 @@ class QueryService:
         cache: Cache,
         config: QueryConfig,
         slots: asyncio.Semaphore | None = None,
+        usage: UsageRecorder | None = None,
     ) -> None:
         self.sessionmaker = sessionmaker
         self.embeddings = embeddings
@@ -200,9 +230,21 @@ class QueryService:
         self.config = config
         # Queries admitted to the database stage at once (each may hold two connections).
         self.slots = slots or asyncio.Semaphore(1_000_000)
+        # Notes which memories each answer returned; written after it (app/services/usage.py).
+        self.usage = usage
 
     async def query(self, request: QueryRequest, *, correlation_id: str = "-") -> QueryResult:
-        """Answer one query; never raises for database, Redis or embedder failures."""
+        """Answer one query; never raises for database, Redis or embedder failures. The
+        memories it returns get their usage stamped afterwards (with a UsageRecorder)."""
+        result = await self._answer(request, correlation_id)
+        if self.usage is not None:
+            self.usage.answered(
+                request.user_id,
+                (uuid.UUID(i.id) for i in result.items if i.source_kind == "memory"),
+            )
+        return result
+
+    async def _answer(self, request: QueryRequest, correlation_id: str) -> QueryResult:
         started = time.perf_counter()
         query_text = request.query
         query_cut = False
@@ -291,6 +333,7 @@ class QueryService:
                 with contextlib.suppress(asyncio.CancelledError):
                     await embedding
         result.retrieval_ms = int((time.perf_counter() - t0) * 1000)
+        result.confidence = round(max((r.relevance for r in ranked), default=0.0), 4)
 
         kept = apply_thresholds(
             ranked, request.min_score, preset.relative_cutoff, preset.cutoff_exempt_ranks
@@ -321,8 +364,8 @@ class QueryService:
         trace: QueryTrace | None = None,
     ) -> tuple[dict[tuple[Source, Any], Candidate], list[Any]]:
         memories = "memory" in request.sources
-        # Messages carry no memory type: a type filter restricts results to memory items.
-        messages = "message" in request.sources and not request.types
+        # Messages carry no memory type nor tags: either filter restricts results to memories.
+        messages = "message" in request.sources and not request.types and not request.tags
         n = max(preset.candidates, request.limit)
         # Both connections carry the request's user: row-level security backs up the predicates.
         async with (
@@ -351,7 +394,11 @@ class QueryService:
                         request, embedding, n, memories, messages, result, preset, items
                     ),
                 )
-            ranked = rank(hits.scores, hits.max_score, cosines, preset, hits.expansion)
+            has_names = bool(query_names(query))
+            ranked = rank(
+                hits.scores, hits.max_score, cosines, preset, hits.expansion,
+                plain=hits.plain, has_names=has_names,
+            )  # fmt: skip
             neighbours: dict[tuple[Source, Any], tuple[Any, Any]] = {}
             depth = max(request.limit * 3, 30, preset.rerank_depth)
             seeds: list[Any] = []
@@ -386,9 +433,20 @@ class QueryService:
             candidates = {k: fetched[k] for k in keep if k in fetched}
             if trace is not None:
                 trace.bm25, trace.cosine = hits.scores, cosines
+                trace.features = features(
+                    hits.scores,
+                    hits.plain or {},
+                    hits.max_score,
+                    cosines,
+                    has_names,
+                    load_model().neutral_cosine_z,
+                )
         window = time_preference(query, request, preset)
         ranked = rerank(ranked, candidates, neighbours, query, window, preset)
-        return candidates, ranked
+        now = request.as_of or datetime.now(UTC)
+        ages = {k: (now - c.created_at).total_seconds() / 86400 for k, c in candidates.items()}
+        weight = preset.recency_weight if request.recency is None else request.recency
+        return candidates, finalise(ranked, preset, ages, weight)
 
     @staticmethod
     async def _keyword_arm(
@@ -408,6 +466,7 @@ class QueryService:
             "memories": memories,
             "messages": messages,
             "types": request.types,
+            "tags": request.tag_filter,
             "k1": preset.bm25_k1,
             "b": preset.bm25_b,
             "when": request.when,
@@ -424,7 +483,7 @@ class QueryService:
             min_df=preset.prf_min_df,
             **scope,
         )
-        return KeywordHits(hits.scores, hits.max_score, expansion)
+        return KeywordHits(hits.scores, hits.max_score, expansion, hits.plain)
 
     async def _vector_arm(
         self,
@@ -492,6 +551,7 @@ class QueryService:
             memories=memories,
             messages=messages,
             types=request.types,
+            tags=request.tag_filter,
             exact=exact,
             model=self.embeddings.model,
             when=request.when,

@@ -40,6 +40,7 @@ def _agent(resources: Resources, session: AsyncSession) -> AgentMemoryService:
         resources.embeddings,
         resources.cache,
         write_limit_per_minute=resources.write_rate_limit_per_minute,
+        max_entries=resources.max_entries_per_user,
     )
 
 
@@ -55,10 +56,13 @@ async def query_memory(call: ToolCall, args: QueryMemoryArgs) -> QueryMemoryResu
             time_from=args.time_from,
             time_to=args.time_to,
             as_of=args.as_of,
+            tags=args.tags,
+            tags_match=args.tags_match,
+            recency=args.recency,
         ),
         correlation_id=call.correlation_id,
     )
-    return tool_answer(result)
+    return tool_answer(result, resources.query_config.min_relevance)
 
 
 async def save_memory(call: ToolCall, args: SaveMemoryArgs) -> SaveMemoryResult:
@@ -71,6 +75,7 @@ async def save_memory(call: ToolCall, args: SaveMemoryArgs) -> SaveMemoryResult:
             importance=args.importance,
             expires_at=args.expires_at,
             supersedes=args.supersedes,
+            tags=args.tags,
         )
         return saved.result()
 

@@ -156,12 +156,16 @@ def query_memory(
     types: Sequence[str] | None,
     sources: Sequence[str] | None,
     times: TimeFilters | None = None,
+    tags: Sequence[str] | None = None,
+    tags_match: str | None = None,
 ) -> Call[t.QueryMemoryResult]:
     body = drop_none(
         {
             "query": query,
             "types": list(types) if types is not None else None,
             "sources": list(sources) if sources is not None else None,
+            "tags": list(tags) if tags is not None else None,
+            "tags_match": tags_match,
         }
     ) | _time_filters(times)
     # A read: retrying it stores nothing twice.
@@ -178,6 +182,8 @@ def memory_query(
     min_score: float | None,
     token_budget: int | None,
     times: TimeFilters | None = None,
+    tags: Sequence[str] | None = None,
+    tags_match: str | None = None,
 ) -> Call[t.MemoryQueryResponse]:
     body = drop_none(
         {
@@ -187,6 +193,8 @@ def memory_query(
             "sources": list(sources) if sources is not None else None,
             "min_score": min_score,
             "token_budget": token_budget,
+            "tags": list(tags) if tags is not None else None,
+            "tags_match": tags_match,
         }
     ) | _time_filters(times)
     return Call(
@@ -200,6 +208,7 @@ def save_memory(
     importance: float | None,
     expires_at: datetime | None,
     supersedes: Ident | None,
+    tags: Sequence[str] | None = None,
 ) -> Call[t.SaveMemoryResult]:
     body = drop_none(
         {
@@ -208,6 +217,7 @@ def save_memory(
             "importance": importance,
             "expires_at": expires_at,
             "supersedes": supersedes,
+            "tags": list(tags) if tags is not None else None,
         }
     )
     # A repeat answers "unchanged", but one with `supersedes` finds the old memory gone (404):
@@ -239,26 +249,30 @@ def _address(namespace: Sequence[str], key: str) -> dict[str, Any]:
     return {"namespace": list(namespace), "key": key}
 
 
-def store_put(namespace: Sequence[str], key: str, value: Mapping[str, Any]) -> Call[t.StoreItem]:
-    return Call(
-        "PUT",
-        "/v1/store/items",
-        model(t.StoreItem),
-        json={**_address(namespace, key), "value": dict(value)},
-        idempotent=True,
-    )
+def store_put(
+    namespace: Sequence[str],
+    key: str,
+    value: Mapping[str, Any],
+    *,
+    index: bool = True,
+    ttl: float | None = None,
+) -> Call[t.StoreItem]:
+    body = {**_address(namespace, key), "value": dict(value), "index": index, "ttl": ttl}
+    return Call("PUT", "/v1/store/items", model(t.StoreItem), json=drop_none(body), idempotent=True)
 
 
 def _item_or_none(response: httpx.Response) -> t.StoreItem | None:
     return None if response.status_code == 404 else t.StoreItem.model_validate(response.json())
 
 
-def store_get(namespace: Sequence[str], key: str) -> Call[t.StoreItem | None]:
+def store_get(
+    namespace: Sequence[str], key: str, *, refresh_ttl: bool = False
+) -> Call[t.StoreItem | None]:
     return Call(
         "POST",
         "/v1/store/items:get",
         _item_or_none,
-        json=_address(namespace, key),
+        json={**_address(namespace, key), "refresh_ttl": refresh_ttl},
         idempotent=True,
         expect=frozenset({200, 404}),
     )
@@ -280,6 +294,8 @@ def store_search(
     filter_: Mapping[str, Any] | None,
     limit: int,
     offset: int,
+    *,
+    refresh_ttl: bool = False,
 ) -> Call[list[t.StoreItem]]:
     body = drop_none(
         {
@@ -288,6 +304,7 @@ def store_search(
             "filter": dict(filter_) if filter_ is not None else None,
             "limit": limit,
             "offset": offset,
+            "refresh_ttl": refresh_ttl,
         }
     )
     return Call(
@@ -297,6 +314,11 @@ def store_search(
         json=body,
         idempotent=True,
     )
+
+
+def store_sweep() -> Call[int]:
+    # Deleting what has expired twice deletes nothing more.
+    return Call("POST", "/v1/store/ttl:sweep", lambda r: int(r.json()["deleted"]), idempotent=True)
 
 
 def store_namespaces(

@@ -44,6 +44,8 @@ class AsyncClient(Base):
         sizing = pool(max_connections, http)
         self._http = http or httpx.AsyncClient(timeout=timeout, **sizing)
         self._sleep = sleep
+        self._timeout = timeout
+        self._max_connections = max_connections
 
     @classmethod
     def for_app(
@@ -86,6 +88,31 @@ class AsyncClient(Base):
             http=self._http,
             sleep=self._sleep,
         )
+
+    def _sibling(self) -> AsyncClient:
+        """A client with this one's settings and a connection pool of its own.
+
+        Connections belong to the event loop that opened them; a sibling is what another loop
+        (another thread, a later `asyncio.run`) uses. An in-process app (`for_app`) has no
+        connections, so its siblings share its transport.
+        """
+        transport = getattr(self._http, "_transport", None)
+        http: httpx.AsyncClient | None = None
+        if isinstance(transport, httpx.ASGITransport):
+            http = httpx.AsyncClient(transport=transport, base_url=self.base_url)
+        client = AsyncClient(
+            self.base_url,
+            user_id=self.user_id,
+            api_key=self.api_key,
+            admin_key=self.admin_key,
+            timeout=self._timeout,
+            retry=self.retry,
+            http=http,
+            max_connections=self._max_connections if http is None else None,
+            sleep=self._sleep,
+        )
+        client._owns_http = True
+        return client
 
     async def aclose(self) -> None:
         if self._owns_http:
@@ -180,9 +207,13 @@ class AsyncClient(Base):
         importance: float | None = None,
         expires_at: datetime | None = None,
         supersedes: Ident | None = None,
+        tags: Sequence[str] | None = None,
     ) -> t.SaveMemoryResult:
-        """The agent write tool: store a memory (a near-duplicate updates the stored one)."""
-        return await self._run(c.save_memory(content, type, importance, expires_at, supersedes))
+        """The agent write tool: store a memory (a near-duplicate updates the stored one);
+        `evicted` names what the user's cap soft-deleted to make room."""
+        return await self._run(
+            c.save_memory(content, type, importance, expires_at, supersedes, tags)
+        )
 
     async def forget_memory(self, memory_id: Ident) -> t.ForgetMemoryResult:
         """The agent tool: soft-delete one of the user's memories."""
@@ -249,9 +280,12 @@ class AsyncClient(Base):
         types: Sequence[str] | None = None,
         sources: Sequence[str] | None = None,
         times: TimeFilters | None = None,
+        tags: Sequence[str] | None = None,
+        tags_match: str | None = None,
     ) -> t.QueryMemoryResult:
-        """The agent tool: relevant memories and past turns, with a prompt-ready block."""
-        return await self._run(c.query_memory(query, types, sources, times))
+        """The agent tool: relevant memories and past turns, with a prompt-ready block
+        (`tags`: only memories with any of them, or all with tags_match="all")."""
+        return await self._run(c.query_memory(query, types, sources, times, tags, tags_match))
 
     async def memory_query(
         self,
@@ -263,10 +297,14 @@ class AsyncClient(Base):
         min_score: float | None = None,
         token_budget: int | None = None,
         times: TimeFilters | None = None,
+        tags: Sequence[str] | None = None,
+        tags_match: str | None = None,
     ) -> t.MemoryQueryResponse:
         """The internal retrieval contract: scores, references, timings."""
         return await self._run(
-            c.memory_query(query, limit, types, sources, min_score, token_budget, times)
+            c.memory_query(
+                query, limit, types, sources, min_score, token_budget, times, tags, tags_match
+            )
         )
 
     async def create_key(

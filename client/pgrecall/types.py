@@ -112,6 +112,7 @@ class AgentMemory(BaseModel):
     valid_from: datetime
     valid_to: datetime | None  # when it stopped being true (superseded)
     supersedes_id: uuid.UUID | None  # the earlier version it replaced
+    tags: list[str] = []
 
 
 class MemoryHistory(BaseModel):
@@ -126,6 +127,8 @@ class SaveMemoryResult(BaseModel):
     memory: AgentMemory
     action: Literal["added", "updated", "unchanged", "restored"]
     superseded: uuid.UUID | None = None
+    # memories the user's cap soft-deleted to make room (an admin can restore them)
+    evicted: list[AgentMemory] = []
 
 
 class ForgetMemoryResult(BaseModel):
@@ -154,6 +157,8 @@ class ToolMetadata(BaseModel):
     count: int
     truncated: bool
     token_count: int
+    confidence: float = 0.0  # the best relevance of any candidate, returned or not
+    supported: bool = False  # false: nothing reached the service's floor
     error: str | None = None
     degraded: str | None = None
     rate_limited: bool = False
@@ -234,6 +239,10 @@ class Memory(BaseModel):
     valid_from: datetime
     valid_to: datetime | None
     supersedes_id: uuid.UUID | None
+    tags: list[str]
+    last_retrieved_at: datetime | None  # when query_memory last returned it
+    times_retrieved: int  # how many answers of query_memory returned it
+    evicted_at: datetime | None  # when the per-user cap soft-deleted it (a restore clears it)
 
 
 class Duplicate(BaseModel):
@@ -271,6 +280,8 @@ class StoreItem(BaseModel):
     created_at: datetime
     updated_at: datetime
     score: float | None = None  # cosine similarity to the query
+    expires_at: datetime | None = None  # when the TTL ends
+    ttl: float | None = None  # the TTL in minutes, refreshed on reads
 
 
 class StoreItemPage(BaseModel):

@@ -111,8 +111,11 @@ def _timestamp(value: str | None) -> datetime | None:
 
 def _memory(raw: Mapping[str, Any]) -> GoldenMemory:
     return GoldenMemory(
-        content=raw["content"], type=raw["type"], importance=raw.get("importance"),
-        created_at=_timestamp(raw.get("created_at")), expires_at=_timestamp(raw.get("expires_at")),
+        content=raw["content"],
+        type=raw["type"],
+        importance=raw.get("importance"),
+        created_at=_timestamp(raw.get("created_at")),
+        expires_at=_timestamp(raw.get("expires_at")),
         deleted=bool(raw.get("deleted", False)),
     )
 
@@ -124,7 +127,9 @@ def _messages(raw: Sequence[Mapping[str, Any]]) -> tuple[GoldenMessage, ...]:
 def _case(raw: Mapping[str, Any]) -> GoldenCase:
     types = raw.get("types")
     return GoldenCase(
-        id=raw["id"], category=raw["category"], query=raw["query"],
+        id=raw["id"],
+        category=raw["category"],
+        query=raw["query"],
         types=tuple(types) if types else None,
         expected=tuple(raw["expected_retrievals"]),
         memories=tuple(_memory(m) for m in raw["setup_memories"]),
@@ -164,6 +169,9 @@ def load_golden(path: Path | str = DEFAULT_PATH) -> GoldenDataset:
     path = Path(path)
     data = json.loads(path.read_text(encoding="utf-8"))
     return GoldenDataset(
-        path=path, version=str(data["version"]), description=data.get("description", ""),
-        reference=_reference(data), cases=tuple(_case(c) for c in data["cases"]),
+        path=path,
+        version=str(data["version"]),
+        description=data.get("description", ""),
+        reference=_reference(data),
+        cases=tuple(_case(c) for c in data["cases"]),
     )

@@ -402,3 +402,10 @@ async def test_a_query_string_that_is_not_utf8_is_422_naming_it(
         headers={"Authorization": f"Bearer {ADMIN_KEY}"},
     )
     assert fine.status_code == 200, fine.text
+
+
+async def test_auth_off_a_non_key_bearer_token_says_why_the_user_is_missing(client) -> None:
+    response = await client.get("/v1/conversations", headers={"Authorization": "Bearer sk-123"})
+    assert response.status_code == 422
+    assert response.json()["fields"][0]["field"] == "header.X-User-Id"
+    assert "not a per-user key" in response.json()["detail"]

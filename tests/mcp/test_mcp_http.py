@@ -281,3 +281,36 @@ async def test_query_memory_has_time_filters_and_carries_the_correlation_id(
         if r.name == "app.audit" and r.getMessage() == "memory retrieval"
     ]
     assert logged and set(logged) == {correlation}
+
+
+async def test_tags_are_set_and_filtered_through_mcp(
+    make_client: Callable[..., Any], mcp_client: Callable[..., Any], user_id: str
+) -> None:
+    async with make_client() as (_, app):
+        token = (await make_key(app, user_id)).token
+        async with mcp_client(app, token) as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            properties = listed["query_memory"].input_schema["properties"]
+            assert properties["tags_match"]["enum"] == ["any", "all"]
+            assert "tags" in listed["save_memory"].input_schema["properties"]
+            work = await call(
+                client,
+                "save_memory",
+                content="The user's standup is at nine",
+                type="fact",
+                tags=["work", "calendar"],
+            )
+            assert work["memory"]["tags"] == ["work", "calendar"]
+            await call(
+                client, "save_memory", content="The user's yoga is at nine", type="fact",
+                tags=["health", "calendar"],
+            )  # fmt: skip
+            ask = "what is at nine?"
+            both = await call(client, "query_memory", query=ask, tags=["calendar"])
+            assert len(both["memories"]) == 2
+            one = await call(
+                client, "query_memory", query=ask, tags=["calendar", "work"], tags_match="all"
+            )
+            assert [m["id"] for m in one["memories"]] == [work["memory"]["id"]]
+            bad = await client.call_tool("query_memory", {"query": ask, "tags": ["Bad Tag"]})
+            assert bad.is_error and "tags" in str(bad.content)

@@ -47,9 +47,10 @@ from app.repositories.memory import MemoryRepository, NewMemory
 from app.repositories.passages import NewPassage, PassageRepository
 from app.repositories.portable import PortableRepository
 from app.repositories.purge import PurgeRepository
-from app.repositories.retrieval import RetrievalRepository, Source, TimeFilter
+from app.repositories.retrieval import RetrievalRepository, Source, TagFilter, TimeFilter
 from app.repositories.search_index import Document, SearchIndexRepository
 from app.repositories.store import StoreRepository
+from app.repositories.usage import UsageRepository
 from app.repositories.users import UserDirectoryRepository
 from bench.store import database
 from tests.sql_scope import copy_violations, violations
@@ -211,6 +212,9 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     await rec.call("ConversationRepository", "list", conversations.list(user, limit=5, offset=0))
     await rec.call("ConversationRepository", "touch", conversations.touch(conv.id, user))
     await rec.call(
+        "ConversationRepository", "set_goal", conversations.set_goal(user, conv.id, "a goal")
+    )
+    await rec.call(
         "ConversationRepository",
         "last_messages",
         conversations.last_messages(user, conv.id, 2),
@@ -267,6 +271,14 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     await rec.call("MemoryRepository", "get", memories.get(user, ids[0]))
     await rec.call("MemoryRepository", "set_deleted", memories.set_deleted(user, ids[2], True))
 
+    usage = UsageRepository(session)
+    await rec.call(
+        "UsageRepository", "record_retrievals", usage.record_retrievals(user, {ids[0]: 2}, now)
+    )
+    await rec.call("UsageRepository", "lock_user", usage.lock_user(user))
+    await rec.call("UsageRepository", "live_count", usage.live_count(user, now))
+    await rec.call("UsageRepository", "evict", usage.evict(user, 1, keep=ids[0], at=now))
+
     passages = PassageRepository(session)
     await rec.call(
         "PassageRepository",
@@ -296,7 +308,12 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     await rec.call("SearchIndexRepository", "sources", index.sources(user))
 
     retrieval = RetrievalRepository(session)
-    for types, time in ((None, TimeFilter()), (["fact"], when)):
+    # The second round adds every filter: types, a time window and tags (all, then any).
+    for types, time, tags in (
+        (None, TimeFilter(), None),
+        (["fact"], when, TagFilter(["work"], all_=True)),
+        (None, TimeFilter(), TagFilter(["work", "home"])),
+    ):
         for memories_on, messages_on in ((True, True), (True, False), (False, True)):
             await rec.call(
                 "RetrievalRepository",
@@ -311,6 +328,7 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
                     k1=1.2,
                     b=0.75,
                     when=time,
+                    tags=tags,
                 ),
             )
             await rec.call(
@@ -329,6 +347,7 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
                     k1=1.2,
                     b=0.75,
                     when=time,
+                    tags=tags,
                 ),
             )
         for exact, weight in ((True, 0.0), (False, 0.0), (True, 0.7), (False, 0.7)):
@@ -351,6 +370,7 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
                     model=LOCAL_MODEL_ID,
                     when=time,
                     passage_weight=weight,
+                    tags=tags,
                 ),
             )
         keys = [(Source.MEMORY, ids[0]), (Source.MESSAGE, stored[0].id)]
@@ -527,8 +547,10 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
         "metadata_": {"value": {"drink": "tea"}},
     }
     await rec.call("StoreRepository", "upsert", store.upsert(user, "prefs.food", "drink", fields))
-    await rec.call("StoreRepository", "get", store.get(user, "prefs.food", "drink"))
-    for value_filter in (None, {"drink": "tea"}):
+    got = await rec.call("StoreRepository", "get", store.get(user, "prefs.food", "drink"))
+    await rec.call("StoreRepository", "refresh_ttl", store.refresh_ttl(user, [got.id]))
+    await rec.call("StoreRepository", "sweep", store.sweep(user))
+    for value_filter in (None, {"drink": "tea"}, {"n": {"$gte": 1, "$ne": 3}}):
         await rec.call(
             "StoreRepository",
             "newest",

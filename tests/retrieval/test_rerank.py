@@ -125,10 +125,10 @@ def test_group_vote_lifts_items_of_a_conversation_that_matched_often() -> None:
 
 
 def test_expansion_moves_the_ranking_not_the_relevance() -> None:
-    from app.retrieval.presets import DEFAULT
+    from app.retrieval.presets import CONVEX
     from app.retrieval.scoring import rank
 
-    preset = DEFAULT.with_(prf_weight=1.0)
+    preset = CONVEX.with_(prf_weight=1.0)
     keyword = {"a": 2.0, "b": 1.0}
     plain = rank(keyword, 4.0, {}, preset)
     expanded = rank(keyword, 4.0, {}, preset, expansion={"b": 3.0, "z": 5.0})
@@ -187,8 +187,8 @@ def test_rerank_drops_rowless_items_and_runs_the_stages_the_preset_turns_on() ->
     question = "Which lens?"
     plain = rerank(ranked, rows, neighbours, question, None, PRESETS["baseline"])
     assert [r.key for r in plain] == ["q", "x", "a"]
-    staged = rerank(ranked, rows, neighbours, question, None, PRESETS["default"])
+    staged = rerank(ranked, rows, neighbours, question, None, PRESETS["convex"])
     assert [r.key for r in staged] == ["q", "a", "x"]  # the answer inherits 0.9 of 1.0
     assert {r.key: r.relevance for r in staged}["a"] == pytest.approx(0.9)
-    named = rerank(ranked, rows, neighbours, "What did Ben say?", None, PRESETS["default"])
+    named = rerank(ranked, rows, neighbours, "What did Ben say?", None, PRESETS["convex"])
     assert [r.key for r in named][:2] == ["a", "x"]  # Ben's turns first

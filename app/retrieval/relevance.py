@@ -1,0 +1,188 @@
+"""A learned relevance: the probability that an item answers the question.
+
+A logistic model over a few features of each candidate, all computed from what the two arms
+already return (no extra SQL): the cosine's gap to the question's best cosine, BM25 as a share
+of the ideal score, the same share over the question's words that are not names
+(app/retrieval/names.py), flags for a match on names alone and for an item that lacks the name
+the question asks about; plus two features of the question (its best cosine, and
+how far that stands above the other candidates) that only move the calibration. Fitted offline by
+`python -m eval.fit_relevance` (numpy, fixed data, cross-validated by user); the coefficients
+live in `relevance_model.json` beside this file and are loaded once. Pure.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import TypeVar
+
+K = TypeVar("K", bound=Hashable)
+
+MODEL_PATH = Path(__file__).with_name("relevance_model.json")
+
+# Item features order a question's candidates; query features (the same for every candidate of
+# a question) only move how sure the model is that the store answers the question at all.
+ITEM_FEATURES: tuple[str, ...] = (
+    "cosine_gap",  # the item's cosine - the best cosine among the question's candidates (<= 0)
+    "keyword",  # BM25 / the ideal document's BM25 (one holding every query lexeme)
+    "plain",  # the same over the question's lexemes that are not names
+    "name_only",  # 1: the item matched the question's names and nothing else
+    "name_missing",  # 1: the question names someone or something and the item does not
+    "keyword_top",  # BM25 / the best BM25 among the question's candidates
+)
+QUERY_FEATURES: tuple[str, ...] = (
+    "best_cosine",  # the best cosine among the question's candidates
+    "cosine_z",  # how far the best cosine stands above the others, in standard deviations
+)
+FEATURES: tuple[str, ...] = ITEM_FEATURES + QUERY_FEATURES
+MIN_SPREAD = 5  # cosines needed for cosine_z to mean something
+
+
+# The relevance the API reports keeps the spec's scale: its default floor (min_score,
+# PGRECALL_MIN_RELEVANCE) is 0.3.
+SPEC_FLOOR = 0.3
+
+
+@dataclass(frozen=True)
+class RelevanceModel:
+    """weights . features + bias -> logit of P(answers the question).
+
+    `floor_probability`: the probability chosen as the tool's operating point (the point of the
+    presence/abstention trade-off closest to both targets, docs/retrieval.md). The reported
+    relevance is p ** gamma with gamma such that this probability reports as SPEC_FLOOR: a
+    monotone map (order, 0 and 1 kept), so the spec's 0.3 floor is that operating point.
+    """
+
+    version: str
+    weights: tuple[float, ...]
+    bias: float
+    floor_probability: float = SPEC_FLOOR
+    # cosine_z of a question with fewer than MIN_SPREAD cosines, where a spread says nothing
+    # (a store of one or two items): the mean cosine_z of the fitting questions.
+    neutral_cosine_z: float = 0.0
+
+    @property
+    def gamma(self) -> float:
+        p = min(max(self.floor_probability, 1e-6), 1.0 - 1e-6)
+        return math.log(SPEC_FLOOR) / math.log(p)
+
+    def relevance(self, probability: float) -> float:
+        """The reported relevance of a probability (see the class)."""
+        return max(probability, 0.0) ** self.gamma
+
+    def logit(self, x: Sequence[float]) -> float:
+        return self.bias + sum(w * v for w, v in zip(self.weights, x, strict=True))
+
+    def probability(self, x: Sequence[float]) -> float:
+        z = self.logit(x)
+        # clipped so the odds stay finite (the stages multiply odds)
+        z = max(-30.0, min(30.0, z))
+        return 1.0 / (1.0 + math.exp(-z))
+
+    def to_json(self, extra: Mapping[str, object] | None = None) -> str:
+        body = {
+            "version": self.version,
+            "features": list(FEATURES),
+            "weights": {name: round(w, 6) for name, w in zip(FEATURES, self.weights, strict=True)},
+            "bias": round(self.bias, 6),
+            "floor_probability": round(self.floor_probability, 6),
+            "neutral_cosine_z": round(self.neutral_cosine_z, 6),
+            **(extra or {}),
+        }
+        return json.dumps(body, indent=2) + "\n"
+
+
+def parse_model(text: str) -> RelevanceModel:
+    """The model of a JSON document; ValueError when its features are not FEATURES."""
+    body = json.loads(text)
+    weights = body["weights"]
+    if list(body.get("features", [])) != list(FEATURES) or set(weights) != set(FEATURES):
+        raise ValueError(f"relevance model features {body.get('features')} != {list(FEATURES)}")
+    return RelevanceModel(
+        version=str(body["version"]),
+        weights=tuple(float(weights[name]) for name in FEATURES),
+        bias=float(body["bias"]),
+        floor_probability=float(body.get("floor_probability", SPEC_FLOOR)),
+        neutral_cosine_z=float(body.get("neutral_cosine_z", 0.0)),
+    )
+
+
+@cache
+def load_model(path: Path = MODEL_PATH) -> RelevanceModel:
+    """The committed model (read once per process)."""
+    return parse_model(path.read_text())
+
+
+def features(
+    keyword_scores: Mapping[K, float],
+    plain_scores: Mapping[K, float],
+    max_bm25: float,
+    cosines: Mapping[K, float],
+    has_names: bool,
+    neutral_z: float = 0.0,
+) -> dict[K, tuple[float, ...]]:
+    """FEATURES for every candidate of either arm, in FEATURES order.
+
+    An item the vector arm did not return gets the lowest cosine it returned (its own is at
+    most that); an item the keyword arm did not return matched no query lexeme (0).
+    `has_names`: the question names someone (app/retrieval/names.py). `neutral_z` is the
+    cosine_z of a question with fewer than MIN_SPREAD cosines.
+    """
+    keys = list({**keyword_scores, **cosines})
+    values = list(cosines.values())
+    floor = min(values, default=0.0)
+    best_cos = max(values, default=0.0)
+    mean = sum(values) / len(values) if values else 0.0
+    spread = math.sqrt(sum((v - mean) ** 2 for v in values) / len(values)) if values else 0.0
+    cosine_z = (best_cos - mean) / spread if spread > 1e-9 else 0.0
+    if len(values) < MIN_SPREAD:
+        cosine_z = neutral_z
+    best_bm25 = max(keyword_scores.values(), default=0.0)
+    ideal = max_bm25 if max_bm25 > 0.0 else 1.0
+    out: dict[K, tuple[float, ...]] = {}
+    for k in keys:
+        gap = cosines.get(k, floor) - best_cos
+        bm25 = keyword_scores.get(k, 0.0)
+        plain = plain_scores.get(k, bm25) if bm25 > 0.0 else 0.0
+        named = bm25 - plain > 1e-9  # some of its BM25 came from a name
+        pl = plain / ideal
+        out[k] = (
+            gap,
+            bm25 / ideal,
+            pl,
+            1.0 if named and plain <= 0.0 else 0.0,
+            1.0 if has_names and not named else 0.0,
+            bm25 / best_bm25 if best_bm25 > 0.0 else 0.0,
+            best_cos,
+            cosine_z,
+        )
+    return out
+
+
+def odds(probability: float) -> float:
+    """p / (1 - p): the ranking score of the learned preset (stages multiply it)."""
+    p = min(probability, 1.0 - 1e-9)
+    return p / (1.0 - p)
+
+
+def probability_of(odds_value: float) -> float:
+    return odds_value / (1.0 + odds_value) if odds_value > 0.0 else 0.0
+
+
+def recency(age_days: float, half_life_days: float) -> float:
+    """exp(-age / half_life): 1 for an item of today, 1/e after one half-life (issue 28's form)."""
+    if half_life_days <= 0.0:
+        return 0.0
+    return math.exp(-max(age_days, 0.0) / half_life_days)
+
+
+def blend(relevance: float, age_days: float, weight: float, half_life_days: float) -> float:
+    """(1 - w) * relevance + w * exp(-age_days / half_life): what issue 28 specifies for a
+    per-request recency weight w."""
+    if weight <= 0.0:
+        return relevance
+    return (1.0 - weight) * relevance + weight * recency(age_days, half_life_days)

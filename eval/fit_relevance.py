@@ -1,0 +1,533 @@
+"""`python -m eval.fit_relevance`: fit the relevance model (app/retrieval/relevance.py).
+
+1. Collect: load the labelled sets into a throwaway service (LoCoMo's development half as the
+   docs import it, and the curated development set: memories with their ages, questions with
+   their answer keys, questions with none), ask every question once through the service's own
+   ranking (`QueryService.explain`, min_score 0) and keep every candidate's features and label
+   (1: it answers the question). `--dump FILE` saves them, `--from-dump FILE` skips this step.
+2. Fit: L2-regularised logistic regression by Newton's method (numpy, deterministic). Every
+   question weighs the same within its set and each set weighs the same in total, so 760
+   LoCoMo questions do not drown 200 curated ones.
+3. Check: cross-validation by group (a LoCoMo conversation or a curated user is one group;
+   folds are fixed by a seeded shuffle): held-out AUC, first-place accuracy and, per threshold,
+   presence of an answer and abstention on questions without one.
+4. Write the model fitted on everything to app/retrieval/relevance_model.json (`--write`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from app.retrieval.relevance import FEATURES, ITEM_FEATURES, MODEL_PATH, RelevanceModel
+
+DEFAULT_LOCOMO = Path("../shared/datasets/locomo/locomo-dev.json")
+DEFAULT_CURATED = Path("eval/curated_dev.json")
+SEED = 29
+FOLDS = 5
+CALIBRATION_DEPTH = 5
+L2 = 1.0  # on the summed (weighted) log-loss of a set of unit total weight per set
+
+
+@dataclass
+class Question:
+    dataset: str  # "locomo" | "curated"
+    group: str  # conversation or user: the unit of cross-validation
+    qid: str
+    shape: str  # LoCoMo category or curated shape
+    x: np.ndarray  # candidates x features
+    y: np.ndarray  # 1 = answers the question
+    keys: tuple[str, ...] = ()  # the candidates' dialogue ids or memory keys (for replays)
+    query: str = ""
+
+
+# --------------------------------------------------------------------------- collect
+
+
+async def collect(
+    locomo: Path | None, curated: dict[str, Any] | None, samples: Sequence[str]
+) -> list[Question]:
+    from eval import locomo_run
+    from eval.harness import running_service
+    from eval.runner import eval_settings
+
+    questions: list[Question] = []
+    async with running_service(eval_settings(None)) as harness:
+        if curated is not None:
+            questions += await _collect_curated(harness, curated)
+        if locomo is not None:
+            conversations = locomo_run.load(locomo)
+            if samples:
+                conversations = [c for c in conversations if c.sample_id in samples]
+            id_to_dia = await locomo_run.load_into(harness, conversations)
+            for conv in conversations:
+                mapping = id_to_dia[conv.user_id]
+                for q in conv.questions:
+                    feats = await _explain(harness, conv.user_id, q.question)
+                    keys = list(feats)
+                    questions.append(
+                        Question(
+                            "locomo",
+                            conv.sample_id,
+                            f"{conv.sample_id}-q{q.qa_index}",
+                            str(q.category),
+                            np.array([feats[k] for k in keys], dtype=float).reshape(
+                                -1, len(FEATURES)
+                            ),
+                            np.array(
+                                [mapping.get(str(k[1])) in q.evidence for k in keys], dtype=float
+                            ),
+                            tuple(mapping.get(str(k[1]), "") for k in keys),
+                            q.question,
+                        )
+                    )
+    return questions
+
+
+async def _explain(harness: Any, user_id: str, query: str) -> dict[Any, tuple[float, ...]]:
+    from app.services.query import QueryRequest, QueryService
+
+    r = harness.resources
+    service = QueryService(r.sessionmaker, r.embeddings, r.cache, r.query_config)
+    _, trace = await service.explain(
+        QueryRequest(user_id=user_id, query=query, limit=50, min_score=0.0)
+    )
+    return trace.features
+
+
+async def _collect_curated(harness: Any, data: dict[str, Any]) -> list[Question]:
+    from app.services.memory import MemoryInput
+
+    now = datetime.now(UTC)
+    out: list[Question] = []
+    for user in data["users"]:
+        user_id = f"fit-{user['id']}"
+        memories = user["memories"]
+        ids = await harness.add_memories(
+            [
+                MemoryInput(
+                    user_id=user_id,
+                    content=m["content"],
+                    type=m["type"],
+                    importance=float(m.get("importance", 0.5)),
+                    created_at=now - timedelta(days=float(m.get("age_days", 0))),
+                    source="curated-dev",
+                )
+                for m in memories
+            ]
+        )
+        key_of = {str(i): m["key"] for i, m in zip(ids, memories, strict=True)}
+        for q in user["questions"]:
+            feats = await _explain(harness, user_id, q["query"])
+            keys = list(feats)
+            answers = set(q.get("answers", []))
+            out.append(
+                Question(
+                    "curated",
+                    user["id"],
+                    q["id"],
+                    q["shape"],
+                    np.array([feats[k] for k in keys], dtype=float).reshape(-1, len(FEATURES)),
+                    np.array([key_of.get(str(k[1])) in answers for k in keys], dtype=float),
+                    tuple(key_of.get(str(k[1]), "") for k in keys),
+                    q["query"],
+                )
+            )
+    return out
+
+
+def save(questions: Sequence[Question], path: Path) -> None:
+    rows = [
+        {
+            "dataset": q.dataset,
+            "group": q.group,
+            "qid": q.qid,
+            "shape": q.shape,
+            "x": q.x.round(6).tolist(),
+            "y": q.y.tolist(),
+            "keys": list(q.keys),
+            "query": q.query,
+        }
+        for q in questions
+    ]
+    path.write_text(json.dumps({"features": list(FEATURES), "questions": rows}))
+
+
+def load(path: Path) -> list[Question]:
+    body = json.loads(path.read_text())
+    if body["features"] != list(FEATURES):
+        raise SystemExit(f"{path}: features {body['features']} != {list(FEATURES)}: collect again")
+    return [
+        Question(
+            r["dataset"],
+            r["group"],
+            r["qid"],
+            r["shape"],
+            np.array(r["x"], dtype=float).reshape(-1, len(FEATURES)),
+            np.array(r["y"], dtype=float),
+            tuple(r.get("keys", ())),
+            r.get("query", ""),
+        )
+        for r in body["questions"]
+    ]
+
+
+# --------------------------------------------------------------------------- fit
+
+
+def _design(questions: Sequence[Question]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Stacked features, labels and weights: each question 1 / (questions in its set) in total."""
+    per_set: dict[str, int] = {}
+    for q in questions:
+        per_set[q.dataset] = per_set.get(q.dataset, 0) + 1
+    xs, ys, ws = [], [], []
+    for q in questions:
+        if len(q.y) == 0:
+            continue
+        xs.append(q.x)
+        ys.append(q.y)
+        ws.append(np.full(len(q.y), 1.0 / (per_set[q.dataset] * len(q.y))))
+    return np.vstack(xs), np.concatenate(ys), np.concatenate(ws)
+
+
+def fit(
+    questions: Sequence[Question], l2: float = L2, objective: str = "listwise"
+) -> RelevanceModel:
+    """The model: "pointwise" is a weighted logistic regression over candidates; "listwise"
+    ranks first (a softmax over each question's candidates: the likelihood that the answers
+    are picked from them) and then calibrates that score into a probability (a logistic
+    regression on the score alone, which keeps the order)."""
+    if objective == "pointwise":
+        return _pointwise(questions, l2)
+    w = _listwise(questions, l2)
+    w[len(ITEM_FEATURES) :] = 0.0  # the same for every candidate: they cannot order them
+    # Calibrated where the tool decides: on each question's first CALIBRATION_DEPTH candidates
+    # (all candidates would teach it mostly that the hundredth one is not the answer), on the
+    # ranking score and the question's own features.
+    scored = []
+    for q in questions:
+        if not len(q.y):
+            continue
+        s = q.x @ w
+        top = np.argsort(-s)[:CALIBRATION_DEPTH]
+        calib = np.hstack([s[top][:, None], q.x[top][:, len(ITEM_FEATURES) :]])
+        scored.append(Question(q.dataset, q.group, q.qid, q.shape, calib, q.y[top]))
+    platt = _pointwise(scored, l2)
+    a, query_weights = platt.weights[0], platt.weights[1:]
+    weights = [a * v for v in w[: len(ITEM_FEATURES)]] + list(query_weights)
+    return RelevanceModel("fitted", tuple(float(v) for v in weights), platt.bias)
+
+
+def _listwise(questions: Sequence[Question], l2: float) -> np.ndarray:
+    """argmin over w of the weighted sum over questions with an answer of
+    -log(sum_answers softmax(X w)) + l2/2 |w|^2, by damped Newton steps on its convex part."""
+    per_set: dict[str, int] = {}
+    usable = [q for q in questions if len(q.y) and q.y.sum() > 0]
+    for q in usable:
+        per_set[q.dataset] = per_set.get(q.dataset, 0) + 1
+    sets = len(per_set)
+    weight = {q.qid: 1.0 / (per_set[q.dataset] * sets) for q in usable}
+    d = usable[0].x.shape[1]
+    w = np.zeros(d)
+    lam = l2 * 1e-3
+
+    def loss_grad_hess(w: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+        loss, grad, hess = lam / 2 * w @ w, lam * w, lam * np.eye(d)
+        for q in usable:
+            s = q.x @ w
+            s = s - s.max()
+            p = np.exp(s) / np.exp(s).sum()
+            pos = q.y == 1
+            pi = np.where(pos, p, 0.0) / p[pos].sum()
+            c = weight[q.qid]
+            loss += c * -np.log(p[pos].sum())
+            grad += c * q.x.T @ (p - pi)
+            xc = q.x - p @ q.x
+            hess += c * (xc * p[:, None]).T @ xc
+        return float(loss), grad, hess
+
+    for _ in range(60):
+        loss, grad, hess = loss_grad_hess(w)
+        step = np.linalg.solve(hess + 1e-9 * np.eye(d), grad)
+        t = 1.0
+        while t > 1e-4 and loss_grad_hess(w - t * step)[0] > loss - 1e-4 * t * grad @ step:
+            t /= 2
+        w = w - t * step
+        if np.abs(t * step).max() < 1e-7:
+            break
+    return w
+
+
+def _pointwise(questions: Sequence[Question], l2: float) -> RelevanceModel:
+    """Weighted L2 logistic regression (bias unpenalised), Newton's method to convergence."""
+    x, y, w = _design(questions)
+    w = w / w.sum()
+    a = np.hstack([x, np.ones((len(x), 1))])
+    beta = np.zeros(a.shape[1])
+    penalty = np.full(a.shape[1], l2 * 1e-3)
+    penalty[-1] = 0.0
+    for _ in range(100):
+        p = 1.0 / (1.0 + np.exp(-np.clip(a @ beta, -30, 30)))
+        grad = a.T @ (w * (p - y)) + penalty * beta
+        hess = (a * (w * p * (1 - p))[:, None]).T @ a + np.diag(penalty) + 1e-9 * np.eye(len(beta))
+        step = np.linalg.solve(hess, grad)
+        beta -= step
+        if np.abs(step).max() < 1e-8:
+            break
+    return RelevanceModel("fitted", tuple(float(b) for b in beta[:-1]), float(beta[-1]))
+
+
+def _auc(scores: np.ndarray, labels: np.ndarray) -> float:
+    pos, neg = scores[labels == 1], scores[labels == 0]
+    if len(pos) == 0 or len(neg) == 0:
+        return float("nan")
+    order = np.argsort(np.concatenate([pos, neg]), kind="mergesort")
+    ranks = np.empty(len(order))
+    ranks[order] = np.arange(1, len(order) + 1)
+    return float((ranks[: len(pos)].sum() - len(pos) * (len(pos) + 1) / 2) / (len(pos) * len(neg)))
+
+
+def evaluate(
+    model: RelevanceModel, questions: Sequence[Question], thresholds: Sequence[float]
+) -> dict[str, Any]:
+    """Per set: AUC over candidates, first place right, and per threshold the share of
+    answerable questions with an answer at or above it and of no-answer ones with anything."""
+    beta = np.array(model.weights)
+    out: dict[str, Any] = {}
+    for dataset in sorted({q.dataset for q in questions}):
+        qs = [q for q in questions if q.dataset == dataset]
+        scores = [
+            1 / (1 + np.exp(-(q.x @ beta + model.bias))) if len(q.y) else np.zeros(0) for q in qs
+        ]
+        answerable = [(q, s) for q, s in zip(qs, scores, strict=True) if q.y.sum() > 0]
+        unanswerable = [(q, s) for q, s in zip(qs, scores, strict=True) if q.y.sum() == 0]
+        allx = np.concatenate([s for _, s in answerable]) if answerable else np.zeros(0)
+        ally = np.concatenate([q.y for q, _ in answerable]) if answerable else np.zeros(0)
+        row: dict[str, Any] = {
+            "questions": len(qs),
+            "auc": round(_auc(allx, ally), 4),
+            "first": round(float(np.mean([q.y[np.argmax(s)] for q, s in answerable])), 4),
+            "recall@5": round(
+                float(np.mean([q.y[np.argsort(-s)[:5]].sum() / q.y.sum() for q, s in answerable])),
+                4,
+            ),
+        }
+        if unanswerable:
+            tops = [float(s.max()) if len(s) else 0.0 for _, s in unanswerable]
+            answer_tops = [float(s[q.y == 1].max()) for q, s in answerable]
+            row["no_answer_auc"] = round(
+                _auc(
+                    np.array([float(s.max()) for _, s in answerable] + tops),
+                    np.array([1.0] * len(answerable) + [0.0] * len(tops)),
+                ),
+                4,
+            )
+            row["by_threshold"] = {
+                f"{t:.2f}": {
+                    "present": round(float(np.mean([a >= t for a in answer_tops])), 4),
+                    "answerable_empty": round(
+                        float(np.mean([float(s.max()) < t for _, s in answerable])), 4
+                    ),
+                    "no_answer_answered": round(float(np.mean([m >= t for m in tops])), 4),
+                }
+                for t in thresholds
+            }
+        out[dataset] = row
+    return out
+
+
+def cross_validate(
+    questions: Sequence[Question], l2: float, thresholds: Sequence[float], objective: str
+) -> tuple[dict[str, Any], list[Question]]:
+    """Held-out figures: each group's questions scored by a model fitted without that group
+    (and those scores, as one-column questions)."""
+    groups = sorted({(q.dataset, q.group) for q in questions})
+    random.Random(SEED).shuffle(groups)
+    fold_of = {g: i % FOLDS for i, g in enumerate(groups)}
+    held: list[tuple[RelevanceModel, Question]] = []
+    for fold in range(FOLDS):
+        train = [q for q in questions if fold_of[(q.dataset, q.group)] != fold]
+        test = [q for q in questions if fold_of[(q.dataset, q.group)] == fold]
+        model = fit(train, l2, objective)
+        held += [(model, q) for q in test]
+    # score every held-out question with its own fold's model, then evaluate the union
+    rescored = []
+    for model, q in held:
+        z = q.x @ np.array(model.weights) + model.bias
+        rescored.append(Question(q.dataset, q.group, q.qid, q.shape, np.hstack([z[:, None]]), q.y))
+    identity = RelevanceModel("cv", (1.0,), 0.0)
+    return evaluate(identity, rescored, thresholds), rescored
+
+
+def convex_relevance(x: np.ndarray) -> np.ndarray:
+    """The `convex` preset's calibrated relevance of each candidate, from the same features:
+    the weighted noisy-OR of BM25 as a share of the ideal (full at 0.6) and cosine mapped from
+    0.15 to 0.5 (app/retrieval/scoring.py)."""
+    from app.retrieval.presets import CONVEX
+    from app.retrieval.scoring import combine_relevance, keyword_relevance, vector_relevance
+
+    col = {name: i for i, name in enumerate(FEATURES)}
+    cosine = x[:, col["best_cosine"]] + x[:, col["cosine_gap"]]
+    return np.array(
+        [
+            combine_relevance(
+                keyword_relevance(kw, 1.0, CONVEX.keyword_saturation),
+                vector_relevance(c, CONVEX.vector_floor, CONVEX.vector_ceiling),
+                CONVEX.keyword_weight,
+                CONVEX.vector_weight,
+            )
+            for kw, c in zip(x[:, col["keyword"]], cosine, strict=True)
+        ]
+    )
+
+
+def tradeoff_plot(questions: Sequence[Question], held_out: Sequence[Question], path: Path) -> None:
+    """Presence (an answerable curated question's answer at or over the threshold) and
+    abstention failures (a no-answer question with anything over it) against the threshold,
+    for the learned model (held-out probabilities), the convex preset's relevance and cosine
+    alone. Before the service's stages and relative cut."""
+    from matplotlib.figure import Figure
+
+    col = {name: i for i, name in enumerate(FEATURES)}
+    curated = [q for q in questions if q.dataset == "curated" and len(q.y)]
+    by_id = {q.qid: q for q in held_out}
+    approaches = {
+        "learned (held-out probability)": lambda q: 1 / (1 + np.exp(-by_id[q.qid].x[:, 0])),
+        "convex (noisy-OR relevance)": lambda q: convex_relevance(q.x),
+        "cosine alone": lambda q: q.x[:, col["best_cosine"]] + q.x[:, col["cosine_gap"]],
+    }
+    figure = Figure(figsize=(12, 3.8))
+    axes = figure.subplots(1, len(approaches), sharey=True)
+    grid = np.linspace(0.0, 1.0, 101)
+    for ax, (name, score) in zip(axes, approaches.items(), strict=True):
+        answer_tops, tops = [], []
+        for q in curated:
+            s = score(q)
+            if q.y.sum() > 0:
+                answer_tops.append(float(s[q.y == 1].max()))
+            else:
+                tops.append(float(s.max()))
+        present = [np.mean([a >= t for a in answer_tops]) for t in grid]
+        answered = [np.mean([m >= t for m in tops]) for t in grid]
+        ax.plot(grid, present, label="answerable: answer kept")
+        ax.plot(grid, answered, label="no answer: something returned")
+        ax.axhline(PRESENT_TARGET, color="C0", linestyle=":", linewidth=1)
+        ax.axhline(NO_ANSWER_TARGET, color="C1", linestyle=":", linewidth=1)
+        ax.set_title(name, fontsize=10)
+        ax.set_xlabel("threshold on the approach's score")
+    axes[0].set_ylabel("share of curated questions")
+    axes[0].legend(fontsize=8, loc="lower left")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+
+
+# The issue's targets for the agent tool on curated memories.
+PRESENT_TARGET = 0.85
+NO_ANSWER_TARGET = 0.30
+EMPTY_TARGET = 0.08
+
+
+def choose_floor(by_threshold: dict[str, dict[str, float]]) -> float:
+    """The held-out operating point closest to the targets (presence >= 0.85, answerable
+    questions left empty <= 0.08, no-answer questions answered <= 0.30): the threshold that
+    misses fewest of them, then has the smallest sum of shortfalls, then is lowest (answers
+    kept). 0.3 when there are no curated questions."""
+    if not by_threshold:
+        return 0.3
+
+    def miss(t: str) -> tuple[int, float, float]:
+        row = by_threshold[t]
+        shortfalls = (
+            max(0.0, PRESENT_TARGET - row["present"]),
+            max(0.0, row["answerable_empty"] - EMPTY_TARGET),
+            max(0.0, row["no_answer_answered"] - NO_ANSWER_TARGET),
+        )
+        return sum(v > 0 for v in shortfalls), round(sum(shortfalls), 6), float(t)
+
+    return float(min(by_threshold, key=miss))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
+    parser.add_argument("--curated", type=Path, default=DEFAULT_CURATED)
+    parser.add_argument("--no-locomo", action="store_true")
+    parser.add_argument("--samples", nargs="*", default=[], help="LoCoMo sample ids only")
+    parser.add_argument("--dump", type=Path, help="save the collected features here")
+    parser.add_argument(
+        "--from-dump",
+        type=Path,
+        nargs="+",
+        help="fit on features collected before (one or more dumps)",
+    )
+    parser.add_argument("--l2", type=float, default=L2)
+    parser.add_argument("--objective", choices=("listwise", "pointwise"), default="listwise")
+    parser.add_argument("--plot", type=Path, help="presence/abstention vs threshold (PNG)")
+    parser.add_argument("--write", action="store_true", help=f"write {MODEL_PATH.name}")
+    args = parser.parse_args(argv)
+    if args.from_dump:
+        questions = [q for path in args.from_dump for q in load(path)]
+    else:
+        curated = json.loads(args.curated.read_text()) if args.curated.exists() else None
+        locomo = None if args.no_locomo else args.locomo
+        questions = asyncio.run(collect(locomo, curated, args.samples))
+        if args.dump:
+            save(questions, args.dump)
+    thresholds = [round(0.01 * i, 2) for i in range(1, 60)]
+    model = fit(questions, args.l2, args.objective)
+    held_out, rescored = cross_validate(questions, args.l2, thresholds, args.objective)
+    if args.plot:
+        tradeoff_plot(questions, rescored, args.plot)
+    report = {
+        "weights": dict(zip(FEATURES, model.weights, strict=True)),
+        "bias": model.bias,
+        "held_out": held_out,
+        "in_sample": evaluate(model, questions, thresholds),
+    }
+    json.dump(report, sys.stdout, indent=1)
+    print()
+    floor = choose_floor(held_out.get("curated", {}).get("by_threshold", {}))
+    z = FEATURES.index("cosine_z")
+    neutral_z = float(np.mean([q.x[0, z] for q in questions if len(q.y)]))
+    print(f"operating point: probability {floor} (reported as relevance 0.3)")
+    if args.write:
+        sets = {q.dataset: sum(1 for x in questions if x.dataset == q.dataset) for q in questions}
+        stamp = datetime.now(UTC).strftime("%Y-%m-%d")
+        final = RelevanceModel(
+            f"{stamp}-" + "+".join(f"{k}{v}" for k, v in sorted(sets.items())),
+            model.weights,
+            model.bias,
+            floor,
+            neutral_z,
+        )
+        MODEL_PATH.write_text(
+            final.to_json(
+                {
+                    "fitted_by": "python -m eval.fit_relevance --write",
+                    "l2": args.l2,
+                    "objective": args.objective,
+                    "seed": SEED,
+                    "questions": sets,
+                    "held_out": {
+                        k: {m: v for m, v in row.items() if m != "by_threshold"}
+                        for k, row in held_out.items()
+                    },
+                }
+            )
+        )
+        print(f"wrote {MODEL_PATH}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

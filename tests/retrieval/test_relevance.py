@@ -1,0 +1,141 @@
+"""The learned relevance (app/retrieval/relevance.py), names in questions and the final order."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.retrieval.names import query_names
+from app.retrieval.presets import CONVEX, LEARNED
+from app.retrieval.relevance import (
+    FEATURES,
+    RelevanceModel,
+    blend,
+    features,
+    load_model,
+    odds,
+    parse_model,
+    probability_of,
+)
+from app.retrieval.scoring import Ranked, apply_thresholds, finalise, rank
+
+
+@pytest.mark.parametrize(
+    ("question", "names"),
+    [
+        ("What's Sam's job?", ["Sam"]),
+        ("Leo's favourite video game?", ["Leo"]),
+        ("Where did I do my doctorate?", []),
+        ("Which model have I picked to replace the Volvo?", ["Volvo"]),
+        ("which package manager should I use?", []),
+        ("When did Melanie paint a sunrise? And Tim?", ["Melanie", "Tim"]),
+        ("Where is Ana\u2019s flat?", ["Ana"]),
+        ("WHERE DOES SAM WORK?", []),
+        ("It's late. What did I cook?", []),
+    ],
+)
+def test_names_are_capitalised_words_that_do_not_open_a_sentence(
+    question: str, names: list[str]
+) -> None:
+    assert query_names(question) == names
+
+
+def test_name_flags_and_plain_share() -> None:
+    x = features(
+        keyword_scores={"sam": 2.0, "job": 3.0},
+        plain_scores={"sam": 0.0, "job": 3.0},
+        max_bm25=6.0,
+        cosines={"sam": 0.5, "other": 0.2},
+        has_names=True,
+    )
+    row = dict(zip(FEATURES, x["sam"], strict=True))
+    assert row["name_only"] == 1.0 and row["plain"] == 0.0 and row["name_missing"] == 0.0
+    assert row["keyword"] == pytest.approx(2.0 / 6.0)
+    assert row["keyword_top"] == pytest.approx(2.0 / 3.0)
+    assert row["cosine_gap"] == 0.0 and row["best_cosine"] == 0.5
+    job = dict(zip(FEATURES, x["job"], strict=True))
+    # not returned by the vector arm: the lowest cosine it returned
+    assert job["cosine_gap"] == pytest.approx(0.2 - 0.5)
+    assert job["name_only"] == 0.0 and job["name_missing"] == 1.0  # Sam is not in it
+    other = dict(zip(FEATURES, x["other"], strict=True))
+    assert other["keyword"] == 0.0 and other["cosine_gap"] == pytest.approx(-0.3)
+    # two cosines have no spread to speak of: the neutral value
+    assert [r[FEATURES.index("cosine_z")] for r in x.values()] == [0.0] * 3
+    five = features(
+        {}, {}, 0.0, dict(zip("abcde", [0.9, 0.5, 0.5, 0.5, 0.1], strict=True)), False, 3.0
+    )
+    # the same for every candidate of the question: (best - mean) / standard deviation
+    mean, sd = 0.5, (0.32 / 5) ** 0.5
+    z = (0.9 - mean) / sd
+    assert [r[FEATURES.index("cosine_z")] for r in five.values()] == pytest.approx([z] * 5)
+    assert features({}, {}, 0.0, {"a": 0.4}, False, 3.0)["a"][-1] == 3.0
+
+
+def _model(**weights: float) -> RelevanceModel:
+    # floor probability 0.3: reported relevance = probability (gamma 1)
+    return RelevanceModel("test", tuple(weights.get(f, 0.0) for f in FEATURES), -1.0)
+
+
+def test_learned_rank_orders_by_the_probability_it_reports() -> None:
+    model = _model(cosine_gap=10.0, name_only=-3.0)
+    ranked = rank(
+        {"named": 5.0},
+        10.0,
+        {"named": 0.5, "answer": 0.45, "far": 0.05},
+        LEARNED,
+        plain={"named": 0.0},
+        model=model,
+    )
+    # "far" has no evidence of its own (no keyword, cosine under the preset's floor)
+    assert [r.key for r in ranked] == ["answer", "named"]
+    for r in ranked:
+        assert r.fused == pytest.approx(odds(r.relevance))
+    final = finalise(ranked, LEARNED, {}, 0.0, model)
+    assert [r.relevance for r in final] == sorted((r.relevance for r in final), reverse=True)
+    assert final[0].relevance == pytest.approx(1 / (1 + math.exp(-(10 * -0.05 - 1))))
+
+
+def test_the_reported_scale_puts_the_operating_point_at_the_spec_floor() -> None:
+    model = RelevanceModel("test", (0.0,) * len(FEATURES), 0.0, floor_probability=0.1)
+    assert model.relevance(0.1) == pytest.approx(0.3)
+    assert model.relevance(0.0) == 0.0 and model.relevance(1.0) == 1.0
+    assert model.relevance(0.05) < model.relevance(0.2) < model.relevance(0.6)
+
+
+def test_stages_move_the_reported_relevance_with_the_order() -> None:
+    ranked = [Ranked("a", odds(0.6), 0.6, 0, 0), Ranked("b", odds(0.5) * 3.0, 0.5, 0, 0)]
+    final = finalise(ranked, LEARNED, {}, 0.0, _model())
+    assert [r.key for r in final] == ["b", "a"]
+    assert final[0].relevance == pytest.approx(probability_of(3.0))  # odds 1 x 3 -> 0.75
+
+
+def test_recency_blend_is_issue_28s_form_and_newer_wins_a_tie() -> None:
+    assert blend(0.8, 30.0, 0.2, 30.0) == pytest.approx(0.8 * 0.8 + 0.2 * math.exp(-1))
+    assert blend(0.8, 30.0, 0.0, 30.0) == 0.8
+    tie = [Ranked("old", odds(0.7), 0.7, 0, 0), Ranked("new", odds(0.7), 0.7, 0, 0)]
+    final = finalise(tie, LEARNED, {"old": 400.0, "new": 3.0}, 0.1, _model())
+    assert [r.key for r in final] == ["new", "old"]
+    assert final[0].relevance == pytest.approx(0.9 * 0.7 + 0.1 * math.exp(-0.1))
+    # today's fusion: order and relevance untouched without a recency weight
+    assert finalise(tie, CONVEX, {"old": 1.0}, 0.0) is tie
+
+
+def test_thresholds_on_the_reported_relevance() -> None:
+    final = finalise(
+        [Ranked("a", odds(0.9), 0.9, 0, 0), Ranked("b", odds(0.2), 0.2, 0, 0)],
+        LEARNED,
+        {},
+        0.0,
+        _model(),
+    )
+    assert [r.key for r in apply_thresholds(final, 0.3, 0.6)] == ["a"]
+
+
+def test_the_committed_model_loads_and_round_trips() -> None:
+    model = load_model()
+    assert len(model.weights) == len(FEATURES)
+    again = parse_model(model.to_json())
+    assert again.weights == pytest.approx(model.weights) and again.bias == pytest.approx(model.bias)
+    with pytest.raises(ValueError, match="features"):
+        parse_model('{"version": "x", "features": ["cosine"], "weights": {"cosine": 1}, "bias": 0}')
