@@ -119,6 +119,11 @@ class Settings(BaseSettings):
     write_rate_limit_per_minute: Annotated[int, Field(ge=0)] = Field(
         default=30, description="agent writes (save/forget/rate) per user per minute; 0 = off"
     )
+    max_entries_per_user: Annotated[int, Field(ge=0)] = Field(
+        default=0,
+        description="live memories a user may keep; a save_memory beyond it soft-deletes the "
+        "least valuable ones (lowest importance, least recently retrieved, oldest): 0 = no cap",
+    )
 
     chat_upstream_url: str | None = Field(
         default=None,
@@ -165,6 +170,16 @@ class Settings(BaseSettings):
     extraction_candidates: Annotated[int, Field(ge=0, le=50)] = 10
     extraction_lease_s: Annotated[float, Field(gt=0, le=86_400)] = Field(
         default=300.0, description="a claimed batch not finished by then is claimable again"
+    )
+    extraction_default: bool = Field(
+        default=True,
+        description="with PGRECALL_EXTRACTION=llm: conversations without their own setting "
+        "(PATCH /v1/conversations/{id} extraction) are extracted",
+    )
+    extraction_summary_tokens: Annotated[int, Field(ge=0, le=2000)] = Field(
+        default=200,
+        description="with PGRECALL_EXTRACTION=llm: the rolling conversation summary's size in "
+        "tokens at most (one more model call per extraction batch); 0 = no summaries",
     )
 
     db_pool_size: Annotated[int, Field(ge=1, le=200)] = 10

@@ -15,6 +15,7 @@ Vectors travel in pgvector's text form: the ORM's Vector type renders them, and 
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +146,19 @@ def key_lookup_session(
     if not key_hash:
         raise ValueError("a key lookup needs a hash")
     return sessionmaker(info={_SCOPE: KeyLookupScope(key_hash)})
+
+
+# Where a session keeps the work to run once its transaction commits (app/runtime/uow.py).
+AFTER_COMMIT = "after_commit"
+AfterCommit = Callable[[], Awaitable[None]]
+
+
+def after_commit(session: AsyncSession, hook: AfterCommit) -> None:
+    """Run `hook` once the session's transaction has committed (cache updates, never data).
+
+    Services call this for their own side effects; the unit of work (app.runtime.uow) runs the
+    hooks after its commit, and drops them on a rollback."""
+    session.info.setdefault(AFTER_COMMIT, []).append(hook)
 
 
 def user_session(

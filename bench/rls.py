@@ -31,8 +31,8 @@ from app.adapters.embedder import LocalEmbedder
 from app.config import load_settings
 from app.db import SET_LOCAL, create_engine, create_sessionmaker, set_local_params, user_session
 from app.embedded import EmbeddedPostgres
-from app.main import query_config
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
+from app.runtime import query_config
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryRequest, QueryService
 from bench.drive import BenchQuery, make_queries, percentiles

@@ -19,12 +19,11 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from app.api.deps import Resources
 from app.config import Settings
-from app.db import admin_sessions, user_session
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
 from app.retrieval.presets import RetrievalPreset
+from app.runtime import Resources, admin_transaction, user_transaction
 from app.services.memory import MemoryInput, MemoryService
 from pgrecall.client import AsyncClient, TimeFilters
 
@@ -47,12 +46,11 @@ class Harness:
     async def add_memories(self, items: Sequence[MemoryInput]) -> list[uuid.UUID]:
         """Store curated memories through the memory service (the admin write path)."""
         # A dataset seeds many users at once: the admin mode, as `pgrecall seed` does.
-        sessions = admin_sessions(self.resources.sessionmaker, "eval seed")
-        async with sessions() as session, session.begin():
+        async with admin_transaction(self.resources.sessionmaker, "eval seed") as session:
             return await MemoryService(session, self.resources.embeddings).create_many(items)
 
     async def set_deleted(self, user_id: str, item_id: uuid.UUID) -> None:
-        async with user_session(self.resources.sessionmaker, user_id) as session, session.begin():
+        async with user_transaction(self.resources.sessionmaker, user_id) as session:
             await MemoryService(session, self.resources.embeddings).set_deleted(
                 user_id, item_id, True
             )

@@ -66,6 +66,7 @@ class Cache(EmbeddingCache, SessionCache, RateLimiter, QueryResultCache):
         self._pending_invalidations = set()
         self._rate_limit_script = client.register_script(RATE_LIMIT_LUA) if client else None
         self._set_goal_script = client.register_script(SET_GOAL_LUA) if client else None
+
     @classmethod
     def from_url(
         cls,
@@ -96,7 +97,6 @@ class Cache(EmbeddingCache, SessionCache, RateLimiter, QueryResultCache):
             session_ttl_s=session_ttl_s,
             query_ttl_s=query_ttl_s,
         )
-
 
     async def aclose(self) -> None:
         """Close the connection pool; the cache behaves as disabled afterwards."""

@@ -9,7 +9,8 @@ from fastapi import APIRouter, Query, Response, status
 from pydantic import AfterValidator
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.deps import AdminSessionDep, ResourcesDep, invalidate_after_commit
+from app.api.deps import AdminSessionDep, ResourcesDep
+from app.models.base import MemoryType
 from app.schemas.admin import (
     AdminBulkResult,
     AdminMemoryBulkCreate,
@@ -27,7 +28,6 @@ from app.schemas.common import (
     check_storable,
     check_user_id,
 )
-from app.schemas.memory import MemoryType
 from app.services.admin import AdminMemoryService, MemoryFilter
 from app.services.embedding import Priority
 
@@ -53,7 +53,7 @@ SearchText = Annotated[
 
 
 def _service(session: AsyncSession, resources: ResourcesDep) -> AdminMemoryService:
-    return AdminMemoryService(session, resources.embeddings)
+    return AdminMemoryService(session, resources.embeddings, resources.cache)
 
 
 @router.post(
@@ -72,14 +72,12 @@ async def create_memory(
     With `supersedes`, the new memory replaces that one (409 if the text belongs to another)."""
     if body.supersedes is not None:
         done = await _service(session, resources).supersede(body)
-        invalidate_after_commit(session, resources.cache, body.user_id)
         return AdminMemoryOut.model_validate(done)
     items, duplicates = await _service(session, resources).create_many([body])
     if duplicates:
         response.status_code = status.HTTP_200_OK
         existing = await _service(session, resources).get(body.user_id, duplicates[0][1])
         return AdminMemoryOut.model_validate(existing)
-    invalidate_after_commit(session, resources.cache, body.user_id)
     return AdminMemoryOut.model_validate(items[0])
 
 
@@ -91,7 +89,6 @@ async def create_memories(
     items, duplicates = await _service(session, resources).create_many(
         body.items, priority=Priority.BULK
     )
-    invalidate_after_commit(session, resources.cache, *(m.user_id for m in items))
     return AdminBulkResult(
         items=[AdminMemoryOut.model_validate(m) for m in items],
         duplicates=[DuplicateOut(index=i, id=item_id) for i, item_id in duplicates],
@@ -111,10 +108,14 @@ async def list_memories(
     include_superseded: Annotated[
         bool, Query(description="also earlier versions that were superseded")
     ] = False,
+    evicted: Annotated[
+        bool, Query(description="only memories the per-user cap soft-deleted (restorable)")
+    ] = False,
     limit: Annotated[int, Query(ge=1, le=500)] = 50,
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> AdminMemoryPage:
-    """One user's memories, newest first, filtered by type, text and creation time."""
+    """One user's memories, newest first, filtered by type, text and creation time (or only
+    those the per-user cap evicted)."""
     filters = MemoryFilter(
         user_id=user_id,
         type=type_,
@@ -123,6 +124,7 @@ async def list_memories(
         created_before=created_before,
         include_deleted=include_deleted,
         include_superseded=include_superseded,
+        evicted_only=evicted,
     )
     items, total = await _service(session, resources).list(filters, limit=limit, offset=offset)
     return AdminMemoryPage(
@@ -172,7 +174,6 @@ async def update_memory(
     """Change type, importance or expiry in place; a new content supersedes the memory: the
     answer is the new version (a new id, `supersedes_id` = this one)."""
     item = await _service(session, resources).update(user_id, item_id, body)
-    invalidate_after_commit(session, resources.cache, user_id)
     return AdminMemoryOut.model_validate(item)
 
 
@@ -185,7 +186,6 @@ async def delete_memory(
 ) -> Response:
     """Soft-delete: the memory stops being retrieved and can be restored."""
     await _service(session, resources).set_deleted(user_id, item_id, True)
-    invalidate_after_commit(session, resources.cache, user_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
@@ -198,5 +198,4 @@ async def restore_memory(
 ) -> AdminMemoryOut:
     """Undo a soft delete."""
     item = await _service(session, resources).set_deleted(user_id, item_id, False)
-    invalidate_after_commit(session, resources.cache, user_id)
     return AdminMemoryOut.model_validate(item)

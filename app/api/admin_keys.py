@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 from pydantic import AfterValidator
 
-from app.api.deps import AdminSessionDep, ResourcesDep, after_commit
+from app.api.deps import AdminSessionDep, ResourcesDep
 from app.errors import ValidationFailedError
 from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
 from app.schemas.keys import KeyCreate, KeyCreated, KeyOut, KeyPage
@@ -53,10 +53,5 @@ async def revoke_key(
 ) -> KeyOut:
     """Revoke a key for good (idempotent); this process refuses it at once, others within
     PGRECALL_KEY_CACHE_TTL_S."""
-    key = await ApiKeyService(session).revoke(key_id)
-
-    async def forget() -> None:
-        resources.keys.forget()
-
-    after_commit(session, forget)
+    key = await ApiKeyService(session, resources.keys).revoke(key_id)
     return KeyOut.model_validate(key)

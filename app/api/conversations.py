@@ -6,6 +6,7 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response, status
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.api.deps import (
     CorrelationDep,
@@ -13,13 +14,16 @@ from app.api.deps import (
     SessionDep,
     UserDep,
     WriteUserDep,
-    after_commit,
 )
+from app.errors import ValidationFailedError
+from app.models import Conversation
+from app.runtime import Resources
 from app.schemas.common import Seq
 from app.schemas.conversation import (
     ConversationCreate,
     ConversationOut,
     ConversationPage,
+    ConversationUpdate,
     MessageBulkCreate,
     MessageCreate,
     MessageList,
@@ -33,6 +37,7 @@ from app.schemas.conversation import (
 from app.services.conversation import ConversationService
 from app.services.embedding import Priority
 from app.services.session_state import SessionStateService
+from app.services.summary import read_summary
 
 router = APIRouter(prefix="/v1/conversations", tags=["conversations"])
 
@@ -46,24 +51,31 @@ async def _store(
     correlation: uuid.UUID,
     priority: Priority,
 ) -> list[MessageOut]:
-    conversations = ConversationService(session, resources.embeddings)
-    stored = await conversations.append(
+    stored = await _session_state(resources, session).append(
         user_id,
         conversation_id,
         messages,
         correlation,
         priority=priority,
-        extract=resources.extraction is not None,
+        extraction=resources.extraction_default,
         passages=resources.message_passages,
     )
-    after_commit(session, _session_state(resources, conversations).after_append(user_id, stored))
     return [MessageOut.model_validate(m) for m in stored.messages]
 
 
-def _session_state(
-    resources: ResourcesDep, conversations: ConversationService
-) -> SessionStateService:
+def _session_state(resources: ResourcesDep, session: AsyncSession) -> SessionStateService:
+    """Message writes and session reads: the service refreshes the cached copy after commit."""
+    conversations = ConversationService(session, resources.embeddings)
     return SessionStateService(conversations, resources.cache, resources.session_messages)
+
+
+def _conversation_out(conversation: Conversation, resources: Resources) -> ConversationOut:
+    out = ConversationOut.model_validate(conversation)
+    default = resources.extraction_default
+    active = default is not None and (
+        conversation.extraction if conversation.extraction is not None else default
+    )
+    return out.model_copy(update={"extraction_active": active})
 
 
 _LOCATION = {
@@ -90,7 +102,7 @@ async def create_conversation(
         user_id, body.title
     )
     response.headers["Location"] = f"{router.prefix}/{conversation.id}"
-    return ConversationOut.model_validate(conversation)
+    return _conversation_out(conversation, resources)
 
 
 @router.get("", response_model=ConversationPage)
@@ -105,7 +117,7 @@ async def list_conversations(
     rows = await ConversationService(session, resources.embeddings).list(
         user_id, limit=limit + 1, offset=offset
     )
-    items = [ConversationOut.model_validate(c) for c in rows[:limit]]
+    items = [_conversation_out(c, resources) for c in rows[:limit]]
     return ConversationPage(items=items, next_offset=offset + limit if len(rows) > limit else None)
 
 
@@ -117,7 +129,26 @@ async def get_conversation(
     conversation = await ConversationService(session, resources.embeddings).get(
         user_id, conversation_id
     )
-    return ConversationOut.model_validate(conversation)
+    return _conversation_out(conversation, resources)
+
+
+@router.patch("/{conversation_id}", response_model=ConversationOut)
+async def update_conversation(
+    conversation_id: uuid.UUID,
+    body: ConversationUpdate,
+    user_id: WriteUserDep,
+    session: SessionDep,
+    resources: ResourcesDep,
+) -> ConversationOut:
+    """Change the title and/or the conversation's LLM extraction setting (`extraction`:
+    true/false override the service default for its next user turns, null follows it)."""
+    values = {name: getattr(body, name) for name in body.model_fields_set}
+    if not values:
+        raise ValidationFailedError("body: give title and/or extraction", field="body")
+    conversation = await ConversationService(session, resources.embeddings).update(
+        user_id, conversation_id, values
+    )
+    return _conversation_out(conversation, resources)
 
 
 @router.post(
@@ -181,13 +212,7 @@ async def delete_last_message(
     conversation_id: uuid.UUID, user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
 ) -> MessagePopped:
     """Delete the conversation's newest message and return it (null when it has none)."""
-    conversations = ConversationService(session, resources.embeddings)
-    deleted = await conversations.delete_last(user_id, conversation_id)
-    if deleted is not None:
-        refresh = await _session_state(resources, conversations).after_delete(
-            user_id, conversation_id
-        )
-        after_commit(session, refresh)
+    deleted = await _session_state(resources, session).delete_last(user_id, conversation_id)
     return MessagePopped(message=MessageOut.model_validate(deleted) if deleted else None)
 
 
@@ -196,10 +221,7 @@ async def delete_messages(
     conversation_id: uuid.UUID, user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
 ) -> MessagesCleared:
     """Delete every message of the conversation; the conversation itself stays."""
-    conversations = ConversationService(session, resources.embeddings)
-    deleted = await conversations.delete_all(user_id, conversation_id)
-    refresh = await _session_state(resources, conversations).after_delete(user_id, conversation_id)
-    after_commit(session, refresh)
+    deleted = await _session_state(resources, session).delete_all(user_id, conversation_id)
     return MessagesCleared(deleted=deleted)
 
 
@@ -208,10 +230,22 @@ async def get_session_state(
     conversation_id: uuid.UUID, user_id: UserDep, session: SessionDep, resources: ResourcesDep
 ) -> SessionOut:
     """Session state (last N messages, goal) from Redis, rebuilt from Postgres when missing."""
-    conversations = ConversationService(session, resources.embeddings)
-    view = await _session_state(resources, conversations).read(user_id, conversation_id)
+    view = await _session_state(resources, session).read(user_id, conversation_id)
+    summary = await read_summary(
+        session,
+        user_id,
+        conversation_id,
+        extraction_default=resources.extraction_default,
+        summary_tokens=resources.summary_tokens,
+    )
     return SessionOut(
-        conversation_id=conversation_id, messages=view.messages, goal=view.goal, source=view.source
+        conversation_id=conversation_id,
+        messages=view.messages,
+        goal=view.goal,
+        source=view.source,
+        summary=summary.text,
+        summary_updated_at=summary.updated_at,
+        summary_state=summary.state,
     )
 
 
@@ -224,10 +258,7 @@ async def set_session_goal(
     resources: ResourcesDep,
 ) -> SessionOut:
     """Set or clear the session's current goal (session state lives in Redis, 24 h)."""
-    conversations = ConversationService(session, resources.embeddings)
-    view = await _session_state(resources, conversations).set_goal(
-        user_id, conversation_id, body.goal
-    )
+    view = await _session_state(resources, session).set_goal(user_id, conversation_id, body.goal)
     return SessionOut(
         conversation_id=conversation_id, messages=view.messages, goal=view.goal, source=view.source
     )

@@ -1,58 +1,22 @@
-"""Request dependencies: resources, the per-request transaction, identity."""
+"""Request dependencies: resources, the per-request transaction (app.runtime's unit of work,
+committed before the response: scope="function"), identity."""
 
 from __future__ import annotations
 
-import asyncio
 import hmac
-import logging
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Annotated
+from collections.abc import AsyncIterator
+from typing import Annotated
 
 from fastapi import Depends, Header, Request
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.adapters.cache import Cache
-from app.db import admin_sessions, user_session
 from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
 from app.observability import correlation_id_var
-from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
-from app.services.api_keys import Caller, KeyAuthenticator, looks_like_key
-from app.services.embedding import EmbeddingService
-from app.services.query import QueryConfig
-
-if TYPE_CHECKING:
-    from app.extraction.runtime import Extraction
-
-log = logging.getLogger(__name__)
-
-AfterCommit = Callable[[], Awaitable[None]]
-
-
-@dataclass
-class Resources:
-    """Everything the lifespan creates once and requests share."""
-
-    engine: AsyncEngine
-    sessionmaker: async_sessionmaker[AsyncSession]
-    embeddings: EmbeddingService
-    cache: Cache
-    query_config: QueryConfig
-    api_key: str | None
-    admin_api_key: str | None
-    session_messages: int
-    # A query holds two connections at once (keyword and vector arms); admitting at most half
-    # the pool's connections' worth of queries means none ever waits holding one (no deadlock).
-    query_slots: asyncio.Semaphore
-    # Per-user API keys (table api_keys), looked up by hash through a short in-process cache.
-    keys: KeyAuthenticator
-    write_rate_limit_per_minute: int = 0
-    # LLM extraction (PGRECALL_EXTRACTION=llm): user turns are queued for it; None = off.
-    extraction: Extraction | None = None
-    # PGRECALL_MESSAGE_PASSAGES: the write paths embed messages' sentences too.
-    message_passages: bool = True
+from app.runtime import Resources, admin_transaction, user_transaction
+from app.runtime.identity import validate_user_id
+from app.schemas.common import USER_ID_PATTERN_TEXT
+from app.services.api_keys import Caller, looks_like_key
 
 
 def get_resources(request: Request) -> Resources:
@@ -62,54 +26,12 @@ def get_resources(request: Request) -> Resources:
 ResourcesDep = Annotated[Resources, Depends(get_resources)]
 
 
-def after_commit(session: AsyncSession, hook: AfterCommit) -> None:
-    """Run `hook` once the request's transaction has committed (cache updates, never data)."""
-    session.info.setdefault("after_commit", []).append(hook)
-
-
-def invalidate_after_commit(session: AsyncSession, cache: Cache, *user_ids: str) -> None:
-    """These users' cached query results are stale once the write commits."""
-
-    async def invalidate() -> None:
-        for user_id in dict.fromkeys(user_ids):
-            await cache.invalidate_user(user_id)
-
-    after_commit(session, invalidate)
-
-
-@asynccontextmanager
-async def _transaction(session: AsyncSession) -> AsyncIterator[AsyncSession]:
-    """One transaction per request: commit when the route returns, roll back on error.
-
-    scope="function" on the dependencies below makes the commit happen before the response is
-    sent, so a write is never acknowledged unless it is committed.
-    """
-    async with session:
-        try:
-            yield session
-        except BaseException:
-            await session.rollback()
-            raise
-        await session.commit()
-        for hook in session.info.pop("after_commit", []):
-            try:
-                await hook()
-            except Exception:  # a cache refresh must not fail a committed write
-                log.warning("after-commit hook failed", exc_info=True)
-
-
-def request_transaction(session: AsyncSession) -> AbstractAsyncContextManager[AsyncSession]:
-    """The per-request transaction above, for front doors that open their own sessions (the
-    admin console): commit on success, roll back on error, then the after-commit hooks."""
-    return _transaction(session)
-
-
 async def get_session(
     resources: ResourcesDep, user_id: Annotated[str, Depends(current_user)]
 ) -> AsyncIterator[AsyncSession]:
     """The request's transaction, bound to the caller: row-level security shows it only the
     caller's rows (the statements keep their own user_id predicates as well)."""
-    async with _transaction(user_session(resources.sessionmaker, user_id)) as session:
+    async with user_transaction(resources.sessionmaker, user_id) as session:
         yield session
 
 
@@ -119,8 +41,8 @@ async def get_admin_session(
     request: Request,
 ) -> AsyncIterator[AsyncSession]:
     """The admin request's transaction, in the audited admin mode (every user's rows)."""
-    sessions = admin_sessions(resources.sessionmaker, f"{request.method} {request.url.path}")
-    async with _transaction(sessions()) as session:
+    reason = f"{request.method} {request.url.path}"
+    async with admin_transaction(resources.sessionmaker, reason) as session:
         yield session
 
 
@@ -161,14 +83,6 @@ async def require_admin_key(
         raise PermissionDeniedError("admin API disabled: set PGRECALL_ADMIN_API_KEY")
     if not _matches(token, resources.admin_api_key):
         raise PermissionDeniedError("invalid admin key")
-
-
-def validate_user_id(value: str, field: str = "X-User-Id") -> str:
-    """User ids are 1-255 printable ASCII characters without spaces."""
-    try:
-        return check_user_id(value)
-    except ValueError as exc:
-        raise ValidationFailedError(f"header.{field}: {exc}", field=f"header.{field}") from None
 
 
 async def current_caller(

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from app.api.deps import ResourcesDep, require_service_key
@@ -40,11 +40,12 @@ async def ready(resources: ResourcesDep) -> JSONResponse:
 
 
 @router.get("/metrics", dependencies=[Depends(require_service_key)])
-async def metrics(resources: ResourcesDep) -> dict[str, object]:
+async def metrics(resources: ResourcesDep, request: Request) -> dict[str, object]:
     """Process counters: cache hits and misses (embedding and query caches), Redis state;
     extraction's jobs and tokens (per job, per user today) when it is on."""
     stats = resources.cache.stats
-    extraction = await extraction_metrics(resources.sessionmaker, resources.extraction)
+    pipeline = getattr(request.app.state, "extraction", None)  # app.main's, when it is on
+    extraction = await extraction_metrics(resources.sessionmaker, pipeline)
     return {
         "extraction": extraction,
         "redis": {"enabled": resources.cache.enabled, "available": resources.cache.available},

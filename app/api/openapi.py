@@ -14,6 +14,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic import BaseModel, Field
 
+from app.tools import TOOLS
+
 
 class FieldProblem(BaseModel):
     field: str = Field(
@@ -45,8 +47,8 @@ _DESCRIPTIONS = {
 }
 # Routes that never touch the database or need credentials.
 _OPEN = {"/health", "/ready"}
-# The agent's writes count against the per-user write limit (app/api/agent_tools.py).
-_WRITE_LIMITED = {"/v1/tools/save_memory", "/v1/tools/forget_memory", "/v1/tools/rate_message"}
+# The agent's writes count against the per-user write limit (the catalog's writing tools).
+_WRITE_LIMITED = {f"/v1/tools/{tool.name}" for tool in TOOLS if tool.writes}
 # Operations that name a resource in the body rather than the path (404 when it is not the
 # caller's): the write tools, the store's get, and an admin create with `supersedes`.
 _BODY_ADDRESSED = {("post", path) for path in _WRITE_LIMITED} | {

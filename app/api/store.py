@@ -8,8 +8,9 @@ since query_memory returns store items like any other memory.
 from __future__ import annotations
 
 from fastapi import APIRouter
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.deps import ResourcesDep, SessionDep, UserDep, WriteUserDep, invalidate_after_commit
+from app.api.deps import ResourcesDep, SessionDep, UserDep, WriteUserDep
 from app.models import MemoryItem
 from app.schemas.store import (
     NamespaceList,
@@ -24,6 +25,11 @@ from app.schemas.store import (
 from app.services.store import StoreService, key_created_at, split
 
 router = APIRouter(prefix="/v1/store", tags=["store"])
+
+
+def _service(session: AsyncSession, resources: ResourcesDep) -> StoreService:
+    """The store service; its writes drop the user's cached query results after commit."""
+    return StoreService(session, resources.embeddings, resources.cache)
 
 
 def _out(item: MemoryItem, score: float | None = None) -> StoreItemOut:
@@ -44,10 +50,7 @@ async def put_item(
     body: StorePut, user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
 ) -> StoreItemOut:
     """Store a value at (namespace, key), replacing the value there; committed first."""
-    item = await StoreService(session, resources.embeddings).put(
-        user_id, body.namespace, body.key, body.value
-    )
-    invalidate_after_commit(session, resources.cache, user_id)
+    item = await _service(session, resources).put(user_id, body.namespace, body.key, body.value)
     return _out(item)
 
 
@@ -56,7 +59,7 @@ async def get_item(
     body: StoreAddress, user_id: UserDep, session: SessionDep, resources: ResourcesDep
 ) -> StoreItemOut:
     """The item at (namespace, key); 404 when there is none for this caller."""
-    item = await StoreService(session, resources.embeddings).get(user_id, body.namespace, body.key)
+    item = await _service(session, resources).get(user_id, body.namespace, body.key)
     return _out(item)
 
 
@@ -65,11 +68,7 @@ async def delete_item(
     body: StoreAddress, user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
 ) -> StoreDeleted:
     """Delete the item at (namespace, key) (a soft delete, as forget_memory); idempotent."""
-    deleted = await StoreService(session, resources.embeddings).delete(
-        user_id, body.namespace, body.key
-    )
-    if deleted:
-        invalidate_after_commit(session, resources.cache, user_id)
+    deleted = await _service(session, resources).delete(user_id, body.namespace, body.key)
     return StoreDeleted(deleted=deleted)
 
 
@@ -78,7 +77,7 @@ async def search_items(
     body: StoreSearch, user_id: UserDep, session: SessionDep, resources: ResourcesDep
 ) -> StoreItemPage:
     """Items under a namespace prefix: by meaning when `query` is given, else newest first."""
-    found = await StoreService(session, resources.embeddings).search(
+    found = await _service(session, resources).search(
         user_id,
         body.namespace_prefix,
         body.query,
@@ -94,7 +93,7 @@ async def list_namespaces(
     body: StoreNamespaces, user_id: UserDep, session: SessionDep, resources: ResourcesDep
 ) -> NamespaceList:
     """The caller's namespaces, filtered by prefix and suffix ('*' matches any label)."""
-    namespaces = await StoreService(session, resources.embeddings).namespaces(
+    namespaces = await _service(session, resources).namespaces(
         user_id, body.prefix, body.suffix, body.max_depth, limit=body.limit, offset=body.offset
     )
     return NamespaceList(namespaces=namespaces)

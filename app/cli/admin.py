@@ -23,8 +23,8 @@ from app.cli.common import (
     run,
     show_progress,
 )
-from app.db import admin_sessions
 from app.errors import ServiceError
+from app.runtime import admin_transaction
 from app.services.keywords import KeywordReport, all_users
 from app.services.keywords import rebuild_keywords as run_rebuild_keywords
 from app.services.passages import PassageReport
@@ -119,11 +119,11 @@ def reindex(
     """Rebuild the vector indexes as PGRECALL_VECTOR_INDEX says (ivfflat with lists sized to the
     data, or HNSW), and the per-user indexes of the users above PGRECALL_EXACT_SEARCH_MAX_ITEMS
     (PGRECALL_USER_VECTOR_INDEXES); locks each table while it builds."""
+
     async def work(rt: Runtime) -> tuple[list[ReindexResult], list[UserIndexResult]]:
         results, per_user = [], []
-        sessions = admin_sessions(rt.sessionmaker, "reindex")  # counts every user's rows
-        for table in TABLES:
-            async with sessions() as session, session.begin():
+        for table in TABLES:  # admin mode: the index builds count every user's rows
+            async with admin_transaction(rt.sessionmaker, "reindex") as session:
                 results.append(
                     await rebuild_index(
                         session,
@@ -132,7 +132,7 @@ def reindex(
                         method=rt.settings.vector_index,
                     )
                 )
-            async with sessions() as session, session.begin():
+            async with admin_transaction(rt.sessionmaker, "reindex") as session:
                 per_user.append(
                     await reindex_users(
                         session,
@@ -172,6 +172,7 @@ def reembed(
     quiet: QuietOption = False,
 ) -> None:
     """Move every stored vector to the configured embedding model (resumable)."""
+
     async def work(rt: Runtime) -> ReembedReport:
         assert rt.embeddings is not None
         return await run_reembed(

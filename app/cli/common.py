@@ -26,6 +26,7 @@ from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
 from app.observability import configure_logging
 from app.roles import DatabaseUrls, database_urls, prepare_database
+from app.runtime import embedder_from_settings
 from app.schemas.common import check_user_id
 from app.services.embedding import EmbeddingService
 
@@ -132,10 +133,6 @@ async def _prepared(
 
 @asynccontextmanager
 async def _runtime(settings: Settings, url: str, embedder: bool) -> AsyncIterator[Runtime]:
-    # Lazy: app.main builds the whole HTTP app (about 3 s of imports); only the commands that
-    # embed need its embedder factory, and `pgrecall --help` should not wait for it.
-    from app.main import embedder_from_settings
-
     engine = create_engine(url, pool_size=2, statement_timeout_ms=_STATEMENT_TIMEOUT_MS)
     cache = Cache.from_url(settings.redis_url)
     model = await asyncio.to_thread(embedder_from_settings, settings) if embedder else None

@@ -13,9 +13,9 @@ from typing import Annotated
 import typer
 
 from app.cli.common import Runtime, checked_user, fail, run
-from app.db import admin_sessions, user_session
 from app.errors import ServiceError
 from app.models import ApiKey
+from app.runtime import admin_transaction, user_transaction
 from app.services.api_keys import READ, WRITE, ApiKeyService, CreatedKey, parse_duration
 
 keys_app = typer.Typer(no_args_is_help=True, help="per-user API keys (the key fixes the user)")
@@ -51,7 +51,7 @@ def keys_create(
         raise fail(f"--expires {exc}", 2) from None
 
     async def work(rt: Runtime) -> CreatedKey:
-        async with user_session(rt.sessionmaker, user_id) as session, session.begin():
+        async with user_transaction(rt.sessionmaker, user_id) as session:
             return await ApiKeyService(session).create(user_id, scope, lifetime)
 
     created = run(work)
@@ -74,11 +74,11 @@ def keys_list(
 
     async def work(rt: Runtime) -> list[ApiKey]:
         scoped = (
-            user_session(rt.sessionmaker, user_id)
+            user_transaction(rt.sessionmaker, user_id)
             if user_id is not None
-            else admin_sessions(rt.sessionmaker, "keys list")()
+            else admin_transaction(rt.sessionmaker, "keys list")
         )
-        async with scoped as session, session.begin():
+        async with scoped as session:
             return list(await ApiKeyService(session).list(user_id))
 
     keys = run(work)
@@ -94,8 +94,9 @@ def keys_list(
 @keys_app.command("revoke")
 def keys_revoke(key_id: Annotated[uuid.UUID, typer.Argument(help="the key's id")]) -> None:
     """Revoke a key for good; a running service refuses it within PGRECALL_KEY_CACHE_TTL_S."""
+
     async def work(rt: Runtime) -> ApiKey:
-        async with admin_sessions(rt.sessionmaker, "keys revoke")() as session, session.begin():
+        async with admin_transaction(rt.sessionmaker, "keys revoke") as session:
             return await ApiKeyService(session).revoke(key_id)
 
     try:

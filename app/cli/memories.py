@@ -14,10 +14,10 @@ from typing import Annotated, TypeVar
 import typer
 
 from app.cli.common import Runtime, aware, checked_user, fail, run
-from app.db import user_session
 from app.errors import ServiceError
 from app.models import MemoryItem
 from app.models.base import MEMORY_TYPES
+from app.runtime import user_transaction
 from app.schemas.admin import AdminMemoryOut
 from app.services.admin import AdminMemoryService, MemoryFilter
 
@@ -38,18 +38,14 @@ def _dump(item: MemoryItem) -> str:
     return AdminMemoryOut.model_validate(item).model_dump_json()
 
 
-def _admin_call(
-    user: str, call: Callable[[AdminMemoryService], Awaitable[T]], *, invalidate: bool = False
-) -> T:
-    """Run one AdminMemoryService call on the user's rows in a transaction; 404s become a
-    message and exit 1."""
+def _admin_call(user: str, call: Callable[[AdminMemoryService], Awaitable[T]]) -> T:
+    """Run one AdminMemoryService call on the user's rows in a transaction (a change drops the
+    user's cached query results once committed); 404s become a message and exit 1."""
+
     async def work(rt: Runtime) -> T:
-        async with user_session(rt.sessionmaker, user) as session, session.begin():
+        async with user_transaction(rt.sessionmaker, user) as session:
             # Listing and state changes never embed; content edits go through the HTTP API.
-            result = await call(AdminMemoryService(session, None))
-        if invalidate:
-            await rt.cache.invalidate_user(user)
-        return result
+            return await call(AdminMemoryService(session, None, rt.cache))
 
     try:
         return run(work)
@@ -105,7 +101,7 @@ def memories_show(user: UserOption, item_id: Annotated[uuid.UUID, typer.Argument
 def memories_delete(user: UserOption, item_id: Annotated[uuid.UUID, typer.Argument()]) -> None:
     """Soft-delete one memory (restore undoes it)."""
     user = checked_user(user)
-    _admin_call(user, lambda s: s.set_deleted(user, item_id, True), invalidate=True)
+    _admin_call(user, lambda s: s.set_deleted(user, item_id, True))
     typer.echo(f"deleted {item_id}")
 
 
@@ -113,5 +109,5 @@ def memories_delete(user: UserOption, item_id: Annotated[uuid.UUID, typer.Argume
 def memories_restore(user: UserOption, item_id: Annotated[uuid.UUID, typer.Argument()]) -> None:
     """Restore a soft-deleted memory."""
     user = checked_user(user)
-    _admin_call(user, lambda s: s.set_deleted(user, item_id, False), invalidate=True)
+    _admin_call(user, lambda s: s.set_deleted(user, item_id, False))
     typer.echo(f"restored {item_id}")

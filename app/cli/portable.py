@@ -15,8 +15,8 @@ import typer
 from tqdm import tqdm
 
 from app.cli.common import QuietOption, Runtime, checked_user, fail, run, show_progress
-from app.db import admin_sessions, user_session
 from app.errors import ServiceError
+from app.runtime import admin_transaction, user_transaction
 from app.services.portable import (
     SNAPSHOT,
     ImportReport,
@@ -47,7 +47,7 @@ def export(
         target: IO[str] = sys.stdout if output is None else output.open("w", encoding="utf-8")
         written: dict[str, int] = {}
         try:
-            async with user_session(rt.sessionmaker, user) as session:
+            async with user_transaction(rt.sessionmaker, user) as session:
                 await session.connection(execution_options=SNAPSHOT)
                 counts = await export_counts(session, user)
                 total = counts["messages"] + counts["memories"]
@@ -100,7 +100,7 @@ def import_(
         with tqdm(
             total=total, unit="text", disable=not show_progress(quiet), file=sys.stderr
         ) as bar:
-            async with user_session(rt.sessionmaker, into) as session, session.begin():
+            async with user_transaction(rt.sessionmaker, into) as session:
                 report = await import_export(
                     session,
                     parsed,
@@ -109,12 +109,11 @@ def import_(
                     allow_non_empty=into_non_empty,
                     progress=bar.update,
                     passages=rt.settings.message_passages,
+                    cache=rt.cache,
                 )
-        await rt.cache.invalidate_user(into)
-        sessions = admin_sessions(rt.sessionmaker, "import: vector index refresh")
         for table in TABLES:  # an import can be most of a table: centroids may be stale
-            async with sessions() as session, session.begin():
-                await reindex(session, table, only_if_stale=True)
+            async with admin_transaction(rt.sessionmaker, "import: vector index refresh") as s:
+                await reindex(s, table, only_if_stale=True)
         return report
 
     try:

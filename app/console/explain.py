@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.repositories.search_index import Source
 from app.retrieval.budget import count_tokens
-from app.services.query import QueryRequest, QueryTrace
+from app.services.query import QueryRequest, QueryTrace, Source
 
 
 @dataclass(frozen=True)

@@ -7,9 +7,9 @@ import time
 from dataclasses import dataclass
 
 from app.adapters.mlflow_runs import EvalRuns, last_runs
-from app.api.deps import Resources
 from app.errors import EmbeddingError
 from app.migrate import current_revision, head_revision
+from app.runtime import Resources
 from app.services.embedding import Priority
 
 _PROBE = "pgrecall console health check"

@@ -7,7 +7,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
-from app.api.deps import ResourcesDep, request_transaction
 from app.console.auth import LOGIN_COOKIE, LOGIN_TTL_S, SESSION_COOKIE, SESSION_TTL_S
 from app.console.health import gather
 from app.console.web import (
@@ -15,6 +14,7 @@ from app.console.web import (
     ConfigDep,
     ConsoleRoute,
     FormDep,
+    ResourcesDep,
     SessionDep,
     read_form,
     record,
@@ -22,7 +22,7 @@ from app.console.web import (
     see_other,
     url,
 )
-from app.db import admin_sessions
+from app.runtime import admin_transaction
 from app.services.users import UserDirectoryService
 
 audit = logging.getLogger("app.audit")
@@ -124,8 +124,7 @@ async def users(
     page: Page = 1,
 ) -> Response:
     """Every user (paginated, in id order) with their conversations, messages and memories."""
-    sessions = admin_sessions(resources.sessionmaker, "console: user directory")
-    async with request_transaction(sessions()) as db:
+    async with admin_transaction(resources.sessionmaker, "console: user directory") as db:
         rows, total = await UserDirectoryService(db).page(
             q.strip(), limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
         )

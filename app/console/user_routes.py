@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
@@ -16,27 +15,26 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import AfterValidator, BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.deps import Resources, ResourcesDep, invalidate_after_commit, request_transaction
 from app.console.auth import ConsoleSession
 from app.console.explain import explain
 from app.console.web import (
     PAGE_SIZE,
     ConsoleRoute,
     FormDep,
+    ResourcesDep,
     SessionDep,
     record,
     render,
     see_other,
     url,
 )
-from app.db import user_session
+from app.models.base import MEMORY_TYPES, MemoryType
+from app.runtime import Resources, query_request, query_service, user_transaction
 from app.schemas.admin import AdminMemoryCreate, AdminMemoryUpdate
 from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
-from app.schemas.memory import MemoryType
 from app.services.admin import AdminMemoryService, MemoryFilter
 from app.services.conversation import ConversationService
 from app.services.prompt import format_for_prompt
-from app.services.query import QueryRequest, QueryService
 from app.services.users import UserDirectoryService
 
 log = logging.getLogger(__name__)
@@ -49,13 +47,16 @@ UserParam = Annotated[
 ]
 Page = Annotated[int, Query(ge=1, le=100_000)]
 MAX_QUERY_CHARS = 2000
-MEMORY_TYPES = ("fact", "preference", "decision", "note")
 
 
-@asynccontextmanager
-async def _as_user(resources: Resources, user_id: str) -> AsyncIterator[AsyncSession]:
-    async with request_transaction(user_session(resources.sessionmaker, user_id)) as session:
-        yield session
+def _as_user(resources: Resources, user_id: str) -> AbstractAsyncContextManager[AsyncSession]:
+    """The page's transaction as that user (row-level security), committed before it answers."""
+    return user_transaction(resources.sessionmaker, user_id)
+
+
+def _admin(db: AsyncSession, resources: Resources) -> AdminMemoryService:
+    """The admin memory service; its changes drop the user's cached query results."""
+    return AdminMemoryService(db, resources.embeddings, resources.cache)
 
 
 def _parse(model: type[BaseModel], data: dict[str, Any]) -> Any:
@@ -89,18 +90,20 @@ async def user_page(
     user_id: UserParam,
     type_: Annotated[MemoryType | Literal[""], Query(alias="type")] = "",
     q: Annotated[str, Query(max_length=1000)] = "",
-    deleted: Literal["live", "all"] = "live",
+    deleted: Literal["live", "all", "evicted"] = "live",
     validity: Literal["current", "all"] = "current",
     page: Page = 1,
     notice: Annotated[str, Query(max_length=200)] = "",
 ) -> Response:
-    """A user's memories (newest first), filtered by type, text, deletion and validity."""
+    """A user's memories (newest first), filtered by type, text, deletion (or only those the
+    per-user cap evicted) and validity, with their tags and usage."""
     filters = MemoryFilter(
         user_id=user_id,
         type=type_ or None,
         q=q.strip() or None,
         include_deleted=deleted == "all",
         include_superseded=validity == "all",
+        evicted_only=deleted == "evicted",
     )
     async with _as_user(resources, user_id) as db:
         items, total = await AdminMemoryService(db, None).list(
@@ -134,12 +137,11 @@ async def create_memory(
             **({"importance": _number(v)} if (v := _optional(form, "importance")) else {}),
             **({"expires_at": v} if (v := _optional(form, "expires_at")) else {}),
             **({"source": v} if (v := _optional(form, "source")) else {}),
+            **({"tags": v.split()} if (v := _optional(form, "tags")) else {}),
         },
     )
     async with _as_user(resources, user_id) as db:
-        created, duplicates = await AdminMemoryService(db, resources.embeddings).create_many([row])
-        if created:
-            invalidate_after_commit(db, resources.cache, user_id)
+        created, duplicates = await _admin(db, resources).create_many([row])
     if duplicates:
         return see_other(url("/user", user=user_id, notice="the user already has this text"))
     record(session, "memory.create", user_id, memory_id=created[0].id)
@@ -156,7 +158,7 @@ async def memory_page(
 ) -> Response:
     """One memory and its versions, with the edit form and delete or restore."""
     async with _as_user(resources, user_id) as db:
-        service = AdminMemoryService(db, resources.embeddings)
+        service = _admin(db, resources)
         item = await service.get(user_id, memory_id)
         versions = await service.history(user_id, memory_id)
     return render(
@@ -180,12 +182,12 @@ async def update_memory(
             "type": form.get("type", ""),
             "importance": _number(form.get("importance", "").strip()),
             "expires_at": _optional(form, "expires_at"),
+            "tags": form.get("tags", "").split(),
         },
     )
     async with _as_user(resources, user_id) as db:
-        service = AdminMemoryService(db, resources.embeddings)
+        service = _admin(db, resources)
         item = await service.update(user_id, memory_id, changes)
-        invalidate_after_commit(db, resources.cache, user_id)
     # The service may answer with another row (a new version of the memory): show that one.
     record(session, "memory.update", user_id, memory_id=memory_id, result_id=item.id)
     return see_other(url("/memory", user=user_id, id=item.id))
@@ -219,8 +221,7 @@ async def _set_deleted(
     session: ConsoleSession, resources: Resources, user_id: str, memory_id: uuid.UUID, deleted: bool
 ) -> Response:
     async with _as_user(resources, user_id) as db:
-        await AdminMemoryService(db, None).set_deleted(user_id, memory_id, deleted)
-        invalidate_after_commit(db, resources.cache, user_id)
+        await _admin(db, resources).set_deleted(user_id, memory_id, deleted)
     record(session, "memory.delete" if deleted else "memory.restore", user_id, memory_id=memory_id)
     return see_other(url("/memory", user=user_id, id=memory_id))
 
@@ -320,22 +321,14 @@ async def ask(
             [{"loc": ("form", field), "msg": "not one of the listed values", "type": "value"}]
         )
     cfg = resources.query_config
-    query = QueryRequest(
-        user_id=user_id,
-        query=text,
-        limit=cfg.max_results,
-        min_score=cfg.min_relevance,
-        types=(kind,) if kind else None,
-        sources=(source,) if source else ("memory", "message"),  # type: ignore[arg-type]
-    )
-    service = QueryService(
-        resources.sessionmaker,
-        resources.embeddings,
-        resources.cache,
+    query = query_request(
         cfg,
-        slots=resources.query_slots,
+        user_id,
+        text,
+        types=(kind,) if kind else None,
+        sources=(source,) if source else None,  # type: ignore[arg-type]
     )
-    result, trace = await service.explain(query)
+    result, trace = await query_service(resources).explain(query)
     record(session, "ask-as-user", user_id, returned=len(result.items))
     return render(
         request,

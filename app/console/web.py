@@ -17,9 +17,10 @@ from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from sqlalchemy import exc as sa_exc
 
-from app.api.handlers import database_error
 from app.console.auth import SESSION_COOKIE, ConsoleAuth, ConsoleSession
 from app.errors import ServiceError, ValidationFailedError
+from app.runtime import Resources
+from app.runtime.failures import database_error
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("app.audit")
@@ -76,6 +77,14 @@ def config_of(request: Request) -> ConsoleConfig:
 
 
 ConfigDep = Annotated[ConsoleConfig, Depends(config_of)]
+
+
+def resources_of(request: Request) -> Resources:
+    """The process's resources (app.runtime), which the app's lifespan opened."""
+    return request.app.state.resources  # type: ignore[no-any-return]
+
+
+ResourcesDep = Annotated[Resources, Depends(resources_of)]
 
 
 class SignInRequired(Exception):

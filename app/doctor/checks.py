@@ -197,7 +197,7 @@ async def check_redis(url: str | None) -> Check:
 async def check_embedder(settings: Settings) -> Check:
     import numpy as np
 
-    from app.main import embedder_from_settings
+    from app.runtime import embedder_from_settings
 
     try:
         embedder = await asyncio.to_thread(embedder_from_settings, settings)

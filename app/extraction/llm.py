@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import openai
 from openai import AsyncOpenAI
@@ -76,17 +77,40 @@ class ExtractionLLM:
             raise LLMRefusedError(message) from exc
         except openai.OpenAIError as exc:  # e.g. a body that is not a completion
             raise LLMRetryableError(f"{type(exc).__name__}: {exc}") from exc
-        usage = response.usage
-        text = response.choices[0].message.content if response.choices else None
-        if usage is None:
-            return Completion(text, 0, 0, 0, usage_reported=False)
-        return Completion(
-            text,
-            usage.prompt_tokens,
-            usage.completion_tokens,
-            usage.total_tokens,
-            usage_reported=True,
-        )
+        return _completion(response)
+
+    async def complete_text(
+        self, messages: Sequence[dict[str, str]], max_tokens: int
+    ) -> Completion:
+        """A plain-text answer of at most `max_tokens` (the conversation summary)."""
+        try:
+            response = await self._client.chat.completions.create(
+                model=self.model,
+                messages=list(messages),  # type: ignore[arg-type]
+                temperature=0,
+                max_completion_tokens=max_tokens,
+            )
+        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
+            raise LLMRetryableError(f"{type(exc).__name__}: {exc}") from exc
+        except openai.APIStatusError as exc:
+            raise LLMError(f"HTTP {exc.status_code}: {type(exc).__name__}") from exc
+        except openai.OpenAIError as exc:
+            raise LLMRetryableError(f"{type(exc).__name__}: {exc}") from exc
+        return _completion(response)
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _completion(response: Any) -> Completion:
+    usage = response.usage
+    text = response.choices[0].message.content if response.choices else None
+    if usage is None:
+        return Completion(text, 0, 0, 0, usage_reported=False)
+    return Completion(
+        text,
+        usage.prompt_tokens,
+        usage.completion_tokens,
+        usage.total_tokens,
+        usage_reported=True,
+    )

@@ -10,6 +10,7 @@ from app.config import ExtractionMode, Settings
 from app.extraction.llm import ExtractionLLM
 from app.extraction.metrics import ExtractionMetrics
 from app.extraction.service import ExtractionConfig, ExtractionProcessor
+from app.extraction.summary import ConversationSummarizer
 from app.extraction.worker import ExtractionWorker
 from app.services.embedding import EmbeddingService
 
@@ -61,5 +62,16 @@ def build_extraction(
     metrics = ExtractionMetrics()
     config = extraction_config(settings)
     processor = ExtractionProcessor(sessionmaker, embeddings, llm, config, metrics)
-    worker = ExtractionWorker(sessionmaker, processor, config)
+    summarizer = (
+        ConversationSummarizer(
+            sessionmaker,
+            llm,
+            metrics,
+            max_tokens=settings.extraction_summary_tokens,
+            user_daily_token_cap=settings.extraction_user_daily_token_cap,
+        )
+        if settings.extraction_summary_tokens
+        else None
+    )
+    worker = ExtractionWorker(sessionmaker, processor, config, summarizer)
     return Extraction(llm, metrics, worker, grace_s=settings.extraction_timeout_s + 5)

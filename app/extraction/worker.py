@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import job_queue_sessions
 from app.extraction.service import BatchResult, ExtractionConfig, ExtractionProcessor
+from app.extraction.summary import ConversationSummarizer
 from app.repositories.extraction import ExtractionRepository
 
 log = logging.getLogger(__name__)
@@ -30,12 +31,15 @@ class ExtractionWorker:
         sessionmaker: async_sessionmaker[AsyncSession],
         processor: ExtractionProcessor,
         config: ExtractionConfig,
+        summarizer: ConversationSummarizer | None = None,
     ) -> None:
         # Claims span users (a worker serves everyone) but see only job rows; the work on a
         # user's rows runs in that user's scope (ExtractionProcessor).
         self.claims = job_queue_sessions(sessionmaker)
         self.processor = processor
         self.config = config
+        # Keeps each conversation's rolling summary after its batches (None: no summaries).
+        self.summarizer = summarizer
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -48,7 +52,13 @@ class ExtractionWorker:
             )
         if not jobs:
             return None
-        return await self.processor.process(token, jobs)
+        result = await self.processor.process(token, jobs)
+        if result.state == "done" and self.summarizer is not None:
+            try:
+                await self.summarizer.update(jobs[0].user_id, jobs[0].conversation_id)
+            except (SQLAlchemyError, OSError) as exc:  # the batch stands; the next one retries
+                log.warning("conversation summary not updated: %s", type(exc).__name__)
+        return result
 
     async def drain(self, *, limit: int = 1000) -> list[BatchResult]:
         """Process batches until none is due (tests, and `pgrecall worker --once`)."""

@@ -12,7 +12,6 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 
-from mcp.server.mcpserver import Context
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from sqlalchemy import exc as sa_exc
@@ -26,7 +25,15 @@ from app.errors import (
     PermissionDeniedError,
     ServiceError,
 )
-from app.mcp.tools import CALLER_SCOPE_KEY, ToolResources, build_server, caller_from_scope
+from app.mcp.server import (
+    CALLER_SCOPE_KEY,
+    CORRELATION_SCOPE_KEY,
+    Context,
+    build_server,
+    caller_from_scope,
+)
+from app.observability import correlation_id_var
+from app.runtime import Resources
 from app.services.api_keys import Caller, looks_like_key
 
 log = logging.getLogger(__name__)
@@ -39,7 +46,7 @@ async def _scope_caller(ctx: Context) -> Caller:
 class McpHttp:
     """The ASGI endpoint mounted at /mcp; `running()` belongs in the app's lifespan."""
 
-    def __init__(self, resources: Callable[[], ToolResources]) -> None:
+    def __init__(self, resources: Callable[[], Resources]) -> None:
         self.resources = resources
         self.server = build_server(resources, _scope_caller)
         self._manager: StreamableHTTPSessionManager | None = None
@@ -82,6 +89,7 @@ class McpHttp:
             return
         try:
             scope[CALLER_SCOPE_KEY] = await self._authenticate(Headers(scope=scope))
+            scope[CORRELATION_SCOPE_KEY] = correlation_id_var.get()
         except ServiceError as exc:
             challenge = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
             body = {"error": type(exc).__name__, "detail": exc.message}

@@ -6,29 +6,16 @@ revoked or expired key stops working within PGRECALL_KEY_CACHE_TTL_S seconds.
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass
-
-from mcp.server.mcpserver import Context
+from mcp.server.stdio import stdio_server
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.adapters.cache import Cache
 from app.config import Settings
-from app.mcp.tools import ToolResources, build_server
-from app.services.api_keys import Caller, KeyAuthenticator
+from app.mcp.server import Context, build_server
+from app.runtime import Resources
+from app.runtime.resources import resources_from
+from app.services.api_keys import Caller
 from app.services.embedding import EmbeddingService
-from app.services.query import QueryConfig
-
-
-@dataclass
-class StdioResources:
-    sessionmaker: async_sessionmaker[AsyncSession]
-    embeddings: EmbeddingService
-    cache: Cache
-    query_config: QueryConfig
-    query_slots: asyncio.Semaphore
-    keys: KeyAuthenticator
-    write_rate_limit_per_minute: int
 
 
 def stdio_resources(
@@ -36,29 +23,23 @@ def stdio_resources(
     sessionmaker: async_sessionmaker[AsyncSession],
     embeddings: EmbeddingService,
     cache: Cache,
-) -> StdioResources:
-    from app.main import query_config
-
-    return StdioResources(
-        sessionmaker=sessionmaker,
-        embeddings=embeddings,
-        cache=cache,
-        query_config=query_config(settings),
-        query_slots=asyncio.Semaphore(1),
-        keys=KeyAuthenticator(sessionmaker, ttl_s=settings.key_cache_ttl_s),
-        write_rate_limit_per_minute=settings.write_rate_limit_per_minute,
-    )
+) -> Resources:
+    """The runtime's resources over the CLI's engine: one query at a time (one client)."""
+    return resources_from(settings, sessionmaker, embeddings, cache, query_slots=1)
 
 
-async def serve_stdio(resources: StdioResources, token: str) -> Caller:
+async def serve_stdio(resources: Resources, token: str) -> Caller:
     """Authenticate the key (raises ServiceError when it is not valid), then serve until EOF."""
     caller = await resources.keys.authenticate(token)
 
     async def per_call(_: Context) -> Caller:
         return await resources.keys.authenticate(token)
 
-    def current() -> ToolResources:
-        return resources
-
-    await build_server(current, per_call).run_stdio_async()
+    server = build_server(lambda: resources, per_call)
+    try:
+        async with stdio_server() as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+    finally:
+        if resources.usage is not None:
+            await resources.usage.drain()  # before the CLI disposes of the engine
     return caller

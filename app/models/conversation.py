@@ -9,6 +9,7 @@ from typing import Any
 from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     CheckConstraint,
     DateTime,
     ForeignKeyConstraint,
@@ -42,6 +43,15 @@ class Conversation(CreatedAtMixin, Base):
     title: Mapped[str | None] = mapped_column(String(500), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
+    )
+    # LLM extraction for this conversation: True/False override the service default, None
+    # follows it (PATCH /v1/conversations/{id}).
+    extraction: Mapped[bool | None] = mapped_column(Boolean, nullable=True)
+    # The rolling summary the extraction worker keeps, and the last message seq it covers.
+    summary: Mapped[str | None] = mapped_column(Text, nullable=True)
+    summary_seq: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    summary_updated_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
     )
 
 

@@ -23,16 +23,23 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.models.base import EMBEDDING_DIMENSION, USER_ID_LENGTH, Base, CreatedAtMixin
+from app.models.base import (
+    EMBEDDING_DIMENSION,
+    MAX_TAGS,
+    MEMORY_TYPES,
+    USER_ID_LENGTH,
+    Base,
+    CreatedAtMixin,
+)
 
 
 class MemoryItem(CreatedAtMixin, Base):
     __tablename__ = "memory_items"
     __table_args__ = (
-        CheckConstraint("type IN ('fact', 'preference', 'decision', 'note')", name="type"),
+        CheckConstraint(f"type IN ({', '.join(repr(t) for t in MEMORY_TYPES)})", name="type"),
         CheckConstraint("importance >= 0 AND importance <= 1", name="importance_range"),
         CheckConstraint("supersedes_id <> id", name="not_self_superseding"),
         CheckConstraint("valid_to IS NULL OR valid_to >= valid_from", name="valid_window"),
@@ -75,6 +82,9 @@ class MemoryItem(CreatedAtMixin, Base):
             postgresql_using="gin",
         ),
         CheckConstraint("(store_namespace IS NULL) = (store_key IS NULL)", name="store_address"),
+        # Tags (migration 0014_tags_usage): `tags && :any` / `tags @> :all` of query_memory.
+        CheckConstraint(f"cardinality(tags) <= {MAX_TAGS}", name="tags_count"),
+        Index("idx_memory_items_tags", "tags", postgresql_using="gin"),
         Index(
             "uq_memory_items_store_address",
             "user_id",
@@ -114,6 +124,20 @@ class MemoryItem(CreatedAtMixin, Base):
     )
     valid_to: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     supersedes_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, nullable=True)
+    # Short labels (app/schemas/common.py: Tags), filterable by query_memory (any/all).
+    tags: Mapped[list[str]] = mapped_column(
+        ARRAY(Text), nullable=False, server_default=text("'{}'::text[]")
+    )
+    # Usage (written after query_memory answered, app/services/usage.py): the per-user cap
+    # evicts the least valuable first (lowest importance, least recently retrieved, oldest).
+    last_retrieved_at: Mapped[datetime | None] = mapped_column(
+        DateTime(timezone=True), nullable=True
+    )
+    times_retrieved: Mapped[int] = mapped_column(
+        BigInteger, nullable=False, server_default=text("0")
+    )
+    # Set with deleted_at when the per-user cap evicted it (a restore clears both).
+    evicted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class SearchPosting(Base):

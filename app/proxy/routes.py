@@ -8,36 +8,32 @@ works as on the other routes.
 
 from __future__ import annotations
 
-import contextlib
+import dataclasses
 import hmac
 import json
 import logging
 import uuid
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import Response
 from pydantic import ValidationError
 
-from app.api.deps import (
-    CorrelationDep,
-    Resources,
-    ResourcesDep,
-    after_commit,
-    get_session,
-    validate_user_id,
-)
 from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
 from app.observability import correlation_id_var
+from app.proxy import recall_tags
+from app.proxy.conversation_summary import SUMMARY_HEADER, summary_block, with_summary
 from app.proxy.schemas import ChatRequest, message_text
 from app.proxy.stream import Relay, RelayResponse
 from app.proxy.upstream import ChatUpstream
 from app.retrieval.speakers import usable_speaker
+from app.runtime import Resources, query_request, query_service, user_transaction
+from app.runtime.identity import validate_user_id
 from app.schemas.common import MAX_CONTENT_CHARS
 from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.prompt import format_for_prompt
-from app.services.query import QueryRequest, QueryService
 from app.services.session_state import SessionStateService
 
 log = logging.getLogger(__name__)
@@ -47,7 +43,23 @@ CONVERSATION_HEADER = "X-Pgrecall-Conversation-Id"
 MEMORY_IDS_HEADER = "X-Pgrecall-Memory-Ids"
 STORED_HEADER = "X-Pgrecall-Stored"
 KEY_HEADER = "X-Pgrecall-Key"
-transaction = contextlib.asynccontextmanager(get_session)
+RECALL_ROUNDS_HEADER = "X-Pgrecall-Recall-Rounds"
+RECALLED_IDS_HEADER = "X-Pgrecall-Recalled-Ids"
+
+
+def get_resources(request: Request) -> Resources:
+    return request.app.state.resources  # type: ignore[no-any-return]
+
+
+ResourcesDep = Annotated[Resources, Depends(get_resources)]
+
+
+def correlation_id() -> uuid.UUID:
+    """The request's correlation id (set by the middleware)."""
+    return uuid.UUID(correlation_id_var.get())
+
+
+CorrelationDep = Annotated[uuid.UUID, Depends(correlation_id)]
 
 
 def get_upstream(request: Request) -> ChatUpstream:
@@ -114,22 +126,15 @@ async def _memories(
     options = body.memory
     if (options and options.off) or not query.strip():
         return None, []
-    cfg = resources.query_config
-    result = await QueryService(
-        resources.sessionmaker,
-        resources.embeddings,
-        resources.cache,
-        cfg,
-        slots=resources.query_slots,
-    ).query(
-        QueryRequest(
-            user_id=user_id,
-            query=query,
-            limit=options.top_k if options and options.top_k else cfg.max_results,
-            min_score=options.min_relevance
-            if options and options.min_relevance is not None
-            else cfg.min_relevance,
+    result = await query_service(resources).query(
+        query_request(
+            resources.query_config,
+            user_id,
+            query,
+            limit=options.top_k if options and options.top_k else None,
+            min_score=options.min_relevance if options else None,
             token_budget=options.token_budget if options else None,
+            recency=options.recency if options else None,
         ),
         correlation_id=correlation_id_var.get(),
     )
@@ -162,21 +167,20 @@ async def _store(
     title: str,
 ) -> uuid.UUID:
     """Create the conversation when absent, append the turns; committed when this returns."""
-    async with transaction(resources, user_id) as session:
+    async with user_transaction(resources.sessionmaker, user_id) as session:
         conversations = ConversationService(session, resources.embeddings)
         if conversation_id is None:
             conversation_id = (await conversations.create(user_id, title)).id
         if turns:
-            stored = await conversations.append(
+            state = SessionStateService(conversations, resources.cache, resources.session_messages)
+            await state.append(
                 user_id,
                 conversation_id,
                 turns,
                 correlation,
-                extract=resources.extraction is not None,
+                extraction=resources.extraction_default,
                 passages=resources.message_passages,
             )
-            state = SessionStateService(conversations, resources.cache, resources.session_messages)
-            after_commit(session, state.after_append(user_id, stored))
     return conversation_id
 
 
@@ -207,14 +211,23 @@ async def chat_completions(
     latest_user = next((m for m in reversed(body.messages) if m.role == "user"), None)
     conversation_id = body.memory.conversation_id if body.memory else None
     if conversation_id is not None:
-        async with transaction(resources, user_id) as session:
+        async with user_transaction(resources.sessionmaker, user_id) as session:
             await ConversationService(session, resources.embeddings).get(user_id, conversation_id)
     query = message_text(latest_user) if latest_user else ""
     block, memory_ids = await _memories(resources, user_id, body, query)
     title = (query.strip() or "chat")[:100]
-
-    response = await upstream.send(_with_memories(raw, block), upstream.headers(request.headers))
+    forward = _with_memories(raw, block)
     headers = {MEMORY_IDS_HEADER: ",".join(memory_ids)}
+    if body.memory and body.memory.summary:
+        summary, headers[SUMMARY_HEADER] = await summary_block(resources, user_id, conversation_id)
+        forward = with_summary(forward, summary)
+    if body.memory and body.memory.recall_tags:
+        turn = _Turn(resources, user_id, body, user_turn, conversation_id, correlation, title)
+        return await _recall_completion(
+            turn, upstream, forward, upstream.headers(request.headers), headers
+        )
+
+    response = await upstream.send(forward, upstream.headers(request.headers))
     media_type = response.headers.get("content-type", "application/json")
     if response.status_code >= 400 or not body.stream:
         content = await upstream.read(response)
@@ -259,3 +272,100 @@ def _assistant_text(content: bytes) -> str:
     except (ValueError, KeyError, IndexError, TypeError):
         return ""
     return text if isinstance(text, str) else ""
+
+
+# --- recall tags (memory.recall_tags): app/proxy/recall_tags.py runs the rounds -------------
+
+
+@dataclass(frozen=True)
+class _Turn:
+    """What storing this request's turns needs."""
+
+    resources: Resources
+    user_id: str
+    body: ChatRequest
+    user_turn: MessageCreate | None
+    conversation_id: uuid.UUID | None
+    correlation: uuid.UUID
+    title: str
+
+    async def store(self, text: str, incomplete: str | None) -> uuid.UUID:
+        answer = _answer(text, self.body.model, incomplete)
+        turns = [t for t in (self.user_turn, answer) if t is not None]
+        return await _store(
+            self.resources,
+            self.user_id,
+            self.conversation_id,
+            turns,
+            self.correlation,
+            self.title,
+        )
+
+    async def lookup(self, query: str) -> tuple[str | None, list[str]]:
+        return await _memories(self.resources, self.user_id, self.body, query)
+
+
+async def _recall_completion(
+    turn: _Turn,
+    upstream: ChatUpstream,
+    forward: dict[str, Any],
+    upstream_headers: dict[str, str],
+    headers: dict[str, str],
+) -> Response:
+    """The request with recall tags on: one answer to the client over every round."""
+    options = turn.body.memory
+    assert options is not None
+    if not turn.body.stream:
+        done = await recall_tags.complete(
+            upstream, forward, upstream_headers, turn.lookup, options.recall_rounds
+        )
+        media_type = done.response.headers.get("content-type", "application/json")
+        if done.response.status_code >= 400:
+            if "retry-after" in done.response.headers:
+                headers["Retry-After"] = done.response.headers["retry-after"]
+            return Response(done.content, done.response.status_code, headers, media_type)
+        headers[RECALL_ROUNDS_HEADER] = str(done.transcript.rounds)
+        headers[RECALLED_IDS_HEADER] = ",".join(done.transcript.memory_ids)
+        conversation_id = turn.conversation_id
+        try:
+            conversation_id = await turn.store(done.transcript.text(show_tags=False), None)
+            headers[STORED_HEADER] = "true"
+        except Exception:
+            log.warning("storing chat turns failed", exc_info=True)
+            headers[STORED_HEADER] = "false"
+        if conversation_id is not None:
+            headers[CONVERSATION_HEADER] = str(conversation_id)
+        content = recall_tags.finished_content(done, options.show_tags)
+        return Response(content, done.response.status_code, headers, media_type)
+
+    response = await upstream.send(recall_tags.with_instructions(forward), upstream_headers)
+    media_type = response.headers.get("content-type", "application/json")
+    if response.status_code >= 400:
+        content = await upstream.read(response)
+        if "retry-after" in response.headers:
+            headers["Retry-After"] = response.headers["retry-after"]
+        return Response(content, response.status_code, headers, media_type)
+    try:
+        conversation_id = await _store(
+            turn.resources, turn.user_id, turn.conversation_id, [], turn.correlation, turn.title
+        )
+    except BaseException:
+        await response.aclose()
+        raise
+    headers[CONVERSATION_HEADER] = str(conversation_id)
+    target = dataclasses.replace(turn, conversation_id=conversation_id)
+
+    async def on_end(text: str, incomplete: str | None) -> None:
+        await target.store(text, incomplete)
+
+    relay = recall_tags.RecallRelay(
+        upstream,
+        response,
+        recall_tags.with_instructions(forward),
+        upstream_headers,
+        turn.lookup,
+        options.recall_rounds,
+        options.show_tags,
+        on_end,
+    )
+    return RelayResponse(relay, headers, media_type)

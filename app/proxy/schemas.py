@@ -8,8 +8,11 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from app.schemas.common import json_float, json_int
+from app.schemas.memory import RECENCY_DESCRIPTION, Recency
 
 MAX_CHAT_MESSAGES = 10_000
+DEFAULT_RECALL_ROUNDS = 3
+MAX_RECALL_ROUNDS = 5
 
 
 class MemoryOptions(BaseModel):
@@ -25,9 +28,25 @@ class MemoryOptions(BaseModel):
     token_budget: json_int(ge=1, le=100_000) | None = Field(
         default=None, description="tokens of memories at most (default PGRECALL_TOKEN_BUDGET)"
     )
+    recency: Recency = Field(default=None, description=RECENCY_DESCRIPTION)
     off: StrictBool = Field(default=False, description="no lookup, no injection (turns stored)")
     conversation_id: uuid.UUID | None = Field(
         default=None, description="store the turns here; unset = a new conversation"
+    )
+    summary: StrictBool = Field(
+        default=False,
+        description="inject the conversation's rolling summary (LLM extraction only)",
+    )
+    recall_tags: StrictBool = Field(
+        default=False,
+        description="the model may write <recall>query</recall>; the proxy answers with "
+        "<memo>...</memo> and the model continues (app/proxy/recall_tags.py)",
+    )
+    recall_rounds: json_int(ge=1, le=MAX_RECALL_ROUNDS) = Field(
+        default=DEFAULT_RECALL_ROUNDS, description="lookups per request at most (recall_tags)"
+    )
+    show_tags: StrictBool = Field(
+        default=False, description="recall_tags: the answer keeps the tags and memos"
     )
 
 

@@ -42,6 +42,7 @@ class MemoryFilter:
     created_before: datetime | None = None
     include_deleted: bool = False
     include_superseded: bool = False
+    evicted_only: bool = False  # only memories the per-user cap soft-deleted
 
 
 class AdminMemoryRepository:
@@ -56,7 +57,9 @@ class AdminMemoryRepository:
         index for it and would test every row of the user; the postings' primary key
         (user_id, lexeme) is usable, and `@@` then checks the few rows left."""
         where: list[ColumnElement[bool]] = [MemoryItem.user_id == f.user_id]
-        if not f.include_deleted:
+        if f.evicted_only:
+            where.append(MemoryItem.evicted_at.is_not(None))
+        elif not f.include_deleted:
             where.append(MemoryItem.deleted_at.is_(None))
         if not f.include_superseded:
             where.append(MemoryItem.valid_to.is_(None))
@@ -155,12 +158,15 @@ class AdminMemoryRepository:
     async def set_deleted(
         self, user_id: str, item_id: uuid.UUID, deleted: bool
     ) -> MemoryItem | None:
-        """Soft-delete (keeping the first deletion time) or restore; None if not this user's.
+        """Soft-delete (keeping the first deletion time) or restore (also from an eviction);
+        None if not this user's.
 
         The time is bound, not now(): Citus refuses a non-immutable function inside the
         COALESCE of an UPDATE on a distributed table (docs/scaling.md)."""
-        when = func.coalesce(MemoryItem.deleted_at, datetime.now(UTC)) if deleted else None
-        return await self.update(user_id, item_id, {"deleted_at": when})
+        if deleted:
+            when = func.coalesce(MemoryItem.deleted_at, datetime.now(UTC))
+            return await self.update(user_id, item_id, {"deleted_at": when})
+        return await self.update(user_id, item_id, {"deleted_at": None, "evicted_at": None})
 
     async def nearest(
         self, user_id: str, model: str, vectors: Sequence[Any], *, min_cosine: float, k: int

@@ -34,6 +34,7 @@ EMBEDDING_INDEXES: dict[Table, str] = {
 }
 _BUILT_ON = re.compile(r"built on (\d+) rows")
 
+
 def user_index_name(table: Table, user_id: str) -> str:
     """The name of a user's own vector index: the table's index name + a hash of the user id
     (identifiers are at most 63 bytes, and the id never appears in an identifier)."""

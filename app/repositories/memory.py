@@ -34,6 +34,7 @@ class NewMemory:
     source_message_id: uuid.UUID | None
     metadata: dict[str, Any]
     supersedes_id: uuid.UUID | None = None
+    tags: Sequence[str] = ()
 
 
 # Only valid items are unique by text (the partial index uq_memory_items_user_content_hash).
@@ -64,6 +65,7 @@ class MemoryRepository:
                 "source_message_id": m.source_message_id,
                 "metadata_": m.metadata,
                 "supersedes_id": m.supersedes_id,
+                "tags": list(m.tags),
             }
             if m.created_at is not None:
                 # An item is valid from when it was stated (valid_from = created_at, always).
@@ -102,7 +104,11 @@ class MemoryRepository:
         stmt = (
             update(MemoryItem)
             .where(MemoryItem.id == item_id, MemoryItem.user_id == user_id)
-            .values(deleted_at=func.now() if deleted else None, updated_at=func.now())
+            .values(
+                deleted_at=func.now() if deleted else None,
+                **({} if deleted else {"evicted_at": None}),
+                updated_at=func.now(),
+            )
             .returning(MemoryItem.id)
         )
         return (await self.session.execute(stmt)).scalar_one_or_none() is not None

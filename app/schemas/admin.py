@@ -19,6 +19,7 @@ from app.schemas.common import (
     USER_ID_PATTERN_TEXT,
     Content,
     Metadata,
+    Tags,
     Timestamp,
     check_user_id,
     json_float,
@@ -53,6 +54,7 @@ class AdminMemoryCreate(BaseModel):
     )
     source: Source | None = None
     metadata: Metadata = Field(default_factory=dict)
+    tags: Tags = Field(default_factory=list, description="short labels query_memory can filter by")
 
 
 class AdminMemoryCreateOne(AdminMemoryCreate):
@@ -79,12 +81,13 @@ class AdminMemoryUpdate(BaseModel):
     type: MemoryType | SkipJsonSchema[None] = None
     importance: Importance | SkipJsonSchema[None] = None
     expires_at: Timestamp | None = None
+    tags: Tags | SkipJsonSchema[None] = None
 
     @model_validator(mode="after")
     def _something_to_change(self) -> AdminMemoryUpdate:
         if not self.model_fields_set:
-            raise ValueError("give at least one of content, type, importance, expires_at")
-        for name in ("content", "type", "importance"):
+            raise ValueError("give at least one of content, type, importance, expires_at, tags")
+        for name in ("content", "type", "importance", "tags"):
             if name in self.model_fields_set and getattr(self, name) is None:
                 raise ValueError(f"{name} must not be null")
         return self
@@ -108,6 +111,12 @@ class AdminMemoryOut(BaseModel):
     valid_from: datetime
     valid_to: datetime | None
     supersedes_id: uuid.UUID | None
+    tags: list[str]
+    last_retrieved_at: datetime | None = Field(description="when query_memory last returned it")
+    times_retrieved: int = Field(description="how many answers of query_memory returned it")
+    evicted_at: datetime | None = Field(
+        description="when the per-user cap soft-deleted it (restoring clears it)"
+    )
 
 
 class AdminMemoryHistory(BaseModel):

@@ -6,9 +6,16 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from app.schemas.common import NON_BLANK_SCHEMA, Timestamp, check_non_blank, json_float, json_int
+from app.schemas.common import (
+    NON_BLANK_SCHEMA,
+    Tags,
+    Timestamp,
+    check_non_blank,
+    json_float,
+    json_int,
+)
 from app.schemas.memory import MemoryType, Query
 
 # A saved memory is a short statement, not a document: 4000 characters is ~1000 tokens, the
@@ -45,6 +52,11 @@ class SaveMemoryArgs(BaseModel):
         description="id of one of the user's memories this one replaces: it stops being "
         "returned and stays in the new memory's history",
     )
+    tags: Tags | None = Field(
+        default=None,
+        description='short labels to filter by later (query_memory\'s tags), e.g. ["work"]; '
+        "a replacement keeps the old memory's tags unless given",
+    )
 
 
 class ForgetMemoryArgs(BaseModel):
@@ -58,29 +70,36 @@ class RateMessageArgs(BaseModel):
     """rate_message: an upvote keeps a message as a note; a downvote removes that note."""
 
     model_config = ConfigDict(extra="forbid")
-    message_id: uuid.UUID
-    vote: Literal["up", "down"]
+    message_id: uuid.UUID = Field(description="the id of one of the user's stored messages")
+    vote: Literal["up", "down"] = Field(
+        description="up keeps the message as a note; down removes the note an upvote kept"
+    )
 
 
 class ListMemoriesArgs(BaseModel):
+    """list_memories: the user's live memories, newest first."""
+
     model_config = ConfigDict(extra="forbid")
-    limit: PageLimit = 20
-    offset: PageOffset = 0
-    type: MemoryType | None = None
+    limit: PageLimit = Field(default=20, description=f"memories per page, 1-{MAX_PAGE}")
+    offset: PageOffset = Field(default=0, description="how many to skip (next_offset pages on)")
+    type: MemoryType | None = Field(default=None, description="only memories of this type")
 
 
 class SearchConversationsArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    query: Query
-    after: Timestamp | None = Field(default=None, description="only messages from then on")
-    before: Timestamp | None = Field(default=None, description="only messages before then")
-    limit: HitLimit = 10
+    """search_conversations: past conversation turns only, optionally in [after, before)."""
 
-    @model_validator(mode="after")
-    def _range(self) -> SearchConversationsArgs:
-        if self.after and self.before and self.before <= self.after:
-            raise ValueError("before must be later than after")
-        return self
+    model_config = ConfigDict(extra="forbid")
+    query: Query = Field(description="what to look for in past conversation turns")
+    after: Timestamp | None = Field(
+        default=None, description="only messages from then on (ISO 8601 with a time zone)"
+    )
+    before: Timestamp | None = Field(
+        default=None, description="only messages before then (ISO 8601 with a time zone)"
+    )
+    limit: HitLimit = Field(default=10, description="at most this many messages, 1-50")
+    # `before` at or before `after` matches nothing (an empty answer, not an error), as the
+    # query's time filters: JSON Schema cannot state an order between two fields, and the HTTP
+    # tool must accept what its published schema allows.
 
 
 class MemoryOut(BaseModel):
@@ -96,6 +115,7 @@ class MemoryOut(BaseModel):
     valid_from: datetime
     valid_to: datetime | None = Field(description="when it stopped being true (superseded)")
     supersedes_id: uuid.UUID | None = Field(description="the earlier version it replaced")
+    tags: list[str] = []
 
 
 class MemoryHistory(BaseModel):
@@ -118,6 +138,12 @@ class SaveMemoryResult(BaseModel):
     )
     superseded: uuid.UUID | None = Field(
         default=None, description="the memory the new one replaced (now in its history)"
+    )
+    evicted: list[MemoryOut] = Field(
+        default=[],
+        description="memories the user's cap (PGRECALL_MAX_ENTRIES_PER_USER) soft-deleted to "
+        "make room: the least valuable (lowest importance, least recently retrieved, oldest); "
+        "an admin can restore them",
     )
 
 

@@ -16,6 +16,8 @@ from typing import Annotated, Any, Union
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field
 from typing_extensions import TypeAliasType
 
+from app.models.base import MAX_TAG_CHARS, MAX_TAGS, TAG_PATTERN_TEXT
+
 MAX_CONTENT_CHARS = 32_000
 MAX_METADATA_BYTES = 8_192
 MAX_METADATA_KEY_CHARS = 200
@@ -171,3 +173,26 @@ def json_float(*, ge: float, le: float) -> Any:
     return Annotated[
         float, Field(ge=ge, le=le, allow_inf_nan=False), BeforeValidator(reject_loose_json)
     ]
+
+
+def _check_tags(values: list[str]) -> list[str]:
+    if len(set(values)) != len(values):
+        raise ValueError("must not repeat tags")
+    return values
+
+
+# One rule for tags everywhere (save_memory, admin create, seed files, imports, query filters).
+Tag = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=MAX_TAG_CHARS,
+        pattern=TAG_PATTERN_TEXT,
+        description=f"lowercase letters, digits and _ - . : (1-{MAX_TAG_CHARS} characters)",
+    ),
+]
+Tags = Annotated[
+    list[Tag],
+    Field(max_length=MAX_TAGS, json_schema_extra={"uniqueItems": True}),
+    AfterValidator(_check_tags),
+]

@@ -6,7 +6,7 @@ import uuid
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from app.schemas.common import Content, Metadata, Timestamp, storable_text
 
@@ -14,11 +14,25 @@ Role = Literal["user", "assistant", "system"]
 MAX_BULK_MESSAGES = 1000
 Title = storable_text(500)
 Goal = storable_text(2000)
+SummaryState = Literal["current", "pending", "off", "no_llm"]
 
 
 class ConversationCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
     title: Title | None = None
+
+
+class ConversationUpdate(BaseModel):
+    """PATCH /v1/conversations/{id}: the fields given change, the others stay (at least one)."""
+
+    # minProperties: the schema says what the route enforces (an empty body is a 422).
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"minProperties": 1})
+    title: Title | None = None
+    extraction: StrictBool | None = Field(
+        default=None,
+        description="LLM extraction of this conversation's user turns: true/false override "
+        "the service default (PGRECALL_EXTRACTION_DEFAULT), null follows it again",
+    )
 
 
 class ConversationOut(BaseModel):
@@ -27,6 +41,14 @@ class ConversationOut(BaseModel):
     title: str | None
     created_at: datetime
     updated_at: datetime
+    extraction: bool | None = Field(
+        default=None, description="this conversation's extraction setting; null = the default"
+    )
+    extraction_active: bool = Field(
+        default=False,
+        description="whether new user turns are queued for LLM extraction (false without a "
+        "configured extraction model, whatever the setting)",
+    )
 
 
 class ConversationPage(BaseModel):
@@ -83,6 +105,16 @@ class SessionOut(BaseModel):
     messages: list[dict[str, object]]
     goal: str | None
     source: Literal["cache", "database"]
+    summary: str | None = Field(
+        default=None, description="the rolling conversation summary (LLM extraction only)"
+    )
+    summary_updated_at: datetime | None = None
+    summary_state: SummaryState = Field(
+        default="no_llm",
+        description="current: covers the last message; pending: the worker has turns to add; "
+        "off: no summary is kept for this conversation (its extraction is off, or "
+        "PGRECALL_EXTRACTION_SUMMARY_TOKENS=0); no_llm: no extraction model is configured",
+    )
 
 
 class SessionGoal(BaseModel):

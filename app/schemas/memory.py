@@ -7,15 +7,16 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from app.models.base import MemoryType
 from app.schemas.common import (
     NON_BLANK_SCHEMA,
+    Tags,
     Timestamp,
     check_non_blank,
     json_float,
     json_int,
 )
 
-MemoryType = Literal["fact", "preference", "decision", "note"]
 SourceKind = Literal["memory", "message"]
 # Longer queries are accepted and cut to 8192 characters with a warning (the spec); beyond
 # this hard limit the request is rejected instead of read into memory.
@@ -72,7 +73,23 @@ RECENCY_DESCRIPTION = (
 Recency = json_float(ge=0.0, le=1.0) | None
 
 
-class QueryMemoryArgs(TimeFilters):
+TagsMatch = Literal["any", "all"]
+TAG_FIELDS = {
+    "tags": "Only memories carrying these tags (past messages have none, so a tag filter "
+    "returns memory items only)",
+    "tags_match": "any (default): at least one of the tags; all: every one of them",
+}
+FilterTags = Annotated[Tags | None, Field(min_length=1)]
+
+
+class TagFilter(BaseModel):
+    """The tag filter shared by both query contracts (scoped by user like everything else)."""
+
+    tags: FilterTags = Field(default=None, description=TAG_FIELDS["tags"])
+    tags_match: TagsMatch = Field(default="any", description=TAG_FIELDS["tags_match"])
+
+
+class QueryMemoryArgs(TagFilter, TimeFilters):
     """The agent tool's arguments (Memory v1 tool contract)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -112,7 +129,7 @@ class QueryMemoryResult(BaseModel):
     formatted: str = Field(description="the memories as a delimited block for a prompt")
 
 
-class MemoryQueryRequest(TimeFilters):
+class MemoryQueryRequest(TagFilter, TimeFilters):
     """The internal retrieval contract (Memory v1 MemoryQueryRequest)."""
 
     model_config = ConfigDict(extra="forbid")

@@ -18,6 +18,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.models.base import MemoryType
+from app.schemas.common import Tags
+
 FORMAT = "pgrecall-export"
 VERSION = 1
 
@@ -60,7 +63,7 @@ class MemoryLine(_Line):
     kind: Literal["memory"] = "memory"
     id: uuid.UUID
     content: str = Field(min_length=1)
-    type: Literal["fact", "preference", "decision", "note"]
+    type: MemoryType
     importance: float = Field(ge=0.0, le=1.0)
     source: str | None
     source_message_id: uuid.UUID | None
@@ -74,6 +77,10 @@ class MemoryLine(_Line):
     metadata: dict[str, Any]
     embedding_model: str
     embedding: list[float] | None = None
+    # Since migration 0014_tags_usage; files written before it have none (defaults).
+    tags: Tags = Field(default_factory=list)
+    last_retrieved_at: datetime | None = None
+    times_retrieved: int = Field(default=0, ge=0)
 
 
 class EndLine(_Line):

@@ -8,11 +8,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.adapters.cache import Cache
 from app.errors import ConflictError, NotFoundError
 from app.models import MemoryItem
 from app.repositories.admin import AdminMemoryRepository, MemoryFilter
 from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.schemas.admin import AdminMemoryCreate, AdminMemoryCreateOne, AdminMemoryUpdate
+from app.services.effects import invalidate_after_commit
 from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import MemoryInput, MemoryService, content_hash
 from app.services.supersession import SupersessionService
@@ -29,16 +31,24 @@ def memory_input(row: AdminMemoryCreate) -> MemoryInput:
         expires_at=row.expires_at,
         source=row.source,
         metadata=row.metadata,
+        tags=tuple(row.tags),
     )
 
 
 class AdminMemoryService:
-    def __init__(self, session: AsyncSession, embeddings: EmbeddingService | None) -> None:
-        """`embeddings` may be None for callers that only read, delete or restore."""
+    def __init__(
+        self,
+        session: AsyncSession,
+        embeddings: EmbeddingService | None,
+        cache: Cache | None = None,
+    ) -> None:
+        """`embeddings` may be None for callers that only read, delete or restore. With
+        `cache`, a change drops its users' cached query results once it commits."""
         self.repo = AdminMemoryRepository(session)
         self.index = SearchIndexRepository(session)
         self.session = session
         self._embeddings = embeddings
+        self.cache = cache
 
     @property
     def embeddings(self) -> EmbeddingService:
@@ -78,6 +88,7 @@ class AdminMemoryService:
         found: dict[uuid.UUID, MemoryItem] = {}
         for user, ids in new_ids.items():
             found.update((m.id, m) for m in await self.repo.get_many(user, ids))
+        invalidate_after_commit(self.session, self.cache, *new_ids)
         return [found[i] for i in order if i in found], duplicates
 
     async def supersede(self, row: AdminMemoryCreateOne) -> MemoryItem:
@@ -97,7 +108,9 @@ class AdminMemoryService:
             metadata=row.metadata,
             observed_at=row.created_at,
             observed_field="body.created_at",
+            tags=row.tags if "tags" in fields else None,
         )
+        invalidate_after_commit(self.session, self.cache, row.user_id)
         return done.new
 
     async def history(self, user_id: str, item_id: uuid.UUID) -> list[MemoryItem]:
@@ -128,6 +141,7 @@ class AdminMemoryService:
         (new id, linked back) holds the new text with the other changes; the new version is
         returned. Type, importance and expiry alone change the item in place."""
         item = await self._get(user_id, item_id)
+        invalidate_after_commit(self.session, self.cache, user_id)
         fields = changes.model_fields_set
         if changes.content is not None and changes.content != item.content:
             if item.deleted_at is not None:
@@ -140,6 +154,7 @@ class AdminMemoryService:
                 importance=changes.importance,
                 expires_at=changes.expires_at if "expires_at" in fields else item.expires_at,
                 metadata=dict(item.metadata_),
+                tags=changes.tags,
             )
             return done.new
         values: dict[str, Any] = {}
@@ -149,13 +164,15 @@ class AdminMemoryService:
             values["importance"] = changes.importance
         if "expires_at" in fields:
             values["expires_at"] = changes.expires_at
+        if changes.tags is not None:
+            values["tags"] = list(changes.tags)
         return await self._write(user_id, item_id, values)
 
     async def replace(self, item: MemoryItem, row: AdminMemoryCreate, vector: Any) -> MemoryItem:
         """Overwrite a memory with a near-duplicate row whose vector is already computed."""
         values = await self._content_values(item, row.content, vector)
         values["type"] = row.type
-        for name in ("importance", "expires_at", "source"):
+        for name in ("importance", "expires_at", "source", "tags"):
             if name in row.model_fields_set:
                 values[name] = getattr(row, name)
         return await self._write(item.user_id, item.id, values)
@@ -165,6 +182,7 @@ class AdminMemoryService:
         item = await self.repo.set_deleted(user_id, item_id, deleted)
         if item is None:
             raise NotFoundError("memory not found")
+        invalidate_after_commit(self.session, self.cache, user_id)
         return item
 
     async def _content_values(self, item: MemoryItem, content: str, vector: Any) -> dict[str, Any]:

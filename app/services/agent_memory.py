@@ -1,7 +1,7 @@
 """What agents may do to their user's memory: save, forget, rate a message, list, search turns.
 
-One implementation behind both front doors (HTTP tools in app/api/agent_tools.py, MCP tools in
-app/mcp/). Saving a near-duplicate of a valid memory (cosine >= NEAR_DUPLICATE_COSINE, the
+One implementation behind every door (the tool catalog in app/tools/, which HTTP and MCP are
+generated from). Saving a near-duplicate of a valid memory (cosine >= NEAR_DUPLICATE_COSINE, the
 seeding threshold) that says something new supersedes it (app/services/supersession.py): the
 old statement is closed and kept in the memory's history, never overwritten. 0.90 is measured
 by `python -m eval.near_duplicates` (docs/admin.md): it catches 8 of 10 restatements and none of
@@ -21,18 +21,21 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.adapters.cache import Cache
-from app.errors import ConflictError, NotFoundError, RateLimitedError
+from app.errors import ConflictError, NotFoundError
 from app.models import MemoryItem
 from app.repositories.agent_memory import RATING_ORIGIN, AgentMemoryRepository
 from app.repositories.memory import MemoryRepository
+from app.repositories.usage import UsageRepository
 from app.retrieval.budget import pack
 from app.schemas.agent import MemoryOut, SaveMemoryResult
 from app.services.admin import AdminMemoryService
+from app.services.effects import admit_write, invalidate_after_commit
 from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import MemoryInput, MemoryService, content_hash
 from app.services.query import QueryItem, QueryRequest, QueryResult, QueryService
 from app.services.seed import NEAR_DUPLICATE_COSINE
 from app.services.supersession import SupersessionService
+from app.services.usage import evict_over_cap
 
 SAVE_ORIGIN = "save_memory"
 # With a time range, the range is applied to this many ranked messages (see search_messages).
@@ -44,6 +47,8 @@ class Saved:
     item: MemoryItem
     action: str  # added | updated | unchanged | restored
     superseded: uuid.UUID | None = None
+    # Soft-deleted by the per-user cap to make room for this one (restorable by an admin).
+    evicted: tuple[MemoryItem, ...] = ()
 
     def result(self) -> SaveMemoryResult:
         """The save_memory answer, the same through HTTP and MCP."""
@@ -51,6 +56,7 @@ class Saved:
             memory=MemoryOut.model_validate(self.item),
             action=self.action,  # type: ignore[arg-type]
             superseded=self.superseded,
+            evicted=[MemoryOut.model_validate(m) for m in self.evicted],
         )
 
 
@@ -63,19 +69,24 @@ class Rated:
     removed: int = 0
 
 
-async def admit_write(cache: Cache, user_id: str, per_minute: int) -> None:
-    """Count one agent write; RateLimitedError (429) over the limit. Fails open without Redis."""
-    decision = await cache.hit_rate_limit(user_id, per_minute, bucket="write_limit")
-    if not decision.allowed:
-        raise RateLimitedError(
-            f"write limit of {per_minute} per minute reached; retry in {decision.reset_s} s"
-        )
-
-
 class AgentMemoryService:
-    def __init__(self, session: AsyncSession, embeddings: EmbeddingService) -> None:
+    def __init__(
+        self,
+        session: AsyncSession,
+        embeddings: EmbeddingService,
+        cache: Cache | None = None,
+        *,
+        write_limit_per_minute: int = 0,
+        max_entries: int = 0,
+    ) -> None:
+        """With `cache`, every write is admitted against the user's write limit first and drops
+        the user's cached query results once the transaction commits. `max_entries` > 0 caps
+        the user's live memories: a save beyond it evicts (app/services/usage.py order)."""
         self.session = session
         self.embeddings = embeddings
+        self.cache = cache
+        self.write_limit_per_minute = write_limit_per_minute
+        self.max_entries = max_entries
         self.repo = AgentMemoryRepository(session)
         self.memories = MemoryRepository(session)
         self.admin = AdminMemoryService(session, embeddings)
@@ -89,10 +100,32 @@ class AgentMemoryService:
         importance: float | None = None,
         expires_at: datetime | None = None,
         supersedes: uuid.UUID | None = None,
+        tags: Sequence[str] | None = None,
     ) -> Saved:
         """Store a memory. An identical valid one of the user is reused (or restored); one
         that replaces a memory - named by `supersedes`, or the user's nearest valid memory at
-        cosine >= NEAR_DUPLICATE_COSINE - supersedes it (closed, kept as history)."""
+        cosine >= NEAR_DUPLICATE_COSINE - supersedes it (closed, kept as history). A memory
+        added or restored beyond the user's cap evicts the least valuable others."""
+        await self._write(user_id)
+        if self.max_entries > 0:
+            # Count and evict under the user's lock: two concurrent saves cannot both see room.
+            await UsageRepository(self.session).lock_user(user_id)
+        saved = await self._save(user_id, content, type, importance, expires_at, supersedes, tags)
+        if saved.action in ("added", "restored") and self.max_entries > 0:
+            evicted = await evict_over_cap(self.session, user_id, self.max_entries, saved.item.id)
+            return replace(saved, evicted=tuple(evicted))
+        return saved
+
+    async def _save(
+        self,
+        user_id: str,
+        content: str,
+        type: str,
+        importance: float | None,
+        expires_at: datetime | None,
+        supersedes: uuid.UUID | None,
+        tags: Sequence[str] | None,
+    ) -> Saved:
         digest = content_hash(content)
         if supersedes is None:
             existing = await self._by_hash(user_id, digest)
@@ -103,9 +136,10 @@ class AgentMemoryService:
                 if existing.deleted_at is None and not expired:
                     return Saved(existing, "unchanged")
                 # A forgotten or expired copy of the same text: the new statement brings it back.
-                restored = await self.admin.repo.update(
-                    user_id, existing.id, {"deleted_at": None, "expires_at": expires_at}
-                )
+                values = {"deleted_at": None, "evicted_at": None, "expires_at": expires_at}
+                if tags is not None:
+                    values["tags"] = list(tags)
+                restored = await self.admin.repo.update(user_id, existing.id, values)
                 if restored is None:  # purged by a concurrent transaction
                     raise NotFoundError("memory not found")
                 return Saved(restored, "restored")
@@ -129,6 +163,7 @@ class AgentMemoryService:
                 source_message_id=None,
                 metadata=metadata,
                 vector=vector,
+                tags=tags,
             )
             return Saved(done.new, "updated", supersedes)
         item = MemoryInput(
@@ -139,6 +174,7 @@ class AgentMemoryService:
             expires_at=expires_at,
             source="agent",
             metadata=metadata,
+            tags=tuple(tags or ()),
         )
         created = await MemoryService(self.session, self.embeddings).store([item], [vector])
         stored = await self.memories.get(user_id, created[0]) if created else None
@@ -151,6 +187,7 @@ class AgentMemoryService:
 
     async def forget(self, user_id: str, item_id: uuid.UUID) -> MemoryItem:
         """Soft-delete one of the user's memories (idempotent); 404 for any other id."""
+        await self._write(user_id)
         item = await self.memories.get(user_id, item_id, include_deleted=True)
         if item is None:
             raise NotFoundError("memory not found")
@@ -161,6 +198,7 @@ class AgentMemoryService:
     async def rate(self, user_id: str, message_id: uuid.UUID, vote: str) -> Rated:
         """Up: keep the message (with the user turn an assistant reply answers) as a note.
         Down: remove the note an upvote made. Both idempotent; 404 for another user's message."""
+        await self._write(user_id)
         message = await self.repo.message(user_id, message_id)
         if message is None:
             raise NotFoundError("message not found")
@@ -204,6 +242,14 @@ class AgentMemoryService:
         if existing.deleted_at is not None:
             existing = await self.admin.set_deleted(user_id, existing.id, False)
         return Rated(message_id, vote, "exists", existing)
+
+    async def _write(self, user_id: str) -> None:
+        """Admit one write (429 over the limit, before anything is written), and have the
+        user's cached query results dropped once it commits, so query_memory sees it at once."""
+        if self.cache is None:
+            return
+        await admit_write(self.cache, user_id, self.write_limit_per_minute)
+        invalidate_after_commit(self.session, self.cache, user_id)
 
     async def page(
         self, user_id: str, *, limit: int, offset: int, type: str | None = None

@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.db import key_lookup_session
+from app.db import after_commit, key_lookup_session
 from app.errors import AuthenticationError, NotFoundError, PermissionDeniedError
 from app.models import ApiKey
 from app.repositories.api_keys import ApiKeyRepository
@@ -80,8 +80,12 @@ class CreatedKey:
 
 
 class ApiKeyService:
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncSession, keys: KeyAuthenticator | None = None) -> None:
+        """With `keys` (this process's key cache), a revoke empties it once committed, so this
+        process refuses the key at once (others within their cache period)."""
+        self.session = session
         self.repo = ApiKeyRepository(session)
+        self.keys = keys
 
     async def create(
         self, user_id: str, scope: str = WRITE, expires_in: timedelta | None = None
@@ -111,6 +115,13 @@ class ApiKeyService:
         key = await self.repo.revoke(key_id)
         if key is None:
             raise NotFoundError("key not found")
+        if self.keys is not None:
+            keys = self.keys
+
+            async def forget() -> None:
+                keys.forget()
+
+            after_commit(self.session, forget)
         return key
 
 

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.errors import NotFoundError
 from app.models import Conversation, Message
 from app.repositories.conversation import ConversationRepository, NewMessage
+from app.repositories.conversation_settings import ConversationSettingsRepository
 from app.repositories.extraction import ExtractionRepository
 from app.repositories.passages import PassageRepository
 from app.repositories.search_index import Document, SearchIndexRepository, Source
@@ -74,6 +75,7 @@ class StoredMessages:
 
 class ConversationService:
     def __init__(self, session: AsyncSession, embeddings: EmbeddingService) -> None:
+        self.session = session
         self.repo = ConversationRepository(session)
         self.index = SearchIndexRepository(session)
         self.embeddings = embeddings
@@ -85,6 +87,17 @@ class ConversationService:
     async def get(self, user_id: str, conversation_id: uuid.UUID) -> Conversation:
         """The user's conversation, or NotFoundError (also for other users' ids)."""
         conversation = await self.repo.get(user_id, conversation_id)
+        if conversation is None:
+            raise NotFoundError("conversation not found")
+        return conversation
+
+    async def update(
+        self, user_id: str, conversation_id: uuid.UUID, values: dict[str, object]
+    ) -> Conversation:
+        """Set the title and/or the extraction setting; NotFoundError for others' ids."""
+        conversation = await ConversationSettingsRepository(self.session).update(
+            user_id, conversation_id, values
+        )
         if conversation is None:
             raise NotFoundError("conversation not found")
         return conversation
@@ -101,12 +114,13 @@ class ConversationService:
         correlation_id: uuid.UUID,
         *,
         priority: Priority = Priority.INTERACTIVE,
-        extract: bool = False,
+        extraction: bool | None = None,
         passages: bool = True,
     ) -> StoredMessages:
         """Embed, then store the messages in order with their keyword postings and (`passages`)
-        their sentence passages; `extract` queues the user turns for LLM extraction in the same
-        transaction (one INSERT)."""
+        their sentence passages. `extraction` is the service's extraction default (None: no
+        extraction model); the conversation's own setting overrides it, and when the result is
+        on the user turns are queued for LLM extraction in the same transaction (one INSERT)."""
         # Embed before taking the row lock: the lock is held only for the inserts.
         await self.get(user_id, conversation_id)
         vectors = await self.embeddings.embed([m.content for m in messages], priority=priority)
@@ -161,7 +175,9 @@ class ConversationService:
                 ],
             )
         await self.repo.touch(conversation_id, user_id)
-        if extract:
+        if extraction is not None and (
+            conversation.extraction if conversation.extraction is not None else extraction
+        ):
             turns = [m.id for m in new if m.role == "user"]
             await ExtractionRepository(self.repo.session).enqueue(user_id, conversation_id, turns)
         return StoredMessages(conversation, stored, previous_id=tail[0].id if tail else None)

@@ -32,6 +32,7 @@ class MemoryInput:
     source: str | None = None
     source_message_id: uuid.UUID | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
 
 
 class MemoryService:
@@ -66,6 +67,7 @@ class MemoryService:
                 source=m.source,
                 source_message_id=m.source_message_id,
                 metadata=m.metadata,
+                tags=m.tags,
             )
             for i, m in enumerate(items)
         ]

@@ -27,6 +27,7 @@ import numpy as np
 from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from app.adapters.cache import Cache
 from app.db import user_session
 from app.errors import ConflictError, ValidationFailedError
 from app.models import Conversation, MemoryItem, Message
@@ -44,6 +45,7 @@ from app.schemas.portable import (
     MessageLine,
 )
 from app.services.conversation import conversation_documents
+from app.services.effects import invalidate_after_commit
 from app.services.embedding import EmbeddingService, Priority
 from app.services.memory import content_hash
 from app.services.passages import PassageSource, embed_passages
@@ -98,6 +100,9 @@ def memory_line(m: MemoryItem, embeddings: bool) -> dict[str, Any]:
         supersedes_id=m.supersedes_id,
         metadata=m.metadata_,
         embedding_model=m.embedding_model,
+        tags=list(m.tags),
+        last_retrieved_at=m.last_retrieved_at,
+        times_retrieved=m.times_retrieved,
     )
     out = line.model_dump(mode="json", exclude={"embedding"})
     if embeddings:
@@ -283,10 +288,13 @@ async def import_export(
     allow_non_empty: bool = False,
     progress: Progress | None = None,
     passages: bool = True,
+    cache: Cache | None = None,
 ) -> ImportReport:
     """Write a parsed export into `user_id` (default: the exported user); `passages` makes the
-    messages' sentence passages as the write path does (PGRECALL_MESSAGE_PASSAGES)."""
+    messages' sentence passages as the write path does (PGRECALL_MESSAGE_PASSAGES). With
+    `cache`, the user's cached query results are dropped once the import commits."""
     target = user_id or parsed.header.user_id
+    invalidate_after_commit(session, cache, target)
     repo = PortableRepository(session)
     held = await repo.counts(target)
     if any(held.values()) and not allow_non_empty:
@@ -381,6 +389,9 @@ async def import_export(
                 "metadata_": item.metadata,
                 "embedding": vec,
                 "embedding_model": model,
+                "tags": list(item.tags),
+                "last_retrieved_at": item.last_retrieved_at,
+                "times_retrieved": item.times_retrieved,
             }
         )
     await repo.insert_memories(memory_rows)

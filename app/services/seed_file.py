@@ -20,7 +20,17 @@ from pydantic import ValidationError
 from app.schemas.admin import AdminMemoryCreate
 
 Format = Literal["json", "jsonl", "csv"]
-CSV_COLUMNS = ("user_id", "content", "type", "importance", "created_at", "expires_at", "source")
+# tags: one cell, labels separated by spaces ("work travel").
+CSV_COLUMNS = (
+    "user_id",
+    "content",
+    "type",
+    "importance",
+    "created_at",
+    "expires_at",
+    "source",
+    "tags",
+)
 CSV_REQUIRED = ("user_id", "content", "type")
 # Big enough that an over-long content is reported by validation, not by the csv module.
 _CSV_FIELD_LIMIT = 16 * 1024 * 1024
@@ -181,7 +191,7 @@ def _csv_rows(text: str) -> Iterator[tuple[int, Any]]:
             reason = f"has {len(cells)} fields, the header has {len(header)}"
             yield start, RowError(start, "row", reason)
             continue
-        record: dict[str, str | float] = {}
+        record: dict[str, str | float | list[str]] = {}
         for name, value in zip(header, cells, strict=True):
             # An empty optional cell means "not given"; required ones stay so validation names them.
             if value != "" or name in CSV_REQUIRED:
@@ -193,4 +203,6 @@ def _csv_rows(text: str) -> Iterator[tuple[int, Any]]:
             except ValueError:
                 yield start, RowError(start, "importance", "must be a number")
                 continue
+        if "tags" in record:
+            record["tags"] = str(record["tags"]).split()
         yield start, record

@@ -4,20 +4,24 @@ Postgres is the truth; Redis holds a copy that must never miss a message. Every 
 the copy only if it ends where Postgres did before the write, and every read serves the copy
 only if it ends with the conversation's last stored message; otherwise the copy is rebuilt from
 Postgres. A cache write that failed (Redis paused, down, or a lost race) therefore costs one
-rebuild, never a gap. All front doors (HTTP, MCP, chat proxy) go through this service.
+rebuild, never a gap. Message writes (append, delete) go through this service, which registers
+the refresh of the copy to run after the commit, so no door can forget it.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from app.adapters.cache import Cache
+from app.db import after_commit
 from app.errors import ServiceError
 from app.models import Message
+from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService, StoredMessages
+from app.services.embedding import Priority
 
 
 def session_entry(message: Message) -> dict[str, Any]:
@@ -42,6 +46,46 @@ class SessionStateService:
         self.conversations = conversations
         self.cache = cache
         self.keep = keep
+
+    async def append(
+        self,
+        user_id: str,
+        conversation_id: uuid.UUID,
+        messages: Sequence[MessageCreate],
+        correlation_id: uuid.UUID,
+        *,
+        priority: Priority = Priority.INTERACTIVE,
+        extraction: bool | None = None,
+        passages: bool = True,
+    ) -> StoredMessages:
+        """Store the messages (ConversationService.append); once committed, the cached copy
+        is extended and the user's cached query results are dropped."""
+        stored = await self.conversations.append(
+            user_id,
+            conversation_id,
+            messages,
+            correlation_id,
+            priority=priority,
+            extraction=extraction,
+            passages=passages,
+        )
+        after_commit(self.conversations.session, self.after_append(user_id, stored))
+        return stored
+
+    async def delete_last(self, user_id: str, conversation_id: uuid.UUID) -> Message | None:
+        """Delete the newest message; once committed, the cached copy takes the new tail."""
+        deleted = await self.conversations.delete_last(user_id, conversation_id)
+        if deleted is not None:
+            refresh = await self.after_delete(user_id, conversation_id)
+            after_commit(self.conversations.session, refresh)
+        return deleted
+
+    async def delete_all(self, user_id: str, conversation_id: uuid.UUID) -> int:
+        """Delete every message; once committed, the cached copy is emptied (goal kept)."""
+        deleted = await self.conversations.delete_all(user_id, conversation_id)
+        refresh = await self.after_delete(user_id, conversation_id)
+        after_commit(self.conversations.session, refresh)
+        return deleted
 
     def after_append(self, user_id: str, stored: StoredMessages) -> Callable[[], Awaitable[None]]:
         """The work to do once an append has committed: extend the copy, drop cached answers."""

@@ -23,13 +23,15 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.adapters.cache import Cache
 from app.errors import NotFoundError
 from app.models import MemoryItem
+from app.models.base import MEMORY_TYPES
 from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.repositories.store import StoreRepository
+from app.services.effects import invalidate_after_commit
 from app.services.embedding import EmbeddingService, Priority
 
-MEMORY_TYPES = ("fact", "preference", "decision", "note")
 SEPARATOR = "."
 WILDCARD = "*"
 STORE_SOURCE = "store"
@@ -105,10 +107,16 @@ class Found:
 
 
 class StoreService:
-    def __init__(self, session: AsyncSession, embeddings: EmbeddingService) -> None:
+    def __init__(
+        self, session: AsyncSession, embeddings: EmbeddingService, cache: Cache | None = None
+    ) -> None:
+        """With `cache`, a write drops the user's cached query results once it commits
+        (query_memory returns store items like any other memory)."""
+        self.session = session
         self.repo = StoreRepository(session)
         self.index = SearchIndexRepository(session)
         self.embeddings = embeddings
+        self.cache = cache
 
     async def put(
         self, user_id: str, namespace: Sequence[str], key: str, value: dict[str, Any]
@@ -125,6 +133,7 @@ class StoreService:
             and current.metadata_.get("value") == value
         ):
             return current
+        invalidate_after_commit(self.session, self.cache, user_id)
         (vector,) = await self.embeddings.embed([text], priority=Priority.INTERACTIVE)
         fields: dict[str, Any] = {
             "content": text,
@@ -157,7 +166,10 @@ class StoreService:
 
     async def delete(self, user_id: str, namespace: Sequence[str], key: str) -> bool:
         """Soft-delete the item (as forget_memory does); False when nothing live was there."""
-        return await self.repo.delete(user_id, joined(namespace), key) is not None
+        deleted = await self.repo.delete(user_id, joined(namespace), key) is not None
+        if deleted:
+            invalidate_after_commit(self.session, self.cache, user_id)
+        return deleted
 
     async def search(
         self,

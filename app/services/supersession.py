@@ -23,6 +23,7 @@ not before the old item became valid. Services flush, never commit.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -68,11 +69,13 @@ class SupersessionService:
         observed_at: datetime | None = None,
         vector: Any = None,
         observed_field: str = "observed_at",
+        tags: Sequence[str] | None = None,
     ) -> Superseded:
         """Close the user's memory `old_id` at `observed_at` (default now) and store `content`
         as its replacement; type, importance, source and source message default to the old
-        item's, metadata to {}. `vector` skips embedding when the caller has it already;
-        `observed_field` names observed_at in errors as the caller's input calls it.
+        item's, metadata to {}, tags to the old item's. `vector` skips embedding when the
+        caller has it already; `observed_field` names observed_at in errors as the caller's
+        input calls it.
         After an error the transaction must be rolled back (the old item may be closed)."""
         name = observed_field.rsplit(".", 1)[-1]
         if observed_at is not None and observed_at.utcoffset() is None:
@@ -118,6 +121,7 @@ class SupersessionService:
             ),
             metadata=metadata or {},
             supersedes_id=old.id,
+            tags=tuple(old.tags if tags is None else tags),
         )
         if not await self.memories.insert_many([new]):
             raise ConflictError("a memory of this user got this content concurrently; retry")

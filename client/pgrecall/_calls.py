@@ -43,6 +43,17 @@ def get_conversation(conversation_id: Ident) -> Call[t.Conversation]:
     )
 
 
+def update_conversation(conversation_id: Ident, changes: Mapping[str, Any]) -> Call[t.Conversation]:
+    # Sets values: repeating it changes nothing, so it is retried like a PUT.
+    return Call(
+        "PATCH",
+        _conversations(f"/{conversation_id}"),
+        model(t.Conversation),
+        json=dump(changes),
+        idempotent=True,
+    )
+
+
 def list_conversations(limit: int, offset: int) -> Call[t.ConversationPage]:
     return Call(
         "GET",
@@ -145,12 +156,16 @@ def query_memory(
     types: Sequence[str] | None,
     sources: Sequence[str] | None,
     times: TimeFilters | None = None,
+    tags: Sequence[str] | None = None,
+    tags_match: str | None = None,
 ) -> Call[t.QueryMemoryResult]:
     body = drop_none(
         {
             "query": query,
             "types": list(types) if types is not None else None,
             "sources": list(sources) if sources is not None else None,
+            "tags": list(tags) if tags is not None else None,
+            "tags_match": tags_match,
         }
     ) | _time_filters(times)
     # A read: retrying it stores nothing twice.
@@ -167,6 +182,8 @@ def memory_query(
     min_score: float | None,
     token_budget: int | None,
     times: TimeFilters | None = None,
+    tags: Sequence[str] | None = None,
+    tags_match: str | None = None,
 ) -> Call[t.MemoryQueryResponse]:
     body = drop_none(
         {
@@ -176,6 +193,8 @@ def memory_query(
             "sources": list(sources) if sources is not None else None,
             "min_score": min_score,
             "token_budget": token_budget,
+            "tags": list(tags) if tags is not None else None,
+            "tags_match": tags_match,
         }
     ) | _time_filters(times)
     return Call(
@@ -189,6 +208,7 @@ def save_memory(
     importance: float | None,
     expires_at: datetime | None,
     supersedes: Ident | None,
+    tags: Sequence[str] | None = None,
 ) -> Call[t.SaveMemoryResult]:
     body = drop_none(
         {
@@ -197,6 +217,7 @@ def save_memory(
             "importance": importance,
             "expires_at": expires_at,
             "supersedes": supersedes,
+            "tags": list(tags) if tags is not None else None,
         }
     )
     # A repeat answers "unchanged", but one with `supersedes` finds the old memory gone (404):

@@ -121,6 +121,11 @@ class AsyncClient(Base):
         """One of the user's conversations."""
         return await self._run(c.get_conversation(conversation_id))
 
+    async def update_conversation(self, conversation_id: Ident, **changes: Any) -> t.Conversation:
+        """Change `title` and/or `extraction` (True/False override the service's LLM
+        extraction default for this conversation, None follows it)."""
+        return await self._run(c.update_conversation(conversation_id, changes))
+
     async def list_conversations(self, *, limit: int = 50, offset: int = 0) -> t.ConversationPage:
         """The user's conversations, most recently updated first."""
         return await self._run(c.list_conversations(limit, offset))
@@ -175,9 +180,13 @@ class AsyncClient(Base):
         importance: float | None = None,
         expires_at: datetime | None = None,
         supersedes: Ident | None = None,
+        tags: Sequence[str] | None = None,
     ) -> t.SaveMemoryResult:
-        """The agent write tool: store a memory (a near-duplicate updates the stored one)."""
-        return await self._run(c.save_memory(content, type, importance, expires_at, supersedes))
+        """The agent write tool: store a memory (a near-duplicate updates the stored one);
+        `evicted` names what the user's cap soft-deleted to make room."""
+        return await self._run(
+            c.save_memory(content, type, importance, expires_at, supersedes, tags)
+        )
 
     async def forget_memory(self, memory_id: Ident) -> t.ForgetMemoryResult:
         """The agent tool: soft-delete one of the user's memories."""
@@ -244,9 +253,12 @@ class AsyncClient(Base):
         types: Sequence[str] | None = None,
         sources: Sequence[str] | None = None,
         times: TimeFilters | None = None,
+        tags: Sequence[str] | None = None,
+        tags_match: str | None = None,
     ) -> t.QueryMemoryResult:
-        """The agent tool: relevant memories and past turns, with a prompt-ready block."""
-        return await self._run(c.query_memory(query, types, sources, times))
+        """The agent tool: relevant memories and past turns, with a prompt-ready block
+        (`tags`: only memories with any of them, or all with tags_match="all")."""
+        return await self._run(c.query_memory(query, types, sources, times, tags, tags_match))
 
     async def memory_query(
         self,
@@ -258,10 +270,14 @@ class AsyncClient(Base):
         min_score: float | None = None,
         token_budget: int | None = None,
         times: TimeFilters | None = None,
+        tags: Sequence[str] | None = None,
+        tags_match: str | None = None,
     ) -> t.MemoryQueryResponse:
         """The internal retrieval contract: scores, references, timings."""
         return await self._run(
-            c.memory_query(query, limit, types, sources, min_score, token_budget, times)
+            c.memory_query(
+                query, limit, types, sources, min_score, token_budget, times, tags, tags_match
+            )
         )
 
     async def create_key(

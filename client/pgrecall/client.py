@@ -123,6 +123,11 @@ class Client(Base):
         """One of the user's conversations."""
         return self._run(c.get_conversation(conversation_id))
 
+    def update_conversation(self, conversation_id: Ident, **changes: Any) -> t.Conversation:
+        """Change `title` and/or `extraction` (True/False override the service's LLM
+        extraction default for this conversation, None follows it)."""
+        return self._run(c.update_conversation(conversation_id, changes))
+
     def list_conversations(self, *, limit: int = 50, offset: int = 0) -> t.ConversationPage:
         """The user's conversations, most recently updated first."""
         return self._run(c.list_conversations(limit, offset))
@@ -173,9 +178,11 @@ class Client(Base):
         importance: float | None = None,
         expires_at: datetime | None = None,
         supersedes: Ident | None = None,
+        tags: Sequence[str] | None = None,
     ) -> t.SaveMemoryResult:
-        """The agent write tool: store a memory (a near-duplicate updates the stored one)."""
-        return self._run(c.save_memory(content, type, importance, expires_at, supersedes))
+        """The agent write tool: store a memory (a near-duplicate updates the stored one);
+        `evicted` names what the user's cap soft-deleted to make room."""
+        return self._run(c.save_memory(content, type, importance, expires_at, supersedes, tags))
 
     def forget_memory(self, memory_id: Ident) -> t.ForgetMemoryResult:
         """The agent tool: soft-delete one of the user's memories."""
@@ -242,9 +249,12 @@ class Client(Base):
         types: Sequence[str] | None = None,
         sources: Sequence[str] | None = None,
         times: TimeFilters | None = None,
+        tags: Sequence[str] | None = None,
+        tags_match: str | None = None,
     ) -> t.QueryMemoryResult:
-        """The agent tool: relevant memories and past turns, with a prompt-ready block."""
-        return self._run(c.query_memory(query, types, sources, times))
+        """The agent tool: relevant memories and past turns, with a prompt-ready block
+        (`tags`: only memories with any of them, or all with tags_match="all")."""
+        return self._run(c.query_memory(query, types, sources, times, tags, tags_match))
 
     def memory_query(
         self,
@@ -256,10 +266,14 @@ class Client(Base):
         min_score: float | None = None,
         token_budget: int | None = None,
         times: TimeFilters | None = None,
+        tags: Sequence[str] | None = None,
+        tags_match: str | None = None,
     ) -> t.MemoryQueryResponse:
         """The internal retrieval contract: scores, references, timings."""
         return self._run(
-            c.memory_query(query, limit, types, sources, min_score, token_budget, times)
+            c.memory_query(
+                query, limit, types, sources, min_score, token_budget, times, tags, tags_match
+            )
         )
 
     def create_key(

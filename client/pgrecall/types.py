@@ -52,6 +52,8 @@ class Conversation(BaseModel):
     title: str | None
     created_at: datetime
     updated_at: datetime
+    extraction: bool | None = None  # this conversation's LLM extraction setting; None: default
+    extraction_active: bool = False  # whether its new user turns are queued for extraction
 
 
 class ConversationPage(BaseModel):
@@ -90,6 +92,10 @@ class SessionOut(BaseModel):
     messages: list[dict[str, object]]
     goal: str | None
     source: Literal["cache", "database"]
+    summary: str | None = None  # the rolling conversation summary (LLM extraction only)
+    summary_updated_at: datetime | None = None
+    # current | pending | off (not kept for this conversation) | no_llm (no extraction model)
+    summary_state: Literal["current", "pending", "off", "no_llm"] = "no_llm"
 
 
 class AgentMemory(BaseModel):
@@ -106,6 +112,7 @@ class AgentMemory(BaseModel):
     valid_from: datetime
     valid_to: datetime | None  # when it stopped being true (superseded)
     supersedes_id: uuid.UUID | None  # the earlier version it replaced
+    tags: list[str] = []
 
 
 class MemoryHistory(BaseModel):
@@ -120,6 +127,8 @@ class SaveMemoryResult(BaseModel):
     memory: AgentMemory
     action: Literal["added", "updated", "unchanged", "restored"]
     superseded: uuid.UUID | None = None
+    # memories the user's cap soft-deleted to make room (an admin can restore them)
+    evicted: list[AgentMemory] = []
 
 
 class ForgetMemoryResult(BaseModel):
@@ -148,6 +157,8 @@ class ToolMetadata(BaseModel):
     count: int
     truncated: bool
     token_count: int
+    confidence: float = 0.0  # the best relevance of any candidate, returned or not
+    supported: bool = False  # false: nothing reached the service's floor
     error: str | None = None
     degraded: str | None = None
     rate_limited: bool = False
@@ -228,6 +239,10 @@ class Memory(BaseModel):
     valid_from: datetime
     valid_to: datetime | None
     supersedes_id: uuid.UUID | None
+    tags: list[str]
+    last_retrieved_at: datetime | None  # when query_memory last returned it
+    times_retrieved: int  # how many answers of query_memory returned it
+    evicted_at: datetime | None  # when the per-user cap soft-deleted it (a restore clears it)
 
 
 class Duplicate(BaseModel):

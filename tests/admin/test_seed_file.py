@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from app.api.deps import validate_user_id
 from app.errors import ValidationFailedError
+from app.runtime.identity import validate_user_id
 from app.schemas.admin import check_user_id
 from app.services.seed_file import SeedFileError, read_seed_file
 

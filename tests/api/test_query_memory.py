@@ -425,6 +425,8 @@ async def test_tool_definitions(client: httpx.AsyncClient, user_id: str) -> None
         "save_memory",
         "forget_memory",
         "rate_message",
+        "list_memories",
+        "search_conversations",
     ]
     assert definition["type"] == "function"
     function = definition["function"]

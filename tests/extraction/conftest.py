@@ -33,6 +33,9 @@ FAST = {
     "extraction_max_attempts": 3,
     "extraction_max_output_tokens": 200,
     "extraction_poll_interval_s": 0.05,
+    # One model call per batch in these tests: the summary's own call is tested apart
+    # (tests/extraction/test_conversation_settings.py).
+    "extraction_summary_tokens": 0,
 }
 
 
@@ -44,7 +47,7 @@ class Env:
 
     @property
     def extraction(self) -> Extraction:
-        extraction = self.app.state.resources.extraction
+        extraction = self.app.state.extraction
         assert extraction is not None
         return extraction  # type: ignore[no-any-return]
 

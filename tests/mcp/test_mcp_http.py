@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import json
+import logging
+import uuid
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from mcp import Client
 
 from tests.helpers import make_key
 
-TOOLS = {"search_memory", "save_memory", "forget_memory", "list_memories", "search_conversations"}
+TOOLS = {
+    "query_memory",
+    "save_memory",
+    "forget_memory",
+    "rate_message",
+    "list_memories",
+    "search_conversations",
+}
 
 
 async def call(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
@@ -36,7 +46,7 @@ async def test_tools_save_search_forget(
             )
             assert saved["action"] == "added"
             item = saved["memory"]["id"]
-            found = await call(client, "search_memory", query="what animals do I keep?")
+            found = await call(client, "query_memory", query="what animals do I keep?")
             assert [m["id"] for m in found["memories"]] == [item]
             assert "<memories>" in found["formatted"]
             page = await call(client, "list_memories", limit=10)
@@ -44,7 +54,7 @@ async def test_tools_save_search_forget(
 
             forgotten = await call(client, "forget_memory", id=item)
             assert forgotten == {"id": item, "forgotten": True}
-            after = await call(client, "search_memory", query="what animals do I keep?")
+            after = await call(client, "query_memory", query="what animals do I keep?")
             assert after["memories"] == []
             assert (await call(client, "list_memories"))["total"] == 0
 
@@ -57,7 +67,7 @@ async def test_legacy_handshake_clients_work_too(
         async with mcp_client(app, token, mode="legacy") as client:
             assert {t.name for t in (await client.list_tools()).tools} == TOOLS
             saved = await call(client, "save_memory", content="I ride a tandem", type="fact")
-            found = await call(client, "search_memory", query="what bicycle do I ride?")
+            found = await call(client, "query_memory", query="what bicycle do I ride?")
             assert saved["memory"]["id"] in {m["id"] for m in found["memories"]}
 
 
@@ -86,7 +96,7 @@ async def test_a_key_never_reaches_another_users_data(
 
         async with mcp_client(app, a) as client:
             for query in ("locker code pool", "bank PIN hint", other_user_id, secret_id):
-                found = await call(client, "search_memory", query=query)
+                found = await call(client, "query_memory", query=query)
                 assert found["memories"] == [], query
                 turns = await call(client, "search_conversations", query=query)
                 assert turns["messages"] == [], query
@@ -98,15 +108,16 @@ async def test_a_key_never_reaches_another_users_data(
                 "save_memory", {"content": "x", "type": "note", "supersedes": secret_id}
             )
             assert superseding.is_error and "NotFoundError" in superseding.content[0].text
-            # A user named in arguments is not obeyed: it is rejected or ignored.
+            # A user named in arguments is refused as an unknown argument, never obeyed.
             sneaky = await client.call_tool(
-                "search_memory", {"query": "bank PIN hint", "user_id": other_user_id}
+                "query_memory", {"query": "bank PIN hint", "user_id": other_user_id}
             )
-            assert sneaky.is_error or sneaky.structured_content["memories"] == []
+            assert sneaky.is_error, sneaky.structured_content
+            assert sneaky.content[0].text.startswith("ValidationError: user_id: Extra inputs")
             assert "4417" not in json.dumps(sneaky.structured_content or {})
 
         async with mcp_client(app, b) as client:
-            still = await call(client, "search_memory", query="bank PIN hint")
+            still = await call(client, "query_memory", query="bank PIN hint")
             assert secret_id in {m["id"] for m in still["memories"]}
 
 
@@ -121,7 +132,7 @@ async def test_read_key_cannot_save_or_forget(
         async with mcp_client(app, writer) as client:
             item = await call(client, "save_memory", content="I speak Welsh", type="fact")
         async with mcp_client(app, reader) as client:
-            found = await call(client, "search_memory", query="which languages do I speak?")
+            found = await call(client, "query_memory", query="which languages do I speak?")
             assert item["memory"]["id"] in {m["id"] for m in found["memories"]}
             for name, args in (
                 ("save_memory", {"content": "I speak Breton", "type": "fact"}),
@@ -213,12 +224,93 @@ async def test_search_conversations_with_a_time_range(
                 before="2026-01-01T00:00:00Z",
             )
             assert [m["id"] for m in early["messages"]] == [skye]
-            bad = await client.call_tool(
+            # An inverted range matches nothing (as query_memory's time filters: JSON Schema
+            # cannot state an order between two arguments, so it is not a schema error).
+            inverted = await call(
+                client,
                 "search_conversations",
-                {
-                    "query": "ferry",
-                    "after": "2026-01-01T00:00:00Z",
-                    "before": "2025-01-01T00:00:00Z",
-                },
+                query="which ferry did we book?",
+                after="2026-01-01T00:00:00Z",
+                before="2025-01-01T00:00:00Z",
             )
-            assert bad.is_error and "before must be later than after" in bad.content[0].text
+            assert inverted["messages"] == []
+
+
+async def test_query_memory_has_time_filters_and_carries_the_correlation_id(
+    make_client: Callable[..., Any],
+    mcp_client: Callable[..., Any],
+    user_id: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    correlation = str(uuid.uuid4())
+    caplog.set_level(logging.INFO, logger="app.audit")
+    async with make_client() as (_, app):
+        token = (await make_key(app, user_id)).token
+        async with mcp_client(app, token, **{"X-Correlation-ID": correlation}) as client:
+            await call(client, "save_memory", content="I keep bees on my allotment", type="fact")
+            found = await call(client, "query_memory", query="what animals do I keep?")
+            assert len(found["memories"]) == 1
+            # as_of before the memory existed: nothing was known then.
+            before = await call(
+                client,
+                "query_memory",
+                query="what animals do I keep?",
+                as_of="2001-01-01T00:00:00Z",
+            )
+            assert before["memories"] == []
+            window = await call(
+                client,
+                "query_memory",
+                query="what animals do I keep?",
+                time_from="2001-01-01T00:00:00Z",
+                time_to="2001-12-31T00:00:00Z",
+            )
+            assert window["memories"] == []
+            # the pre-catalog name still answers, as query_memory, and is not listed
+            renamed = await client.call_tool("search_memory", {"query": "what animals do I keep?"})
+            assert not renamed.is_error
+            answer = dict(renamed.structured_content or {})
+            assert [m["content"] for m in answer["memories"]] == ["I keep bees on my allotment"]
+            listed = {tool.name for tool in (await client.list_tools()).tools}
+            assert "search_memory" not in listed
+            unknown = await client.call_tool("search_memories", {"query": "bees"})
+            assert unknown.content[0].text == "NotFoundError: unknown tool: search_memories"
+    logged = [
+        r.fields["correlation_id"]  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.name == "app.audit" and r.getMessage() == "memory retrieval"
+    ]
+    assert logged and set(logged) == {correlation}
+
+
+async def test_tags_are_set_and_filtered_through_mcp(
+    make_client: Callable[..., Any], mcp_client: Callable[..., Any], user_id: str
+) -> None:
+    async with make_client() as (_, app):
+        token = (await make_key(app, user_id)).token
+        async with mcp_client(app, token) as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+            properties = listed["query_memory"].input_schema["properties"]
+            assert properties["tags_match"]["enum"] == ["any", "all"]
+            assert "tags" in listed["save_memory"].input_schema["properties"]
+            work = await call(
+                client,
+                "save_memory",
+                content="The user's standup is at nine",
+                type="fact",
+                tags=["work", "calendar"],
+            )
+            assert work["memory"]["tags"] == ["work", "calendar"]
+            await call(
+                client, "save_memory", content="The user's yoga is at nine", type="fact",
+                tags=["health", "calendar"],
+            )  # fmt: skip
+            ask = "what is at nine?"
+            both = await call(client, "query_memory", query=ask, tags=["calendar"])
+            assert len(both["memories"]) == 2
+            one = await call(
+                client, "query_memory", query=ask, tags=["calendar", "work"], tags_match="all"
+            )
+            assert [m["id"] for m in one["memories"]] == [work["memory"]["id"]]
+            bad = await client.call_tool("query_memory", {"query": ask, "tags": ["Bad Tag"]})
+            assert bad.is_error and "tags" in str(bad.content)

@@ -81,15 +81,15 @@ async def test_stdio_server_serves_the_keys_user_only(
         )
         assert not saved.is_error, saved.content
         item = saved.structured_content["memory"]["id"]
-        found = await client.call_tool("search_memory", {"query": "which instrument do I play?"})
+        found = await client.call_tool("query_memory", {"query": "which instrument do I play?"})
         assert item in {m["id"] for m in found.structured_content["memories"]}
-        nothing = await client.call_tool("search_memory", {"query": "safe combination"})
+        nothing = await client.call_tool("query_memory", {"query": "safe combination"})
         assert nothing.structured_content["memories"] == []
         refused = await client.call_tool("forget_memory", {"id": foreign_id})
         assert refused.is_error and "NotFoundError" in refused.content[0].text
         forgot = await client.call_tool("forget_memory", {"id": item})
         assert not forgot.is_error
-        gone = await client.call_tool("search_memory", {"query": "which instrument do I play?"})
+        gone = await client.call_tool("query_memory", {"query": "which instrument do I play?"})
         assert item not in {m["id"] for m in gone.structured_content["memories"]}
 
 

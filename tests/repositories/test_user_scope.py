@@ -39,15 +39,17 @@ from app.repositories.agent_memory import AgentMemoryRepository
 from app.repositories.api_keys import ApiKeyRepository
 from app.repositories.bulk import BulkMemory, BulkRepository
 from app.repositories.conversation import ConversationRepository, NewMessage
+from app.repositories.conversation_settings import ConversationSettingsRepository
 from app.repositories.extraction import ExtractionRepository, ExtractionStatsRepository
 from app.repositories.maintenance import MaintenanceRepository, StaleRow
 from app.repositories.memory import MemoryRepository, NewMemory
 from app.repositories.passages import NewPassage, PassageRepository
 from app.repositories.portable import PortableRepository
 from app.repositories.purge import PurgeRepository
-from app.repositories.retrieval import RetrievalRepository, Source, TimeFilter
+from app.repositories.retrieval import RetrievalRepository, Source, TagFilter, TimeFilter
 from app.repositories.search_index import Document, SearchIndexRepository
 from app.repositories.store import StoreRepository
+from app.repositories.usage import UsageRepository
 from app.repositories.users import UserDirectoryRepository
 from bench.store import database
 from tests.sql_scope import copy_violations, violations
@@ -229,6 +231,24 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
         "recent_messages",
         conversations.recent_messages(user, conv.id, 5),
     )
+    settings = ConversationSettingsRepository(session)
+    await rec.call(
+        "ConversationSettingsRepository",
+        "update",
+        settings.update(user, conv.id, {"extraction": True}),
+    )
+    await rec.call("ConversationSettingsRepository", "summary", settings.summary(user, conv.id))
+    for after in (None, 1):
+        await rec.call(
+            "ConversationSettingsRepository",
+            "messages_after",
+            settings.messages_after(user, conv.id, after, 5),
+        )
+    await rec.call(
+        "ConversationSettingsRepository",
+        "save_summary",
+        settings.save_summary(user, conv.id, "a summary", 2, None),
+    )
 
     memories = MemoryRepository(session)
     new = [
@@ -252,6 +272,14 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     ids = await rec.call("MemoryRepository", "insert_many", memories.insert_many(new))
     await rec.call("MemoryRepository", "get", memories.get(user, ids[0]))
     await rec.call("MemoryRepository", "set_deleted", memories.set_deleted(user, ids[2], True))
+
+    usage = UsageRepository(session)
+    await rec.call(
+        "UsageRepository", "record_retrievals", usage.record_retrievals(user, {ids[0]: 2}, now)
+    )
+    await rec.call("UsageRepository", "lock_user", usage.lock_user(user))
+    await rec.call("UsageRepository", "live_count", usage.live_count(user, now))
+    await rec.call("UsageRepository", "evict", usage.evict(user, 1, keep=ids[0], at=now))
 
     passages = PassageRepository(session)
     await rec.call(
@@ -282,7 +310,12 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     await rec.call("SearchIndexRepository", "sources", index.sources(user))
 
     retrieval = RetrievalRepository(session)
-    for types, time in ((None, TimeFilter()), (["fact"], when)):
+    # The second round adds every filter: types, a time window and tags (all, then any).
+    for types, time, tags in (
+        (None, TimeFilter(), None),
+        (["fact"], when, TagFilter(["work"], all_=True)),
+        (None, TimeFilter(), TagFilter(["work", "home"])),
+    ):
         for memories_on, messages_on in ((True, True), (True, False), (False, True)):
             await rec.call(
                 "RetrievalRepository",
@@ -297,6 +330,7 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
                     k1=1.2,
                     b=0.75,
                     when=time,
+                    tags=tags,
                 ),
             )
             await rec.call(
@@ -315,6 +349,7 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
                     k1=1.2,
                     b=0.75,
                     when=time,
+                    tags=tags,
                 ),
             )
         for exact, weight in ((True, 0.0), (False, 0.0), (True, 0.7), (False, 0.7)):
@@ -337,6 +372,7 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
                     model=LOCAL_MODEL_ID,
                     when=time,
                     passage_weight=weight,
+                    tags=tags,
                 ),
             )
         keys = [(Source.MEMORY, ids[0]), (Source.MESSAGE, stored[0].id)]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from app.repositories.retrieval.common import (
     NO_TIME_FILTER,
     Candidate,
+    TagFilter,
     TimeFilter,
     _memory_valid,
     _memory_visible,
@@ -35,6 +36,7 @@ __all__ = [
     "KeywordHits",
     "RetrievalRepository",
     "Source",
+    "TagFilter",
     "TimeFilter",
     "_memory_valid",
     "_memory_visible",

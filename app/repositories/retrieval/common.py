@@ -7,6 +7,7 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -30,14 +31,36 @@ class Candidate:
 _MEMORY_VISIBLE = """
     m.user_id = :user_id AND m.deleted_at IS NULL
     AND (m.expires_at IS NULL OR m.expires_at > now())
-    {type_filter}
+    {type_filter}{tag_filter}
 """
 
 
-def _memory_visible(types: Sequence[str] | None) -> str:
+@dataclass(frozen=True)
+class TagFilter:
+    """Memories with any (`all_=False`) or every one of `tags` (the GIN index serves both)."""
+
+    tags: Sequence[str]
+    all_: bool = False
+
+    def sql(self, alias: str) -> str:
+        op = "@>" if self.all_ else "&&"
+        return f" AND {alias}.tags {op} CAST(:tags AS text[])"
+
+
+def _memory_visible(types: Sequence[str] | None, tags: TagFilter | None = None) -> str:
     return _MEMORY_VISIBLE.format(
-        type_filter="AND m.type = ANY(CAST(:types AS text[]))" if types else ""
+        type_filter="AND m.type = ANY(CAST(:types AS text[]))" if types else "",
+        tag_filter=tags.sql("m") if tags else "",
     )
+
+
+def _scope_params(types: Sequence[str] | None, tags: TagFilter | None) -> dict[str, Any]:
+    params: dict[str, Any] = {}
+    if types:
+        params["types"] = list(types)
+    if tags:
+        params["tags"] = list(tags.tags)
+    return params
 
 
 def _memory_valid(alias: str, when: TimeFilter) -> str:

@@ -13,9 +13,11 @@ from sqlalchemy import text
 from app.repositories.retrieval.common import (
     NO_TIME_FILTER,
     SessionBound,
+    TagFilter,
     TimeFilter,
     _memory_valid,
     _memory_visible,
+    _scope_params,
 )
 from app.repositories.search_index import Source
 from app.retrieval.names import query_names
@@ -101,7 +103,11 @@ _EXPANSION_CTE = """
 
 
 def _source_filter(
-    memories: bool, messages: bool, types: Sequence[str] | None, when: TimeFilter
+    memories: bool,
+    messages: bool,
+    types: Sequence[str] | None,
+    when: TimeFilter,
+    tags: TagFilter | None = None,
 ) -> str | None:
     """Which postings rows may be returned: visible memories, messages, within the time filter."""
     parts = []
@@ -115,7 +121,7 @@ def _source_filter(
     if memories:
         parts.append(
             "(s.source = 0 AND EXISTS (SELECT 1 FROM memory_items AS m "
-            f"WHERE m.id = s.item_id AND {_memory_visible(types)}{when.sql('m')}"
+            f"WHERE m.id = s.item_id AND {_memory_visible(types, tags)}{when.sql('m')}"
             f"{_memory_valid('m', when)}))"
         )
     return " OR ".join(parts) if parts else None
@@ -134,10 +140,11 @@ class KeywordArm(SessionBound):
         k1: float,
         b: float,
         when: TimeFilter = NO_TIME_FILTER,
+        tags: TagFilter | None = None,
     ) -> KeywordHits:
         """Top items by BM25 (per-user document frequencies) over any of the query's lexemes."""
         rows = await self._bm25(
-            user_id, query, limit, memories, messages, types, k1, b, when, expansion=None
+            user_id, query, limit, memories, messages, types, k1, b, when, tags, expansion=None
         )
         scores = {(Source(r.source), r.item_id): float(r.score) for r in rows}
         plain = {(Source(r.source), r.item_id): float(r.plain) for r in rows}
@@ -159,13 +166,14 @@ class KeywordArm(SessionBound):
         k1: float,
         b: float,
         when: TimeFilter = NO_TIME_FILTER,
+        tags: TagFilter | None = None,
     ) -> dict[tuple[Source, uuid.UUID], float]:
         """BM25 of the items over the seeds' rarest lexemes the query lacks (one PRF round)."""
         if not seeds or terms <= 0:
             return {}
         expansion = {"seeds": list(seeds), "terms": terms, "min_df": min_df}
         rows = await self._bm25(
-            user_id, query, limit, memories, messages, types, k1, b, when, expansion=expansion
+            user_id, query, limit, memories, messages, types, k1, b, when, tags, expansion=expansion
         )
         return {(Source(r.source), r.item_id): float(r.score) for r in rows}
 
@@ -180,11 +188,12 @@ class KeywordArm(SessionBound):
         k1: float,
         b: float,
         when: TimeFilter,
+        tags: TagFilter | None,
         *,
         expansion: dict[str, Any] | None,
     ) -> Sequence[Any]:
         """Run the BM25 statement over the query's lexemes, or over the expansion terms."""
-        source_filter = _source_filter(memories, messages, types, when)
+        source_filter = _source_filter(memories, messages, types, when, tags)
         if source_filter is None:
             return []
         sql = text(
@@ -203,7 +212,6 @@ class KeywordArm(SessionBound):
             "b": b,
             **when.params(),
             **(expansion or {}),
+            **_scope_params(types, tags),
         }
-        if types:
-            params["types"] = list(types)
         return (await self.session.execute(sql, params)).all()

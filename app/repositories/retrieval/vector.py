@@ -13,9 +13,11 @@ from app.db import SET_LOCAL, set_local_params, vector_literal
 from app.repositories.retrieval.common import (
     NO_TIME_FILTER,
     SessionBound,
+    TagFilter,
     TimeFilter,
     _memory_valid,
     _memory_visible,
+    _scope_params,
 )
 from app.repositories.retrieval.passages import _passage_messages_sql
 from app.repositories.search_index import Source
@@ -93,6 +95,7 @@ class VectorArm(SessionBound):
         model: str,
         when: TimeFilter = NO_TIME_FILTER,
         passage_weight: float = 0.0,
+        tags: TagFilter | None = None,
     ) -> dict[tuple[Source, uuid.UUID], float]:
         """Top items by cosine similarity, per source.
 
@@ -117,14 +120,13 @@ class VectorArm(SessionBound):
             "q": vector_literal(embedding),
             "limit": limit,
             **when.params(),
+            **_scope_params(types, tags),
         }
-        if types:
-            params["types"] = list(types)
         params["model"] = model
         statements: list[tuple[Source, str]] = []
         # Vectors of another model (mid re-embed) live in another space: never compare them.
         if memories:
-            visible = _memory_visible(types).replace("m.", "t.")
+            visible = _memory_visible(types, tags).replace("m.", "t.")
             statements.append(
                 (
                     Source.MEMORY,

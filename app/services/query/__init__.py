@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from app.repositories.search_index import Source
 from app.services.query.model import (
     MAX_QUERY_CHARS,
     QueryConfig,
@@ -25,6 +26,7 @@ __all__ = [
     "QueryResult",
     "QueryService",
     "QueryTrace",
+    "Source",
     "SourceName",
     "ann_probes",
     "query_hash",

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.repositories.maintenance import user_lists_for
-from app.repositories.retrieval import Candidate, TimeFilter
+from app.repositories.retrieval import Candidate, TagFilter, TimeFilter
 from app.repositories.search_index import Source
 from app.retrieval.presets import RetrievalPreset
 
@@ -63,6 +63,9 @@ class QueryRequest:
     time_from: datetime | None = None
     time_to: datetime | None = None
     as_of: datetime | None = None
+    # Only memories with any (or all) of these tags; messages have none.
+    tags: tuple[str, ...] | None = None
+    tags_match: Literal["any", "all"] = "any"
     # Recency weight w of this request (None: the preset's): score = (1 - w) x relevance
     # + w x exp(-age_days / half_life).
     recency: float | None = None
@@ -70,6 +73,10 @@ class QueryRequest:
     @property
     def when(self) -> TimeFilter:
         return TimeFilter(self.time_from, self.time_to, self.as_of)
+
+    @property
+    def tag_filter(self) -> TagFilter | None:
+        return TagFilter(self.tags, self.tags_match == "all") if self.tags else None
 
 
 @dataclass(frozen=True)
@@ -159,6 +166,8 @@ def _cache_key(request: QueryRequest, preset: RetrievalPreset, budget: int) -> s
             request.time_from,
             request.time_to,
             request.as_of,
+            request.tags,
+            request.tags_match,
             request.recency,
             # Relative time expressions ("yesterday") resolve against today's date.
             datetime.now(UTC).date() if request.as_of is None else None,

@@ -100,8 +100,8 @@ def scope(request: QueryRequest, query: str, preset: RetrievalPreset) -> Scope:
         preset,
         n=max(preset.candidates, request.limit),
         memories="memory" in request.sources,
-        # Messages carry no memory type: a type filter restricts results to memory items.
-        messages="message" in request.sources and not request.types,
+        # Messages carry no memory type nor tags: either filter restricts results to memories.
+        messages="message" in request.sources and not request.types and not request.tags,
     )
 
 
@@ -185,6 +185,7 @@ async def keyword_arm(repo: RetrievalRepository, s: Scope) -> KeywordHits:
         "memories": s.memories,
         "messages": s.messages,
         "types": request.types,
+        "tags": request.tag_filter,
         "k1": preset.bm25_k1,
         "b": preset.bm25_b,
         "when": request.when,
@@ -257,6 +258,7 @@ async def nearest(
         memories=s.memories,
         messages=s.messages,
         types=s.request.types,
+        tags=s.request.tag_filter,
         exact=exact,
         model=vectors.model,
         when=s.request.when,

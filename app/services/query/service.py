@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -32,6 +33,7 @@ from app.services.query.pipeline import Vectors, answer, item, retrieve, scope
 
 if TYPE_CHECKING:
     from app.adapters.cache import Cache
+    from app.services.usage import UsageRecorder
 
 # The package's name: operators (and tests) filter the query's warnings by it.
 log = logging.getLogger("app.services.query")
@@ -48,6 +50,7 @@ class QueryService:
         cache: Cache,
         config: QueryConfig,
         slots: asyncio.Semaphore | None = None,
+        usage: UsageRecorder | None = None,
     ) -> None:
         self.sessionmaker = sessionmaker
         self.embeddings = embeddings
@@ -55,9 +58,21 @@ class QueryService:
         self.config = config
         # Queries admitted to the database stage at once (each may hold two connections).
         self.slots = slots or asyncio.Semaphore(1_000_000)
+        # Notes which memories each answer returned; written after it (app/services/usage.py).
+        self.usage = usage
 
     async def query(self, request: QueryRequest, *, correlation_id: str = "-") -> QueryResult:
-        """Answer one query; never raises for database, Redis or embedder failures."""
+        """Answer one query; never raises for database, Redis or embedder failures. The
+        memories it returns get their usage stamped afterwards (with a UsageRecorder)."""
+        result = await self._answer(request, correlation_id)
+        if self.usage is not None:
+            self.usage.answered(
+                request.user_id,
+                (uuid.UUID(i.id) for i in result.items if i.source_kind == "memory"),
+            )
+        return result
+
+    async def _answer(self, request: QueryRequest, correlation_id: str) -> QueryResult:
         started = time.perf_counter()
         query_text = request.query
         query_cut = False

@@ -1,0 +1,162 @@
+"""What a running pgrecall holds once (engine, sessions, Redis, the embedder) and how Settings
+become it. Every door reads these; none constructs them itself."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from app.adapters.cache import Cache
+from app.adapters.embedder import Embedder, build_embedder
+from app.config import ExtractionMode, Settings
+from app.db import create_engine, create_sessionmaker
+from app.roles import database_urls, prepare_database, warn_unless_rls_binds
+from app.runtime.query import query_config
+from app.services.api_keys import KeyAuthenticator
+from app.services.embedding import EmbeddingService
+from app.services.query import QueryConfig, QueryService
+from app.services.usage import UsageRecorder
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Resources:
+    """Everything the process creates once and every request shares."""
+
+    engine: AsyncEngine
+    sessionmaker: async_sessionmaker[AsyncSession]
+    embeddings: EmbeddingService
+    cache: Cache
+    query_config: QueryConfig
+    api_key: str | None
+    admin_api_key: str | None
+    session_messages: int
+    # A query holds two connections at once (keyword and vector arms); admitting at most half
+    # the pool's connections' worth of queries means none ever waits holding one (no deadlock).
+    query_slots: asyncio.Semaphore
+    # Per-user API keys (table api_keys), looked up by hash through a short in-process cache.
+    keys: KeyAuthenticator
+    write_rate_limit_per_minute: int = 0
+    # PGRECALL_MAX_ENTRIES_PER_USER: save_memory evicts beyond it (0 = no cap).
+    max_entries_per_user: int = 0
+    # Stamps the memories query_memory returned, after answering (None: not recorded).
+    usage: UsageRecorder | None = None
+    # LLM extraction (PGRECALL_EXTRACTION=llm): stored user turns are queued for it. The
+    # pipeline itself is the app's (app.main starts it), not a resource every door shares.
+    extract_turns: bool = False
+    # PGRECALL_EXTRACTION_DEFAULT: conversations without their own setting are extracted.
+    extraction_default_on: bool = True
+    # PGRECALL_EXTRACTION_SUMMARY_TOKENS: the rolling conversation summary's size (0: none).
+    summary_tokens: int = 0
+    # PGRECALL_MESSAGE_PASSAGES: the write paths embed messages' sentences too.
+    message_passages: bool = True
+
+    @property
+    def extraction_default(self) -> bool | None:
+        """Whether a conversation without its own setting is extracted; None: no model."""
+        return self.extraction_default_on if self.extract_turns else None
+
+
+def query_service(resources: Resources) -> QueryService:
+    """The query service over the process's resources (its admission slots included)."""
+    return QueryService(
+        resources.sessionmaker,
+        resources.embeddings,
+        resources.cache,
+        resources.query_config,
+        slots=resources.query_slots,
+        usage=resources.usage,
+    )
+
+
+def embedder_from_settings(settings: Settings) -> Embedder:
+    return build_embedder(
+        settings.embedding_provider.value,
+        model=settings.embedding_model,
+        dimension=settings.embedding_dimension,
+        base_url=settings.openai_base_url,
+        api_key=settings.openai_api_key.get_secret_value() if settings.openai_api_key else None,
+        timeout_s=settings.embedding_timeout_s,
+        threads=settings.embedding_threads,
+    )
+
+
+def resources_from(
+    settings: Settings,
+    sessionmaker: async_sessionmaker[AsyncSession],
+    embeddings: EmbeddingService,
+    cache: Cache,
+    *,
+    query_slots: int | None = None,
+) -> Resources:
+    """Resources over an engine someone else opened (the CLI's, a test's); the engine is the
+    sessionmaker's. `query_slots` defaults to the pool size, as the server's."""
+    engine = sessionmaker.kw["bind"]
+    return Resources(
+        engine=engine,
+        sessionmaker=sessionmaker,
+        embeddings=embeddings,
+        cache=cache,
+        query_config=query_config(settings),
+        api_key=settings.api_key.get_secret_value() if settings.api_key else None,
+        admin_api_key=settings.admin_api_key.get_secret_value() if settings.admin_api_key else None,
+        session_messages=settings.session_messages,
+        query_slots=asyncio.Semaphore(max(1, query_slots or settings.db_pool_size)),
+        keys=KeyAuthenticator(sessionmaker, ttl_s=settings.key_cache_ttl_s),
+        write_rate_limit_per_minute=settings.write_rate_limit_per_minute,
+        max_entries_per_user=settings.max_entries_per_user,
+        usage=UsageRecorder(sessionmaker),
+        extract_turns=settings.extraction == ExtractionMode.LLM,
+        extraction_default_on=settings.extraction_default,
+        summary_tokens=(
+            settings.extraction_summary_tokens if settings.extraction == ExtractionMode.LLM else 0
+        ),
+        message_passages=settings.message_passages,
+    )
+
+
+@asynccontextmanager
+async def open_resources(
+    settings: Settings, *, embedder: Embedder | None = None
+) -> AsyncIterator[Resources]:
+    """Prepare the database (migrations, roles), open the engine, Redis and the embedder, and
+    close them again. `embedder` (tests, eval) is used as given and left open."""
+    urls = await asyncio.to_thread(database_urls, settings)
+    # As the owner; requests run as the service role.
+    await prepare_database(urls, migrate=settings.migrate_on_start)
+    engine = create_engine(
+        urls.service,
+        pool_size=settings.db_pool_size,
+        statement_timeout_ms=int(settings.query_timeout_s * 1000) + 3000,
+    )
+    cache = Cache.from_url(settings.redis_url)
+    the_embedder: Embedder | None = None
+    resources: Resources | None = None
+    try:
+        await warn_unless_rls_binds(engine)
+        if not cache.enabled:
+            log.info(
+                "no PGRECALL_REDIS_URL: embedding cache, session cache and rate limits are off"
+            )
+        elif not await cache.ping():
+            log.warning("Redis unreachable at start: serving without caches until it is back")
+        the_embedder = embedder or await asyncio.to_thread(embedder_from_settings, settings)
+        if not settings.auth_enabled:
+            log.warning("no PGRECALL_API_KEY: authentication is off (listening on loopback only)")
+        embeddings = EmbeddingService(the_embedder, cache if cache.enabled else None)
+        resources = resources_from(settings, create_sessionmaker(engine), embeddings, cache)
+        yield resources
+    finally:
+        if resources is not None and resources.usage is not None:
+            await resources.usage.drain()  # the usage data of answers already given
+        await cache.aclose()
+        close = getattr(the_embedder, "aclose", None)
+        if close is not None and embedder is None:
+            await close()
+        await engine.dispose()

@@ -1,0 +1,146 @@
+"""What each catalog tool does: the services, through the runtime's unit of work.
+
+The services own the side effects (write admission, cache invalidation after commit); a
+handler only opens the transaction, calls them and shapes the answer.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from app.runtime import query_request, query_service, user_transaction
+from app.schemas.agent import (
+    ForgetMemoryArgs,
+    ForgetMemoryResult,
+    ListMemoriesArgs,
+    MemoryOut,
+    MemoryPage,
+    MessageHit,
+    MessageHits,
+    RateMessageArgs,
+    RateMessageResult,
+    SaveMemoryArgs,
+    SaveMemoryResult,
+    SearchConversationsArgs,
+)
+from app.schemas.memory import QueryMemoryArgs, QueryMemoryResult
+from app.services.agent_memory import AgentMemoryService, search_messages
+from app.services.prompt import tool_answer
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from app.runtime import Resources
+    from app.tools.call import ToolCall
+
+
+def _agent(resources: Resources, session: AsyncSession) -> AgentMemoryService:
+    return AgentMemoryService(
+        session,
+        resources.embeddings,
+        resources.cache,
+        write_limit_per_minute=resources.write_rate_limit_per_minute,
+        max_entries=resources.max_entries_per_user,
+    )
+
+
+async def query_memory(call: ToolCall, args: QueryMemoryArgs) -> QueryMemoryResult:
+    resources = call.resources
+    result = await query_service(resources).query(
+        query_request(
+            resources.query_config,
+            call.caller.user_id,
+            args.query,
+            types=args.types,
+            sources=args.sources,
+            time_from=args.time_from,
+            time_to=args.time_to,
+            as_of=args.as_of,
+            tags=args.tags,
+            tags_match=args.tags_match,
+            recency=args.recency,
+        ),
+        correlation_id=call.correlation_id,
+    )
+    return tool_answer(result, resources.query_config.min_relevance)
+
+
+async def save_memory(call: ToolCall, args: SaveMemoryArgs) -> SaveMemoryResult:
+    user_id = call.caller.user_id
+    async with user_transaction(call.resources.sessionmaker, user_id) as session:
+        saved = await _agent(call.resources, session).save(
+            user_id,
+            args.content,
+            args.type,
+            importance=args.importance,
+            expires_at=args.expires_at,
+            supersedes=args.supersedes,
+            tags=args.tags,
+        )
+        return saved.result()
+
+
+async def forget_memory(call: ToolCall, args: ForgetMemoryArgs) -> ForgetMemoryResult:
+    user_id = call.caller.user_id
+    async with user_transaction(call.resources.sessionmaker, user_id) as session:
+        item = await _agent(call.resources, session).forget(user_id, args.id)
+        return ForgetMemoryResult(id=item.id)
+
+
+async def rate_message(call: ToolCall, args: RateMessageArgs) -> RateMessageResult:
+    user_id = call.caller.user_id
+    async with user_transaction(call.resources.sessionmaker, user_id) as session:
+        rated = await _agent(call.resources, session).rate(user_id, args.message_id, args.vote)
+        return RateMessageResult(
+            message_id=rated.message_id,
+            vote=args.vote,
+            action=rated.action,  # type: ignore[arg-type]
+            memory=MemoryOut.model_validate(rated.item) if rated.item is not None else None,
+            removed=rated.removed,
+        )
+
+
+async def list_memories(call: ToolCall, args: ListMemoriesArgs) -> MemoryPage:
+    user_id = call.caller.user_id
+    async with user_transaction(call.resources.sessionmaker, user_id) as session:
+        items, total = await _agent(call.resources, session).page(
+            user_id, limit=args.limit, offset=args.offset, type=args.type
+        )
+        out = [MemoryOut.model_validate(i) for i in items]
+    more = args.offset + len(out) < total
+    return MemoryPage(
+        items=out, total=total, next_offset=args.offset + args.limit if more else None
+    )
+
+
+async def search_conversations(call: ToolCall, args: SearchConversationsArgs) -> MessageHits:
+    cfg = call.resources.query_config
+    result = await search_messages(
+        query_service(call.resources),
+        call.caller.user_id,
+        args.query,
+        limit=args.limit,
+        min_score=cfg.min_relevance,
+        token_budget=cfg.token_budget,
+        after=args.after,
+        before=args.before,
+        correlation_id=call.correlation_id,
+    )
+    return MessageHits(
+        messages=[
+            MessageHit(
+                id=i.id,
+                conversation_id=i.conversation_id,
+                role=i.role,
+                content=i.content,
+                created_at=i.created_at,
+                relevance=i.relevance_score,
+            )
+            for i in result.items
+        ],
+        truncated=result.truncated,
+        token_count=result.token_count,
+        error=result.error,
+        degraded=result.degraded,
+        rate_limited=result.rate_limited,
+    )
