@@ -121,7 +121,11 @@ async def current_caller(
     if token is not None and not service and resources.api_key is not None:
         raise PermissionDeniedError("invalid API key")
     if x_user_id is None:
-        raise ValidationFailedError("header.X-User-Id: Field required", field="header.X-User-Id")
+        reason = "header.X-User-Id: Field required"
+        if token is not None and not service:
+            # A Bearer token that is not a per-user key (auth off): say why the user is missing.
+            reason += " (the Bearer token is not a per-user key 'pgr_...', so name the user)"
+        raise ValidationFailedError(reason, field="header.X-User-Id")
     return Caller(validate_user_id(x_user_id))
 
 

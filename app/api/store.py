@@ -16,13 +16,15 @@ from app.schemas.store import (
     NamespaceList,
     StoreAddress,
     StoreDeleted,
+    StoreGet,
     StoreItemOut,
     StoreItemPage,
     StoreNamespaces,
     StorePut,
     StoreSearch,
+    StoreSwept,
 )
-from app.services.store import StoreService, key_created_at, split
+from app.services.store import TTL, StoreService, key_created_at, split
 
 router = APIRouter(prefix="/v1/store", tags=["store"])
 
@@ -42,6 +44,8 @@ def _out(item: MemoryItem, score: float | None = None) -> StoreItemOut:
         created_at=key_created_at(item),
         updated_at=item.updated_at,
         score=score,
+        expires_at=item.expires_at,
+        ttl=item.metadata_.get(TTL),
     )
 
 
@@ -50,16 +54,20 @@ async def put_item(
     body: StorePut, user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
 ) -> StoreItemOut:
     """Store a value at (namespace, key), replacing the value there; committed first."""
-    item = await _service(session, resources).put(user_id, body.namespace, body.key, body.value)
+    item = await _service(session, resources).put(
+        user_id, body.namespace, body.key, body.value, index=body.index, ttl=body.ttl
+    )
     return _out(item)
 
 
 @router.post("/items:get", response_model=StoreItemOut)
 async def get_item(
-    body: StoreAddress, user_id: UserDep, session: SessionDep, resources: ResourcesDep
+    body: StoreGet, user_id: UserDep, session: SessionDep, resources: ResourcesDep
 ) -> StoreItemOut:
-    """The item at (namespace, key); 404 when there is none for this caller."""
-    item = await _service(session, resources).get(user_id, body.namespace, body.key)
+    """The item at (namespace, key); 404 when there is none for this caller (or it expired)."""
+    item = await _service(session, resources).get(
+        user_id, body.namespace, body.key, refresh_ttl=body.refresh_ttl
+    )
     return _out(item)
 
 
@@ -84,6 +92,7 @@ async def search_items(
         body.filter,
         limit=body.limit,
         offset=body.offset,
+        refresh_ttl=body.refresh_ttl,
     )
     return StoreItemPage(items=[_out(f.item, f.score) for f in found])
 
@@ -97,3 +106,11 @@ async def list_namespaces(
         user_id, body.prefix, body.suffix, body.max_depth, limit=body.limit, offset=body.offset
     )
     return NamespaceList(namespaces=namespaces)
+
+
+@router.post("/ttl:sweep", response_model=StoreSwept)
+async def sweep_expired(
+    user_id: WriteUserDep, session: SessionDep, resources: ResourcesDep
+) -> StoreSwept:
+    """Delete the caller's expired items (LangGraph's TTL sweep); reads skip them already."""
+    return StoreSwept(deleted=await _service(session, resources).sweep(user_id))

@@ -41,6 +41,8 @@ class Conversation(CreatedAtMixin, Base):
     id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True, default=uuid.uuid4)
     user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), nullable=False)
     title: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    # The session state's goal (set_session_goal); Redis keeps a copy (migration 0014).
+    goal: Mapped[str | None] = mapped_column(Text, nullable=True)
     updated_at: Mapped[datetime] = mapped_column(
         DateTime(timezone=True), nullable=False, server_default=func.now()
     )

@@ -26,6 +26,7 @@ from app.proxy import recall_tags
 from app.proxy.conversation_summary import SUMMARY_HEADER, summary_block, with_summary
 from app.proxy.schemas import ChatRequest, message_text
 from app.proxy.stream import Relay, RelayResponse
+from app.proxy.tool_rounds import tool_round
 from app.proxy.upstream import ChatUpstream
 from app.retrieval.speakers import usable_speaker
 from app.runtime import Resources, query_request, query_service, user_transaction
@@ -208,6 +209,8 @@ async def chat_completions(
         if last.role == "user"
         else None
     )
+    # A request that ends with tool results carries a tool round: stored before the answer.
+    round_turns = tool_round(body.messages)
     latest_user = next((m for m in reversed(body.messages) if m.role == "user"), None)
     conversation_id = body.memory.conversation_id if body.memory else None
     if conversation_id is not None:
@@ -236,7 +239,8 @@ async def chat_completions(
                 headers["Retry-After"] = response.headers["retry-after"]
             return Response(content, response.status_code, headers, media_type)
         text = _assistant_text(content)
-        turns = [t for t in (user_turn, _answer(text, body.model, None)) if t is not None]
+        answer = _answer(text, body.model, None)
+        turns = [t for t in (user_turn, *round_turns, answer) if t is not None]
         try:
             conversation_id = await _store(
                 resources, user_id, conversation_id, turns, correlation, title
@@ -259,7 +263,8 @@ async def chat_completions(
     target = conversation_id
 
     async def on_end(text: str, incomplete: str | None) -> None:
-        turns = [t for t in (user_turn, _answer(text, body.model, incomplete)) if t is not None]
+        answer = _answer(text, body.model, incomplete)
+        turns = [t for t in (user_turn, *round_turns, answer) if t is not None]
         await _store(resources, user_id, target, turns, correlation, title)
 
     return RelayResponse(Relay(response, on_end), headers, media_type)

@@ -61,6 +61,19 @@ class ConversationRepository:
         )
         return (await self.session.execute(stmt)).scalars().all()
 
+    async def set_goal(
+        self, user_id: str, conversation_id: uuid.UUID, goal: str | None
+    ) -> Conversation | None:
+        """Set (None: clear) the session goal; the conversation, None when not the user's."""
+        stmt = (
+            update(Conversation)
+            .where(Conversation.id == conversation_id, Conversation.user_id == user_id)
+            .values(goal=goal)
+            .returning(Conversation)
+            .execution_options(synchronize_session=False)
+        )
+        return (await self.session.execute(stmt)).scalar_one_or_none()
+
     async def touch(self, conversation_id: uuid.UUID, user_id: str) -> None:
         await self.session.execute(
             update(Conversation)

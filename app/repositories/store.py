@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import func, literal_column, select, update
+from sqlalchemy import Float, case, func, literal_column, or_, select, update
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnElement
 
 from app.models import MemoryItem
 
@@ -19,6 +21,63 @@ MAX_NAMESPACES = 10_000
 def _like_prefix(namespace: str) -> str:
     escaped = namespace.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
     return escaped + ".%"
+
+
+# metadata keys of a store item: its TTL in minutes, and that it is left out of search by meaning.
+TTL = "ttl"
+UNINDEXED = "unindexed"
+
+
+def _live() -> ColumnElement[bool]:
+    """Not expired (an expired item is gone for reads before a sweep deletes it)."""
+    return or_(MemoryItem.expires_at.is_(None), MemoryItem.expires_at > func.now())
+
+
+def expiry(ttl: float | None) -> Any:
+    """The expires_at of an item written now with this TTL in minutes (the database's clock)."""
+    return None if ttl is None else func.now() + timedelta(minutes=ttl)
+
+
+def _jsonb(value: Any) -> Any:
+    return func.cast(value, JSONB)
+
+
+def _operator(field: Any, op: str, operand: Any) -> ColumnElement[bool]:
+    """One LangGraph filter operator on a top-level field of the value. As InMemoryStore: $ne
+    holds for a missing field; an order operator compares numbers numerically, strings as
+    text, and never holds across kinds."""
+    if op == "$eq":
+        return field == _jsonb(operand)
+    if op == "$ne":
+        return field.is_distinct_from(_jsonb(operand))
+    if isinstance(operand, str):
+        kind, right = "string", operand
+        left: Any = case((func.jsonb_typeof(field) == kind, field.astext))
+    else:
+        # CASE, not AND: only a number reaches the cast.
+        kind, right = "number", float(operand)
+        left = case((func.jsonb_typeof(field) == kind, func.cast(field.astext, Float)))
+    compare: ColumnElement[bool] = {
+        "$gt": left > right,
+        "$gte": left >= right,
+        "$lt": left < right,
+        "$lte": left <= right,
+    }[op]
+    return compare
+
+
+def value_conditions(value_filter: dict[str, Any]) -> list[ColumnElement[bool]]:
+    """The filter as SQL conditions on the stored value (schema-checked operators)."""
+    conditions: list[ColumnElement[bool]] = []
+    for name, wanted in value_filter.items():
+        field = MemoryItem.metadata_["value"][name]
+        if isinstance(wanted, dict) and any(k.startswith("$") for k in wanted):
+            conditions.extend(_operator(field, op, operand) for op, operand in wanted.items())
+        elif isinstance(wanted, dict):
+            conditions.append(field.op("@>")(_jsonb(wanted)))
+        else:
+            conditions.append(field == _jsonb(wanted))
+    return conditions
 
 
 class StoreRepository:
@@ -35,7 +94,7 @@ class StoreRepository:
             MemoryItem.valid_to.is_(None),  # closed versions are history, not the item
         )
         if not include_deleted:
-            stmt = stmt.where(MemoryItem.deleted_at.is_(None))
+            stmt = stmt.where(MemoryItem.deleted_at.is_(None), _live())
         # populate_existing: a row replaced by upsert in this session is read afresh.
         stmt = stmt.execution_options(populate_existing=True)
         return (await self.session.execute(stmt)).scalar_one_or_none()
@@ -105,6 +164,7 @@ class StoreRepository:
             MemoryItem.store_key.is_not(None),
             MemoryItem.deleted_at.is_(None),
             MemoryItem.valid_to.is_(None),
+            _live(),
         )
         if prefix:
             stmt = stmt.where(
@@ -112,10 +172,9 @@ class StoreRepository:
                 | MemoryItem.store_namespace.like(_like_prefix(prefix), escape="\\")
             )
         if value_filter:
-            stmt = stmt.where(
-                MemoryItem.metadata_["value"].op("@>")(func.cast(value_filter, JSONB))
-            )
-        return stmt
+            stmt = stmt.where(*value_conditions(value_filter))
+        # A second read after a TTL refresh sees the new expires_at.
+        return stmt.execution_options(populate_existing=True)
 
     async def newest(
         self,
@@ -146,7 +205,8 @@ class StoreRepository:
         `+ 0` keeps the ANN index out, which filters by user only after its scan)."""
         distance = MemoryItem.embedding.cosine_distance(vector)
         stmt = self._within(user_id, prefix, value_filter).where(
-            MemoryItem.embedding_model == model
+            MemoryItem.embedding_model == model,
+            ~MemoryItem.metadata_.has_key(UNINDEXED),  # put with index=False
         )
         stmt = (
             stmt.add_columns((1 - distance).label("similarity"))
@@ -165,9 +225,47 @@ class StoreRepository:
                 MemoryItem.store_key.is_not(None),
                 MemoryItem.deleted_at.is_(None),
                 MemoryItem.valid_to.is_(None),
+                _live(),
             )
             .distinct()
             .order_by(MemoryItem.store_namespace)
             .limit(MAX_NAMESPACES)
         )
         return [str(n) for n in (await self.session.execute(stmt)).scalars().all()]
+
+    async def refresh_ttl(self, user_id: str, ids: Sequence[uuid.UUID]) -> None:
+        """Restart the TTL of the items that have one (now + their TTL), as a read with
+        refresh_ttl does."""
+        if not ids:
+            return
+        minutes = func.cast(MemoryItem.metadata_[TTL].astext, Float)
+        stmt = (
+            update(MemoryItem)
+            .where(
+                MemoryItem.user_id == user_id,
+                MemoryItem.id.in_(ids),
+                MemoryItem.metadata_.has_key(TTL),
+                MemoryItem.deleted_at.is_(None),
+                _live(),
+            )
+            .values(expires_at=func.now() + func.make_interval(0, 0, 0, 0, 0, 0, minutes * 60))
+            .execution_options(synchronize_session=False)
+        )
+        await self.session.execute(stmt)
+
+    async def sweep(self, user_id: str) -> int:
+        """Delete (softly, as a delete) the user's expired store items; how many."""
+        stmt = (
+            update(MemoryItem)
+            .where(
+                MemoryItem.user_id == user_id,
+                MemoryItem.store_key.is_not(None),
+                MemoryItem.valid_to.is_(None),
+                MemoryItem.deleted_at.is_(None),
+                MemoryItem.expires_at <= func.now(),
+            )
+            .values(deleted_at=func.now(), updated_at=func.now())
+            .returning(MemoryItem.id)
+            .execution_options(synchronize_session=False)
+        )
+        return len((await self.session.execute(stmt)).all())

@@ -12,7 +12,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool
 
 from app.schemas.common import (
     MAX_METADATA_KEY_CHARS,
@@ -69,10 +69,27 @@ def _bounded(limit: int) -> Any:
     return check
 
 
-def _equality_only(value: dict[str, Any]) -> dict[str, Any]:
+# LangGraph's filter operators (InMemoryStore and PostgresStore support these six).
+EQUALITY_OPERATORS = frozenset({"$eq", "$ne"})
+ORDER_OPERATORS = frozenset({"$gt", "$gte", "$lt", "$lte"})
+OPERATORS = EQUALITY_OPERATORS | ORDER_OPERATORS
+# A TTL is in minutes, as LangGraph's; at most ten years.
+MAX_TTL_MINUTES = 10 * 365 * 24 * 60.0
+
+
+def _operators(value: dict[str, Any]) -> dict[str, Any]:
+    """A field's condition is a value (an exact match) or an object of operators; an order
+    operator compares with a number (numerically) or a string (as text)."""
     for name, wanted in value.items():
-        if isinstance(wanted, dict) and any(k.startswith("$") for k in wanted):
-            raise ValueError(f"{name}: only exact matches are supported, not operators")
+        if not isinstance(wanted, dict) or not any(k.startswith("$") for k in wanted):
+            continue
+        for op, operand in wanted.items():
+            if op not in OPERATORS:
+                raise ValueError(f"{name}: unknown operator {op!r} (known: {sorted(OPERATORS)})")
+            if op in ORDER_OPERATORS and (
+                isinstance(operand, bool) or not isinstance(operand, int | float | str)
+            ):
+                raise ValueError(f"{name}.{op}: must be a number or a string")
     return value
 
 
@@ -90,11 +107,18 @@ Value = Annotated[
 Filter = Annotated[
     dict[str, JsonValue],
     Field(
-        description="exact matches on top-level fields of the value (JSON containment)",
+        description=(
+            "conditions on top-level fields of the value: a value (exact match; an object "
+            "matches by JSON containment) or operators $eq, $ne, $gt, $gte, $lt, $lte"
+        ),
         json_schema_extra=_KEYS,
     ),
     AfterValidator(_bounded(MAX_FILTER_BYTES)),
-    AfterValidator(_equality_only),
+    AfterValidator(_operators),
+]
+Ttl = Annotated[
+    float,
+    Field(gt=0, le=MAX_TTL_MINUTES, description="minutes until the item expires (LangGraph TTL)"),
 ]
 
 
@@ -104,8 +128,18 @@ class StoreAddress(BaseModel):
     key: Key
 
 
+class StoreGet(StoreAddress):
+    refresh_ttl: StrictBool = Field(
+        default=False, description="restart the item's TTL on this read"
+    )
+
+
 class StorePut(StoreAddress):
     value: Value
+    index: StrictBool = Field(
+        default=True, description="false: stored but not found by meaning (no embedding search)"
+    )
+    ttl: Ttl | None = Field(default=None, description="minutes until expiry; none: never")
 
 
 class StoreSearch(BaseModel):
@@ -115,6 +149,7 @@ class StoreSearch(BaseModel):
     filter: Filter | None = None
     limit: json_int(ge=1, le=MAX_STORE_PAGE) = 10  # type: ignore[valid-type]
     offset: json_int(ge=0, le=10_000) = 0  # type: ignore[valid-type]
+    refresh_ttl: StrictBool = Field(default=False, description="restart the found items' TTLs")
 
 
 class StoreNamespaces(BaseModel):
@@ -135,6 +170,8 @@ class StoreItemOut(BaseModel):
     created_at: datetime
     updated_at: datetime
     score: float | None = Field(default=None, description="cosine similarity to the query")
+    expires_at: datetime | None = Field(default=None, description="when the TTL ends")
+    ttl: float | None = Field(default=None, description="the TTL in minutes, refreshed on reads")
 
 
 class StoreItemPage(BaseModel):
@@ -143,6 +180,10 @@ class StoreItemPage(BaseModel):
 
 class StoreDeleted(BaseModel):
     deleted: bool = Field(description="false when there was no live item at the address")
+
+
+class StoreSwept(BaseModel):
+    deleted: int = Field(description="expired items of the caller deleted by this sweep")
 
 
 class NamespaceList(BaseModel):

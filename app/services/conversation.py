@@ -91,6 +91,15 @@ class ConversationService:
             raise NotFoundError("conversation not found")
         return conversation
 
+    async def set_goal(
+        self, user_id: str, conversation_id: uuid.UUID, goal: str | None
+    ) -> Conversation:
+        """Set (None: clear) the conversation's session goal, or NotFoundError."""
+        conversation = await self.repo.set_goal(user_id, conversation_id, goal)
+        if conversation is None:
+            raise NotFoundError("conversation not found")
+        return conversation
+
     async def update(
         self, user_id: str, conversation_id: uuid.UUID, values: dict[str, object]
     ) -> Conversation:

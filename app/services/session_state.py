@@ -1,6 +1,8 @@
 """Session state: the last N messages and the goal of a conversation, cached in Redis.
 
-Postgres is the truth; Redis holds a copy that must never miss a message. Every write extends
+Postgres is the truth (the messages, and the goal in conversations.goal); Redis holds a copy
+that makes reads faster and must never miss a message. Without Redis (the embedded defaults)
+every read comes from Postgres. Every write extends
 the copy only if it ends where Postgres did before the write, and every read serves the copy
 only if it ends with the conversation's last stored message; otherwise the copy is rebuilt from
 Postgres. A cache write that failed (Redis paused, down, or a lost race) therefore costs one
@@ -17,7 +19,6 @@ from typing import Any, Literal
 
 from app.adapters.cache import Cache
 from app.db import after_commit
-from app.errors import ServiceError
 from app.models import Message
 from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService, StoredMessages
@@ -121,15 +122,16 @@ class SessionStateService:
         return refresh
 
     async def read(self, user_id: str, conversation_id: uuid.UUID) -> SessionView:
-        """The session state, from the cache when it is complete, else rebuilt from Postgres."""
-        await self.conversations.get(user_id, conversation_id)
+        """The session state, from the cache when it is complete and has Postgres's goal,
+        else rebuilt from Postgres."""
+        conversation = await self.conversations.get(user_id, conversation_id)
+        goal = conversation.goal
         cached = await self.cache.get_session(user_id, str(conversation_id))
         last = await self.conversations.last_message_id(user_id, conversation_id)
-        if cached is not None:
+        if cached is not None and cached.goal == goal:
             cached_last = cached.messages[-1].get("id") if cached.messages else None
             if cached_last == (str(last) if last else None):
                 return SessionView(cached.messages, cached.goal, "cache")
-        goal = cached.goal if cached is not None else None
         recent = await self.conversations.recent(user_id, conversation_id, self.keep)
         entries = [session_entry(m) for m in recent]
         await self.cache.set_session(
@@ -140,10 +142,15 @@ class SessionStateService:
     async def set_goal(
         self, user_id: str, conversation_id: uuid.UUID, goal: str | None
     ) -> SessionView:
-        """Set or clear the session's goal (it lives in Redis only)."""
-        state = await self.read(user_id, conversation_id)
-        if not await self.cache.set_goal(user_id, str(conversation_id), goal):
-            raise ServiceError(
-                "session state needs Redis (PGRECALL_REDIS_URL), which is unavailable", 503
-            )
-        return SessionView(state.messages, goal, state.source)
+        """Set or clear the session's goal in Postgres; once committed, the cached copy takes
+        it (a copy that missed it is rebuilt at the next read: its goal differs)."""
+        await self.conversations.set_goal(user_id, conversation_id, goal)
+        recent = await self.conversations.recent(user_id, conversation_id, self.keep)
+        entries = [session_entry(m) for m in recent]
+        key = str(conversation_id)
+
+        async def refresh() -> None:
+            await self.cache.set_session(user_id, key, entries, goal=goal, keep=self.keep)
+
+        after_commit(self.conversations.session, refresh)
+        return SessionView(entries, goal, "database")

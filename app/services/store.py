@@ -18,7 +18,7 @@ import hashlib
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -28,7 +28,7 @@ from app.errors import NotFoundError
 from app.models import MemoryItem
 from app.models.base import MEMORY_TYPES
 from app.repositories.search_index import Document, SearchIndexRepository, Source
-from app.repositories.store import StoreRepository
+from app.repositories.store import TTL, UNINDEXED, StoreRepository, expiry
 from app.services.effects import invalidate_after_commit
 from app.services.embedding import EmbeddingService, Priority
 
@@ -100,6 +100,10 @@ def match_namespaces(
     return [list(n) for n in sorted(found)[offset : offset + limit]]
 
 
+def _expired(item: MemoryItem) -> bool:
+    return item.expires_at is not None and item.expires_at <= datetime.now(UTC)
+
+
 @dataclass(frozen=True)
 class Found:
     item: MemoryItem
@@ -119,19 +123,37 @@ class StoreService:
         self.cache = cache
 
     async def put(
-        self, user_id: str, namespace: Sequence[str], key: str, value: dict[str, Any]
+        self,
+        user_id: str,
+        namespace: Sequence[str],
+        key: str,
+        value: dict[str, Any],
+        *,
+        index: bool = True,
+        ttl: float | None = None,
     ) -> MemoryItem:
         """Store the value at the address, embedded and indexed; the version it replaces is
-        closed and kept as history. An unchanged value returns the current version as it is."""
+        closed and kept as history. An unchanged value returns the current version as it is
+        (its TTL restarted). `index=False`: the store's search by meaning skips the item and
+        it is not keyword-indexed. `ttl`: minutes until it expires (reads may restart it)."""
         text = item_text(value)
         address = joined(namespace)
+        metadata: dict[str, Any] = {"value": value}
+        if ttl is not None:
+            metadata[TTL] = ttl
+        if not index:
+            metadata[UNINDEXED] = True
         current = await self.repo.get(user_id, address, key, include_deleted=True)
         if (
             current is not None
             and current.deleted_at is None
+            and not _expired(current)
             and current.content == text
-            and current.metadata_.get("value") == value
+            and {k: v for k, v in current.metadata_.items() if k != KEY_CREATED} == metadata
         ):
+            if ttl is not None:
+                await self.repo.refresh_ttl(user_id, [current.id])
+                return await self._written(user_id, address, key)
             return current
         invalidate_after_commit(self.session, self.cache, user_id)
         (vector,) = await self.embeddings.embed([text], priority=Priority.INTERACTIVE)
@@ -142,7 +164,8 @@ class StoreService:
             "embedding": vector,
             "embedding_model": self.embeddings.model,
             "source": STORE_SOURCE,
-            "metadata_": {"value": value},
+            "metadata_": metadata,
+            "expires_at": expiry(ttl),
         }
         if current is not None:
             # A version's created_at is when it became valid; the key keeps its first one.
@@ -154,15 +177,38 @@ class StoreService:
         item_id, inserted = await self.repo.upsert(user_id, address, key, fields)
         if not inserted:
             await self.index.unindex(user_id, [item_id])
-        await self.index.index(user_id, [Document(item_id, Source.MEMORY, text)])
-        return await self.get(user_id, namespace, key)
+        if index:
+            await self.index.index(user_id, [Document(item_id, Source.MEMORY, text)])
+        return await self._written(user_id, address, key)
 
-    async def get(self, user_id: str, namespace: Sequence[str], key: str) -> MemoryItem:
-        """The live item at the address, or NotFoundError (also for other users' addresses)."""
+    async def _written(self, user_id: str, address: str, key: str) -> MemoryItem:
+        """The version a put just wrote, even if its TTL is so short it has expired already."""
+        item = await self.repo.get(user_id, address, key, include_deleted=True)
+        if item is None:  # the put's own row: only a concurrent delete of the user could do it
+            raise NotFoundError("store item not found")
+        return item
+
+    async def get(
+        self, user_id: str, namespace: Sequence[str], key: str, *, refresh_ttl: bool = False
+    ) -> MemoryItem:
+        """The live item at the address, or NotFoundError (also for other users' addresses
+        and expired items). `refresh_ttl` restarts its TTL."""
         item = await self.repo.get(user_id, joined(namespace), key)
         if item is None:
             raise NotFoundError("store item not found")
+        if refresh_ttl and TTL in item.metadata_:
+            await self.repo.refresh_ttl(user_id, [item.id])
+            item = await self.repo.get(user_id, joined(namespace), key)
+            if item is None:  # deleted between the two reads
+                raise NotFoundError("store item not found")
         return item
+
+    async def sweep(self, user_id: str) -> int:
+        """Delete the user's expired items (they are already gone for reads)."""
+        swept = await self.repo.sweep(user_id)
+        if swept:
+            invalidate_after_commit(self.session, self.cache, user_id)
+        return swept
 
     async def delete(self, user_id: str, namespace: Sequence[str], key: str) -> bool:
         """Soft-delete the item (as forget_memory does); False when nothing live was there."""
@@ -180,15 +226,35 @@ class StoreService:
         *,
         limit: int,
         offset: int,
+        refresh_ttl: bool = False,
     ) -> list[Found]:
-        """Items under the prefix: by similarity to `query` when given, else newest first."""
+        """Items under the prefix: by similarity to `query` when given, else newest first.
+        `refresh_ttl` restarts the found items' TTLs (they are read again to show it)."""
+        vector = None
+        if query is not None:
+            (vector,) = await self.embeddings.embed([query], priority=Priority.INTERACTIVE)
+        found = await self._search(user_id, prefix, vector, value_filter, limit, offset)
+        ids = [f.item.id for f in found if TTL in f.item.metadata_]
+        if not refresh_ttl or not ids:
+            return found
+        await self.repo.refresh_ttl(user_id, ids)
+        return await self._search(user_id, prefix, vector, value_filter, limit, offset)
+
+    async def _search(
+        self,
+        user_id: str,
+        prefix: Sequence[str],
+        vector: Any,
+        value_filter: dict[str, Any] | None,
+        limit: int,
+        offset: int,
+    ) -> list[Found]:
         address = joined(prefix)
-        if query is None:
+        if vector is None:
             rows = await self.repo.newest(
                 user_id, address, value_filter, limit=limit, offset=offset
             )
             return [Found(row) for row in rows]
-        (vector,) = await self.embeddings.embed([query], priority=Priority.INTERACTIVE)
         ranked = await self.repo.nearest(
             user_id,
             address,

@@ -249,26 +249,30 @@ def _address(namespace: Sequence[str], key: str) -> dict[str, Any]:
     return {"namespace": list(namespace), "key": key}
 
 
-def store_put(namespace: Sequence[str], key: str, value: Mapping[str, Any]) -> Call[t.StoreItem]:
-    return Call(
-        "PUT",
-        "/v1/store/items",
-        model(t.StoreItem),
-        json={**_address(namespace, key), "value": dict(value)},
-        idempotent=True,
-    )
+def store_put(
+    namespace: Sequence[str],
+    key: str,
+    value: Mapping[str, Any],
+    *,
+    index: bool = True,
+    ttl: float | None = None,
+) -> Call[t.StoreItem]:
+    body = {**_address(namespace, key), "value": dict(value), "index": index, "ttl": ttl}
+    return Call("PUT", "/v1/store/items", model(t.StoreItem), json=drop_none(body), idempotent=True)
 
 
 def _item_or_none(response: httpx.Response) -> t.StoreItem | None:
     return None if response.status_code == 404 else t.StoreItem.model_validate(response.json())
 
 
-def store_get(namespace: Sequence[str], key: str) -> Call[t.StoreItem | None]:
+def store_get(
+    namespace: Sequence[str], key: str, *, refresh_ttl: bool = False
+) -> Call[t.StoreItem | None]:
     return Call(
         "POST",
         "/v1/store/items:get",
         _item_or_none,
-        json=_address(namespace, key),
+        json={**_address(namespace, key), "refresh_ttl": refresh_ttl},
         idempotent=True,
         expect=frozenset({200, 404}),
     )
@@ -290,6 +294,8 @@ def store_search(
     filter_: Mapping[str, Any] | None,
     limit: int,
     offset: int,
+    *,
+    refresh_ttl: bool = False,
 ) -> Call[list[t.StoreItem]]:
     body = drop_none(
         {
@@ -298,6 +304,7 @@ def store_search(
             "filter": dict(filter_) if filter_ is not None else None,
             "limit": limit,
             "offset": offset,
+            "refresh_ttl": refresh_ttl,
         }
     )
     return Call(
@@ -307,6 +314,11 @@ def store_search(
         json=body,
         idempotent=True,
     )
+
+
+def store_sweep() -> Call[int]:
+    # Deleting what has expired twice deletes nothing more.
+    return Call("POST", "/v1/store/ttl:sweep", lambda r: int(r.json()["deleted"]), idempotent=True)
 
 
 def store_namespaces(

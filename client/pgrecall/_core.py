@@ -119,8 +119,9 @@ def retry_delay(
 ) -> float | None:
     """Seconds to wait before retrying, or None to stop.
 
-    Retried: a 503 on an idempotent call, or on a write whose body says nothing was stored
-    (DatabaseUnavailableError, EmbeddingError); a connection that never opened (any call); any
+    Retried: a 503 on an idempotent call that is an outage (from a proxy, with Retry-After, or
+    DatabaseUnavailableError / EmbeddingError), or on a write whose body says nothing was
+    stored (those two errors); a connection that never opened (any call); any
     other transport failure on an idempotent call. Retry-After is honoured up to `max_delay`.
     """
     if attempt >= policy.max_retries:
@@ -131,14 +132,17 @@ def retry_delay(
         return None
     if response is None or response.status_code != 503:
         return None
-    if not call.idempotent:
-        try:
-            name = response.json().get("error")
-        except (ValueError, AttributeError):
-            name = None
-        if name not in NOTHING_STORED_ERRORS:
-            return None
+    try:
+        name = response.json().get("error")
+    except (ValueError, AttributeError):
+        name = None
     hinted = retry_after(response)
+    if not call.idempotent and name not in NOTHING_STORED_ERRORS:
+        return None
+    if name is not None and name not in NOTHING_STORED_ERRORS and hinted is None:
+        # The service named a failure that is not an outage and set no Retry-After: waiting
+        # would not change the answer (a missing dependency, a configuration problem).
+        return None
     return policy.backoff(attempt) if hinted is None else min(hinted, policy.max_delay)
 
 

@@ -15,7 +15,10 @@ pop_item and clear_session delete messages (`DELETE .../messages/last`, `.../mes
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -83,21 +86,46 @@ def decode(message: t.Message) -> dict[str, Any]:
 
 
 class PgrecallSession:
-    """The Agents SDK Session protocol over one pgrecall conversation."""
+    """The Agents SDK Session protocol over one pgrecall conversation.
 
-    session_settings: SessionSettings | None = None
+    Usable from any event loop and thread (`Runner.run`, `Runner.run_sync`, a session made
+    under one `asyncio.run` and used under the next): an HTTP connection belongs to the event
+    loop that opened it, so the session keeps one client per running loop, each with the
+    settings of the client it was given.
+    """
 
     def __init__(
         self,
         session_id: str,
-        client: AsyncClient,
+        client: AsyncClient | None = None,
         *,
+        base_url: str = "http://127.0.0.1:8000",
+        user_id: str | None = None,
+        api_key: str | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> None:
         self.session_id = session_id
-        self.client = client
-        if session_settings is not None:
-            self.session_settings = coerce_session_settings(session_settings)
+        self.client = client or AsyncClient(base_url, user_id=user_id, api_key=api_key)
+        # As the SDK's own sessions: no limit unless one is set.
+        self.session_settings: SessionSettings = (
+            SessionSettings()
+            if session_settings is None
+            else coerce_session_settings(session_settings)
+        )
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def _pgr(self) -> AsyncClient:
+        """The client for the running event loop (made on first use in that loop)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            client = self._loops.get(loop)
+            if client is None:
+                client = self.client._sibling()
+                self._loops[loop] = client
+            return client
 
     @classmethod
     async def start(
@@ -108,11 +136,20 @@ class PgrecallSession:
         api_key: str | None = None,
         title: str | None = None,
         client: AsyncClient | None = None,
+        session_settings: SessionSettings | dict[str, Any] | None = None,
     ) -> PgrecallSession:
         """A new conversation of the user, as a session."""
-        pgr = client or AsyncClient(base_url, user_id=user_id, api_key=api_key)
-        conversation = await pgr.create_conversation(title)
-        return cls(str(conversation.id), pgr)
+        session = cls(
+            "",
+            client,
+            base_url=base_url,
+            user_id=user_id,
+            api_key=api_key,
+            session_settings=session_settings,
+        )
+        conversation = await session._pgr().create_conversation(title)
+        session.session_id = str(conversation.id)
+        return session
 
     async def get_items(self, limit: int | None = None) -> list[TResponseInputItem]:
         """The session's items in order; with a limit, the latest `limit` of them."""
@@ -120,7 +157,7 @@ class PgrecallSession:
         messages: list[t.Message] = []
         after: int | None = None
         while True:
-            page = await self.client.list_messages(self.session_id, after=after, limit=PAGE)
+            page = await self._pgr().list_messages(self.session_id, after=after, limit=PAGE)
             messages.extend(page.items)
             if page.next_after is None:
                 break
@@ -133,13 +170,13 @@ class PgrecallSession:
         """Append the items in order (committed before this returns)."""
         encoded = [encode(item) for item in items]  # type: ignore[arg-type]
         for start in range(0, len(encoded), BULK):
-            await self.client.import_messages(self.session_id, encoded[start : start + BULK])
+            await self._pgr().import_messages(self.session_id, encoded[start : start + BULK])
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item and return it; None when the session is empty."""
-        message = await self.client.delete_last_message(self.session_id)
+        message = await self._pgr().delete_last_message(self.session_id)
         return decode(message) if message is not None else None  # type: ignore[return-value]
 
     async def clear_session(self) -> None:
         """Remove every item (the conversation itself stays)."""
-        await self.client.delete_messages(self.session_id)
+        await self._pgr().delete_messages(self.session_id)

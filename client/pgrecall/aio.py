@@ -44,6 +44,8 @@ class AsyncClient(Base):
         sizing = pool(max_connections, http)
         self._http = http or httpx.AsyncClient(timeout=timeout, **sizing)
         self._sleep = sleep
+        self._timeout = timeout
+        self._max_connections = max_connections
 
     @classmethod
     def for_app(
@@ -86,6 +88,31 @@ class AsyncClient(Base):
             http=self._http,
             sleep=self._sleep,
         )
+
+    def _sibling(self) -> AsyncClient:
+        """A client with this one's settings and a connection pool of its own.
+
+        Connections belong to the event loop that opened them; a sibling is what another loop
+        (another thread, a later `asyncio.run`) uses. An in-process app (`for_app`) has no
+        connections, so its siblings share its transport.
+        """
+        transport = getattr(self._http, "_transport", None)
+        http: httpx.AsyncClient | None = None
+        if isinstance(transport, httpx.ASGITransport):
+            http = httpx.AsyncClient(transport=transport, base_url=self.base_url)
+        client = AsyncClient(
+            self.base_url,
+            user_id=self.user_id,
+            api_key=self.api_key,
+            admin_key=self.admin_key,
+            timeout=self._timeout,
+            retry=self.retry,
+            http=http,
+            max_connections=self._max_connections if http is None else None,
+            sleep=self._sleep,
+        )
+        client._owns_http = True
+        return client
 
     async def aclose(self) -> None:
         if self._owns_http:

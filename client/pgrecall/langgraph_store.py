@@ -17,6 +17,7 @@ matches on top-level fields (`$eq` too; other operators are refused). No TTL sup
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -30,6 +31,7 @@ from langgraph.store.base import (
     Result,
     SearchItem,
     SearchOp,
+    TTLConfig,
     validate_op_namespace,
 )
 
@@ -63,13 +65,8 @@ def _search_item(stored: t.StoreItem) -> SearchItem:
 
 
 def _filter(op: SearchOp) -> dict[str, Any] | None:
-    """`{"k": {"$eq": v}}` is `{"k": v}`; other operators go to the service, which refuses them."""
-    if not op.filter:
-        return None
-    return {
-        k: v["$eq"] if isinstance(v, dict) and set(v) == {"$eq"} else v
-        for k, v in op.filter.items()
-    }
+    """The filter as the service reads it (the same operators as LangGraph's)."""
+    return dict(op.filter) if op.filter else None
 
 
 def _conditions(op: ListNamespacesOp) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -92,7 +89,7 @@ def _conditions(op: ListNamespacesOp) -> tuple[tuple[str, ...], tuple[str, ...]]
 class PgrecallStore(BaseStore):
     """A LangGraph store whose items are the user's pgrecall memories."""
 
-    supports_ttl = False
+    supports_ttl = True
 
     def __init__(
         self,
@@ -102,12 +99,53 @@ class PgrecallStore(BaseStore):
         api_key: str | None = None,
         client: Client | None = None,
         async_client: AsyncClient | None = None,
+        ttl: TTLConfig | None = None,
     ) -> None:
         self._client = client or Client(base_url, user_id=user_id, api_key=api_key)
         self._async = async_client or AsyncClient(base_url, user_id=user_id, api_key=api_key)
         self._owns = (client is None, async_client is None)
+        self.ttl_config = ttl
+        self._sweeper: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def sweep_ttl(self) -> int:
+        """Delete the user's expired items now; how many (reads skip them already)."""
+        return self._client._run(c.store_sweep())
+
+    async def asweep_ttl(self) -> int:
+        return await self._async._run(c.store_sweep())
+
+    def start_ttl_sweeper(self, sweep_interval_minutes: float | None = None) -> threading.Thread:
+        """Sweep every `sweep_interval_minutes` (default: the TTL config's) in a daemon thread
+        until `stop_ttl_sweeper()` or `close()`."""
+        minutes = sweep_interval_minutes or (self.ttl_config or {}).get("sweep_interval_minutes")
+        if not minutes:
+            raise ValueError("no sweep interval: pass one or set ttl['sweep_interval_minutes']")
+        if self._sweeper is not None and self._sweeper.is_alive():
+            return self._sweeper
+        self._stop.clear()
+
+        def sweep() -> None:
+            while not self._stop.wait(float(minutes) * 60):
+                try:
+                    self.sweep_ttl()
+                except Exception:
+                    continue
+
+        self._sweeper = threading.Thread(target=sweep, name="pgrecall-ttl-sweeper", daemon=True)
+        self._sweeper.start()
+        return self._sweeper
+
+    def stop_ttl_sweeper(self, timeout: float | None = None) -> bool:
+        """Stop the sweeper thread; whether it has stopped."""
+        self._stop.set()
+        if self._sweeper is None:
+            return True
+        self._sweeper.join(timeout)
+        return not self._sweeper.is_alive()
 
     def close(self) -> None:
+        self.stop_ttl_sweeper()
         if self._owns[0]:
             self._client.close()
 
@@ -137,15 +175,24 @@ def _plan(op: Op) -> tuple[Call[Any], Callable[[Any], Result]]:
     same for the sync and the async client)."""
     validate_op_namespace(op)
     if isinstance(op, GetOp):
-        return c.store_get(
-            op.namespace, op.key
-        ), lambda found: _item(found) if found is not None else None
+        get = c.store_get(op.namespace, op.key, refresh_ttl=bool(op.refresh_ttl))
+        return get, lambda found: _item(found) if found is not None else None
     if isinstance(op, PutOp):
         if op.value is None:
             return c.store_delete(op.namespace, op.key), lambda _: None
-        return c.store_put(op.namespace, op.key, op.value), lambda _: None
+        # `index` is False (not searched by meaning) or None/fields: the service embeds the
+        # item's text (its `content` or `text` field, else the value), not chosen fields.
+        put = c.store_put(op.namespace, op.key, op.value, index=op.index is not False, ttl=op.ttl)
+        return put, lambda _: None
     if isinstance(op, SearchOp):
-        search = c.store_search(op.namespace_prefix, op.query, _filter(op), op.limit, op.offset)
+        search = c.store_search(
+            op.namespace_prefix,
+            op.query,
+            _filter(op),
+            op.limit,
+            op.offset,
+            refresh_ttl=bool(op.refresh_ttl),
+        )
         return search, lambda hits: [_search_item(h) for h in hits]
     if isinstance(op, ListNamespacesOp):
         prefix, suffix = _conditions(op)

@@ -280,6 +280,8 @@ class StoreItem(BaseModel):
     created_at: datetime
     updated_at: datetime
     score: float | None = None  # cosine similarity to the query
+    expires_at: datetime | None = None  # when the TTL ends
+    ttl: float | None = None  # the TTL in minutes, refreshed on reads
 
 
 class StoreItemPage(BaseModel):

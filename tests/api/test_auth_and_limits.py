@@ -339,3 +339,10 @@ async def test_bad_correlation_id_is_422(
         "/v1/conversations", headers=headers(user_id, **{"X-Correlation-ID": value})
     )
     assert_422(response, "header.X-Correlation-ID")
+
+
+async def test_auth_off_a_non_key_bearer_token_says_why_the_user_is_missing(client) -> None:
+    response = await client.get("/v1/conversations", headers={"Authorization": "Bearer sk-123"})
+    assert response.status_code == 422
+    assert response.json()["fields"][0]["field"] == "header.X-User-Id"
+    assert "not a per-user key" in response.json()["detail"]

@@ -30,6 +30,12 @@ def test_writes_retry_only_when_the_service_says_nothing_was_stored() -> None:
     assert retry_delay(WRITE, 0, POLICY, response=httpx.Response(503, text="proxy")) is None
 
 
+def test_a_named_503_that_is_not_an_outage_is_not_retried() -> None:
+    # e.g. a dependency the server is not configured with: waiting does not change the answer.
+    assert retry_delay(READ, 0, POLICY, response=unavailable("ServiceError")) is None
+    assert retry_delay(READ, 0, POLICY, response=unavailable("EmbeddingError")) == 0.5
+
+
 def test_other_statuses_and_the_last_attempt_are_not_retried() -> None:
     for status in (200, 404, 422, 429, 500, 502):
         assert retry_delay(READ, 0, POLICY, response=httpx.Response(status)) is None

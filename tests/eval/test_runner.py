@@ -128,8 +128,9 @@ def test_bad_arguments_exit_2(argv: list[str]) -> None:
 def test_set_overrides_preset_fields_and_bad_ones_exit_2() -> None:
     from eval.runner import run_preset
 
-    options = parse_args(["--dataset", "memory", "--set", "cutoff_exempt_ranks=2",
-                          "--set", "time_boost=0"])
+    options = parse_args(
+        ["--dataset", "memory", "--set", "cutoff_exempt_ranks=2", "--set", "time_boost=0"]
+    )
     preset = run_preset(options, eval_settings(None))
     assert (preset.cutoff_exempt_ranks, preset.time_boost) == (2, 0.0)
     for bad in ("cutoff_exempt_ranks=two", "no_such_field=1"):

@@ -101,11 +101,12 @@ async def test_unreachable_upstream_is_502_and_stores_nothing(
     assert listed.json()["items"] == []
 
 
-async def test_tool_call_round_stores_no_second_user_turn(
+async def test_tool_call_round_is_stored_as_messages_without_a_second_user_turn(
     make_client: Callable[..., Any], upstream: Upstream, user_id: str
 ) -> None:
     upstream.answers.extend([Answer(text="Calling a tool"), Answer(text="It is 12:00.")])
     headers = {"X-User-Id": user_id}
+    call = {"id": "c1", "type": "function", "function": {"name": "clock", "arguments": "{}"}}
     async with make_client(chat_upstream_url=upstream.base) as (client, _):
         first = await client.post(
             CHAT,
@@ -119,7 +120,7 @@ async def test_tool_call_round_stores_no_second_user_turn(
                 "model": "m",
                 "messages": [
                     {"role": "user", "content": "What time is it?"},
-                    {"role": "assistant", "content": "Calling a tool"},
+                    {"role": "assistant", "content": None, "tool_calls": [call]},
                     {"role": "tool", "tool_call_id": "c1", "content": "12:00"},
                 ],
                 "memory": {"conversation_id": cid},
@@ -127,11 +128,16 @@ async def test_tool_call_round_stores_no_second_user_turn(
             headers=headers,
         )
         messages = await client.get(f"/v1/conversations/{cid}/messages", headers=headers)
-    assert [m["content"] for m in messages.json()["items"]] == [
+    items = messages.json()["items"]
+    assert [m["content"] for m in items] == [
         "What time is it?",
         "Calling a tool",
+        "Tool call: clock({})",
+        "Tool clock returned: 12:00",
         "It is 12:00.",
     ]
+    assert items[2]["metadata"]["tool_calls"] == [{"id": "c1", "name": "clock"}]
+    assert items[3]["metadata"] == {"source": "chat_proxy", "tool": "clock", "tool_call_id": "c1"}
     assert upstream.seen[1].body["messages"][-1]["tool_call_id"] == "c1"  # passed through
 
 

@@ -217,6 +217,9 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     await rec.call("ConversationRepository", "list", conversations.list(user, limit=5, offset=0))
     await rec.call("ConversationRepository", "touch", conversations.touch(conv.id, user))
     await rec.call(
+        "ConversationRepository", "set_goal", conversations.set_goal(user, conv.id, "a goal")
+    )
+    await rec.call(
         "ConversationRepository",
         "last_messages",
         conversations.last_messages(user, conv.id, 2),
@@ -545,8 +548,10 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
         "metadata_": {"value": {"drink": "tea"}},
     }
     await rec.call("StoreRepository", "upsert", store.upsert(user, "prefs.food", "drink", fields))
-    await rec.call("StoreRepository", "get", store.get(user, "prefs.food", "drink"))
-    for value_filter in (None, {"drink": "tea"}):
+    got = await rec.call("StoreRepository", "get", store.get(user, "prefs.food", "drink"))
+    await rec.call("StoreRepository", "refresh_ttl", store.refresh_ttl(user, [got.id]))
+    await rec.call("StoreRepository", "sweep", store.sweep(user))
+    for value_filter in (None, {"drink": "tea"}, {"n": {"$gte": 1, "$ne": 3}}):
         await rec.call(
             "StoreRepository",
             "newest",
