@@ -98,7 +98,7 @@ class Settings(BaseSettings):
     ivfflat_probes: Annotated[int, Field(ge=1, le=10_000)] = 10
     ivfflat_max_probes: Annotated[int, Field(ge=1, le=10_000)] = 100
     # A user on the ANN path probes at least this share of the lists of their own index
-    # (user_lists_for(items)): 50 of a 50k-item user's 100 lists (app/services/query.py
+    # (user_lists_for(items)): 50 of a 50k-item user's 100 lists (app/services/query/model.py
     # ann_probes).
     ivfflat_probe_share: Annotated[float, Field(ge=0.0, le=1.0)] = 0.5
     # The vector index `pgrecall reindex` builds (docs/performance.md, "Big users"); the query

@@ -405,7 +405,7 @@ async def floor_query(
                 r["conversation_id"],
                 r["role"],
             )
-    # From here on the service's own steps (app/services/query.py _candidates and _search).
+    # From here on the service's own steps (the stages of app/services/query/pipeline.py).
     # The statement computes the names' share of BM25 (its `plain` column) but does not return
     # it: the floor's ranking counts names as ordinary words (same work, one column fewer).
     ranked = rank(scores, max_score, cosines, preset, None, has_names=bool(query_names(query)))

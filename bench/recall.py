@@ -47,7 +47,7 @@ class VectorSearch:
     model: str  # the embedding model of the query vectors (rows of other models are skipped)
     candidates: int = 50  # RetrievalPreset.candidates: the arm's LIMIT
     k: int = 10
-    ivfflat_probe_share: float = 0.0  # the service's rule: app/services/query.py ann_probes
+    ivfflat_probe_share: float = 0.0  # the service's rule: app/services/query/model.py ann_probes
 
 
 @dataclass

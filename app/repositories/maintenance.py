@@ -61,7 +61,7 @@ def lists_for(rows: int) -> int:
     return min(4000, max(10, round(rows / 1000)))
 
 
-# A user's own index is probed for a share of its lists (app/services/query.py ann_probes), so
+# A user's own index is probed for a share of its lists (app/services/query/model.py ann_probes), so
 # finer lists read about as many rows per query: on real conversation turns (a 50k-turn user,
 # `python -m bench.ann`, three builds each) 100 lists gave recall@10 0.94-0.97 where 50
 # gave 0.94-0.95 at share 0.4, and both 0.96-0.99 at 0.5 (docs/performance.md, "Big users on

@@ -1,5 +1,5 @@
 """Sentence passages of messages (migration 0009_passages): written with their messages,
-read by the rebuild; the query reads them in app/repositories/retrieval.py."""
+read by the rebuild; the query reads them in app/repositories/retrieval/ (passages.py)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 A name matched alone is no evidence that an item answers the question ("What's Sam's job?"
 against "Sam is allergic to peanuts": the store knows Sam, not Sam's job). The keyword arm scores
-every item twice, with and without these words (app/repositories/retrieval.py), and the
+every item twice, with and without these words (app/repositories/retrieval/keyword.py), and the
 relevance model sees both. Pure; no list of names: capitalisation is the signal.
 """
 

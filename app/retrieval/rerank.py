@@ -1,5 +1,6 @@
 """The stages that read the candidates' rows: answers, time, "when" questions, named speakers,
-session votes and diversification. Pure: the query service fetches the rows and calls `rerank`.
+session votes and diversification. Pure: the query pipeline (app/services/query/pipeline.py,
+stage 5) fetches the rows and calls `rerank`.
 """
 
 from __future__ import annotations

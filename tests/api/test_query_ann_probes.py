@@ -1,4 +1,4 @@
-"""The ANN path's probes rule (app/services/query.py ann_probes) and its wiring: the vector
+"""The ANN path's probes rule (app/services/query/model.py ann_probes) and its wiring: the vector
 statement of a user on the ANN path runs with the probes the rule gives for that user's size."""
 
 from __future__ import annotations

@@ -1,0 +1,46 @@
+"""Candidate queries for query_memory, one module per arm: keyword (BM25 over the postings),
+vector (cosine over pgvector; passages for the passage-scored messages branch), context (the
+chosen rows and the turns around them) and stats.
+
+Every statement is scoped by `user_id`; memory items additionally by deleted/expired/type and
+validity (valid now, or at as_of).
+"""
+
+from __future__ import annotations
+
+from app.repositories.retrieval.common import (
+    NO_TIME_FILTER,
+    Candidate,
+    TagFilter,
+    TimeFilter,
+    _memory_valid,
+    _memory_visible,
+)
+from app.repositories.retrieval.context import ContextReads
+from app.repositories.retrieval.keyword import _BM25_SQL, KeywordArm, KeywordHits, _source_filter
+from app.repositories.retrieval.passages import _passage_messages_sql
+from app.repositories.retrieval.stats import Stats
+from app.repositories.retrieval.vector import ANN_RANDOM_PAGE_COST, VectorArm, ann_settings
+from app.repositories.search_index import Source
+
+
+class RetrievalRepository(KeywordArm, VectorArm, ContextReads, Stats):
+    """The statements of one query, on one session (each arm's methods in its own module)."""
+
+
+__all__ = [
+    "ANN_RANDOM_PAGE_COST",
+    "NO_TIME_FILTER",
+    "_BM25_SQL",
+    "Candidate",
+    "KeywordHits",
+    "RetrievalRepository",
+    "Source",
+    "TagFilter",
+    "TimeFilter",
+    "_memory_valid",
+    "_memory_visible",
+    "_passage_messages_sql",
+    "_source_filter",
+    "ann_settings",
+]

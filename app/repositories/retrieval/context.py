@@ -1,0 +1,161 @@
+"""The rows of the chosen candidates: content and metadata (`fetch`), and with them the turns
+around seed messages (`fetch_around`, one round trip on the query path)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import text
+
+from app.repositories.retrieval.common import (
+    NO_TIME_FILTER,
+    Candidate,
+    SessionBound,
+    TimeFilter,
+    _memory_valid,
+)
+from app.repositories.search_index import Source
+from app.retrieval.speakers import usable_speaker
+
+_MESSAGE_COLUMNS = (
+    "m.id, m.content, m.role, m.created_at, m.conversation_id, m.seq, "
+    "CASE WHEN jsonb_typeof(m.metadata -> 'speaker') = 'string' "
+    "THEN m.metadata ->> 'speaker' END AS speaker"
+)
+
+# (previous, next) turn of each seed message in its own conversation.
+_NEIGHBOURS_SQL = """
+    SELECT c.id,
+           (SELECT p.id FROM messages AS p
+             WHERE p.conversation_id = c.conversation_id AND p.user_id = :user_id
+               AND p.seq < c.seq ORDER BY p.seq DESC LIMIT 1) AS previous_id,
+           (SELECT n.id FROM messages AS n
+             WHERE n.conversation_id = c.conversation_id AND n.user_id = :user_id
+               AND n.seq > c.seq ORDER BY n.seq LIMIT 1) AS next_id
+    FROM messages AS c
+    WHERE c.user_id = :user_id AND c.id = ANY(CAST(:seeds AS uuid[]))
+"""
+
+
+def _message_candidate(r: Any) -> Candidate:
+    return Candidate(
+        Source.MESSAGE,
+        r.id,
+        r.content,
+        None,
+        None,
+        r.created_at,
+        f"conversation:{r.conversation_id}#{r.seq}",
+        r.conversation_id,
+        r.role,
+        usable_speaker(r.speaker),
+    )
+
+
+class ContextReads(SessionBound):
+    async def fetch(
+        self,
+        user_id: str,
+        keys: Sequence[tuple[Source, uuid.UUID]],
+        when: TimeFilter = NO_TIME_FILTER,
+    ) -> dict[tuple[Source, uuid.UUID], Candidate]:
+        """Content and metadata of the chosen items (still scoped by user and time filter)."""
+        out: dict[tuple[Source, uuid.UUID], Candidate] = {}
+        memory_ids = [i for s, i in keys if s is Source.MEMORY]
+        message_ids = [i for s, i in keys if s is Source.MESSAGE]
+        if memory_ids:
+            for r in await self._memory_rows(user_id, memory_ids, when):
+                ref = r.source or (
+                    f"message:{r.source_message_id}" if r.source_message_id else None
+                )
+                out[(Source.MEMORY, r.id)] = Candidate(
+                    Source.MEMORY,
+                    r.id,
+                    r.content,
+                    r.type,
+                    r.importance,
+                    r.created_at,
+                    ref,
+                    None,
+                    None,
+                )
+        if message_ids:
+            rows = await self.session.execute(
+                text(
+                    f"SELECT {_MESSAGE_COLUMNS} FROM messages AS m "
+                    "JOIN conversations AS c ON c.id = m.conversation_id "
+                    "WHERE m.user_id = :user_id AND c.user_id = :user_id "
+                    "AND m.id = ANY(CAST(:ids AS uuid[]))" + when.sql("m")
+                ),
+                {"user_id": user_id, "ids": message_ids, **when.params()},
+            )
+            for r in rows:
+                out[(Source.MESSAGE, r.id)] = _message_candidate(r)
+        return out
+
+    async def _memory_rows(
+        self, user_id: str, ids: Sequence[uuid.UUID], when: TimeFilter
+    ) -> Sequence[Any]:
+        rows = await self.session.execute(
+            text(
+                "SELECT id, content, type, importance, created_at, source, source_message_id "
+                "FROM memory_items WHERE user_id = :user_id AND id = ANY(CAST(:ids AS uuid[])) "
+                "AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())"
+                + when.sql("memory_items")
+                + _memory_valid("memory_items", when)
+            ),
+            {"user_id": user_id, "ids": list(ids), **when.params()},
+        )
+        return rows.all()
+
+    async def fetch_around(
+        self,
+        user_id: str,
+        keys: Sequence[tuple[Source, uuid.UUID]],
+        seeds: Sequence[uuid.UUID],
+        when: TimeFilter = NO_TIME_FILTER,
+    ) -> tuple[
+        dict[uuid.UUID, tuple[uuid.UUID | None, uuid.UUID | None]],
+        dict[tuple[Source, uuid.UUID], Candidate],
+    ]:
+        """(previous, next) message of each seed in its own conversation, and `fetch` of the keys
+        and of those neighbours, with one statement for the messages (one round trip on the
+        query path); the memories as in `fetch`. The wanted ids reach the messages' primary key
+        as one array (`= ANY(ARRAY(...))`): as `IN (SELECT ...)` the planner, which estimates a
+        user's rows low under row-level security, joined every message of the user first."""
+        out: dict[tuple[Source, uuid.UUID], Candidate] = {}
+        memory_ids = [i for s, i in keys if s is Source.MEMORY]
+        message_ids = [i for s, i in keys if s is Source.MESSAGE]
+        around: dict[uuid.UUID, tuple[uuid.UUID | None, uuid.UUID | None]] = {}
+        if memory_ids:
+            out = await self.fetch(user_id, [(Source.MEMORY, i) for i in memory_ids], when)
+        if not message_ids and not seeds:
+            return around, out
+        rows = await self.session.execute(
+            text(
+                f"""
+                WITH nb AS MATERIALIZED ({_NEIGHBOURS_SQL}), wanted AS (
+                    SELECT unnest(CAST(:ids AS uuid[])) AS id
+                    UNION SELECT previous_id FROM nb UNION SELECT next_id FROM nb
+                )
+                SELECT true AS seed, nb.id, nb.previous_id, nb.next_id, NULL AS content,
+                       NULL AS role, NULL::timestamptz AS created_at, NULL::uuid AS conversation_id,
+                       NULL::bigint AS seq, NULL AS speaker
+                FROM nb
+                UNION ALL
+                SELECT false, m.id, NULL, NULL, {_MESSAGE_COLUMNS.replace("m.id, ", "")}
+                FROM messages AS m JOIN conversations AS c ON c.id = m.conversation_id
+                WHERE m.user_id = :user_id AND c.user_id = :user_id
+                  AND m.id = ANY(ARRAY(SELECT id FROM wanted)){when.sql("m")}
+                """
+            ),
+            {"user_id": user_id, "ids": message_ids, "seeds": list(seeds), **when.params()},
+        )
+        for r in rows:
+            if r.seed:
+                around[r.id] = (r.previous_id, r.next_id)
+            else:
+                out[(Source.MESSAGE, r.id)] = _message_candidate(r)
+        return around, out

@@ -1,0 +1,55 @@
+"""The messages branch of the vector statement when passages score messages (passage_weight > 0;
+docs/retrieval.md): exact over all the user's messages and passages, or ANN re-scored."""
+
+from __future__ import annotations
+
+from app.repositories.search_index import Source
+
+# A message's passage score: its best passage's cosine, or its own where it has none (a turn of
+# one sentence). Read through the passages' primary key, one index probe per scored message.
+_BEST_PASSAGE = (
+    "coalesce((SELECT max(1 - (p.embedding <=> CAST(:q AS vector))) FROM message_passages AS p "
+    "WHERE p.user_id = :user_id AND p.message_id = {id} AND p.embedding_model = :model), {own})"
+)
+
+
+# Typed: a bare `1 - :w` makes Postgres infer an integer parameter, and 0.7 arrives as 0.
+_W = "CAST(:w AS float8)"
+
+
+def _passage_messages_sql(exact: bool, when_sql: str) -> str:
+    """The messages branch of the vector statement with passage scoring (see `vector`)."""
+    own = "1 - (t.embedding <=> CAST(:q AS vector))"
+    scope = (
+        f"t.user_id = :user_id AND t.embedding IS NOT NULL AND t.embedding_model = :model{when_sql}"
+    )
+    if exact:
+        # Every message and every passage of the user in one list, grouped per message: no
+        # join, so no plan can pair each message with each passage (a nested loop is what a
+        # just-imported user's missing statistics chose for a join: 50 ms instead of 3).
+        # HAVING drops passages of messages outside the scope (time filter, model).
+        rows = (
+            f"SELECT t.id, {own} AS own, NULL::float8 AS part FROM messages AS t WHERE {scope} "
+            "UNION ALL SELECT p.message_id, NULL, 1 - (p.embedding <=> CAST(:q AS vector)) "
+            "FROM message_passages AS p "
+            "WHERE p.user_id = :user_id AND p.embedding_model = :model"
+        )
+        inner = (
+            f"SELECT u.id, (1 - {_W}) * max(u.own) + {_W} * coalesce(max(u.part), max(u.own)) "
+            f"AS cosine FROM ({rows}) AS u GROUP BY u.id HAVING max(u.own) IS NOT NULL "
+            "ORDER BY cosine DESC LIMIT :limit"
+        )
+    else:
+        # The index finds the messages by their own vectors; their passages re-score them.
+        found = (
+            f"SELECT t.id, {own} AS own FROM messages AS t WHERE {scope} "
+            "ORDER BY t.embedding <=> CAST(:q AS vector) LIMIT :limit"
+        )
+        inner = (
+            f"SELECT a.id, (1 - {_W}) * a.own + {_W} * "
+            f"{_BEST_PASSAGE.format(id='a.id', own='a.own')} AS cosine FROM ({found}) AS a"
+        )
+    return (
+        f"(SELECT {int(Source.MESSAGE)} AS source, c.id, c.cosine "
+        f"FROM ({inner}) AS c ORDER BY c.cosine DESC)"
+    )

@@ -1,0 +1,167 @@
+"""The vector arm: cosine over pgvector, exact (a few thousand items) or ANN (the user's own
+ivfflat/HNSW index), and the planner settings of the ANN path's transaction."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import text
+
+from app.db import SET_LOCAL, set_local_params, vector_literal
+from app.repositories.retrieval.common import (
+    NO_TIME_FILTER,
+    SessionBound,
+    TagFilter,
+    TimeFilter,
+    _memory_valid,
+    _memory_visible,
+    _scope_params,
+)
+from app.repositories.retrieval.passages import _passage_messages_sql
+from app.repositories.search_index import Source
+
+# The planner's random page cost on the ANN path (see RetrievalRepository.set_vector_search).
+ANN_RANDOM_PAGE_COST = 1.1
+
+
+def ann_settings(
+    *,
+    probes: int,
+    max_probes: int,
+    ef_search: int = 40,
+    max_scan_tuples: int = 20_000,
+    random_page_cost: float = ANN_RANDOM_PAGE_COST,
+) -> dict[str, str]:
+    """The planner settings of the ANN path's transaction (RetrievalRepository.set_vector_search;
+    the benchmarks' floor sets the same on its connection)."""
+    return {
+        # A cached generic plan (asyncpg prepares statements) sizes user_id by the average
+        # user and scans a big user's rows exactly through the user_id index: 50 ms vs 9.
+        "plan_cache_mode": "force_custom_plan",
+        "ivfflat.probes": str(int(probes)),
+        "ivfflat.iterative_scan": "relaxed_order",
+        "ivfflat.max_probes": str(int(max_probes)),
+        "hnsw.ef_search": str(int(ef_search)),
+        "hnsw.iterative_scan": "relaxed_order",
+        "hnsw.max_scan_tuples": str(int(max_scan_tuples)),
+        "random_page_cost": str(float(random_page_cost)),
+    }
+
+
+class VectorArm(SessionBound):
+    async def set_vector_search(
+        self,
+        *,
+        exact: bool,
+        probes: int,
+        max_probes: int,
+        ef_search: int = 40,
+        max_scan_tuples: int = 20_000,
+        random_page_cost: float = ANN_RANDOM_PAGE_COST,
+    ) -> None:
+        """Planner settings for this transaction's vector queries (one statement). The scan
+        settings of both index methods are set, so the statement is the same on an ivfflat or
+        an HNSW index (whichever `pgrecall reindex` built); iterative scans on either.
+
+        random_page_cost: pgvector prices every ivfflat list it probes as pages read from disk
+        at random_page_cost (4 by default), so from about 45 probes of a 50k-item user's own 100
+        lists the planner chose that user's exact scan (user_id index + sort), 3.5x slower
+        (`python -m bench.plans`). The index is in memory or on SSD, as a query path's
+        working set is: 1.1, the usual value for SSD storage, prices it so, for this
+        transaction only (docs/performance.md, "Big users on real conversation turns")."""
+        if not exact:
+            settings = ann_settings(
+                probes=probes,
+                max_probes=max_probes,
+                ef_search=ef_search,
+                max_scan_tuples=max_scan_tuples,
+                random_page_cost=random_page_cost,
+            )
+            # SET LOCAL (app/db.py): on Citus it reaches the worker that runs the statement.
+            await self.session.execute(SET_LOCAL, set_local_params(settings))
+
+    async def vector(
+        self,
+        user_id: str,
+        embedding: Any,
+        *,
+        limit: int,
+        memories: bool,
+        messages: bool,
+        types: Sequence[str] | None,
+        exact: bool,
+        model: str,
+        when: TimeFilter = NO_TIME_FILTER,
+        passage_weight: float = 0.0,
+        tags: TagFilter | None = None,
+    ) -> dict[tuple[Source, uuid.UUID], float]:
+        """Top items by cosine similarity, per source.
+
+        exact=True orders by an expression the ivfflat index cannot serve, so Postgres scans the
+        user's rows through the user_id index: exact, and fast for stores of a few thousand
+        items. exact=False uses the index with iterative scans (filtered ANN without short
+        result sets); the outer ORDER BY repairs relaxed ordering.
+
+        passage_weight > 0 scores a message by (1 - w) x its own cosine + w x its best
+        passage's (its own where it has none). Exact: over all the user's messages and
+        passages. ANN: the index finds messages by their own vectors and their passages
+        re-score them (a passage alone cannot bring a message in; docs/retrieval.md).
+        """
+        order = (
+            "(t.embedding <=> CAST(:q AS vector)) + 0"
+            if exact
+            else "t.embedding <=> CAST(:q AS vector)"
+        )
+        results: dict[tuple[Source, uuid.UUID], float] = {}
+        params: dict[str, Any] = {
+            "user_id": user_id,
+            "q": vector_literal(embedding),
+            "limit": limit,
+            **when.params(),
+            **_scope_params(types, tags),
+        }
+        params["model"] = model
+        statements: list[tuple[Source, str]] = []
+        # Vectors of another model (mid re-embed) live in another space: never compare them.
+        if memories:
+            visible = _memory_visible(types, tags).replace("m.", "t.")
+            statements.append(
+                (
+                    Source.MEMORY,
+                    "SELECT t.id, t.embedding FROM memory_items AS t "
+                    f"WHERE {visible} AND t.embedding_model = :model{when.sql('t')}"
+                    f"{_memory_valid('t', when)}",
+                )
+            )
+        messages_sql: str | None = None
+        if messages and passage_weight > 0:
+            params["w"] = float(passage_weight)
+            messages_sql = _passage_messages_sql(exact, when.sql("t"))
+        elif messages:
+            statements.append(
+                (
+                    Source.MESSAGE,
+                    "SELECT t.id, t.embedding FROM messages AS t "
+                    "WHERE t.user_id = :user_id AND t.embedding IS NOT NULL "
+                    f"AND t.embedding_model = :model{when.sql('t')}",
+                )
+            )
+        if not statements and messages_sql is None:
+            return results
+        # Both sources in one round trip. Each branch keeps its own ORDER BY ... LIMIT (and index
+        # scan) and its own sort by cosine, so rows of equal cosine (duplicate turns) come in the
+        # same order as from one statement per source; Append returns the branches in turn.
+        branches = [
+            f"(SELECT {int(source)} AS source, id, 1 - (embedding <=> CAST(:q AS vector)) "
+            f"AS cosine FROM ({base} ORDER BY {order} LIMIT :limit) AS c ORDER BY cosine DESC)"
+            for source, base in statements
+        ]
+        if messages_sql is not None:
+            branches.append(messages_sql)
+        sql = text(" UNION ALL ".join(branches))
+        rows = (await self.session.execute(sql, params)).all()
+        for row in sorted(rows, key=lambda r: r.source):  # stable: keeps each branch's order
+            results[(Source(row.source), row.id)] = float(row.cosine)
+        return results

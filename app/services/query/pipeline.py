@@ -1,0 +1,388 @@
+"""The query pipeline: every stage of query_memory, in the order it runs.
+
+    retrieve (under the query's time limit; the first four on the user's connection(s)):
+      1. embed       the query vector (started by the service, in a worker thread)
+      2. arms        keyword (BM25 + PRF) and vector (exact or ANN) candidates
+      3. fuse        both arms' scores into one ranking (app/retrieval/scoring.rank)
+      4. context     the rows of the first `depth` items and the turns around the seed
+                     messages; neighbours raised (propagate)
+      5. rerank      the stages that read the rows (app/retrieval/rerank.py)
+      6. calibrate   relevance and recency (app/retrieval/scoring.finalise)
+    answer:
+      7. floor_and_cut  the score floor and relative cutoff, then the request's limit
+      8. pack_items     the token budget (app/retrieval/budget.pack)
+
+Each stage is a small function with a typed input and output; the arithmetic lives in the pure
+modules of app/retrieval. QueryService (service.py) runs `retrieve` and `answer` and turns
+failures into degraded or empty answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from app.db import user_session
+from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository
+from app.repositories.search_index import Source
+from app.retrieval.budget import PackResult, pack
+from app.retrieval.dates import TimeWindow, parse_time_expression
+from app.retrieval.names import query_names
+from app.retrieval.presets import RetrievalPreset
+from app.retrieval.relevance import features, load_model
+from app.retrieval.rerank import rerank
+from app.retrieval.scoring import Ranked, apply_thresholds, finalise, propagate, rank
+from app.services.query.model import (
+    QueryConfig,
+    QueryItem,
+    QueryRequest,
+    QueryResult,
+    QueryTrace,
+    ann_probes,
+)
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+Key = tuple[Source, Any]
+Embedding = asyncio.Task[tuple[Any | None, str | None, int]]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What one query searches: the request, its (possibly cut) text and the arms' size."""
+
+    request: QueryRequest
+    query: str
+    preset: RetrievalPreset
+    n: int  # candidates per arm
+    memories: bool
+    messages: bool
+
+
+@dataclass(frozen=True)
+class Vectors:
+    """How the vector arm runs: the service's planner settings and the embedding model."""
+
+    sessionmaker: async_sessionmaker[AsyncSession]
+    config: QueryConfig
+    model: str
+
+
+@dataclass(frozen=True)
+class ArmHits:
+    keyword: KeywordHits
+    cosines: dict[Key, float]
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The ranking after the context stage, the fetched rows it can still be cut to, and the
+    seed messages' (previous, next) turns."""
+
+    ranked: list[Ranked[Key]]
+    candidates: dict[Key, Candidate]
+    neighbours: dict[Key, tuple[Any, Any]]
+
+
+@dataclass(frozen=True)
+class Cut:
+    kept: list[Ranked[Key]]  # passed both thresholds (and still has a row)
+    top: list[Ranked[Key]]  # the first `limit` of them
+
+
+def scope(request: QueryRequest, query: str, preset: RetrievalPreset) -> Scope:
+    return Scope(
+        request,
+        query,
+        preset,
+        n=max(preset.candidates, request.limit),
+        memories="memory" in request.sources,
+        # Messages carry no memory type nor tags: either filter restricts results to memories.
+        messages="message" in request.sources and not request.types and not request.tags,
+    )
+
+
+async def retrieve(
+    s: Scope,
+    embedding: Embedding | None,
+    vectors: Vectors,
+    slots: asyncio.Semaphore,
+    result: QueryResult,
+    trace: QueryTrace | None = None,
+) -> tuple[dict[Key, Candidate], list[Ranked[Key]]]:
+    """Stages 2 to 6: (rows, calibrated ranking)."""
+    # Both connections carry the request's user: row-level security backs up the predicates.
+    async with (
+        slots,
+        user_session(vectors.sessionmaker, s.request.user_id, custom_plans=True) as session,
+        session.begin(),
+    ):
+        repo = RetrievalRepository(session)
+        hits = await arms(repo, s, embedding, vectors, result)
+        ranked = fuse(s, hits)
+        rows = await context(repo, s, ranked)
+        if trace is not None:
+            trace.bm25, trace.cosine = hits.keyword.scores, hits.cosines
+            trace.features = features(
+                hits.keyword.scores,
+                hits.keyword.plain or {},
+                hits.keyword.max_score,
+                hits.cosines,
+                bool(query_names(s.query)),
+                load_model().neutral_cosine_z,
+            )
+    ranked = rerank_rows(s, rows)
+    return rows.candidates, calibrate(s, ranked, rows.candidates)
+
+
+def answer(
+    s: Scope, ranked: list[Ranked[Key]], candidates: dict[Key, Candidate], budget: int
+) -> tuple[Cut, PackResult]:
+    """Stages 7 and 8: what the agent gets of the calibrated ranking."""
+    cut = floor_and_cut(s, ranked, candidates)
+    return cut, pack_items(cut, candidates, budget)
+
+
+# -- 2. arms ------------------------------------------------------------------------------------
+
+
+async def arms(
+    repo: RetrievalRepository,
+    s: Scope,
+    embedding: Embedding | None,
+    vectors: Vectors,
+    result: QueryResult,
+) -> ArmHits:
+    """The user's size picks exact or ANN search. A big user's arms run at once on two
+    connections: Postgres uses both cores, and the query pays max(keyword, embed + vector)
+    instead of the sum. A user on the exact path (a few thousand items, a keyword arm that ends
+    before the embedding) runs the vector statement on this connection: three round trips
+    fewer (docs/performance.md)."""
+    items = await repo.item_count(s.request.user_id) if embedding is not None else 0
+    exact = embedding is not None and items <= vectors.config.exact_search_max_items
+    keyword = keyword_arm(repo, s)
+    if exact:
+        assert embedding is not None
+        hits = await keyword
+        cosines = await nearest(repo, s, embedding, vectors, result, exact=True)
+    else:
+        hits, cosines = await asyncio.gather(
+            keyword, vector_arm(s, embedding, vectors, result, items)
+        )
+    return ArmHits(hits, cosines)
+
+
+async def keyword_arm(repo: RetrievalRepository, s: Scope) -> KeywordHits:
+    """BM25 candidates on the request's main connection."""
+    request, preset = s.request, s.preset
+    if not preset.use_keyword:
+        return KeywordHits({}, 0.0)
+    arm: dict[str, Any] = {
+        "limit": s.n,
+        "memories": s.memories,
+        "messages": s.messages,
+        "types": request.types,
+        "tags": request.tag_filter,
+        "k1": preset.bm25_k1,
+        "b": preset.bm25_b,
+        "when": request.when,
+    }
+    hits = await repo.keyword(request.user_id, s.query, **arm)
+    if preset.prf_docs <= 0 or not hits.scores:
+        return hits
+    seeds = sorted(hits.scores, key=lambda k: -hits.scores[k])[: preset.prf_docs]
+    expansion = await repo.expansion(
+        request.user_id,
+        s.query,
+        [i for _, i in seeds],
+        terms=preset.prf_terms,
+        min_df=preset.prf_min_df,
+        **arm,
+    )
+    return KeywordHits(hits.scores, hits.max_score, expansion, hits.plain)
+
+
+async def vector_arm(
+    s: Scope, embedding: Embedding | None, vectors: Vectors, result: QueryResult, items: int
+) -> dict[Key, float]:
+    """ANN search on a connection of its own. Its planner settings are made while the query
+    is still being embedded, so only the vector statement waits for the embedding."""
+    if embedding is None:
+        return {}
+    config = vectors.config
+    async with (
+        user_session(vectors.sessionmaker, s.request.user_id, custom_plans=True) as session,
+        session.begin(),
+    ):
+        return await nearest(
+            RetrievalRepository(session),
+            s,
+            embedding,
+            vectors,
+            result,
+            exact=False,
+            probes=ann_probes(items, config.ivfflat_probes, config.ivfflat_probe_share),
+        )
+
+
+async def nearest(
+    repo: RetrievalRepository,
+    s: Scope,
+    embedding: Embedding,
+    vectors: Vectors,
+    result: QueryResult,
+    *,
+    exact: bool,
+    probes: int | None = None,
+) -> dict[Key, float]:
+    """The vector search on `repo`'s connection, once the query vector is there (stage 1 ends
+    here: its degraded flag and time go to `result`)."""
+    config = vectors.config
+    await repo.set_vector_search(
+        exact=exact,
+        probes=probes or config.ivfflat_probes,
+        max_probes=config.ivfflat_max_probes,
+        ef_search=config.hnsw_ef_search,
+        max_scan_tuples=config.hnsw_max_scan_tuples,
+    )
+    vector, result.degraded, result.query_embedding_ms = await embedding
+    if vector is None:
+        return {}
+    return await repo.vector(
+        s.request.user_id,
+        vector,
+        limit=s.n,
+        memories=s.memories,
+        messages=s.messages,
+        types=s.request.types,
+        tags=s.request.tag_filter,
+        exact=exact,
+        model=vectors.model,
+        when=s.request.when,
+        passage_weight=s.preset.passage_weight,
+    )
+
+
+# -- 3. fuse ------------------------------------------------------------------------------------
+
+
+def fuse(s: Scope, hits: ArmHits) -> list[Ranked[Key]]:
+    k = hits.keyword
+    return rank(
+        k.scores, k.max_score, hits.cosines, s.preset, k.expansion,
+        plain=k.plain, has_names=bool(query_names(s.query)),
+    )  # fmt: skip
+
+
+# -- 4. context ---------------------------------------------------------------------------------
+
+
+async def context(repo: RetrievalRepository, s: Scope, ranked: list[Ranked[Key]]) -> Rows:
+    """One round trip for the seeds' neighbours and the content of every item that can make
+    the cut: propagation only raises the neighbours, so the first `depth` after it are among
+    the first `depth` before it and the neighbours."""
+    request, preset = s.request, s.preset
+    neighbours: dict[Key, tuple[Any, Any]] = {}
+    depth = max(request.limit * 3, 30, preset.rerank_depth)
+    seeds: list[Any] = []
+    if s.messages and (preset.next_turn_weight > 0 or preset.previous_turn_weight > 0):
+        seeds = [r.key for r in ranked if r.key[0] is Source.MESSAGE][: preset.neighbour_seeds]
+    around, fetched = await repo.fetch_around(
+        request.user_id,
+        [r.key for r in ranked[:depth]],
+        [i for _, i in seeds],
+        request.when,
+    )
+    if seeds:
+        neighbours = {
+            (Source.MESSAGE, i): (
+                (Source.MESSAGE, p) if p else None,
+                (Source.MESSAGE, n) if n else None,
+            )
+            for i, (p, n) in around.items()
+        }
+        ranked = propagate(
+            ranked,
+            neighbours,
+            next_weight=preset.next_turn_weight,
+            previous_weight=preset.previous_turn_weight,
+        )
+    keep = [r.key for r in ranked[:depth]]
+    return Rows(ranked, {k: fetched[k] for k in keep if k in fetched}, neighbours)
+
+
+# -- 5. rerank ----------------------------------------------------------------------------------
+
+
+def rerank_rows(s: Scope, rows: Rows) -> list[Ranked[Key]]:
+    window = time_preference(s.query, s.request, s.preset)
+    return rerank(rows.ranked, rows.candidates, rows.neighbours, s.query, window, s.preset)
+
+
+def time_preference(
+    query: str, request: QueryRequest, preset: RetrievalPreset
+) -> TimeWindow | None:
+    """The window a question's time expression names, resolved against as_of (else now) and
+    extended by the mention slack; None when it names no time or the preference is off."""
+    if preset.time_boost <= 0.0:
+        return None
+    window = parse_time_expression(query, request.as_of or datetime.now(UTC))
+    if window is None:
+        return None
+    return window.widened(after=timedelta(days=preset.time_mention_slack_days))
+
+
+# -- 6. calibrate -------------------------------------------------------------------------------
+
+
+def calibrate(
+    s: Scope, ranked: list[Ranked[Key]], candidates: dict[Key, Candidate]
+) -> list[Ranked[Key]]:
+    """Relevance (the learned model or the preset's fusion) and the recency weight."""
+    request = s.request
+    now = request.as_of or datetime.now(UTC)
+    ages = {k: (now - c.created_at).total_seconds() / 86400 for k, c in candidates.items()}
+    weight = s.preset.recency_weight if request.recency is None else request.recency
+    return finalise(ranked, s.preset, ages, weight)
+
+
+# -- 7. floor and cut ---------------------------------------------------------------------------
+
+
+def floor_and_cut(s: Scope, ranked: list[Ranked[Key]], candidates: dict[Key, Candidate]) -> Cut:
+    request, preset = s.request, s.preset
+    kept = apply_thresholds(
+        ranked, request.min_score, preset.relative_cutoff, preset.cutoff_exempt_ranks
+    )
+    kept = [r for r in kept if r.key in candidates]  # malformed/vanished rows are skipped
+    return Cut(kept, kept[: request.limit])
+
+
+# -- 8. pack ------------------------------------------------------------------------------------
+
+
+def pack_items(cut: Cut, candidates: dict[Key, Candidate], budget: int) -> PackResult:
+    return pack([candidates[r.key].content for r in cut.top], budget)
+
+
+def item(c: Candidate, r: Ranked[Key], text: str, tokens: int, cut: bool) -> QueryItem:
+    """One packed item as the agent gets it (scores rounded to 4 places)."""
+    return QueryItem(
+        id=str(c.id),
+        source_kind="memory" if c.source is Source.MEMORY else "message",
+        content=text,
+        type=c.type or "message",
+        relevance_score=round(r.relevance, 4),
+        keyword_score=round(r.keyword, 4),
+        semantic_score=round(r.semantic, 4),
+        source=c.reference,
+        created_at=c.created_at,
+        importance=c.importance,
+        role=c.role,
+        conversation_id=str(c.conversation_id) if c.conversation_id else None,
+        tokens=tokens,
+        cut=cut,
+    )

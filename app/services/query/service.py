@@ -1,0 +1,202 @@
+"""query_memory: the service around the pipeline (pipeline.py): result cache, rate limit,
+the query's time limit and its audit line.
+
+Fails closed: a database error gives an empty answer with `error` set, never a 500; an
+embedder failure falls back to a cached query vector, else to keyword-only search.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from app.errors import EmbeddingError
+from app.retrieval.presets import RetrievalPreset
+from app.services.embedding import EmbeddingService, Priority
+from app.services.query.model import (
+    MAX_QUERY_CHARS,
+    QueryConfig,
+    QueryRequest,
+    QueryResult,
+    QueryTrace,
+    _cache_key,
+    query_hash,
+)
+from app.services.query.pipeline import Vectors, answer, item, retrieve, scope
+
+if TYPE_CHECKING:
+    from app.adapters.cache import Cache
+    from app.services.usage import UsageRecorder
+
+# The package's name: operators (and tests) filter the query's warnings by it.
+log = logging.getLogger("app.services.query")
+audit = logging.getLogger("app.audit")
+
+
+class QueryService:
+    """The read path of the product. Holds no per-request state."""
+
+    def __init__(
+        self,
+        sessionmaker: async_sessionmaker[AsyncSession],
+        embeddings: EmbeddingService,
+        cache: Cache,
+        config: QueryConfig,
+        slots: asyncio.Semaphore | None = None,
+        usage: UsageRecorder | None = None,
+    ) -> None:
+        self.sessionmaker = sessionmaker
+        self.embeddings = embeddings
+        self.cache = cache
+        self.config = config
+        # Queries admitted to the database stage at once (each may hold two connections).
+        self.slots = slots or asyncio.Semaphore(1_000_000)
+        # Notes which memories each answer returned; written after it (app/services/usage.py).
+        self.usage = usage
+
+    async def query(self, request: QueryRequest, *, correlation_id: str = "-") -> QueryResult:
+        """Answer one query; never raises for database, Redis or embedder failures. The
+        memories it returns get their usage stamped afterwards (with a UsageRecorder)."""
+        result = await self._answer(request, correlation_id)
+        if self.usage is not None:
+            self.usage.answered(
+                request.user_id,
+                (uuid.UUID(i.id) for i in result.items if i.source_kind == "memory"),
+            )
+        return result
+
+    async def _answer(self, request: QueryRequest, correlation_id: str) -> QueryResult:
+        started = time.perf_counter()
+        query_text = request.query
+        query_cut = False
+        if len(query_text) > MAX_QUERY_CHARS:
+            log.warning("query of %d characters cut to %d", len(query_text), MAX_QUERY_CHARS)
+            query_text, query_cut = query_text[:MAX_QUERY_CHARS], True
+        budget = request.token_budget or self.config.token_budget
+        preset = self.config.preset
+        key = _cache_key(request, preset, budget)
+
+        decision = await self.cache.hit_rate_limit(
+            request.user_id, self.config.rate_limit_per_minute
+        )
+        if not decision.allowed:
+            cached = await self.cache.get_query_result(request.user_id, key)
+            result = QueryResult.from_json(cached) if cached else QueryResult()
+            result.rate_limited, result.cached = True, cached is not None
+            return self._finish(request, result, started, correlation_id)
+
+        cached = await self.cache.get_query_result(request.user_id, key)
+        if cached is not None:
+            result = QueryResult.from_json(cached)
+            result.cached = True
+            return self._finish(request, result, started, correlation_id)
+
+        result = await self._search(request, query_text, budget, preset)
+        result.query_truncated = query_cut
+        if result.error is None and result.degraded is None:
+            await self.cache.set_query_result(request.user_id, key, result.to_json())
+        return self._finish(request, result, started, correlation_id)
+
+    async def explain(self, request: QueryRequest) -> tuple[QueryResult, QueryTrace]:
+        """Answer like `query`, but fresh (no result cache, no rate limit) and with the trace of
+        every candidate's scores and fate."""
+        started = time.perf_counter()
+        trace = QueryTrace()
+        budget = request.token_budget or self.config.token_budget
+        trace.budget = budget
+        result = await self._search(
+            request, request.query[:MAX_QUERY_CHARS], budget, self.config.preset, trace
+        )
+        result.query_truncated = len(request.query) > MAX_QUERY_CHARS
+        return self._finish(request, result, started, "console"), trace
+
+    async def _embed(self, query: str) -> tuple[Any | None, str | None, int]:
+        """(vector, degraded flag, ms). EmbeddingService.embed asks the Redis cache before the
+        embedder, so a cached query vector is used even when the embedder is down."""
+        t0 = time.perf_counter()
+        try:
+            # Half of the query's time budget at most: the keyword fallback needs the rest.
+            vectors = await asyncio.wait_for(
+                self.embeddings.embed([query], priority=Priority.INTERACTIVE),
+                self.config.timeout_s / 2,
+            )
+            return vectors[0], None, int((time.perf_counter() - t0) * 1000)
+        except (EmbeddingError, TimeoutError) as exc:
+            log.warning("query embedding failed (%s): keyword-only search", type(exc).__name__)
+            return None, "keyword_only", int((time.perf_counter() - t0) * 1000)
+
+    async def _search(
+        self,
+        request: QueryRequest,
+        query: str,
+        budget: int,
+        preset: RetrievalPreset,
+        trace: QueryTrace | None = None,
+    ) -> QueryResult:
+        """The pipeline's stages (pipeline.py), in order, failing closed."""
+        result = QueryResult()
+        s = scope(request, query, preset)
+        # 1. The query is embedded (in a worker thread) while the keyword arm runs in Postgres:
+        # for a large store that hides most of the embedding time (docs/performance.md).
+        embedding = asyncio.create_task(self._embed(query)) if preset.use_vector else None
+        vectors = Vectors(self.sessionmaker, self.config, self.embeddings.model)
+        t0 = time.perf_counter()
+        try:
+            candidates, ranked = await asyncio.wait_for(
+                retrieve(s, embedding, vectors, self.slots, result, trace),
+                self.config.timeout_s,
+            )
+        except (SQLAlchemyError, OSError, TimeoutError) as exc:
+            log.error("retrieval failed closed: %s", type(exc).__name__)
+            result.error = "retrieval_unavailable"
+            result.retrieval_ms = int((time.perf_counter() - t0) * 1000)
+            return result
+        finally:
+            if embedding is not None and not embedding.done():
+                embedding.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await embedding
+        result.retrieval_ms = int((time.perf_counter() - t0) * 1000)
+        result.confidence = round(max((r.relevance for r in ranked), default=0.0), 4)
+
+        cut, packed = answer(s, ranked, candidates, budget)
+        result.total_count = len(cut.kept)
+        if trace is not None:
+            trace.ranked, trace.candidates = ranked, candidates
+            trace.kept = [r.key for r in cut.kept]
+            trace.packed = {cut.top[p.index].key: p for p in packed.items}
+        for p in packed.items:
+            r = cut.top[p.index]
+            result.items.append(item(candidates[r.key], r, p.text, p.tokens, p.cut))
+        result.token_count = packed.token_count
+        result.truncated = packed.truncated or len(cut.kept) > request.limit
+        return result
+
+    def _finish(
+        self, request: QueryRequest, result: QueryResult, started: float, correlation_id: str
+    ) -> QueryResult:
+        result.total_ms = (time.perf_counter() - started) * 1000
+        audit.info(
+            "memory retrieval",
+            extra={
+                "fields": {
+                    "correlation_id": correlation_id,
+                    "user_id": request.user_id,
+                    "query_sha256": query_hash(request.query),
+                    "result_count": len(result.items),
+                    "latency_ms": round(result.total_ms, 2),
+                    "degraded": result.degraded,
+                    "error": result.error,
+                    "rate_limited": result.rate_limited,
+                    "cached": result.cached,
+                }
+            },
+        )
+        return result
