@@ -12,8 +12,8 @@ import asyncio
 import fcntl
 import logging
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, TypeVar
@@ -68,7 +68,45 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def show_progress(quiet: bool) -> bool:
+    """A progress bar only for a person watching: not with --quiet, not when stderr is piped."""
     return not quiet and sys.stderr.isatty()
+
+
+class _AboveBars(logging.Handler):
+    """Writes what `inner` would, through tqdm.write: the line goes above the active bars,
+    which are redrawn below it, instead of splitting a bar in two."""
+
+    def __init__(self, inner: logging.StreamHandler) -> None:  # type: ignore[type-arg]
+        super().__init__(inner.level)
+        self.inner = inner
+        self.filters = list(inner.filters)  # the context filter the formatter needs
+        self.setFormatter(inner.formatter)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        try:
+            tqdm.write(self.format(record), file=self.inner.stream)
+        except Exception:
+            self.handleError(record)
+
+
+@contextmanager
+def logs_above_bars() -> Iterator[None]:
+    """While a command runs, route the stderr log handlers through tqdm.write (they print as
+    before when no bar is active); restored afterwards."""
+    root = logging.getLogger()
+    before = list(root.handlers)
+    root.handlers = [
+        _AboveBars(h)
+        if isinstance(h, logging.StreamHandler) and getattr(h, "_pgrecall", False)
+        else h
+        for h in before
+    ]
+    try:
+        yield
+    finally:
+        root.handlers = before
 
 
 def checked_user(value: str) -> str:
@@ -126,7 +164,8 @@ def run(
                 lock = None
             embedded = EmbeddedPostgres(settings.data_dir)
         urls = database_urls(settings, embedded)
-        return asyncio.run(_prepared(settings, urls, work, embedder))
+        with logs_above_bars():
+            return asyncio.run(_prepared(settings, urls, work, embedder))
     finally:
         if embedded is not None and embedded.started_here:
             embedded.stop()  # a server `pgrecall serve` started is left alone
