@@ -65,12 +65,13 @@ def export(
                 target.close()
         return written
 
+    started = time.monotonic()
     try:
         counts = run(work)
     except ServiceError as exc:
         raise fail(exc.message) from None
     rows = ", ".join(f"{k} {v}" for k, v in counts.items())
-    typer.echo(f"exported {user}: {rows}", err=True)
+    typer.echo(f"exported {user}: {rows}; {time.monotonic() - started:.1f} s", err=True)
 
 
 def import_(

@@ -52,6 +52,7 @@ def test_piped_long_commands_print_no_bar_and_end_with_a_summary(run, tmp_path: 
     exported = run("export", "--user", user, "-o", str(tmp_path / "out.jsonl"))
     assert exported.returncode == 0, exported.stderr
     _no_bar(exported.stderr)
+    assert re.search(rf"exported {user}: .*memories 40.*; " + SECONDS, exported.stderr.strip())
     imported = run("import", str(tmp_path / "out.jsonl"), "--user", f"{user}-copy")
     assert imported.returncode == 0, imported.stderr
     _no_bar(imported.stderr)
