@@ -29,7 +29,11 @@ from app.cli.common import checked_user, fail, settings_or_exit
 if TYPE_CHECKING:
     from app.config import Settings
 
-keys_app = typer.Typer(no_args_is_help=True, help="per-user API keys (the key fixes the user)")
+# add_completion off: `pgrecall keys` runs this group alone (app/cli/__init__.py), and the
+# assembled command has none either.
+keys_app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="per-user API keys (the key fixes the user)"
+)
 
 READ, WRITE = "read", "write"  # app.services.api_keys's scopes (tests check they agree)
 # Long enough for a loaded machine to accept a local connection, short enough that the fallback

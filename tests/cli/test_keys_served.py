@@ -130,3 +130,11 @@ def test_http_path_imports_no_server_stack(served: Served) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "HEAVY []" in out.stdout
+
+
+def test_scopes_agree_with_the_service() -> None:
+    """app/cli/keys.py names the scopes itself (importing the service would load SQLAlchemy)."""
+    from app.cli import keys
+    from app.services import api_keys
+
+    assert (keys.READ, keys.WRITE) == (api_keys.READ, api_keys.WRITE)
