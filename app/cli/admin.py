@@ -8,6 +8,7 @@ finds the database like `pgrecall serve` does and migrates it first.
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -95,12 +96,12 @@ def seed(
         typer.echo(str(near))
     if len(report.near_duplicates) > _SHOWN_PROBLEMS:
         typer.echo(f"... and {len(report.near_duplicates) - _SHOWN_PROBLEMS} more near-duplicates")
-    typer.echo(report.summary())
     if report.reindex is not None and report.reindex.rebuilt:
         r = report.reindex
         typer.echo(f"rebuilt {r.table} vector index: lists {r.lists} for {r.rows} rows")
     elif report.dry_run and report.reindex_due:
         typer.echo("the memory_items vector index would be rebuilt (its centroids are stale)")
+    typer.echo(report.summary())  # last: the one line a script reads (counts and seconds)
 
 
 # -- reindex / reembed -----------------------------------------------------------------------
@@ -146,7 +147,9 @@ def reindex(
                 )
         return results, per_user
 
+    started = time.monotonic()
     tables, users = run(work)
+    elapsed = time.monotonic() - started
     for r in tables:
         built = "unknown" if r.previous_rows is None else r.previous_rows
         before = (
@@ -164,6 +167,11 @@ def reindex(
             f"{u.table}: {u.users} per-user indexes ({u.built} built, {u.fresh} fresh, "
             f"{u.dropped} dropped)"
         )
+    typer.echo(
+        f"reindex: {sum(r.rebuilt for r in tables)} of {len(tables)} vector indexes rebuilt, "
+        f"{sum(u.built for u in users)} per-user indexes built, "
+        f"{sum(u.dropped for u in users)} dropped; {elapsed:.1f} s"
+    )
 
 
 def reembed(
@@ -189,12 +197,12 @@ def reembed(
         raise fail(str(exc)) from None
     except ServiceError as exc:
         raise fail(f"{exc.message}; committed batches stay done, run reembed again") from None
-    typer.echo(report.summary())
     for r in report.reindexed:
         typer.echo(f"rebuilt {r.table} vector index: lists {r.lists} for {r.rows} rows")
     for u in report.user_indexes:
         if u.built:
             typer.echo(f"rebuilt {u.built} per-user {u.table} vector indexes")
+    typer.echo(report.summary())  # last: the one line a script reads (counts and seconds)
 
 
 def rebuild_keywords(

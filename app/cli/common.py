@@ -10,25 +10,26 @@ from __future__ import annotations
 
 import asyncio
 import fcntl
+import logging
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from app.adapters.cache import Cache
 from app.config import Settings, SettingsError, load_settings
-from app.db import create_engine, create_sessionmaker
-from app.embedded import EmbeddedPostgres
 from app.observability import configure_logging
-from app.roles import DatabaseUrls, database_urls, prepare_database
-from app.runtime import embedder_from_settings
-from app.schemas.common import check_user_id
-from app.services.embedding import EmbeddingService
+from app.schemas.user_id import check_user_id
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+    from app.adapters.cache import Cache
+    from app.roles import DatabaseUrls
+    from app.services.embedding import EmbeddingService
 
 T = TypeVar("T")
 # Admin work runs long statements (bulk inserts, index builds); the service's 5 s limit is for
@@ -43,14 +44,20 @@ UsersOption = Annotated[
 QuietOption = Annotated[bool, typer.Option("--quiet", help="no progress bar")]
 
 
-def settings_or_exit(**overrides: object) -> Settings:
-    """Settings from the environment; one clear line and exit 2 when invalid."""
+def settings_or_exit(*, quiet: bool = False, **overrides: object) -> Settings:
+    """Settings from the environment; one clear line and exit 2 when invalid.
+
+    `quiet` keeps logging at WARNING or above (commands whose output is only their result).
+    """
     try:
         settings = load_settings(**overrides)
     except SettingsError as exc:
         typer.echo(f"pgrecall: {exc}", err=True)
         raise typer.Exit(2) from None
-    configure_logging(settings.log_level, settings.log_format.value)
+    level = settings.log_level
+    if quiet and logging.getLevelName(level) < logging.WARNING:
+        level = "WARNING"
+    configure_logging(level, settings.log_format.value)
     return settings
 
 
@@ -61,7 +68,45 @@ def fail(message: str, code: int = 1) -> typer.Exit:
 
 
 def show_progress(quiet: bool) -> bool:
+    """A progress bar only for a person watching: not with --quiet, not when stderr is piped."""
     return not quiet and sys.stderr.isatty()
+
+
+class _AboveBars(logging.Handler):
+    """Writes what `inner` would, through tqdm.write: the line goes above the active bars,
+    which are redrawn below it, instead of splitting a bar in two."""
+
+    def __init__(self, inner: logging.StreamHandler) -> None:  # type: ignore[type-arg]
+        super().__init__(inner.level)
+        self.inner = inner
+        self.filters = list(inner.filters)  # the context filter the formatter needs
+        self.setFormatter(inner.formatter)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        from tqdm import tqdm
+
+        try:
+            tqdm.write(self.format(record), file=self.inner.stream)
+        except Exception:
+            self.handleError(record)
+
+
+@contextmanager
+def logs_above_bars() -> Iterator[None]:
+    """While a command runs, route the stderr log handlers through tqdm.write (they print as
+    before when no bar is active); restored afterwards."""
+    root = logging.getLogger()
+    before = list(root.handlers)
+    root.handlers = [
+        _AboveBars(h)
+        if isinstance(h, logging.StreamHandler) and getattr(h, "_pgrecall", False)
+        else h
+        for h in before
+    ]
+    try:
+        yield
+    finally:
+        root.handlers = before
 
 
 def checked_user(value: str) -> str:
@@ -88,15 +133,22 @@ class Runtime:
     embeddings: EmbeddingService | None
 
 
-def run(work: Callable[[Runtime], Awaitable[T]], *, embedder: bool = False) -> T:
+def run(
+    work: Callable[[Runtime], Awaitable[T]], *, embedder: bool = False, quiet: bool = False
+) -> T:
     """Start (or attach to) the database, migrate, and run `work` with fresh resources.
 
     Admin work connects as the owner (PGRECALL_MIGRATION_DATABASE_URL, the embedded server's
     superuser, or else PGRECALL_DATABASE_URL): index rebuilds need the tables' owner. Row-level
     security still applies to an owner that is not a superuser (FORCE), so every command scopes
-    its sessions to one user or to the audited admin mode.
+    its sessions to one user or to the audited admin mode. `quiet` logs warnings only.
     """
-    settings = settings_or_exit()
+    # Imported here, not at the top: this module is loaded by every command, and `pgrecall keys`
+    # must start without the database stack when a running service answers it.
+    from app.embedded import EmbeddedPostgres
+    from app.roles import database_urls
+
+    settings = settings_or_exit(quiet=quiet)
     embedded = None
     lock = None
     try:
@@ -112,7 +164,8 @@ def run(work: Callable[[Runtime], Awaitable[T]], *, embedder: bool = False) -> T
                 lock = None
             embedded = EmbeddedPostgres(settings.data_dir)
         urls = database_urls(settings, embedded)
-        return asyncio.run(_prepared(settings, urls, work, embedder))
+        with logs_above_bars():
+            return asyncio.run(_prepared(settings, urls, work, embedder))
     finally:
         if embedded is not None and embedded.started_here:
             embedded.stop()  # a server `pgrecall serve` started is left alone
@@ -126,6 +179,8 @@ async def _prepared(
     work: Callable[[Runtime], Awaitable[T]],
     embedder: bool,
 ) -> T:
+    from app.roles import prepare_database
+
     await prepare_database(urls)
     async with _runtime(settings, urls.owner, embedder) as runtime:
         return await work(runtime)
@@ -133,6 +188,11 @@ async def _prepared(
 
 @asynccontextmanager
 async def _runtime(settings: Settings, url: str, embedder: bool) -> AsyncIterator[Runtime]:
+    from app.adapters.cache import Cache
+    from app.db import create_engine, create_sessionmaker
+    from app.runtime import embedder_from_settings
+    from app.services.embedding import EmbeddingService
+
     engine = create_engine(url, pool_size=2, statement_timeout_ms=_STATEMENT_TIMEOUT_MS)
     cache = Cache.from_url(settings.redis_url)
     model = await asyncio.to_thread(embedder_from_settings, settings) if embedder else None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import IO, Annotated
 
@@ -64,12 +65,13 @@ def export(
                 target.close()
         return written
 
+    started = time.monotonic()
     try:
         counts = run(work)
     except ServiceError as exc:
         raise fail(exc.message) from None
     rows = ", ".join(f"{k} {v}" for k, v in counts.items())
-    typer.echo(f"exported {user}: {rows}", err=True)
+    typer.echo(f"exported {user}: {rows}; {time.monotonic() - started:.1f} s", err=True)
 
 
 def import_(
@@ -116,8 +118,10 @@ def import_(
                 await reindex(s, table, only_if_stale=True)
         return report
 
+    started = time.monotonic()
     try:
         report = run(work, embedder=True)
     except ServiceError as exc:
         raise fail(f"{exc.message}; nothing imported") from None
-    typer.echo(report.summary())
+    # Counts and seconds (the start-up of the embedder and the database included).
+    typer.echo(f"{report.summary()}; {time.monotonic() - started:.1f} s")

@@ -18,6 +18,11 @@ from typing_extensions import TypeAliasType
 
 from app.models.base import MAX_TAG_CHARS, MAX_TAGS, TAG_PATTERN_TEXT
 
+# Re-exported: the user-id rule lives in app/schemas/user_id.py (no model imports).
+from app.schemas.user_id import USER_ID_PATTERN as USER_ID_PATTERN
+from app.schemas.user_id import USER_ID_PATTERN_TEXT as USER_ID_PATTERN_TEXT
+from app.schemas.user_id import check_user_id as check_user_id
+
 MAX_CONTENT_CHARS = 32_000
 MAX_METADATA_BYTES = 8_192
 MAX_METADATA_KEY_CHARS = 200
@@ -35,17 +40,6 @@ NON_BLANK_SCHEMA: dict[str, Any] = {
     "pattern": STORABLE_PATTERN,
     "allOf": [{"pattern": NON_BLANK_PATTERN}],
 }
-
-# One rule for user ids everywhere (header, admin API, CLI, seed files, keys).
-USER_ID_PATTERN_TEXT = r"^[\x21-\x7e]{1,255}$"
-USER_ID_PATTERN = re.compile(USER_ID_PATTERN_TEXT)
-
-
-def check_user_id(value: str) -> str:
-    """1-255 printable ASCII characters, no spaces."""
-    if not USER_ID_PATTERN.fullmatch(value):
-        raise ValueError("must be 1-255 printable ASCII characters, no spaces")
-    return value
 
 
 def check_storable(value: str) -> str:

@@ -24,6 +24,7 @@ from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
 from app.migrate import upgrade_head
 from tests.redis_server import RedisServer
+from tests.served import free_port
 
 
 def database_url(pg: EmbeddedPostgres, name: str) -> str:
@@ -91,6 +92,10 @@ def run(private_db: str, redis_srv: RedisServer, tmp_path: Path):  # type: ignor
         "PGRECALL_REDIS_URL": redis_srv.url,
         "PGRECALL_DATA_DIR": str(tmp_path),
         "PGRECALL_LOG_LEVEL": "WARNING",
+        # `pgrecall keys` asks a running service first: nothing listens here, so these tests
+        # drive the database path (tests/cli/test_keys_served.py drives the service path).
+        "PGRECALL_HOST": "127.0.0.1",
+        "PGRECALL_PORT": str(free_port()),
     }
 
     def invoke(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:

@@ -1,0 +1,19 @@
+"""One rule for user ids everywhere (header, admin API, CLI, seed files, keys).
+
+Its own module, importing nothing but `re`, so `pgrecall keys` checks a user id without loading
+the models (app.schemas.common imports them for the tag limits).
+"""
+
+from __future__ import annotations
+
+import re
+
+USER_ID_PATTERN_TEXT = r"^[\x21-\x7e]{1,255}$"
+USER_ID_PATTERN = re.compile(USER_ID_PATTERN_TEXT)
+
+
+def check_user_id(value: str) -> str:
+    """1-255 printable ASCII characters, no spaces."""
+    if not USER_ID_PATTERN.fullmatch(value):
+        raise ValueError("must be 1-255 printable ASCII characters, no spaces")
+    return value
