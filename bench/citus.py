@@ -23,16 +23,15 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
-import httpx
 import typer
 
 from app.adapters.embedder import LocalEmbedder
 from app.config import Settings
 from app.main import create_app
+from pgrecall.client import AsyncClient
 
-TOOL = "/v1/tools/query_memory"
 PEOPLE = ("Ana", "Bruno", "Chen", "Dana", "Emil", "Fatima", "Goran", "Hana", "Ivan", "Jia")
 TOPICS = (
     "the hiking trip to the Alps", "a new sourdough recipe", "the quarterly tax payment",
@@ -47,7 +46,7 @@ def _turn(rng: random.Random) -> str:
 
 
 @asynccontextmanager
-async def _client(url: str, embedder: LocalEmbedder) -> AsyncIterator[httpx.AsyncClient]:
+async def _client(url: str, embedder: LocalEmbedder) -> AsyncIterator[AsyncClient]:
     settings = Settings(
         database_url=url,
         migrate_on_start=False,
@@ -56,44 +55,29 @@ async def _client(url: str, embedder: LocalEmbedder) -> AsyncIterator[httpx.Asyn
         data_dir=Path("/tmp"),
     )
     app = create_app(settings, embedder=embedder)
-    async with app.router.lifespan_context(app):
-        transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
-            yield client
+    async with app.router.lifespan_context(app), AsyncClient.for_app(app) as client:
+        yield client
 
 
-async def _ok(response: httpx.Response) -> Any:
-    if response.status_code >= 300:
-        raise RuntimeError(f"{response.request.url}: {response.status_code} {response.text}")
-    return response.json()
-
-
-async def _load(client: httpx.AsyncClient, users: list[str], turns: int, seed: int) -> None:
+async def _load(client: AsyncClient, users: list[str], turns: int, seed: int) -> None:
     for n, user in enumerate(users):
         rng = random.Random(seed + n)
-        headers = {"X-User-Id": user}
-        conversation = await _ok(await client.post("/v1/conversations", json={}, headers=headers))
-        body = {"messages": [{"role": "user", "content": _turn(rng)} for _ in range(turns)]}
-        await _ok(
-            await client.post(
-                f"/v1/conversations/{conversation['id']}/messages:bulk",
-                json=body,
-                headers=headers,
-            )
-        )
-        secret = {"content": f"My locker code word is {_secret(user)}", "type": "fact"}
-        await _ok(await client.post("/v1/tools/save_memory", json=secret, headers=headers))
+        pgr = client.as_user(user)
+        conversation = await pgr.create_conversation()
+        turns_of_user = [{"role": "user", "content": _turn(rng)} for _ in range(turns)]
+        await pgr.import_messages(conversation.id, turns_of_user)
+        await pgr.save_memory(f"My locker code word is {_secret(user)}", "fact")
 
 
 def _secret(user: str) -> str:
     return "zq" + uuid.uuid5(uuid.NAMESPACE_URL, user).hex[:10]
 
 
-async def _ask(client: httpx.AsyncClient, user: str, query: str) -> tuple[float, list[str]]:
+async def _ask(client: AsyncClient, user: str, query: str) -> tuple[float, list[str]]:
     started = time.perf_counter()
-    data = await _ok(await client.post(TOOL, json={"query": query}, headers={"X-User-Id": user}))
+    answer = await client.as_user(user).query_memory(query)
     elapsed = (time.perf_counter() - started) * 1000
-    return elapsed, [m["content"] for m in data["memories"]]
+    return elapsed, [m.content for m in answer.memories]
 
 
 async def _run(single: str, citus: str, users: int, turns: int, queries: int, seed: int) -> None:

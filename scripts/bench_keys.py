@@ -24,8 +24,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
+
+from pgrecall.client import NO_RETRY, Client, PgrecallError
 
 ROOT = Path(__file__).resolve().parent.parent
 PGRECALL = ROOT / ".venv" / "bin" / "pgrecall"
@@ -43,10 +44,10 @@ def wait_ready(base: str, process: subprocess.Popen[bytes], timeout_s: float = 1
         if process.poll() is not None:
             sys.exit(f"serve exited with {process.returncode}")
         try:
-            with urllib.request.urlopen(f"{base}/ready", timeout=2) as answer:
-                if answer.status == 200:
+            with Client(base, retry=NO_RETRY, timeout=2) as client:
+                if client.ready().get("ready"):
                     return
-        except OSError:
+        except PgrecallError:
             pass
         time.sleep(0.25)
     sys.exit(f"serve not ready within {timeout_s} s")

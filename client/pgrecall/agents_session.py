@@ -15,11 +15,9 @@ pop_item and clear_session delete messages (`DELETE .../messages/last`, `.../mes
 
 from __future__ import annotations
 
-import asyncio
 import json
-import threading
-import weakref
 from collections.abc import Mapping
+from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from agents.memory.session_settings import (
@@ -85,13 +83,31 @@ def decode(message: t.Message) -> dict[str, Any]:
     return {"role": message.role, "content": message.content}
 
 
+class _CallClient:
+    """`async with`: the client, closed on the way out."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+
+    async def __aenter__(self) -> AsyncClient:
+        return self.client
+
+    async def __aexit__(
+        self,
+        kind: type[BaseException] | None,
+        error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        await self.client.aclose()
+
+
 class PgrecallSession:
     """The Agents SDK Session protocol over one pgrecall conversation.
 
     Usable from any event loop and thread (`Runner.run`, `Runner.run_sync`, a session made
     under one `asyncio.run` and used under the next): an HTTP connection belongs to the event
-    loop that opened it, so the session keeps one client per running loop, each with the
-    settings of the client it was given.
+    loop that opened it, so each session call uses a client of its own (with the settings of
+    the client it was given), closed before the call returns.
     """
 
     def __init__(
@@ -112,20 +128,17 @@ class PgrecallSession:
             if session_settings is None
             else coerce_session_settings(session_settings)
         )
-        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncClient] = (
-            weakref.WeakKeyDictionary()
-        )
-        self._lock = threading.Lock()
 
-    def _pgr(self) -> AsyncClient:
-        """The client for the running event loop (made on first use in that loop)."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            client = self._loops.get(loop)
-            if client is None:
-                client = self.client._sibling()
-                self._loops[loop] = client
-            return client
+    def _pgr(self) -> _CallClient:
+        """A client for this call, closed in the loop that opened it.
+
+        Connections belong to the event loop that opened them, and the SDK runs a session
+        under many loops (`run_sync`, threads, one `asyncio.run` after another) without saying
+        when a loop ends: a pool kept per loop outlives its loop and leaks its sockets. A
+        session call makes a few requests, so each call has its own pool. (A class, not an
+        async generator: `run_sync` keeps running its loop after finalising its generators.)
+        """
+        return _CallClient(self.client._sibling())
 
     @classmethod
     async def start(
@@ -147,7 +160,8 @@ class PgrecallSession:
             api_key=api_key,
             session_settings=session_settings,
         )
-        conversation = await session._pgr().create_conversation(title)
+        async with session._pgr() as pgr:
+            conversation = await pgr.create_conversation(title)
         session.session_id = str(conversation.id)
         return session
 
@@ -156,12 +170,13 @@ class PgrecallSession:
         wanted = resolve_session_limit(limit, self.session_settings)
         messages: list[t.Message] = []
         after: int | None = None
-        while True:
-            page = await self._pgr().list_messages(self.session_id, after=after, limit=PAGE)
-            messages.extend(page.items)
-            if page.next_after is None:
-                break
-            after = page.next_after
+        async with self._pgr() as pgr:
+            while True:
+                page = await pgr.list_messages(self.session_id, after=after, limit=PAGE)
+                messages.extend(page.items)
+                if page.next_after is None:
+                    break
+                after = page.next_after
         if wanted is not None:
             messages = messages[-wanted:] if wanted > 0 else []
         return [decode(m) for m in messages]  # type: ignore[misc]
@@ -169,14 +184,17 @@ class PgrecallSession:
     async def add_items(self, items: list[TResponseInputItem]) -> None:
         """Append the items in order (committed before this returns)."""
         encoded = [encode(item) for item in items]  # type: ignore[arg-type]
-        for start in range(0, len(encoded), BULK):
-            await self._pgr().import_messages(self.session_id, encoded[start : start + BULK])
+        async with self._pgr() as pgr:
+            for start in range(0, len(encoded), BULK):
+                await pgr.import_messages(self.session_id, encoded[start : start + BULK])
 
     async def pop_item(self) -> TResponseInputItem | None:
         """Remove the newest item and return it; None when the session is empty."""
-        message = await self._pgr().delete_last_message(self.session_id)
+        async with self._pgr() as pgr:
+            message = await pgr.delete_last_message(self.session_id)
         return decode(message) if message is not None else None  # type: ignore[return-value]
 
     async def clear_session(self) -> None:
         """Remove every item (the conversation itself stays)."""
-        await self._pgr().delete_messages(self.session_id)
+        async with self._pgr() as pgr:
+            await pgr.delete_messages(self.session_id)
