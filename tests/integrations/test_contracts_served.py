@@ -188,6 +188,31 @@ def test_session_outlives_event_loops_and_works_from_threads(served: Served) -> 
     assert asyncio.run(session.get_items()) == []
 
 
+@pytest.fixture
+def sdk_default_loop(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Close the thread default loop that `Runner.run_sync` makes and leaves open on purpose.
+
+    The SDK keeps that loop (and its self-pipe, a unix socket pair) for later calls on the
+    thread, and the next `asyncio.run` unsets it without closing it; left alone, the garbage
+    collector reports it during whichever test runs next.
+    """
+    policy = asyncio.get_event_loop_policy()
+    made: list[asyncio.AbstractEventLoop] = []
+    new_event_loop = policy.new_event_loop
+
+    def recording() -> asyncio.AbstractEventLoop:
+        loop = new_event_loop()
+        made.append(loop)
+        return loop
+
+    monkeypatch.setattr(policy, "new_event_loop", recording)
+    yield
+    for loop in made:
+        if not loop.is_closed():
+            loop.close()
+
+
+@pytest.mark.usefixtures("sdk_default_loop")
 def test_run_sync_after_asyncio_run_start(served: Served) -> None:
     user = f"runsync-{uuid.uuid4()}"
     session = asyncio.run(PgrecallSession.start(served.base, user_id=user))
