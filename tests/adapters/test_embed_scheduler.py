@@ -192,9 +192,64 @@ async def test_bulk_chunks_go_to_the_bulk_runner() -> None:
     assert bulk.calls == [_texts("b", 3)[:2], _texts("b", 3)[2:]]
 
 
+async def test_waiting_interactive_requests_share_one_inference() -> None:
+    fake = GatedEmbed()
+    scheduler = _scheduler(fake, batch_max=4)
+    first = asyncio.create_task(scheduler.embed(["q0"], Priority.INTERACTIVE))
+    await _settle()
+    assert fake.calls == [["q0"]]  # a free slot: runs at once, alone
+    # While it runs, five more arrive (one of them cancelled before its turn).
+    waiting = {
+        name: asyncio.create_task(scheduler.embed(texts, Priority.INTERACTIVE))
+        for name, texts in {
+            "a": ["a"],
+            "b": ["b1", "b2"],
+            "gone": ["gone"],
+            "c": ["c"],
+            "d": ["d"],
+        }.items()
+    }
+    await _settle()
+    waiting["gone"].cancel()
+    await _settle()
+    await fake.open_next()
+    # One inference for the next requests in line, up to batch_max texts; "d" waits for the next.
+    assert fake.calls[1] == ["a", "b1", "b2", "c"]
+    await fake.open_next()
+    assert fake.calls[2] == ["d"]
+    await fake.open_next()
+    assert first.done() and all(t.done() for t in waiting.values())
+    assert waiting["gone"].cancelled() and scheduler.busy == 0
+    for name, task in waiting.items():
+        if name != "gone":
+            texts = {"a": ["a"], "b": ["b1", "b2"], "c": ["c"], "d": ["d"]}[name]
+            np.testing.assert_allclose(task.result(), np.stack([_vector(t) for t in texts]))
+
+
+async def test_a_shared_inference_failure_reaches_every_caller() -> None:
+    fake = GatedEmbed()
+    fake.fail_on = "bad"
+    scheduler = _scheduler(fake)
+    running = asyncio.create_task(scheduler.embed(["first"], Priority.INTERACTIVE))
+    await _settle()
+    shared = [
+        asyncio.create_task(scheduler.embed([text], Priority.INTERACTIVE)) for text in ("ok", "bad")
+    ]
+    await _settle()
+    await fake.open_next()
+    await fake.open_next()
+    assert running.done() and fake.calls[1] == ["ok", "bad"]
+    for task in shared:
+        with pytest.raises(RuntimeError, match="embedder failed"):
+            task.result()
+    assert scheduler.busy == 0
+
+
 def test_bad_configuration_is_refused() -> None:
     with pytest.raises(ValueError):
         EmbedScheduler(GatedEmbed(), DIM, slots=1, bulk_slots=2)
+    with pytest.raises(ValueError):
+        EmbedScheduler(GatedEmbed(), DIM, interactive_max=8, batch_max=4)
 
 
 # -- the real model ----------------------------------------------------------------------------
