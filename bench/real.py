@@ -259,6 +259,19 @@ async def load_store(db_url: str, users: list[User], vectors: dict[str, np.ndarr
     return time.perf_counter() - started
 
 
+async def passage_counts(dsn: str) -> dict[str, int]:
+    """Passages per user (with the turns, what the exact vector statement scores)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute("SELECT set_config('pgrecall.admin', 'on', false)")
+        rows = await conn.fetch(
+            "SELECT user_id, count(*) AS n FROM message_passages GROUP BY user_id"
+        )
+    finally:
+        await conn.close()
+    return {r["user_id"]: int(r["n"]) for r in rows}
+
+
 async def settle(dsn: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
@@ -589,12 +602,19 @@ async def run(
                         max_scan_tuples=cfg.hnsw_max_scan_tuples,
                     ),
                 )
+                # The service counts a user's passages too when it picks exact or ANN search.
+                passages = await passage_counts(db.dsn)
+
+                def on_exact(user_id: str) -> bool:
+                    scored = sizes[user_id] + passages.get(user_id, 0)
+                    return scored <= cfg.exact_search_max_items
+
                 try:
                     service_ms, floor_ms, floor_embed, same = [], [], [], 0
                     compared = qs[:samples]
                     for q in compared:
                         ids, ms = await _service_ids(client, q)
-                        exact = sizes[q.user_id] <= cfg.exact_search_max_items
+                        exact = on_exact(q.user_id)
                         fids, emb, fms = await floor_query(
                             conn if exact else ann_conn, embedder, q.user_id, q.text, exact
                         )
@@ -613,7 +633,7 @@ async def run(
                     big = [q for q in qs if q.big][:100]
                     result["ann"] = (
                         await ann_recall(ann_conn, embedder, users, big, sizes)
-                        if big and big_size > cfg.exact_search_max_items
+                        if big and not on_exact(big[0].user_id)
                         else {"note": "no user above exact_search_max_items: exact path only"}
                     )
                 finally:

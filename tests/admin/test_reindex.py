@@ -211,3 +211,49 @@ async def test_per_user_indexes_follow_the_users_above_the_threshold(
         async with private_sessions() as s:
             await MaintenanceRepository(s).drop_user_index("memory_items", "idx_memory_items_pk")
     await asyncio.to_thread(command.check, alembic_config(private_db))
+
+
+async def test_a_users_passages_count_towards_the_messages_threshold(
+    private_sessions: Sessions,
+) -> None:
+    """The query path sends a user of few turns and many passages to the ANN path
+    (pipeline.arms), so reindex gives that user an index of its own messages, sized by them."""
+    vector = "[" + ",".join(["0.05"] * 384) + "]"
+    users = {"passages-heavy": (3, 5), "turns-only": (6, 0)}  # user: (messages, passages)
+    async with private_sessions() as session, session.begin():
+        for user, (messages, passages) in users.items():
+            conversation = await session.scalar(
+                text(
+                    "INSERT INTO conversations (id, user_id) VALUES (gen_random_uuid(), :u) "
+                    "RETURNING id"
+                ),
+                {"u": user},
+            )
+            ids = (
+                await session.scalars(
+                    text(
+                        "INSERT INTO messages (id, conversation_id, user_id, role, content, "
+                        "correlation_id, embedding, embedding_model) "
+                        "SELECT gen_random_uuid(), :c, :u, 'user', 'turn ' || g, "
+                        "gen_random_uuid(), CAST(:v AS vector), 'm' "
+                        "FROM generate_series(1, :n) AS g RETURNING id"
+                    ),
+                    {"c": conversation, "u": user, "v": vector, "n": messages},
+                )
+            ).all()
+            for ord_ in range(passages):
+                await session.execute(
+                    text(
+                        "INSERT INTO message_passages (message_id, ord, user_id, embedding, "
+                        "embedding_model) VALUES (:m, :o, :u, CAST(:v AS vector), 'm')"
+                    ),
+                    {"m": ids[0], "o": ord_, "u": user, "v": vector},
+                )
+        repo = MaintenanceRepository(session)
+        # 3 turns + 5 passages = 8 > 6: listed with its 3 rows (the index's size); 6 + 0 is not.
+        assert await repo.users_with_vectors("messages", 6) == {"passages-heavy": 3}
+        assert await repo.users_with_vectors("messages", 2) == {
+            "passages-heavy": 3,
+            "turns-only": 6,
+        }
+        await session.rollback()

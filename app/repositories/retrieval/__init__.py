@@ -19,7 +19,7 @@ from app.repositories.retrieval.common import (
 from app.repositories.retrieval.context import ContextReads
 from app.repositories.retrieval.keyword import _BM25_SQL, KeywordArm, KeywordHits, _source_filter
 from app.repositories.retrieval.passages import _passage_messages_sql
-from app.repositories.retrieval.stats import Stats
+from app.repositories.retrieval.stats import SearchSize, Stats
 from app.repositories.retrieval.vector import ANN_RANDOM_PAGE_COST, VectorArm, ann_settings
 from app.repositories.search_index import Source
 
@@ -35,6 +35,7 @@ __all__ = [
     "Candidate",
     "KeywordHits",
     "RetrievalRepository",
+    "SearchSize",
     "Source",
     "TagFilter",
     "TimeFilter",
