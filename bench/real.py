@@ -299,9 +299,10 @@ PARAMS = ["user_id", "query", "limit", "k1", "b", "q", "model", "w", "names"]
 _VISIBLE_MEMORY = _memory_visible(None).replace("m.", "t.") + _memory_valid("t", NO_TIME_FILTER)
 
 
-def floor_sql(exact: bool) -> str:
+def floor_sql(exact: bool, rescore: bool = False) -> str:
     """Both arms, the neighbours of every message candidate and every candidate's content, in
-    one statement (the default preset: no type or time filter, no PRF)."""
+    one statement (the default preset: no type or time filter, no PRF). rescore: the messages
+    branch as the service runs it for a user of few turns and many passages."""
     bm25 = _BM25_SQL.format(
         source_filter=_source_filter(True, True, None, NO_TIME_FILTER),
         expansion="",
@@ -315,7 +316,7 @@ vm AS (
     WHERE {_VISIBLE_MEMORY} AND t.embedding_model = :model ORDER BY {order} LIMIT :limit
 ), vmsg AS (
     -- The service's own messages branch: each turn's cosine mixed with its best passage's.
-    SELECT pm.id, pm.cosine FROM {_passage_messages_sql(exact, "")} AS pm
+    SELECT pm.id, pm.cosine FROM {_passage_messages_sql(exact, "", rescore=rescore)} AS pm
 ), message_keys AS (
     SELECT item_id AS id FROM kw WHERE source = 1 UNION SELECT id FROM vmsg
 ), nb AS (
@@ -361,6 +362,7 @@ async def floor_query(
     query: str,
     exact: bool,
     limit: int = 10,
+    rescore: bool = False,
 ) -> tuple[list[str], float, float]:
     """Top ids the service's ranking gives over one statement's rows; (ids, embed ms, total ms)."""
     preset = get_preset("default")
@@ -369,7 +371,7 @@ async def floor_query(
     embedded = time.perf_counter()
     n = max(preset.candidates, limit)
     rows = await conn.fetch(
-        floor_sql(exact),
+        floor_sql(exact, rescore),
         user_id,
         query,
         n,
@@ -602,21 +604,27 @@ async def run(
                         max_scan_tuples=cfg.hnsw_max_scan_tuples,
                     ),
                 )
-                # The service counts a user's passages too when it picks exact or ANN search.
+                # The service re-scores passages on the exact path for a user whose turns and
+                # passages exceed the exact threshold (pipeline.arms); the floor does the same.
                 passages = await passage_counts(db.dsn)
 
-                def on_exact(user_id: str) -> bool:
+                def rescored(user_id: str) -> bool:
                     scored = sizes[user_id] + passages.get(user_id, 0)
-                    return scored <= cfg.exact_search_max_items
+                    return scored > cfg.exact_search_max_items
 
                 try:
                     service_ms, floor_ms, floor_embed, same = [], [], [], 0
                     compared = qs[:samples]
                     for q in compared:
                         ids, ms = await _service_ids(client, q)
-                        exact = on_exact(q.user_id)
+                        exact = sizes[q.user_id] <= cfg.exact_search_max_items
                         fids, emb, fms = await floor_query(
-                            conn if exact else ann_conn, embedder, q.user_id, q.text, exact
+                            conn if exact else ann_conn,
+                            embedder,
+                            q.user_id,
+                            q.text,
+                            exact,
+                            rescore=exact and rescored(q.user_id),
                         )
                         service_ms.append(ms)
                         floor_ms.append(fms)
@@ -633,7 +641,7 @@ async def run(
                     big = [q for q in qs if q.big][:100]
                     result["ann"] = (
                         await ann_recall(ann_conn, embedder, users, big, sizes)
-                        if big and not on_exact(big[0].user_id)
+                        if big and big_size > cfg.exact_search_max_items
                         else {"note": "no user above exact_search_max_items: exact path only"}
                     )
                 finally:

@@ -146,15 +146,10 @@ class MaintenanceRepository:
         )
 
     async def users_with_vectors(self, table: Table, more_than: int) -> dict[str, int]:
-        """Users with more than `more_than` vectors in the table, and how many. For messages
-        their passages count towards `more_than` (not towards the rows returned, which size the
-        index): the query path sends a user on the ANN path by both (pipeline.arms)."""
-        having = "count(*)"
-        if table == "messages":
-            having += " + (SELECT count(*) FROM message_passages AS p WHERE p.user_id = t.user_id)"
+        """Users with more than `more_than` vectors in the table, and how many."""
         sql = text(
-            f"SELECT t.user_id, count(*) AS n FROM {table} AS t WHERE t.embedding IS NOT NULL "
-            f"GROUP BY t.user_id HAVING {having} > :more_than"
+            f"SELECT user_id, count(*) AS n FROM {table} WHERE embedding IS NOT NULL "
+            "GROUP BY user_id HAVING count(*) > :more_than"
         )
         rows = (await self.session.execute(sql, {"more_than": more_than})).all()
         return {r.user_id: int(r.n) for r in rows}

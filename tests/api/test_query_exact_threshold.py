@@ -1,7 +1,7 @@
-"""Exact or ANN search: the threshold counts what the exact statement would score, the user's
-items and (when passages score messages) their passages (app/services/query/pipeline.py arms).
-A user of few turns and many passages takes the ANN path, where the passages only re-score
-the messages found; on a small store both paths return the same items."""
+"""Exact search and passages (app/services/query/pipeline.py arms): a user whose items fit
+under the exact threshold is searched exactly; when its items and passages do not fit, its
+passages re-score the messages found instead of all being scored. On a small store both
+statements return the same items."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import pytest
 
 from app.db import user_session
 from app.repositories.retrieval import RetrievalRepository, SearchSize
+from app.services.embedding import Priority
 from tests.helpers import add_messages, headers
 
 # Four sentences of at least three words, 20+ words: four passages (app/retrieval/passages.py).
@@ -21,16 +22,26 @@ LONG_TURN = (
 SHORT_TURN = "Pixel is a greyhound"
 
 
-@pytest.mark.parametrize(("threshold", "exact"), [(5, False), (6, True), (1_000, True)])
-async def test_passages_count_towards_the_exact_threshold(
+@pytest.mark.parametrize(
+    ("threshold", "size", "exact", "rescore"),
+    [
+        (1, SearchSize(2, 0), False, True),  # above by items alone: ANN, no passage counted
+        (5, SearchSize(2, 4), True, True),  # 2 + 4 > 5: exact messages, passages re-score
+        (6, SearchSize(2, 4), True, False),  # 2 + 4 <= 6: every passage scored
+        (1_000, SearchSize(2, 4), True, False),
+    ],
+)
+async def test_passages_decide_how_the_exact_path_scores_them(
     make_client: Any,
     monkeypatch: pytest.MonkeyPatch,
     user_id: str,
     threshold: int,
+    size: SearchSize,
     exact: bool,
+    rescore: bool,
 ) -> None:
     sizes: list[SearchSize] = []
-    paths: list[bool] = []
+    paths: list[tuple[bool, bool]] = []
     search_size, vector = RetrievalRepository.search_size, RetrievalRepository.vector
 
     async def recorded_size(self: RetrievalRepository, *a: Any, **kw: Any) -> SearchSize:
@@ -38,7 +49,7 @@ async def test_passages_count_towards_the_exact_threshold(
         return sizes[-1]
 
     async def recorded_vector(self: RetrievalRepository, *a: Any, **kw: Any) -> Any:
-        paths.append(kw["exact"])
+        paths.append((kw["exact"], kw.get("rescore_passages", False)))
         return await vector(self, *a, **kw)
 
     monkeypatch.setattr(RetrievalRepository, "search_size", recorded_size)
@@ -51,9 +62,8 @@ async def test_passages_count_towards_the_exact_threshold(
             headers=headers(user_id),
         )
     assert response.status_code == 200, response.text
-    # Two items and four passages; passages counted up to the threshold + 1 only.
-    assert sizes == [SearchSize(2, min(4, threshold + 1))]
-    assert paths == [exact]
+    assert sizes == [size]
+    assert paths == [(exact, rescore and exact)]
     assert {i["content"] for i in response.json()["items"]} == {LONG_TURN, SHORT_TURN}
 
 
@@ -65,7 +75,40 @@ async def test_passages_are_counted_only_up_to_the_cap(make_client: Any, user_id
             session.begin(),
         ):
             repo = RetrievalRepository(session)
-            assert await repo.search_size(user_id, passages_up_to=100) == SearchSize(3, 8)
-            assert await repo.search_size(user_id, passages_up_to=5) == SearchSize(3, 5)
-            assert await repo.search_size(user_id, passages_up_to=0) == SearchSize(3, 0)
-            assert await repo.search_size("someone-else", passages_up_to=100) == SearchSize(0, 0)
+            # Three items and eight passages, counted until items + passages reach up_to.
+            assert await repo.search_size(user_id, up_to=100) == SearchSize(3, 8)
+            assert await repo.search_size(user_id, up_to=8) == SearchSize(3, 5)
+            assert await repo.search_size(user_id, up_to=2) == SearchSize(3, 0)
+            assert await repo.search_size(user_id, up_to=0) == SearchSize(3, 0)
+            assert await repo.search_size("someone-else", up_to=100) == SearchSize(0, 0)
+
+
+async def test_rescored_passages_give_the_same_items_on_a_small_store(
+    make_client: Any, user_id: str
+) -> None:
+    """With `limit` above the user's messages, re-scoring the messages found by their own
+    vectors scores every message with its best passage: the same cosines as the full scan."""
+    async with make_client() as (client, app):
+        await add_messages(client, user_id, [LONG_TURN, SHORT_TURN, "The harbour is busy"])
+        embeddings = app.state.resources.embeddings
+        question = ["the family moved to Lisbon"]
+        vector = (await embeddings.embed(question, priority=Priority.INTERACTIVE))[0]
+        async with (
+            user_session(app.state.resources.sessionmaker, user_id, custom_plans=True) as session,
+            session.begin(),
+        ):
+            repo = RetrievalRepository(session)
+            common: dict[str, Any] = {
+                "limit": 10,
+                "memories": True,
+                "messages": True,
+                "types": None,
+                "exact": True,
+                "model": embeddings.model,
+                "passage_weight": 0.7,
+            }
+            full = await repo.vector(user_id, vector, **common)
+            rescored = await repo.vector(user_id, vector, rescore_passages=True, **common)
+    assert len(full) == 3 and list(full) == list(rescored)
+    for key, cosine in full.items():
+        assert rescored[key] == pytest.approx(cosine, abs=1e-9)

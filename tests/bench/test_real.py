@@ -22,8 +22,8 @@ def _conversation() -> Conversation:
 
 
 def test_the_floor_statement_is_scoped_to_one_user() -> None:
-    for exact in (True, False):
-        assert violations(floor_sql(exact)) == []
+    for exact, rescore in ((True, False), (True, True), (False, False)):
+        assert violations(floor_sql(exact, rescore)) == []
 
 
 def test_copies_rename_speakers_and_shift_numbers() -> None:

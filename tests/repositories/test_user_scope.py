@@ -387,9 +387,7 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
             retrieval.fetch_around(user, keys, [stored[1].id], time),
         )
     await rec.call("RetrievalRepository", "item_count", retrieval.item_count(user))
-    await rec.call(
-        "RetrievalRepository", "search_size", retrieval.search_size(user, passages_up_to=5)
-    )
+    await rec.call("RetrievalRepository", "search_size", retrieval.search_size(user, up_to=5))
 
     agent = AgentMemoryRepository(session)
     await rec.call("AgentMemoryRepository", "lock_saves", agent.lock_saves(user))

@@ -17,13 +17,17 @@ _BEST_PASSAGE = (
 _W = "CAST(:w AS float8)"
 
 
-def _passage_messages_sql(exact: bool, when_sql: str) -> str:
-    """The messages branch of the vector statement with passage scoring (see `vector`)."""
+def _passage_messages_sql(exact: bool, when_sql: str, *, rescore: bool = False) -> str:
+    """The messages branch of the vector statement with passage scoring (see `vector`).
+
+    rescore (exact only): the messages are found exactly by their own vectors and their
+    passages re-score them, as on the ANN path, instead of scoring every passage of the user:
+    for a user of few turns and many passages (pipeline.arms)."""
     own = "1 - (t.embedding <=> CAST(:q AS vector))"
     scope = (
         f"t.user_id = :user_id AND t.embedding IS NOT NULL AND t.embedding_model = :model{when_sql}"
     )
-    if exact:
+    if exact and not rescore:
         # Every message and every passage of the user in one list, grouped per message: no
         # join, so no plan can pair each message with each passage (a nested loop is what a
         # just-imported user's missing statistics chose for a join: 50 ms instead of 3).
@@ -40,10 +44,12 @@ def _passage_messages_sql(exact: bool, when_sql: str) -> str:
             "ORDER BY cosine DESC LIMIT :limit"
         )
     else:
-        # The index finds the messages by their own vectors; their passages re-score them.
+        # The index (or, exact, the user's rows) finds the messages by their own vectors;
+        # their passages re-score them. `+ 0`: an order the ivfflat index cannot serve.
+        order = "(t.embedding <=> CAST(:q AS vector))" + (" + 0" if exact else "")
         found = (
             f"SELECT t.id, {own} AS own FROM messages AS t WHERE {scope} "
-            "ORDER BY t.embedding <=> CAST(:q AS vector) LIMIT :limit"
+            f"ORDER BY {order} LIMIT :limit"
         )
         inner = (
             f"SELECT a.id, (1 - {_W}) * a.own + {_W} * "

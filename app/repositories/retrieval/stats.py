@@ -14,7 +14,7 @@ class SearchSize:
     """What a user's exact vector statement would score."""
 
     items: int  # indexed items (memories + messages): sizes the ANN probes
-    passages: int  # the user's message passages, counted up to the caller's cap
+    passages: int  # the user's message passages, counted up to the caller's cap (search_size)
 
 
 class Stats(SessionBound):
@@ -26,18 +26,20 @@ class Stats(SessionBound):
         )
         return int(value or 0)
 
-    async def search_size(self, user_id: str, *, passages_up_to: int) -> SearchSize:
+    async def search_size(self, user_id: str, *, up_to: int) -> SearchSize:
         """Items and passages of this user in one round trip; picks exact vs ANN search. The
-        passages are counted up to `passages_up_to` (an index-only range of the user's
-        passages, stopped there): past the exact threshold the exact number does not matter."""
+        passages are counted until items + passages reach `up_to` (an index-only range of the
+        user's passages, stopped there: past the exact threshold the number does not matter,
+        and a user above it by items alone reads none)."""
         row = (
             await self.session.execute(
                 text(
-                    "SELECT (SELECT doc_count FROM search_stats WHERE user_id = :user_id) "
-                    "AS items, (SELECT count(*) FROM (SELECT 1 FROM message_passages AS p "
-                    "WHERE p.user_id = :user_id LIMIT :up_to) AS c) AS passages"
+                    "SELECT s.items, (SELECT count(*) FROM (SELECT 1 FROM message_passages AS p "
+                    "WHERE p.user_id = :user_id LIMIT greatest(:up_to - s.items, 0)) AS c) "
+                    "AS passages FROM (SELECT coalesce((SELECT doc_count FROM search_stats "
+                    "WHERE user_id = :user_id), 0) AS items) AS s"
                 ),
-                {"user_id": user_id, "up_to": max(int(passages_up_to), 0)},
+                {"user_id": user_id, "up_to": max(int(up_to), 0)},
             )
         ).one()
-        return SearchSize(int(row.items or 0), int(row.passages or 0))
+        return SearchSize(int(row.items), int(row.passages))

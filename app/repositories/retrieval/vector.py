@@ -96,6 +96,7 @@ class VectorArm(SessionBound):
         when: TimeFilter = NO_TIME_FILTER,
         passage_weight: float = 0.0,
         tags: TagFilter | None = None,
+        rescore_passages: bool = False,
     ) -> dict[tuple[Source, uuid.UUID], float]:
         """Top items by cosine similarity, per source.
 
@@ -108,6 +109,8 @@ class VectorArm(SessionBound):
         passage's (its own where it has none). Exact: over all the user's messages and
         passages. ANN: the index finds messages by their own vectors and their passages
         re-score them (a passage alone cannot bring a message in; docs/retrieval.md).
+        rescore_passages (exact only): the messages found exactly by their own vectors, their
+        passages re-score them as on the ANN path (a user of few turns and many passages).
         """
         order = (
             "(t.embedding <=> CAST(:q AS vector)) + 0"
@@ -138,7 +141,7 @@ class VectorArm(SessionBound):
         messages_sql: str | None = None
         if messages and passage_weight > 0:
             params["w"] = float(passage_weight)
-            messages_sql = _passage_messages_sql(exact, when.sql("t"))
+            messages_sql = _passage_messages_sql(exact, when.sql("t"), rescore=rescore_passages)
         elif messages:
             statements.append(
                 (

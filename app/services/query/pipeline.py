@@ -162,25 +162,26 @@ async def arms(
     before the embedding) runs the vector statement on this connection: three round trips
     fewer (docs/performance.md).
 
-    The size is what the exact statement would score: items, and the passages when they score
-    messages. A user of 5,520 turns and 10,512 passages scored 16,032 vectors per exact
-    statement (19 ms of Postgres CPU); on the ANN path the passages only re-score the messages
-    found (docs/performance.md, "Half the CPU per query")."""
+    Passages: on the exact path every passage of the user is scored with the messages. A user
+    whose items fit under the threshold but whose items and passages do not (5,520 turns and
+    10,512 passages: 16,032 vectors, 19 ms of Postgres CPU per statement) keeps the exact
+    search of the messages, and their passages re-score the messages found, as on the ANN path
+    (4 ms; docs/performance.md, "Half the CPU per query")."""
     threshold = vectors.config.exact_search_max_items
-    items = 0
-    exact = False
+    items, exact, rescore = 0, False, False
     if embedding is not None:
         passages = s.messages and s.preset.passage_weight > 0
-        size = await repo.search_size(
-            s.request.user_id, passages_up_to=threshold + 1 if passages else 0
-        )
+        size = await repo.search_size(s.request.user_id, up_to=threshold + 1 if passages else 0)
         items = size.items
-        exact = size.items + size.passages <= threshold
+        exact = size.items <= threshold
+        rescore = size.items + size.passages > threshold
     keyword = keyword_arm(repo, s)
     if exact:
         assert embedding is not None
         hits = await keyword
-        cosines = await nearest(repo, s, embedding, vectors, result, exact=True)
+        cosines = await nearest(
+            repo, s, embedding, vectors, result, exact=True, rescore_passages=rescore
+        )
     else:
         hits, cosines = await asyncio.gather(
             keyword, vector_arm(s, embedding, vectors, result, items)
@@ -250,6 +251,7 @@ async def nearest(
     *,
     exact: bool,
     probes: int | None = None,
+    rescore_passages: bool = False,
 ) -> dict[Key, float]:
     """The vector search on `repo`'s connection, once the query vector is there (stage 1 ends
     here: its degraded flag and time go to `result`)."""
@@ -276,6 +278,7 @@ async def nearest(
         model=vectors.model,
         when=s.request.when,
         passage_weight=s.preset.passage_weight,
+        rescore_passages=rescore_passages,
     )
 
 
