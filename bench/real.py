@@ -366,6 +366,9 @@ async def floor_query(
 ) -> tuple[list[str], float, float]:
     """Top ids the service's ranking gives over one statement's rows; (ids, embed ms, total ms)."""
     preset = get_preset("default")
+    # The service's plan for a re-scoring user (RetrievalRepository.set_vector_search), set
+    # outside the floor's time.
+    await conn.execute(f"SET enable_seqscan = {'off' if rescore else 'on'}")
     started = time.perf_counter()
     vector = (await asyncio.to_thread(embedder.embed_sync, [query]))[0]
     embedded = time.perf_counter()

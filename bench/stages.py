@@ -39,7 +39,15 @@ from bench.store import database
 from eval.datasets.locomo import load_locomo
 
 cli = typer.Typer(add_completion=False, help=__doc__)
-STAGES = ("item_count", "keyword", "expansion", "set_vector_search", "vector", "fetch_around")
+STAGES = (
+    "item_count",
+    "search_size",
+    "keyword",
+    "expansion",
+    "set_vector_search",
+    "vector",
+    "fetch_around",
+)
 
 
 def backend_ns(pid: int) -> int:
@@ -57,7 +65,9 @@ class Meter:
 
     def wrap(self) -> None:
         for name in STAGES:
-            original = getattr(RetrievalRepository, name)
+            original = getattr(RetrievalRepository, name, None)
+            if original is None:  # a stage an older checkout does not have
+                continue
 
             @functools.wraps(original)
             async def timed(

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import text
 
 from app.db import user_session
 from app.repositories.retrieval import RetrievalRepository, SearchSize
@@ -28,7 +29,7 @@ SHORT_TURN = "Pixel is a greyhound"
         (1, SearchSize(2, 0), False, True),  # above by items alone: ANN, no passage counted
         (5, SearchSize(2, 4), True, True),  # 2 + 4 > 5: exact messages, passages re-score
         (6, SearchSize(2, 4), True, False),  # 2 + 4 <= 6: every passage scored
-        (1_000, SearchSize(2, 4), True, False),
+        (1_000, SearchSize(2, 0), True, False),  # items under a quarter of it: none counted
     ],
 )
 async def test_passages_decide_how_the_exact_path_scores_them(
@@ -41,7 +42,7 @@ async def test_passages_decide_how_the_exact_path_scores_them(
     rescore: bool,
 ) -> None:
     sizes: list[SearchSize] = []
-    paths: list[tuple[bool, bool]] = []
+    paths: list[tuple[bool, bool, str]] = []
     search_size, vector = RetrievalRepository.search_size, RetrievalRepository.vector
 
     async def recorded_size(self: RetrievalRepository, *a: Any, **kw: Any) -> SearchSize:
@@ -49,7 +50,8 @@ async def test_passages_decide_how_the_exact_path_scores_them(
         return sizes[-1]
 
     async def recorded_vector(self: RetrievalRepository, *a: Any, **kw: Any) -> Any:
-        paths.append((kw["exact"], kw.get("rescore_passages", False)))
+        seqscan = await self.session.scalar(text("SELECT current_setting('enable_seqscan')"))
+        paths.append((kw["exact"], kw.get("rescore_passages", False), seqscan))
         return await vector(self, *a, **kw)
 
     monkeypatch.setattr(RetrievalRepository, "search_size", recorded_size)
@@ -63,7 +65,8 @@ async def test_passages_decide_how_the_exact_path_scores_them(
         )
     assert response.status_code == 200, response.text
     assert sizes == [size]
-    assert paths == [(exact, rescore and exact)]
+    # Re-scoring reads the user's messages through the user_id index (set_vector_search).
+    assert paths == [(exact, rescore and exact, "off" if rescore and exact else "on")]
     assert {i["content"] for i in response.json()["items"]} == {LONG_TURN, SHORT_TURN}
 
 
@@ -76,11 +79,14 @@ async def test_passages_are_counted_only_up_to_the_cap(make_client: Any, user_id
         ):
             repo = RetrievalRepository(session)
             # Three items and eight passages, counted until items + passages reach up_to.
-            assert await repo.search_size(user_id, up_to=100) == SearchSize(3, 8)
+            assert await repo.search_size(user_id, up_to=11) == SearchSize(3, 8)
             assert await repo.search_size(user_id, up_to=8) == SearchSize(3, 5)
             assert await repo.search_size(user_id, up_to=2) == SearchSize(3, 0)
             assert await repo.search_size(user_id, up_to=0) == SearchSize(3, 0)
-            assert await repo.search_size("someone-else", up_to=100) == SearchSize(0, 0)
+            # Items at most a quarter of up_to: the passages are not read.
+            assert await repo.search_size(user_id, up_to=12) == SearchSize(3, 0)
+            assert await repo.search_size(user_id, up_to=100) == SearchSize(3, 0)
+            assert await repo.search_size("someone-else", up_to=11) == SearchSize(0, 0)
 
 
 async def test_rescored_passages_give_the_same_items_on_a_small_store(

@@ -45,12 +45,19 @@ def _passage_messages_sql(exact: bool, when_sql: str, *, rescore: bool = False) 
         )
     else:
         # The index (or, exact, the user's rows) finds the messages by their own vectors;
-        # their passages re-score them. `+ 0`: an order the ivfflat index cannot serve.
-        order = "(t.embedding <=> CAST(:q AS vector))" + (" + 0" if exact else "")
+        # their passages re-score them.
         found = (
             f"SELECT t.id, {own} AS own FROM messages AS t WHERE {scope} "
-            f"ORDER BY {order} LIMIT :limit"
+            "ORDER BY t.embedding <=> CAST(:q AS vector) LIMIT :limit"
         )
+        if exact:
+            # `+ 0`: an order the ivfflat index cannot serve. The distance is computed once per
+            # row and named: in the select list and the ORDER BY it would be computed twice.
+            found = (
+                "SELECT f.id, 1 - f.d AS own FROM (SELECT t.id, "
+                f"(t.embedding <=> CAST(:q AS vector)) + 0 AS d FROM messages AS t WHERE {scope} "
+                "ORDER BY d LIMIT :limit) AS f"
+            )
         inner = (
             f"SELECT a.id, (1 - {_W}) * a.own + {_W} * "
             f"{_BEST_PASSAGE.format(id='a.id', own='a.own')} AS cosine FROM ({found}) AS a"

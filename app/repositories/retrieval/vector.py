@@ -60,6 +60,7 @@ class VectorArm(SessionBound):
         ef_search: int = 40,
         max_scan_tuples: int = 20_000,
         random_page_cost: float = ANN_RANDOM_PAGE_COST,
+        rescore_passages: bool = False,
     ) -> None:
         """Planner settings for this transaction's vector queries (one statement). The scan
         settings of both index methods are set, so the statement is the same on an ivfflat or
@@ -70,7 +71,15 @@ class VectorArm(SessionBound):
         lists the planner chose that user's exact scan (user_id index + sort), 3.5x slower
         (`python -m bench.plans`). The index is in memory or on SSD, as a query path's
         working set is: 1.1, the usual value for SSD storage, prices it so, for this
-        transaction only (docs/performance.md, "Big users on real conversation turns")."""
+        transaction only (docs/performance.md, "Big users on real conversation turns").
+
+        rescore_passages (exact path): the statement reads the user's messages through the
+        user_id index. A user holding a third of the messages table (5,520 of 16,990 rows,
+        estimated 1,812) got a scan of the whole table, 12.4 ms of Postgres CPU instead of 3.4
+        (docs/performance.md, "Half the CPU per query"); the statements after it in this
+        transaction (the fetch) read by primary key anyway."""
+        if exact and rescore_passages:
+            await self.session.execute(SET_LOCAL, set_local_params({"enable_seqscan": "off"}))
         if not exact:
             settings = ann_settings(
                 probes=probes,

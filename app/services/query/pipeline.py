@@ -262,6 +262,7 @@ async def nearest(
         max_probes=config.ivfflat_max_probes,
         ef_search=config.hnsw_ef_search,
         max_scan_tuples=config.hnsw_max_scan_tuples,
+        rescore_passages=rescore_passages,
     )
     vector, result.degraded, result.query_embedding_ms = await embedding
     if vector is None:
