@@ -8,6 +8,7 @@ the 11th of a key and the 1,001st in all.
 from __future__ import annotations
 
 import asyncio
+import resource
 import time
 import uuid
 from collections.abc import Iterator
@@ -37,9 +38,21 @@ def served() -> Iterator[Served]:
 
 @pytest.fixture(scope="module")
 def served_defaults() -> Iterator[Served]:
-    """Stream limits at their defaults: 1,000 in all, 10 per key, 300 s idle."""
-    with serving("pgr-mcpd-") as server:
-        yield server
+    """Stream limits at their defaults: 1,000 in all, 10 per key, 300 s idle. Each side holds a
+    descriptor per stream: the soft limit is raised to the hard one first (the server inherits
+    it); a hard limit too low for 1,000 is a skip that says so, not a failure."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 1_500
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < {need}: cannot hold 1,000 streams")
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raised = need if hard == resource.RLIM_INFINITY else hard
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+    try:
+        with serving("pgr-mcpd-") as server:
+            yield server
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def new_key(served: Served) -> str:
