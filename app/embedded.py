@@ -167,6 +167,15 @@ class EmbeddedPostgres:
             return None
         return PostmasterInfo(pid, Path(lines[4]), int(lines[3]), lines[7].strip())
 
+    def crashed(self) -> bool:
+        """A postmaster.pid whose postmaster is gone: it died without shutting down."""
+        pid_file = self.pgdata / "postmaster.pid"
+        try:
+            first = pid_file.read_text().split("\n", 1)[0].strip()
+        except FileNotFoundError:
+            return False
+        return first.isdigit() and not _pid_alive(int(first))
+
     def is_running(self) -> bool:
         info = self.postmaster()
         return info is not None and info.status == "ready"
@@ -223,7 +232,7 @@ class EmbeddedPostgres:
         if handles.exists():
             handles.unlink()
 
-    def _run(self, args: list[str], timeout_s: float) -> None:
+    def _run(self, args: list[str], timeout_s: float, *, own_session: bool = False) -> None:
         identity: dict[str, object] = {}
         if self._as_root:
             # The Postgres user with its own group and no others: left in root's groups, the
@@ -239,6 +248,7 @@ class EmbeddedPostgres:
                 text=True,
                 cwd="/",
                 timeout=timeout_s,
+                start_new_session=own_session,
                 **identity,  # type: ignore[arg-type]
             )
             if result.returncode != 0:
@@ -248,8 +258,9 @@ class EmbeddedPostgres:
                     f"\n--- server log {self.log_file} ---\n{self._log_tail()}"
                 )
 
-    def _pg_ctl(self, args: list[str], timeout_s: float) -> None:
-        self._run([str(bin_dir() / "pg_ctl"), "-D", str(self.pgdata), *args], timeout_s)
+    def _pg_ctl(self, args: list[str], timeout_s: float, *, own_session: bool = False) -> None:
+        pg_ctl = [str(bin_dir() / "pg_ctl"), "-D", str(self.pgdata), *args]
+        self._run(pg_ctl, timeout_s, own_session=own_session)
 
     def _log_tail(self, lines: int = 20) -> str:
         try:
@@ -311,7 +322,11 @@ class EmbeddedPostgres:
             socket_dir.chmod(0o777)
         options = f"-h '' -k {socket_dir} -p {PORT} {_SERVER_OPTIONS}"
         log.info("starting embedded postgres (socket %s)", socket_dir)
+        # Its own session: a Ctrl-C or a SIGTERM to pgrecall's process group reaches pgrecall
+        # alone, which drains its requests and then stops the server (`stop`), instead of the
+        # server shutting down under the requests still running.
         self._pg_ctl(
             ["-w", "-t", str(int(timeout_s)), "-o", options, "-l", str(self.log_file), "start"],
             timeout_s + 5,
+            own_session=True,
         )

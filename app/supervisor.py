@@ -7,6 +7,10 @@ pid file of a dead postmaster as stale, and Postgres replays its WAL, so every c
 is there. A start that fails (old backends may still hold the shared memory for a moment) is
 retried with a growing pause. The engine's pool drops the dead connections by itself; /ready
 turns true once the server answers again.
+
+Only a crash is healed: a postmaster that shut down cleanly (its pid file removed: a
+`pg_ctl stop`, or a service manager stopping every process of the service) was stopped on
+purpose, and starting it again would fight whoever stopped it.
 """
 
 from __future__ import annotations
@@ -28,18 +32,30 @@ class PostgresSupervisor:
         self.embedded = embedded
         self.interval_s = interval_s
         self.restarts = 0
+        self._healing = False
+        self._stopped_reported = False
         self._task: asyncio.Task[None] | None = None
 
     async def check(self) -> bool:
-        """Start the server when its postmaster is gone; True when it is running afterwards."""
+        """Start the server when its postmaster crashed; True when it is running afterwards."""
         try:
             if await asyncio.to_thread(self.embedded.postmaster) is not None:
+                self._stopped_reported = False
                 return True
+            # A failed start removes the crashed server's pid file: keep healing until it runs.
+            self._healing = self._healing or await asyncio.to_thread(self.embedded.crashed)
+            if not self._healing:
+                if not self._stopped_reported:
+                    log.warning("embedded postgres was shut down cleanly: not restarting it")
+                    self._stopped_reported = True
+                return False
             log.warning("embedded postgres is not running: restarting it")
             await asyncio.to_thread(self.embedded.start)
         except Exception as exc:  # retried on the next round; one line, not a traceback
             log.warning("restarting embedded postgres failed: %s", str(exc).splitlines()[0])
             return False
+        self._healing = False
+        self._stopped_reported = False
         self.restarts += 1
         log.warning("embedded postgres restarted (restart %d)", self.restarts)
         return True

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import logging
+import os
 import shutil
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import asyncpg
 import pytest
 
 from app.embedded import EmbeddedPostgres
+from app.supervisor import PostgresSupervisor
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +86,52 @@ async def test_restart_after_kill_9_keeps_data(data_dir: Path) -> None:
     assert [r["v"] for r in await _execute(again, "SELECT v FROM crash")] == [42]
 
 
+def test_the_server_runs_in_its_own_session(data_dir: Path) -> None:
+    """A Ctrl-C or SIGTERM to pgrecall's process group must not reach Postgres: pgrecall
+    drains its requests first and then stops the server itself."""
+    server = EmbeddedPostgres(data_dir)
+    server.start()
+    pid = server.postmaster().pid  # type: ignore[union-attr]
+    assert os.getsid(pid) != os.getsid(0)
+    assert os.getpgid(pid) != os.getpgid(0)
+
+
+def test_crashed_tells_a_kill_from_a_clean_stop(data_dir: Path) -> None:
+    server = EmbeddedPostgres(data_dir)
+    server.start()
+    assert not server.crashed()  # running
+    server.stop()
+    assert not server.crashed()  # shut down cleanly: no pid file
+    server.start()
+    server.kill()
+    assert server.crashed()  # the pid file of a dead postmaster
+    server.start()
+    assert not server.crashed()
+
+
+async def test_the_supervisor_heals_a_crash_and_leaves_a_clean_stop(
+    data_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = EmbeddedPostgres(data_dir)
+    server.start()
+    supervisor = PostgresSupervisor(server)
+    assert await supervisor.check() and supervisor.restarts == 0
+
+    server.kill()
+    assert await supervisor.check()
+    assert server.is_running() and supervisor.restarts == 1
+    assert await _execute(server, "SELECT 1 AS one")
+
+    server.stop()  # on purpose (pg_ctl stop, a service manager stopping the service)
+    with caplog.at_level(logging.WARNING, logger="app.supervisor"):
+        assert not await supervisor.check()
+        assert not await supervisor.check()
+    assert not server.is_running() and supervisor.restarts == 1
+    stopped = [r for r in caplog.records if "shut down cleanly" in r.getMessage()]
+    assert len(stopped) == 1  # said once, not every second
+    server.start()
+
+
 async def test_stale_handle_pids_are_pruned(data_dir: Path) -> None:
     server = EmbeddedPostgres(data_dir)
     server.start()
@@ -108,3 +157,35 @@ def test_long_data_dir_puts_socket_in_tmp() -> None:
         assert f"host={server.socket_dir}" in server.url
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+class _FailingFirstStart:
+    """The states a real crash goes through when the first restart fails: the failed start
+    removes the crashed server's pid file, so `crashed()` turns false before anything runs."""
+
+    def __init__(self) -> None:
+        self.running = False
+        self.pid_file_left = True
+        self.starts = 0
+
+    def postmaster(self) -> object | None:
+        return object() if self.running else None
+
+    def crashed(self) -> bool:
+        return self.pid_file_left
+
+    def start(self) -> str:
+        self.starts += 1
+        self.pid_file_left = False
+        if self.starts == 1:
+            raise RuntimeError("pre-existing shared memory block is still in use")
+        self.running = True
+        return "url"
+
+
+async def test_the_supervisor_keeps_healing_after_a_failed_start() -> None:
+    embedded = _FailingFirstStart()
+    supervisor = PostgresSupervisor(embedded)  # type: ignore[arg-type]
+    assert not await supervisor.check()  # the first start failed
+    assert await supervisor.check()  # still healing although the pid file is gone
+    assert embedded.starts == 2 and supervisor.restarts == 1
