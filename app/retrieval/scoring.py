@@ -156,16 +156,23 @@ def _learned(
 ) -> list[Ranked[K]]:
     """The candidates with evidence of their own, scored by the relevance model (see `rank`).
 
-    Evidence: a keyword match on a word that is not a name, or a cosine above the preset's
-    `vector_floor`. The model orders candidates relative to each other and was fitted on
+    Evidence: a keyword match on a word that is not a name (in an item whose cosine is over
+    `keyword_cosine_floor`), or a cosine above the preset's `vector_floor`. The model orders candidates relative to each other and was fitted on
     stores where every question is about the user; the floor is what keeps a store of
     unrelated items from answering a question about nothing in it (as in the convex preset).
     """
     x = features(keyword_scores, plain, max_bm25, cosines, has_names, model.neutral_cosine_z)
+    # An item the vector arm did not return has a cosine at most the lowest it returned; with
+    # no vector arm (keyword-only search) the cosine says nothing.
+    lowest = min(cosines.values(), default=None)
     results = []
     for k, row in x.items():
-        if plain.get(k, keyword_scores.get(k, 0.0)) <= 0.0 and vec_rel.get(k, 0.0) <= 0.0:
-            continue
+        if vec_rel.get(k, 0.0) <= 0.0:
+            if plain.get(k, keyword_scores.get(k, 0.0)) <= 0.0:
+                continue
+            cosine = cosines.get(k, lowest)
+            if cosine is not None and cosine <= preset.keyword_cosine_floor:
+                continue
         p = model.probability(row)
         results.append(
             Ranked(
@@ -190,8 +197,9 @@ def finalise(
     """The last step of the ranking: what the caller sees, in the order it sees it.
 
     Learned fusion: relevance becomes the probability of the final odds (after the stages) on
-    the model's reporting scale (`RelevanceModel.relevance`), so the items come in the order
-    of the relevance they report. Then the recency blend (issue 28):
+    the model's reporting scale (`RelevanceModel.relevance`, relative to the question's best
+    probability by `preset.relative_exponent`), so the items come in the order of the
+    relevance they report. Then the recency blend (issue 28):
     score = (1 - w) * relevance + w * exp(-age_days / half_life), the reported relevance and
     the order both (w = 0: unchanged). An item without an age keeps its relevance x (1 - w).
     """
@@ -199,9 +207,17 @@ def finalise(
     if not learned and recency_weight <= 0.0:
         return ranked
     scale = (model or load_model()).relevance if learned else None
+    best = max((probability_of(r.fused) for r in ranked), default=0.0) if learned else 0.0
     out = []
     for r in ranked:
-        relevance = scale(probability_of(r.fused)) if scale else r.relevance
+        # Only an item with evidence of its own stands relative to the best: a turn ranked for
+        # following a matching turn ("Thanks, noted.") keeps the model's own scale.
+        own = r.keyword > 0.0 or r.semantic > 0.0
+        relevance = (
+            scale(probability_of(r.fused), best, preset.relative_exponent if own else 0.0)
+            if scale
+            else r.relevance
+        )
         age = ages_days.get(r.key)
         if recency_weight > 0.0:
             half_life = preset.recency_half_life_days
