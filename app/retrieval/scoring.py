@@ -157,9 +157,10 @@ def _learned(
     """The candidates with evidence of their own, scored by the relevance model (see `rank`).
 
     Evidence: a keyword match on a word that is not a name (in an item whose cosine is over
-    `keyword_cosine_floor`), or a cosine above the preset's `vector_floor`. The model orders candidates relative to each other and was fitted on
-    stores where every question is about the user; the floor is what keeps a store of
-    unrelated items from answering a question about nothing in it (as in the convex preset).
+    `keyword_cosine_floor`), or a cosine above the preset's `vector_floor`. The model orders
+    candidates relative to each other and was fitted on stores where every question is about
+    the user; the floor is what keeps a store of unrelated items from answering a question
+    about nothing in it (as in the convex preset).
     """
     x = features(keyword_scores, plain, max_bm25, cosines, has_names, model.neutral_cosine_z)
     # An item the vector arm did not return has a cosine at most the lowest it returned; with
