@@ -449,11 +449,58 @@ def convex_relevance(x: np.ndarray) -> np.ndarray:
     )
 
 
-def tradeoff_plot(questions: Sequence[Question], held_out: Sequence[Question], path: Path) -> None:
+# A question-level "is the store answering at all" model, tried for abstention and not shipped
+# (docs/retrieval.md): features of the question's best candidate with evidence.
+SUPPORT_FEATURES = ("best_cosine", "cosine_z", "plain", "name_only", "name_missing")
+
+
+def support_row(model: RelevanceModel, q: Question) -> np.ndarray | None:
+    """SUPPORT_FEATURES of `q`'s best candidate with evidence (None: nothing has evidence).
+    cosine_z is capped at 6 (a store's spread of one or two items says little)."""
+    ok = evidence(q.x)
+    if not ok.any():
+        return None
+    z = np.where(ok, q.x @ np.array(model.weights) + model.bias, -np.inf)
+    top = q.x[int(np.argmax(z))]
+    col = {name: i for i, name in enumerate(FEATURES)}
+    row = np.array([top[col[name]] for name in SUPPORT_FEATURES])
+    row[1] = min(row[1], 6.0)
+    return row
+
+
+def support_held_out(
+    model: RelevanceModel, questions: Sequence[Question], l2: float
+) -> dict[str, float]:
+    """Held-out (one curated user out at a time) support probability of every curated
+    question; a question without any candidate with evidence gets 0."""
+    rows = {
+        q.qid: (q, support_row(model, q)) for q in questions if q.dataset == "curated" and len(q.y)
+    }
+    out: dict[str, float] = {}
+    for user in sorted({q.group for q, _ in rows.values()}):
+        train = [
+            Question("support", q.group, q.qid, q.shape, r[None, :], np.array([float(q.y.any())]))
+            for q, r in rows.values()
+            if r is not None and q.group != user
+        ]
+        fitted = _pointwise(train, l2)
+        for qid, (q, r) in rows.items():
+            if q.group == user:
+                out[qid] = 0.0 if r is None else fitted.probability(tuple(r))
+    return out
+
+
+def tradeoff_plot(
+    questions: Sequence[Question],
+    held_out: Sequence[Question],
+    path: Path,
+    support: dict[str, float] | None = None,
+) -> None:
     """Presence (an answerable curated question's answer at or over the threshold) and
     abstention failures (a no-answer question with anything over it) against the threshold,
-    for the learned model (held-out probabilities), the convex preset's relevance and cosine
-    alone. Before the service's stages and relative cut."""
+    for the learned model (held-out probabilities, candidates without evidence at 0), the
+    convex preset's relevance, cosine alone and, given `support`, a question-level gate.
+    Before the service's stages and relative cut."""
     from matplotlib.figure import Figure
 
     col = {name: i for i, name in enumerate(FEATURES)}
@@ -464,7 +511,12 @@ def tradeoff_plot(questions: Sequence[Question], held_out: Sequence[Question], p
         "convex (noisy-OR relevance)": lambda q: convex_relevance(q.x),
         "cosine alone": lambda q: q.x[:, col["best_cosine"]] + q.x[:, col["cosine_gap"]],
     }
-    figure = Figure(figsize=(12, 3.8))
+    if support is not None:
+        # the gate passes every candidate with evidence of a question it finds supported
+        approaches["question-level support (held-out, not shipped)"] = lambda q: np.where(
+            evidence(q.x), support[q.qid], 0.0
+        )
+    figure = Figure(figsize=(4 * len(approaches), 3.8))
     axes = figure.subplots(1, len(approaches), sharey=True)
     grid = np.linspace(0.0, 1.0, 101)
     for ax, (name, score) in zip(axes, approaches.items(), strict=True):
@@ -487,6 +539,25 @@ def tradeoff_plot(questions: Sequence[Question], held_out: Sequence[Question], p
     axes[0].legend(fontsize=8, loc="lower left")
     figure.tight_layout()
     figure.savefig(path, dpi=110)
+
+
+def support_report(questions: Sequence[Question], support: dict[str, float]) -> str:
+    """The support gate's held-out AUC (answerable over no-answer questions) and what it
+    gates at the thresholds that gate out 2, 5 and 8 % of answerable questions."""
+    curated = [q for q in questions if q.qid in support]
+    pos = np.array([support[q.qid] for q in curated if q.y.any()])
+    neg = np.array([support[q.qid] for q in curated if not q.y.any()])
+    if not len(pos) or not len(neg):
+        return "support: no curated questions"
+    auc = _auc(np.concatenate([pos, neg]), np.array([1.0] * len(pos) + [0.0] * len(neg)))
+    lines = [f"support gate (held-out by user): AUC {auc:.3f}"]
+    for share in (0.02, 0.05, 0.08):
+        t = float(np.quantile(pos, share))
+        lines.append(
+            f"  threshold {t:.3f}: answerable gated out {np.mean(pos < t):.3f}, "
+            f"no-answer passed {np.mean(neg >= t):.3f}"
+        )
+    return "\n".join(lines)
 
 
 # The issue's targets for the agent tool on curated memories.
@@ -553,7 +624,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         questions, args.l2, thresholds, args.objective, args.query_features
     )
     if args.plot:
-        tradeoff_plot(questions, rescored, args.plot)
+        support = support_held_out(model, questions, args.l2)
+        tradeoff_plot(questions, rescored, args.plot, support)
+        print(support_report(questions, support))
     report = {
         "weights": dict(zip(FEATURES, model.weights, strict=True)),
         "bias": model.bias,

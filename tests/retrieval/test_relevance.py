@@ -141,9 +141,7 @@ def test_relative_relevance_keeps_the_best_and_the_order() -> None:
     below = [model.relevance(p, best=0.2, exponent=0.25) for p in (0.15, 0.1, 0.05, 0.01)]
     assert below == sorted(below, reverse=True)
     # closer to the best than the model's own scale puts them
-    assert all(
-        b > model.relevance(p) for b, p in zip(below, (0.15, 0.1, 0.05, 0.01), strict=True)
-    )
+    assert all(b > model.relevance(p) for b, p in zip(below, (0.15, 0.1, 0.05, 0.01), strict=True))
     assert model.relevance(0.0, best=0.2, exponent=0.25) == 0.0
     assert model.relevance(0.1, best=0.2, exponent=0.0) == pytest.approx(model.relevance(0.1))
 
