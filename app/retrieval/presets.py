@@ -99,6 +99,12 @@ class RetrievalPreset:
     # best ** gamma x (p / p_best) ** relative_exponent (RelevanceModel.relevance; 0 = the
     # model's own scale, p ** gamma, for every item).
     relative_exponent: float = 0.0
+    # Learned fusion only: newer wins a near tie. An item's odds gain a factor
+    # (1 + recency_odds x exp(-age_days / recency_half_life_days)), divided by that of the
+    # newest candidate so the newest keeps its own odds (a store written today is not moved);
+    # 0 = off. A tie-break, not a preference: at 0.1 an item 150 days older than a competitor
+    # of today needs 1/1.1 of the competitor's odds to stay ahead.
+    recency_odds: float = 0.0
 
     def as_params(self) -> dict[str, object]:
         """Flat name -> value, for logs and MLflow."""
@@ -127,6 +133,7 @@ LEARNED = CONVEX.with_(
     vector_floor=0.25,
     keyword_cosine_floor=0.10,
     relative_exponent=0.25,
+    recency_odds=0.1,
 )
 DEFAULT = LEARNED.with_(name="default")
 

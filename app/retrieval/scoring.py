@@ -17,6 +17,7 @@ from app.retrieval.relevance import (
     load_model,
     odds,
     probability_of,
+    recency,
 )
 
 K = TypeVar("K", bound=Hashable)
@@ -208,6 +209,10 @@ def finalise(
     if not learned and recency_weight <= 0.0:
         return ranked
     scale = (model or load_model()).relevance if learned else None
+    if learned and preset.recency_odds > 0.0:
+        ranked = newer_wins_ties(
+            ranked, ages_days, preset.recency_odds, preset.recency_half_life_days
+        )
     best = max((probability_of(r.fused) for r in ranked), default=0.0) if learned else 0.0
     out = []
     for r in ranked:
@@ -234,6 +239,32 @@ def finalise(
             else blend(r.fused, age or 0.0, recency_weight, preset.recency_half_life_days)
         )
         out.append(Ranked(r.key, fused, relevance, r.keyword, r.semantic))
+    out.sort(key=lambda r: (-r.fused, -r.relevance))
+    return out
+
+
+def newer_wins_ties(
+    ranked: list[Ranked[K]], ages_days: Mapping[K, float], strength: float, half_life: float
+) -> list[Ranked[K]]:
+    """Odds (learned fusion's fused score) x (1 + strength x recency) / (1 + strength x the
+    newest candidate's recency), recency = exp(-age / half_life): of two items the model finds
+    about as likely, the newer comes first (a decision replaced without a `supersedes` link),
+    while the newest candidate keeps its odds. Items without an age count as the oldest."""
+    if strength <= 0.0 or not ranked:
+        return ranked
+    fresh = {k: recency(a, half_life) for k, a in ages_days.items()}
+    top = max((fresh.get(r.key, 0.0) for r in ranked), default=0.0)
+    norm = 1.0 + strength * top
+    out = [
+        Ranked(
+            r.key,
+            r.fused * (1.0 + strength * fresh.get(r.key, 0.0)) / norm,
+            r.relevance,
+            r.keyword,
+            r.semantic,
+        )
+        for r in ranked
+    ]
     out.sort(key=lambda r: (-r.fused, -r.relevance))
     return out
 

@@ -171,3 +171,23 @@ def test_the_committed_model_loads_and_round_trips() -> None:
     assert again.weights == pytest.approx(model.weights) and again.bias == pytest.approx(model.bias)
     with pytest.raises(ValueError, match="features"):
         parse_model('{"version": "x", "features": ["cosine"], "weights": {"cosine": 1}, "bias": 0}')
+
+
+def test_newer_wins_a_near_tie_and_the_newest_keeps_its_odds() -> None:
+    from app.retrieval.scoring import newer_wins_ties
+
+    ranked = [Ranked("old", odds(0.5), 0.5, 0, 0.5), Ranked("new", odds(0.48), 0.48, 0, 0.5)]
+    ages = {"old": 150.0, "new": 18.0}
+    out = newer_wins_ties(ranked, ages, 0.25, 30.0)
+    assert [r.key for r in out] == ["new", "old"]
+    assert out[0].fused == pytest.approx(odds(0.48))  # the newest is not moved
+    # far apart stays apart: a tie-break, not a preference
+    apart = [Ranked("old", odds(0.8), 0.8, 0, 0.5), Ranked("new", odds(0.3), 0.3, 0, 0.5)]
+    assert [r.key for r in newer_wins_ties(apart, ages, 0.25, 30.0)] == ["old", "new"]
+    # a store written today: every odds as it was
+    today = newer_wins_ties(apart, {"old": 0.0, "new": 0.0}, 0.25, 30.0)
+    assert [r.fused for r in today] == pytest.approx([odds(0.8), odds(0.3)])
+    assert newer_wins_ties(ranked, ages, 0.0, 30.0) is ranked
+    final = finalise(ranked, LEARNED.with_(recency_odds=0.25), ages, 0.0, _model())
+    assert [r.key for r in final] == ["new", "old"]
+    assert [r.relevance for r in final] == sorted((r.relevance for r in final), reverse=True)
