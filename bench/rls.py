@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -27,64 +26,30 @@ import typer
 from sqlalchemy import text
 
 from app.adapters.cache import Cache
-from app.adapters.embedder import LocalEmbedder
 from app.config import load_settings
 from app.db import SET_LOCAL, create_engine, create_sessionmaker, set_local_params, user_session
-from app.embedded import EmbeddedPostgres
-from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
+from app.roles import DEFAULT_APP_ROLE, with_user
 from app.runtime import query_config
-from app.services.embedding import EmbeddingService
-from app.services.query import QueryRequest, QueryService
-from bench.drive import BenchQuery, make_queries, percentiles
+from app.services.query import QueryService
+from bench.inprocess import echo_table, prepared, timed_query
 from bench.options import ROOT, parse_size
-from bench.store import build_store
 
 cli = typer.Typer(add_completion=False)
 
 
-class _Precomputed:
-    """The local model's vectors for the benchmark's questions, computed before timing."""
-
-    def __init__(self, model: str, vectors: dict[str, np.ndarray]) -> None:
-        self.model = model
-        self.dimension = 384
-        self.vectors = vectors
-
-    async def embed(self, texts: Sequence[str]) -> np.ndarray:
-        return np.stack([self.vectors[t] for t in texts])
-
-
-async def _time(service: QueryService, query: BenchQuery) -> float:
-    request = QueryRequest(user_id=query.user_id, query=query.text, limit=10, min_score=0.0)
-    started = time.perf_counter()
-    result = await service.query(request)
-    elapsed = (time.perf_counter() - started) * 1000
-    if result.error is not None:
-        raise RuntimeError(f"query failed in the benchmark: {result.error}")
-    return elapsed
-
-
 async def run(size: int, queries: int, out: Path, big_size: int) -> dict[str, list[float]]:
-    pg = EmbeddedPostgres(out / "pg")
-    server = await asyncio.to_thread(pg.start)
-    embedder = LocalEmbedder()
-    try:
-        store = await build_store(
-            server, size, seed=42, embed=embedder.embed_sync, out_dir=out, big_size=big_size
-        )
-        await ensure_service_role(store.db.url, DEFAULT_APP_ROLE, create=True)
-        sample = make_queries(store, queries, big_share=0.2, seed=42)
-        texts = sorted({q.text for q in sample})
-        vectors = dict(zip(texts, await embedder.embed(texts), strict=True))
-        embeddings = EmbeddingService(_Precomputed(embedder.model, vectors))
+    async with prepared(size, queries, out, big_size) as bench:
         settings = load_settings(rate_limit_per_minute=0)
         cache = Cache.from_url(None)
+        url = bench.store.db.url
         engines = {
-            "rls on": create_engine(with_user(store.db.url, DEFAULT_APP_ROLE), pool_size=4),
-            "rls off": create_engine(store.db.url, pool_size=4),
+            "rls on": create_engine(with_user(url, DEFAULT_APP_ROLE), pool_size=4),
+            "rls off": create_engine(url, pool_size=4),
         }
         services = {
-            mode: QueryService(create_sessionmaker(e), embeddings, cache, query_config(settings))
+            mode: QueryService(
+                create_sessionmaker(e), bench.embeddings, cache, query_config(settings)
+            )
             for mode, e in engines.items()
         }
         times: dict[str, list[float]] = {mode: [] for mode in services}
@@ -92,11 +57,11 @@ async def run(size: int, queries: int, out: Path, big_size: int) -> dict[str, li
         rng = random.Random(42)
         try:
             for warm in (True, False):  # the first pass fills buffers and plan caches
-                for query in sample:
+                for query in bench.sample:
                     modes = list(services)
                     rng.shuffle(modes)
                     for mode in modes:
-                        elapsed = await _time(services[mode], query)
+                        elapsed, _ = await timed_query(services[mode], query)
                         if not warm:
                             times[mode].append(elapsed)
                     if not warm:
@@ -107,9 +72,6 @@ async def run(size: int, queries: int, out: Path, big_size: int) -> dict[str, li
             for engine in engines.values():
                 await engine.dispose()
         return times
-    finally:
-        if pg.started_here:
-            await asyncio.to_thread(pg.stop)
 
 
 async def _scope_statement_ms(service: QueryService, user_id: str) -> float:
@@ -130,13 +92,7 @@ def main(
 ) -> None:
     """query_memory latency (ms) as the service role (RLS on) and as a superuser (RLS off)."""
     times = asyncio.run(run(parse_size(size), queries, out, big_size))
-    typer.echo(f"{'mode':22} {'n':>4} {'p50':>7} {'p95':>7} {'p99':>7} {'mean':>7}")
-    for mode, values in times.items():
-        p = percentiles(values)
-        typer.echo(
-            f"{mode:22} {len(values):4d} {p['p50']:7.2f} {p['p95']:7.2f} {p['p99']:7.2f} "
-            f"{p['mean']:7.2f}"
-        )
+    echo_table(times)
     on, off = np.median(times["rls on"]), np.median(times["rls off"])
     typer.echo(f"median cost of RLS: {on - off:+.2f} ms ({(on / off - 1) * 100:+.1f}%); indicative")
 

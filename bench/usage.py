@@ -20,19 +20,15 @@ import numpy as np
 import typer
 
 from app.adapters.cache import Cache
-from app.adapters.embedder import LocalEmbedder
 from app.config import load_settings
 from app.db import create_engine, create_sessionmaker
-from app.embedded import EmbeddedPostgres
-from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
+from app.roles import DEFAULT_APP_ROLE, with_user
 from app.runtime import query_config
-from app.services.embedding import EmbeddingService
-from app.services.query import QueryRequest, QueryService
+from app.services.query import QueryService
 from app.services.usage import UsageRecorder
-from bench.drive import BenchQuery, make_queries, percentiles
+from bench.drive import percentiles
+from bench.inprocess import echo_table, prepared, timed_query
 from bench.options import ROOT, parse_size
-from bench.rls import _Precomputed
-from bench.store import build_store
 
 cli = typer.Typer(add_completion=False)
 
@@ -48,54 +44,34 @@ class _TimedRecorder(UsageRecorder):
         self.flushes.append((time.perf_counter() - started) * 1000)
 
 
-async def _time(service: QueryService, query: BenchQuery) -> tuple[float, int]:
-    request = QueryRequest(user_id=query.user_id, query=query.text, limit=10, min_score=0.0)
-    started = time.perf_counter()
-    result = await service.query(request)
-    elapsed = (time.perf_counter() - started) * 1000
-    if result.error is not None:
-        raise RuntimeError(f"query failed in the benchmark: {result.error}")
-    return elapsed, sum(1 for i in result.items if i.source_kind == "memory")
-
-
 async def run(
     size: int, queries: int, out: Path, big_size: int
 ) -> tuple[dict[str, list[float]], list[float], int]:
-    pg = EmbeddedPostgres(out / "pg")
-    server = await asyncio.to_thread(pg.start)
-    embedder = LocalEmbedder()
-    try:
-        store = await build_store(
-            server, size, seed=42, embed=embedder.embed_sync, out_dir=out, big_size=big_size
-        )
-        await ensure_service_role(store.db.url, DEFAULT_APP_ROLE, create=True)
-        sample = make_queries(store, queries, big_share=0.2, seed=42)
-        texts = sorted({q.text for q in sample})
-        vectors = dict(zip(texts, await embedder.embed(texts), strict=True))
-        embeddings = EmbeddingService(_Precomputed(embedder.model, vectors))
+    async with prepared(size, queries, out, big_size) as bench:
         config = query_config(load_settings(rate_limit_per_minute=0))
         cache = Cache.from_url(None)
-        engine = create_engine(with_user(store.db.url, DEFAULT_APP_ROLE), pool_size=4)
+        engine = create_engine(with_user(bench.store.db.url, DEFAULT_APP_ROLE), pool_size=4)
         sessionmaker = create_sessionmaker(engine)
         recorder = _TimedRecorder(sessionmaker)
         recorder.flushes = []
         services = {
-            "usage on": QueryService(sessionmaker, embeddings, cache, config, usage=recorder),
-            "usage off": QueryService(sessionmaker, embeddings, cache, config),
+            "usage on": QueryService(sessionmaker, bench.embeddings, cache, config, usage=recorder),
+            "usage off": QueryService(sessionmaker, bench.embeddings, cache, config),
         }
         times: dict[str, list[float]] = {mode: [] for mode in services}
         stamped = 0
         rng = random.Random(42)
         try:
             for warm in (True, False):  # the first pass fills buffers and plan caches
-                for query in sample:
+                for query in bench.sample:
                     modes = list(services)
                     rng.shuffle(modes)
                     for mode in modes:
-                        elapsed, memories = await _time(services[mode], query)
+                        elapsed, result = await timed_query(services[mode], query)
                         if not warm:
                             times[mode].append(elapsed)
-                            stamped += memories if mode == "usage on" else 0
+                            if mode == "usage on":
+                                stamped += sum(1 for i in result.items if i.source_kind == "memory")
                 if warm:
                     await recorder.drain()
                     recorder.flushes = []
@@ -103,9 +79,6 @@ async def run(
         finally:
             await engine.dispose()
         return times, recorder.flushes, stamped
-    finally:
-        if pg.started_here:
-            await asyncio.to_thread(pg.stop)
 
 
 @cli.command()
@@ -117,13 +90,7 @@ def main(
 ) -> None:
     """query_memory latency (ms) with and without the usage write after each answer."""
     times, flushes, stamped = asyncio.run(run(parse_size(size), queries, out, big_size))
-    typer.echo(f"{'mode':10} {'n':>4} {'p50':>7} {'p95':>7} {'p99':>7} {'mean':>7}")
-    for mode, values in times.items():
-        p = percentiles(values)
-        typer.echo(
-            f"{mode:10} {len(values):4d} {p['p50']:7.2f} {p['p95']:7.2f} {p['p99']:7.2f} "
-            f"{p['mean']:7.2f}"
-        )
+    echo_table(times)
     f = percentiles(flushes) if flushes else {"mean": 0.0, "p95": 0.0}
     typer.echo(
         f"flushes: {len(flushes)} for {len(times['usage on'])} answers ({stamped} memories "

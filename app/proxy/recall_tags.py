@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 
 from app.errors import ServiceError, UpstreamError
-from app.proxy.stream import DROPPED_EVENT, OnEnd, Relay
+from app.proxy.stream import DROPPED_EVENT, NO_ANSWER_EVENT, OnEnd, Relay
 from app.proxy.upstream import ChatUpstream
 
 log = logging.getLogger(__name__)
@@ -112,11 +112,13 @@ class Transcript:
 
 @dataclass
 class Finished:
-    """The last upstream answer (status, headers, JSON) and the transcript of all rounds."""
+    """The last upstream answer (status, headers, JSON) and the transcript of all rounds;
+    `answered` is False when a 200 was not a chat completion (the caller's 502)."""
 
     response: httpx.Response
     content: bytes
     transcript: Transcript
+    answered: bool = True
 
 
 async def complete(
@@ -126,7 +128,8 @@ async def complete(
     lookup: Lookup,
     max_rounds: int,
 ) -> Finished:
-    """Run rounds until an answer without a tag (or the cap); an upstream error ends them."""
+    """Run rounds until an answer without a tag (or the cap); an upstream error (raised or
+    answered) or a body that is not a completion ends them, in any round."""
     transcript = Transcript()
     body = with_instructions(body)
     usage: dict[str, int] = {}
@@ -139,16 +142,17 @@ async def complete(
             data = json.loads(content)
         except ValueError:
             data = None
-        if not isinstance(data, dict):  # not a completion: passed on as it came
-            return Finished(response, content, transcript)
+        message = _message(data)
+        if message is None:
+            return Finished(response, content, transcript, answered=False)
         _add_usage(usage, data.get("usage"))
-        text = _message_text(data)
-        found = _TAG.search(text) if text is not None else None
-        if text is None or found is None or transcript.rounds >= max_rounds:
-            if text is not None:
+        text = message.get("content")
+        found = _TAG.search(text) if isinstance(text, str) else None
+        if not isinstance(text, str) or found is None or transcript.rounds >= max_rounds:
+            if isinstance(text, str):  # (none: e.g. tool calls only, passed on as they are)
                 transcript.clean.append(strip_tags(text))
                 transcript.shown.append(text)
-                data["choices"][0]["message"]["content"] = transcript.text(show_tags=False)
+                message["content"] = transcript.text(show_tags=False)
             if usage:
                 data["usage"] = usage
             return Finished(response, json.dumps(data).encode(), transcript)
@@ -169,12 +173,13 @@ def finished_content(finished: Finished, show_tags: bool) -> bytes:
     return json.dumps(data).encode()
 
 
-def _message_text(data: Any) -> str | None:
+def _message(data: Any) -> dict[str, Any] | None:
+    """The completion's first message; None when `data` is not a chat completion."""
     try:
-        text = data["choices"][0]["message"]["content"]
+        message = data["choices"][0]["message"]
     except (KeyError, IndexError, TypeError):
         return None
-    return text if isinstance(text, str) else None
+    return message if isinstance(message, dict) else None
 
 
 def _add_usage(total: dict[str, int], usage: Any) -> None:
@@ -281,7 +286,8 @@ class RecallRelay(Relay):
                     yield piece
         except httpx.TransportError as exc:
             log.warning("chat upstream dropped the stream: %s", type(exc).__name__)
-            self.ended = "upstream_dropped"
+            timeout = isinstance(exc, httpx.TimeoutException)
+            self.ended = "upstream_timeout" if timeout else "upstream_dropped"
             yield DROPPED_EVENT
         else:
             if self.ended is None:
@@ -296,6 +302,7 @@ class RecallRelay(Relay):
             found: re.Match[str] | None = None
             finish: str | None = None
             buffer = b""
+            events = 0
             async for raw in self.response.aiter_bytes():
                 payloads, buffer = _events(buffer + raw)
                 for payload in payloads:
@@ -304,6 +311,7 @@ class RecallRelay(Relay):
                         choice = event["choices"][0]
                     except (ValueError, KeyError, IndexError, TypeError):
                         continue  # [DONE] too: the relay sends its own at the very end
+                    events += 1
                     if self._template is None:
                         self._template = {k: v for k, v in event.items() if k != "choices"}
                     delta = choice.get("delta") or {}
@@ -327,6 +335,10 @@ class RecallRelay(Relay):
                         yield self._text(safe)
                 if found is not None:
                     break
+            if events == 0:  # ended cleanly with no completion event at all (e.g. garbage)
+                self.ended = "no_answer"
+                yield NO_ANSWER_EVENT
+                return
             if found is None:
                 rest = scanner.flush()
                 if rest:

@@ -8,13 +8,13 @@ works as on the other routes.
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 import logging
 import uuid
-from dataclasses import dataclass
 from typing import Annotated, Any
 
+import httpx
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -24,7 +24,7 @@ from app.proxy import recall_tags
 from app.proxy.auth import ProxyUserDep, UpstreamDep
 from app.proxy.conversation_summary import SUMMARY_HEADER, summary_block, with_summary
 from app.proxy.schemas import ChatRequest, message_text
-from app.proxy.stream import Relay, RelayResponse
+from app.proxy.stream import UPSTREAM_ENDINGS, OnEnd, Relay, RelayResponse
 from app.proxy.tool_rounds import tool_round
 from app.proxy.turns import IDEMPOTENCY_HEADER, Turns, answer_turn, idempotency_key, user_turn
 from app.proxy.upstream import ChatUpstream
@@ -32,7 +32,6 @@ from app.runtime import Resources, query_request, query_service, user_transactio
 from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.prompt import format_for_prompt
-from app.services.session_state import SessionStateService
 
 log = logging.getLogger(__name__)
 router = APIRouter(tags=["chat proxy"])
@@ -40,8 +39,6 @@ router = APIRouter(tags=["chat proxy"])
 CONVERSATION_HEADER = "X-Pgrecall-Conversation-Id"
 MEMORY_IDS_HEADER = "X-Pgrecall-Memory-Ids"
 STORED_HEADER = "X-Pgrecall-Stored"
-# Stream endings that are the upstream's fault (a client that went away is not).
-_UPSTREAM_ENDINGS = {"upstream_dropped", "upstream_timeout", "no_answer"}
 RECALL_ROUNDS_HEADER = "X-Pgrecall-Recall-Rounds"
 RECALLED_IDS_HEADER = "X-Pgrecall-Recalled-Ids"
 
@@ -99,32 +96,6 @@ def _with_memories(raw: dict[str, Any], block: str | None) -> dict[str, Any]:
     return forward
 
 
-async def _store(
-    resources: Resources,
-    user_id: str,
-    conversation_id: uuid.UUID | None,
-    turns: list[MessageCreate],
-    correlation: uuid.UUID,
-    title: str,
-) -> uuid.UUID:
-    """Create the conversation when absent, append the turns; committed when this returns."""
-    async with user_transaction(resources.sessionmaker, user_id) as session:
-        conversations = ConversationService(session, resources.embeddings)
-        if conversation_id is None:
-            conversation_id = (await conversations.create(user_id, title)).id
-        if turns:
-            state = SessionStateService(conversations, resources.cache, resources.session_messages)
-            await state.append(
-                user_id,
-                conversation_id,
-                turns,
-                correlation,
-                extraction=resources.extraction_default,
-                passages=resources.message_passages,
-            )
-    return conversation_id
-
-
 @router.post("/v1/chat/completions", include_in_schema=False)
 async def chat_completions(
     body: ChatRequest,
@@ -170,42 +141,73 @@ async def chat_completions(
     if body.memory and body.memory.summary:
         summary, headers[SUMMARY_HEADER] = await summary_block(resources, user_id, conversation_id)
         forward = with_summary(forward, summary)
+    upstream_headers = upstream.headers(request.headers)
     if body.memory and body.memory.recall_tags:
-        turn = _Turn(resources, user_id, body, turns.user, conversation_id, correlation, title)
+        lookup = functools.partial(_memories, resources, user_id, body)
         return await _recall_completion(
-            turn, upstream, forward, upstream.headers(request.headers), headers
+            turns, body, upstream, forward, upstream_headers, headers, lookup
         )
 
     try:
-        response = await upstream.send(forward, upstream.headers(request.headers))
+        response = await upstream.send(forward, upstream_headers)
         media_type = response.headers.get("content-type", "application/json")
         if response.status_code < 400 and body.stream:
-            return await _relay(turns, response, body.model, headers, media_type)
+            return await _relay(turns, Relay(response, _end(turns, body.model)), headers)
         content = await upstream.read(response)
     except UpstreamError as exc:
-        await _keep_turn(turns, exc.reason or "failed", headers)
-        error = {"error": type(exc).__name__, "detail": exc.message}
-        return JSONResponse(error, exc.status_code, headers)
+        return await _upstream_failed(turns, exc, headers)
     if response.status_code >= 400:
-        if "retry-after" in response.headers:
-            headers["Retry-After"] = response.headers["retry-after"]
-        await _keep_turn(turns, f"http_{response.status_code}", headers)
-        return Response(content, response.status_code, headers, media_type)
+        return await _upstream_refused(turns, response, content, headers)
     text = _assistant_text(content)
     if text is None:
-        await _keep_turn(turns, "bad_answer", headers)
-        detail = "the chat upstream answered 200 with a body that is not a chat completion"
-        return JSONResponse({"error": "UpstreamError", "detail": detail}, 502, headers)
+        return await _upstream_failed(turns, _bad_answer(), headers)
+    await _store_answer(turns, answer_turn(text, body.model, None), headers)
+    return Response(content, response.status_code, headers, media_type)
+
+
+# --- when the upstream gives no answer: the user's turn is kept, marked with why -------------
+# Both paths (plain and recall tags) end here, so a failure is stored the same way.
+
+
+def _bad_answer() -> UpstreamError:
+    return UpstreamError(
+        "the chat upstream answered 200 with a body that is not a chat completion",
+        502,
+        "bad_answer",
+    )
+
+
+async def _upstream_failed(turns: Turns, exc: UpstreamError, headers: dict[str, str]) -> Response:
+    """Unreachable, timed out, dropped or not a completion: the error as JSON."""
+    await _keep_turn(turns, exc.reason or "failed", headers)
+    error = {"error": type(exc).__name__, "detail": exc.message}
+    return JSONResponse(error, exc.status_code, headers)
+
+
+async def _upstream_refused(
+    turns: Turns, response: httpx.Response, content: bytes, headers: dict[str, str]
+) -> Response:
+    """The upstream's error status and body, passed on as they came."""
+    if "retry-after" in response.headers:
+        headers["Retry-After"] = response.headers["retry-after"]
+    await _keep_turn(turns, f"http_{response.status_code}", headers)
+    media_type = response.headers.get("content-type", "application/json")
+    return Response(content, response.status_code, headers, media_type)
+
+
+async def _store_answer(
+    turns: Turns, answer: MessageCreate | None, headers: dict[str, str]
+) -> None:
+    """Store the user turn and the answer; the answer is returned either way, the headers say
+    whether it was stored."""
     try:
-        await turns.store(answer_turn(text, body.model, None))
+        await turns.store(answer)
         headers[STORED_HEADER] = "true"
     except Exception:
-        # The answer exists and is returned; the header says it was not stored.
         log.warning("storing chat turns failed", exc_info=True)
         headers[STORED_HEADER] = "false"
     if turns.conversation_id is not None:
         headers[CONVERSATION_HEADER] = str(turns.conversation_id)
-    return Response(content, response.status_code, headers, media_type)
 
 
 async def _keep_turn(turns: Turns, failure: str, headers: dict[str, str]) -> None:
@@ -222,21 +224,27 @@ async def _keep_turn(turns: Turns, failure: str, headers: dict[str, str]) -> Non
         headers[CONVERSATION_HEADER] = str(turns.conversation_id)
 
 
-async def _relay(
-    turns: Turns, response: Any, model: str, headers: dict[str, str], media_type: str
-) -> Response:
+def _end(turns: Turns, model: str) -> OnEnd:
+    """What a stream does when it ends, however: store the turns; an upstream that failed
+    marks the user's turn."""
+
+    async def on_end(text: str, incomplete: str | None) -> None:
+        failure = incomplete if incomplete in UPSTREAM_ENDINGS else None
+        await turns.store(answer_turn(text, model, incomplete), failure)
+
+    return on_end
+
+
+async def _relay(turns: Turns, relay: Relay, headers: dict[str, str]) -> Response:
+    """Stream the answer; the conversation is named in the headers, so it exists first."""
     try:
         conversation_id = await turns.ensure_conversation()
     except BaseException:
-        await response.aclose()
+        await relay.response.aclose()
         raise
     headers[CONVERSATION_HEADER] = str(conversation_id)
-
-    async def on_end(text: str, incomplete: str | None) -> None:
-        failure = incomplete if incomplete in _UPSTREAM_ENDINGS else None
-        await turns.store(answer_turn(text, model, incomplete), failure)
-
-    return RelayResponse(Relay(response, on_end), headers, media_type)
+    media_type = relay.response.headers.get("content-type", "application/json")
+    return RelayResponse(relay, headers, media_type)
 
 
 def _assistant_text(content: bytes) -> str | None:
@@ -256,95 +264,54 @@ def _assistant_text(content: bytes) -> str | None:
 # --- recall tags (memory.recall_tags): app/proxy/recall_tags.py runs the rounds -------------
 
 
-@dataclass(frozen=True)
-class _Turn:
-    """What storing this request's turns needs."""
-
-    resources: Resources
-    user_id: str
-    body: ChatRequest
-    user_turn: MessageCreate | None
-    conversation_id: uuid.UUID | None
-    correlation: uuid.UUID
-    title: str
-
-    async def store(self, text: str, incomplete: str | None) -> uuid.UUID:
-        answer = answer_turn(text, self.body.model, incomplete)
-        turns = [t for t in (self.user_turn, answer) if t is not None]
-        return await _store(
-            self.resources,
-            self.user_id,
-            self.conversation_id,
-            turns,
-            self.correlation,
-            self.title,
-        )
-
-    async def lookup(self, query: str) -> tuple[str | None, list[str]]:
-        return await _memories(self.resources, self.user_id, self.body, query)
-
-
 async def _recall_completion(
-    turn: _Turn,
+    turns: Turns,
+    body: ChatRequest,
     upstream: ChatUpstream,
     forward: dict[str, Any],
     upstream_headers: dict[str, str],
     headers: dict[str, str],
+    lookup: recall_tags.Lookup,
 ) -> Response:
-    """The request with recall tags on: one answer to the client over every round."""
-    options = turn.body.memory
+    """The request with recall tags on: one answer to the client over every round; its turns
+    are kept as on the plain path, failures included."""
+    options = body.memory
     assert options is not None
-    if not turn.body.stream:
-        done = await recall_tags.complete(
-            upstream, forward, upstream_headers, turn.lookup, options.recall_rounds
-        )
-        media_type = done.response.headers.get("content-type", "application/json")
+    if not body.stream:
+        try:
+            done = await recall_tags.complete(
+                upstream, forward, upstream_headers, lookup, options.recall_rounds
+            )
+        except UpstreamError as exc:
+            return await _upstream_failed(turns, exc, headers)
         if done.response.status_code >= 400:
-            if "retry-after" in done.response.headers:
-                headers["Retry-After"] = done.response.headers["retry-after"]
-            return Response(done.content, done.response.status_code, headers, media_type)
+            return await _upstream_refused(turns, done.response, done.content, headers)
+        if not done.answered:
+            return await _upstream_failed(turns, _bad_answer(), headers)
         headers[RECALL_ROUNDS_HEADER] = str(done.transcript.rounds)
         headers[RECALLED_IDS_HEADER] = ",".join(done.transcript.memory_ids)
-        conversation_id = turn.conversation_id
-        try:
-            conversation_id = await turn.store(done.transcript.text(show_tags=False), None)
-            headers[STORED_HEADER] = "true"
-        except Exception:
-            log.warning("storing chat turns failed", exc_info=True)
-            headers[STORED_HEADER] = "false"
-        if conversation_id is not None:
-            headers[CONVERSATION_HEADER] = str(conversation_id)
+        answer = answer_turn(done.transcript.text(show_tags=False), body.model, None)
+        await _store_answer(turns, answer, headers)
         content = recall_tags.finished_content(done, options.show_tags)
+        media_type = done.response.headers.get("content-type", "application/json")
         return Response(content, done.response.status_code, headers, media_type)
 
-    response = await upstream.send(recall_tags.with_instructions(forward), upstream_headers)
-    media_type = response.headers.get("content-type", "application/json")
-    if response.status_code >= 400:
-        content = await upstream.read(response)
-        if "retry-after" in response.headers:
-            headers["Retry-After"] = response.headers["retry-after"]
-        return Response(content, response.status_code, headers, media_type)
+    with_instructions = recall_tags.with_instructions(forward)
     try:
-        conversation_id = await _store(
-            turn.resources, turn.user_id, turn.conversation_id, [], turn.correlation, turn.title
-        )
-    except BaseException:
-        await response.aclose()
-        raise
-    headers[CONVERSATION_HEADER] = str(conversation_id)
-    target = dataclasses.replace(turn, conversation_id=conversation_id)
-
-    async def on_end(text: str, incomplete: str | None) -> None:
-        await target.store(text, incomplete)
-
+        response = await upstream.send(with_instructions, upstream_headers)
+        if response.status_code >= 400:
+            content = await upstream.read(response)
+            return await _upstream_refused(turns, response, content, headers)
+    except UpstreamError as exc:
+        return await _upstream_failed(turns, exc, headers)
     relay = recall_tags.RecallRelay(
         upstream,
         response,
-        recall_tags.with_instructions(forward),
+        with_instructions,
         upstream_headers,
-        turn.lookup,
+        lookup,
         options.recall_rounds,
         options.show_tags,
-        on_end,
+        _end(turns, body.model),
     )
-    return RelayResponse(relay, headers, media_type)
+    return await _relay(turns, relay, headers)

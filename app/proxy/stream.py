@@ -23,6 +23,14 @@ DROPPED_EVENT = (
 
 OnEnd = Callable[[str, str | None], Awaitable[None]]
 
+# Stream endings that are the upstream's fault (a client that went away is not): the user's
+# turn is marked with them. "upstream_failed": a later recall-tags round was refused.
+UPSTREAM_ENDINGS = {"upstream_dropped", "upstream_timeout", "no_answer", "upstream_failed"}
+NO_ANSWER_EVENT = (
+    b'data: {"error": {"message": "the chat upstream answered without any chat completion '
+    b'event", "type": "upstream_error", "code": "no_answer"}}\n\n'
+)
+
 
 class AnswerAssembler:
     """Reads SSE bytes and collects `choices[0].delta.content`."""

@@ -7,10 +7,15 @@ lookup is by that hash through a unique index.
 Authentication caches each hash's key row in the process for `ttl_s` seconds, so a request
 costs a dictionary lookup; a revocation (or a new expiry) is therefore seen by a running
 service within `ttl_s` seconds. Expiry itself is checked on every request against the clock.
+With the cache on, concurrent requests with one key that is not cached yet share one lookup: a
+burst (an agent opening its 10 MCP streams at once, 1,000 clients reconnecting) costs one
+database round trip per key, not one per request, and cannot empty the connection pool.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import hmac
 import re
@@ -148,6 +153,7 @@ class KeyAuthenticator:
         self.ttl_s = ttl_s
         self._clock = clock
         self._cache: OrderedDict[str, tuple[float, _KeyState | None]] = OrderedDict()
+        self._lookups: dict[str, asyncio.Task[_KeyState | None]] = {}  # under way, by hash
 
     async def authenticate(self, token: str) -> Caller:
         """The caller a per-user key stands for.
@@ -176,6 +182,22 @@ class KeyAuthenticator:
         hit = self._cache.get(digest)
         if hit is not None and now - hit[0] < self.ttl_s:
             return hit[1]
+        if self.ttl_s <= 0:  # no cache: every request reads the row itself
+            return await self._lookup(digest, now)
+        lookup = self._lookups.get(digest)
+        if lookup is None:
+            lookup = asyncio.ensure_future(self._lookup(digest, now))
+            self._lookups[digest] = lookup
+            lookup.add_done_callback(functools.partial(self._looked_up, digest))
+        # Shielded: a caller that goes away (a cancelled request) leaves the others' lookup.
+        return await asyncio.shield(lookup)
+
+    def _looked_up(self, digest: str, lookup: asyncio.Task[_KeyState | None]) -> None:
+        self._lookups.pop(digest, None)
+        if not lookup.cancelled():
+            lookup.exception()  # retrieved here too, in case every caller has gone
+
+    async def _lookup(self, digest: str, now: float) -> _KeyState | None:
         async with key_lookup_session(self.sessionmaker, digest) as session, session.begin():
             repo = ApiKeyRepository(session)
             key = await repo.find_by_hash(digest)

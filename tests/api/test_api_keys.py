@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -12,7 +13,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from pydantic import SecretStr
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.db import user_session
@@ -184,6 +185,31 @@ async def test_revocation_is_seen_within_the_cache_period(
         app.state.resources.keys.forget()  # the period elapses
         after = await client.get("/v1/conversations", headers=bearer(created.token))
         assert after.status_code == 401
+
+
+async def test_a_burst_with_one_uncached_key_reads_its_row_once(
+    make_client: Callable[..., Any], user_id: str
+) -> None:
+    """50 requests at once with a key not cached yet share one lookup (a burst of MCP streams
+    otherwise took a connection each and emptied the pool: 503s)."""
+    async with make_client(key_cache_ttl_s=60.0) as (client, app):
+        created = await make_key(app, user_id)
+        lookups: list[str] = []
+
+        def seen(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+            if "FROM api_keys" in statement and "key_hash" in statement:
+                lookups.append(statement)
+
+        engine = app.state.resources.engine.sync_engine
+        event.listen(engine, "before_cursor_execute", seen)
+        try:
+            answers = await asyncio.gather(
+                *(client.get("/v1/conversations", headers=bearer(created.token)) for _ in range(50))
+            )
+        finally:
+            event.remove(engine, "before_cursor_execute", seen)
+        assert [a.status_code for a in answers] == [200] * 50
+        assert len(lookups) == 1
 
 
 @pytest.mark.parametrize(

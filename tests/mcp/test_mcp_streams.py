@@ -1,12 +1,14 @@
 """GET /mcp streams are bounded: per key, in all, and in idle time (app/mcp/streams.py).
 
-Served for real (a stream is a socket held open): the limits are lowered through settings to
-keep it cheap; the default (1,000 in all) is checked on StreamLimits itself below.
+Served for real (a stream is a socket held open): one server with the limits lowered and a short
+idle time (per key, in all, idle), one at the defaults that holds 1,000 streams open and refuses
+the 11th of a key and the 1,001st in all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import resource
 import time
 import uuid
 from collections.abc import Iterator
@@ -34,8 +36,33 @@ def served() -> Iterator[Served]:
         yield server
 
 
+@pytest.fixture(scope="module")
+def served_defaults() -> Iterator[Served]:
+    """Stream limits at their defaults: 1,000 in all, 10 per key, 300 s idle. Each side holds a
+    descriptor per stream: the soft limit is raised to the hard one first (the server inherits
+    it); a hard limit too low for 1,000 is a skip that says so, not a failure."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = 1_500
+    if hard != resource.RLIM_INFINITY and hard < need:
+        pytest.skip(f"RLIMIT_NOFILE hard limit {hard} < {need}: cannot hold 1,000 streams")
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raised = need if hard == resource.RLIM_INFINITY else hard
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+    try:
+        with serving("pgr-mcpd-") as server:
+            yield server
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def new_key(served: Served) -> str:
     created = httpx.post(f"{served.base}/v1/admin/keys", json={"user_id": f"s-{uuid.uuid4()}"})
+    assert created.status_code == 201, created.text
+    return str(created.json()["token"])
+
+
+async def new_key_async(client: httpx.AsyncClient) -> str:
+    created = await client.post("/v1/admin/keys", json={"user_id": f"s-{uuid.uuid4()}"})
     assert created.status_code == 201, created.text
     return str(created.json()["token"])
 
@@ -73,6 +100,50 @@ async def test_streams_are_limited_per_key_and_in_all_and_end_when_idle(served: 
         again = await open_stream(client, c)
         assert again.status_code == 200
         await again.aclose()
+
+
+async def test_at_the_defaults_the_1001st_stream_is_refused(served_defaults: Served) -> None:
+    defaults = Settings()
+    total, per_key = defaults.mcp_max_streams, defaults.mcp_max_streams_per_key
+    assert (total, per_key) == (1000, 10)
+    # One connection per stream (a stream holds its connection for as long as it is open).
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=0)
+    opened: list[httpx.Response] = []
+    async with httpx.AsyncClient(
+        base_url=served_defaults.base, timeout=60, limits=limits
+    ) as client:
+        keys = await asyncio.gather(*(new_key_async(client) for _ in range(total // per_key + 1)))
+        try:
+            # All at once, as a fleet of clients reconnecting would (each key read once).
+            opened += await asyncio.gather(
+                *(open_stream(client, key) for key in keys[:-1] for _ in range(per_key))
+            )
+            assert [r.status_code for r in opened] == [200] * total
+            over_key = await open_stream(client, keys[0])
+            await over_key.aread()
+            over_all = await open_stream(client, keys[-1])
+            await over_all.aread()
+        finally:
+            await asyncio.gather(*(r.aclose() for r in opened))
+        assert over_key.status_code == 429, over_key.text
+        assert "PGRECALL_MCP_MAX_STREAMS_PER_KEY" in over_key.json()["detail"]
+        assert over_all.status_code == 503, over_all.text
+        assert over_all.json() == {
+            "error": "CapacityError",
+            "detail": f"the service has {total} GET /mcp streams open "
+            "(PGRECALL_MCP_MAX_STREAMS); retry later",
+        }
+        assert over_all.headers["retry-after"] == "1"
+        # A stream the client closes frees its place (the server sees the disconnect).
+        deadline = time.monotonic() + 10
+        while True:
+            again = await open_stream(client, keys[-1])
+            if again.status_code == 200 or time.monotonic() > deadline:
+                break
+            await again.aread()
+            await asyncio.sleep(0.2)
+        await again.aclose()
+        assert again.status_code == 200
 
 
 def test_the_default_refuses_the_1001st_stream() -> None:

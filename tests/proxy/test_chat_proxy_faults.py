@@ -1,6 +1,8 @@
 """An upstream that fails, every way it can, streaming or not: the user's turn is stored once,
 marked with the failure (metadata.upstream_error); an Idempotency-Key retry does not store it
-again and continues its conversation (tests/proxy/upstream_server.py scripts the faults)."""
+again and continues its conversation (tests/proxy/upstream_server.py scripts the faults).
+Both paths: the plain proxy and recall tags (`memory.recall_tags`, app/proxy/recall_tags.py),
+which keep turns through the same bookkeeping (app/proxy/turns.py)."""
 
 from __future__ import annotations
 
@@ -22,8 +24,9 @@ def upstream() -> Iterator[Upstream]:
         yield server
 
 
-def body(text: str, *, stream: bool) -> dict[str, Any]:
-    return {"model": "m", "messages": [{"role": "user", "content": text}], "stream": stream}
+def body(text: str, *, stream: bool, recall: bool = False) -> dict[str, Any]:
+    request = {"model": "m", "messages": [{"role": "user", "content": text}], "stream": stream}
+    return {**request, "memory": {"recall_tags": True}} if recall else request
 
 
 async def user_turns(client: httpx.AsyncClient, user: str) -> list[dict[str, Any]]:
@@ -60,6 +63,10 @@ FAULTS = [
 ]
 
 
+PATHS = pytest.mark.parametrize("recall", [False, True], ids=["plain", "recall_tags"])
+
+
+@PATHS
 @pytest.mark.parametrize(("answer", "stream", "status", "failure"), FAULTS)
 async def test_a_failed_upstream_keeps_the_users_turn_once_marked(
     make_client: Callable[..., Any],
@@ -69,17 +76,15 @@ async def test_a_failed_upstream_keeps_the_users_turn_once_marked(
     stream: bool,
     status: int,
     failure: str,
+    recall: bool,
 ) -> None:
     settings = {"chat_upstream_url": upstream.base, "chat_upstream_timeout_s": TIMEOUT_S}
     headers = {"X-User-Id": user_id, "Idempotency-Key": "turn-1"}
     upstream.answers.extend([answer, answer])
     async with make_client(**settings) as (client, _):
-        first = await client.post(
-            CHAT, json=body("Remember my words", stream=stream), headers=headers
-        )
-        again = await client.post(
-            CHAT, json=body("Remember my words", stream=stream), headers=headers
-        )
+        request = body("Remember my words", stream=stream, recall=recall)
+        first = await client.post(CHAT, json=request, headers=headers)
+        again = await client.post(CHAT, json=request, headers=headers)
         turns = await user_turns(client, user_id)
     assert (first.status_code, again.status_code) == (status, status), first.text
     mine = [t for t in turns if t["role"] == "user"]
@@ -93,9 +98,10 @@ async def test_a_failed_upstream_keeps_the_users_turn_once_marked(
         assert first.headers["x-pgrecall-stored"] == "true"
 
 
+@PATHS
 @pytest.mark.parametrize("stream", [False, True])
 async def test_a_retry_after_a_failure_stores_the_answer_in_the_same_conversation(
-    make_client: Callable[..., Any], upstream: Upstream, user_id: str, stream: bool
+    make_client: Callable[..., Any], upstream: Upstream, user_id: str, stream: bool, recall: bool
 ) -> None:
     upstream.answers.extend(
         [
@@ -105,10 +111,9 @@ async def test_a_retry_after_a_failure_stores_the_answer_in_the_same_conversatio
     )
     headers = {"X-User-Id": user_id, "Idempotency-Key": "retry-me"}
     async with make_client(chat_upstream_url=upstream.base) as (client, _):
-        failed = await client.post(CHAT, json=body("My cat is Tom", stream=stream), headers=headers)
-        retried = await client.post(
-            CHAT, json=body("My cat is Tom", stream=stream), headers=headers
-        )
+        request = body("My cat is Tom", stream=stream, recall=recall)
+        failed = await client.post(CHAT, json=request, headers=headers)
+        retried = await client.post(CHAT, json=request, headers=headers)
         turns = await user_turns(client, user_id)
     assert (failed.status_code, retried.status_code) == (500, 200)
     assert (
@@ -122,8 +127,9 @@ async def test_a_retry_after_a_failure_stores_the_answer_in_the_same_conversatio
     assert turns[0]["metadata"]["upstream_error"] == "http_500"  # the first attempt's failure
 
 
+@PATHS
 async def test_concurrent_attempts_with_one_key_store_the_turn_once(
-    make_client: Callable[..., Any], upstream: Upstream, user_id: str
+    make_client: Callable[..., Any], upstream: Upstream, user_id: str, recall: bool
 ) -> None:
     import asyncio
 
@@ -132,7 +138,9 @@ async def test_concurrent_attempts_with_one_key_store_the_turn_once(
     async with make_client(chat_upstream_url=upstream.base) as (client, _):
         answers = await asyncio.gather(
             *(
-                client.post(CHAT, json=body("Once only", stream=False), headers=headers)
+                client.post(
+                    CHAT, json=body("Once only", stream=False, recall=recall), headers=headers
+                )
                 for _ in range(8)
             )
         )
@@ -167,3 +175,49 @@ async def test_a_bad_idempotency_key_is_422(
     assert response.status_code == 422, response.text
     assert response.json()["fields"][0]["field"] == "header.Idempotency-Key"
     assert upstream.seen == []
+
+
+LATER_ROUND = [
+    # (the second round's answer, stream, status the client gets, metadata.upstream_error)
+    (Answer(status=500, error={"error": {"message": "boom"}}), False, 500, "http_500"),
+    (Answer(raw=b'{"choices": "nope"}'), False, 502, "bad_answer"),
+    (Answer(delay_s=3 * TIMEOUT_S), False, 504, "timeout"),
+    (Answer(status=500, error={"error": {"message": "boom"}}), True, 200, "upstream_failed"),
+    (Answer(raw=b"\xff\xfe<html>not json"), True, 200, "no_answer"),
+    (Answer(delay_s=3 * TIMEOUT_S), True, 200, "upstream_failed"),
+]
+
+
+@pytest.mark.parametrize(("later", "stream", "status", "failure"), LATER_ROUND)
+async def test_a_recall_round_that_fails_keeps_the_users_turn_once_marked(
+    make_client: Callable[..., Any],
+    upstream: Upstream,
+    user_id: str,
+    later: Answer,
+    stream: bool,
+    status: int,
+    failure: str,
+) -> None:
+    """The first round asks for a lookup; the upstream fails the round after it."""
+    tagged = "Let me see. <recall>my words</recall>"
+    first_round = Answer(text=tagged, stream_pieces=[tagged] if stream else None)
+    upstream.answers.extend([first_round, later, first_round, later])
+    settings = {"chat_upstream_url": upstream.base, "chat_upstream_timeout_s": TIMEOUT_S}
+    headers = {"X-User-Id": user_id, "Idempotency-Key": "turn-2"}
+    async with make_client(**settings) as (client, _):
+        request = body("Remember my words", stream=stream, recall=True)
+        first = await client.post(CHAT, json=request, headers=headers)
+        again = await client.post(CHAT, json=request, headers=headers)
+        turns = await user_turns(client, user_id)
+    assert (first.status_code, again.status_code) == (status, status), first.text
+    assert len(upstream.seen) == 4  # both rounds, both attempts
+    mine = [t for t in turns if t["role"] == "user"]
+    assert [(t["content"], t["metadata"]["upstream_error"]) for t in mine] == [
+        ("Remember my words", failure)
+    ]
+    assert first.headers["x-pgrecall-conversation-id"] == mine[0]["conversation_id"]
+    if stream:  # the answer so far reached the client and is kept, marked incomplete
+        answers = [t for t in turns if t["role"] == "assistant"]
+        assert [(t["content"], t["metadata"]["incomplete"]) for t in answers] == [
+            ("Let me see. ", failure)
+        ] * 2

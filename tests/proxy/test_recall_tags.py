@@ -327,5 +327,10 @@ def test_a_failed_later_round_without_streaming_is_the_upstreams_error(
             extra_body={"memory": REQUEST},
         )
     assert caught.value.status_code == 503
+    # No answer reached the client: the user's turn alone is kept, marked with the failure.
     with Client(served.base, user_id=user) as client:
-        assert client.list_conversations().items == []  # nothing stored
+        (conversation,) = client.list_conversations().items
+        turns = client.list_messages(conversation.id).items
+    assert [(m.role, m.content, m.metadata["upstream_error"]) for m in turns] == [
+        ("user", "Tell me about my tools", "http_503")
+    ]
