@@ -29,7 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from app.retrieval.relevance import FEATURES, ITEM_FEATURES, MODEL_PATH, RelevanceModel
+from app.retrieval.relevance import (
+    FEATURES,
+    ITEM_FEATURES,
+    MODEL_PATH,
+    SPEC_FLOOR,
+    RelevanceModel,
+)
 
 DEFAULT_LOCOMO = Path("../shared/datasets/locomo/locomo-dev.json")
 DEFAULT_CURATED = Path("eval/curated_dev.json")
@@ -201,30 +207,42 @@ def _design(questions: Sequence[Question]) -> tuple[np.ndarray, np.ndarray, np.n
 
 
 def fit(
-    questions: Sequence[Question], l2: float = L2, objective: str = "listwise"
+    questions: Sequence[Question],
+    l2: float = L2,
+    objective: str = "listwise",
+    query_features: bool = False,
 ) -> RelevanceModel:
     """The model: "pointwise" is a weighted logistic regression over candidates; "listwise"
     ranks first (a softmax over each question's candidates: the likelihood that the answers
     are picked from them) and then calibrates that score into a probability (a logistic
-    regression on the score alone, which keeps the order)."""
+    regression on the score alone, which keeps the order).
+
+    `query_features`: the calibration also reads the question's features (best cosine,
+    cosine_z). Off by default: cosine_z depends on how many items a store has (the best of n
+    cosines stands at most sqrt(n - 1) deviations above them), so a calibration fitted on
+    stores of 40 and 600 items under-rates every answer of a store of six; their weights are
+    then 0."""
     if objective == "pointwise":
         return _pointwise(questions, l2)
     w = _listwise(questions, l2)
     w[len(ITEM_FEATURES) :] = 0.0  # the same for every candidate: they cannot order them
     # Calibrated where the tool decides: on each question's first CALIBRATION_DEPTH candidates
-    # (all candidates would teach it mostly that the hundredth one is not the answer), on the
-    # ranking score and the question's own features.
+    # (all candidates would teach it mostly that the hundredth one is not the answer).
     scored = []
     for q in questions:
         if not len(q.y):
             continue
         s = q.x @ w
         top = np.argsort(-s)[:CALIBRATION_DEPTH]
-        calib = np.hstack([s[top][:, None], q.x[top][:, len(ITEM_FEATURES) :]])
+        columns = [s[top][:, None]]
+        if query_features:
+            columns.append(q.x[top][:, len(ITEM_FEATURES) :])
+        calib = np.hstack(columns)
         scored.append(Question(q.dataset, q.group, q.qid, q.shape, calib, q.y[top]))
     platt = _pointwise(scored, l2)
-    a, query_weights = platt.weights[0], platt.weights[1:]
-    weights = [a * v for v in w[: len(ITEM_FEATURES)]] + list(query_weights)
+    a = platt.weights[0]
+    query_weights = list(platt.weights[1:]) or [0.0] * (len(FEATURES) - len(ITEM_FEATURES))
+    weights = [a * v for v in w[: len(ITEM_FEATURES)]] + query_weights
     return RelevanceModel("fitted", tuple(float(v) for v in weights), platt.bias)
 
 
@@ -325,6 +343,13 @@ def evaluate(
         if unanswerable:
             tops = [float(s.max()) if len(s) else 0.0 for _, s in unanswerable]
             answer_tops = [float(s[q.y == 1].max()) for q, s in answerable]
+            # what the tool keeps of a paraphrase's answer at threshold t (the floor on the
+            # question's best, then the reported relevance relative to it: _kept)
+            paraphrases = [
+                (float(s[q.y == 1].max()), float(s.max()))
+                for q, s in answerable
+                if q.shape == "paraphrase"
+            ] or [(a, a) for a in answer_tops]
             row["no_answer_auc"] = round(
                 _auc(
                     np.array([float(s.max()) for _, s in answerable] + tops),
@@ -335,6 +360,9 @@ def evaluate(
             row["by_threshold"] = {
                 f"{t:.2f}": {
                     "present": round(float(np.mean([a >= t for a in answer_tops])), 4),
+                    "paraphrase_kept": round(
+                        float(np.mean([_kept(a, b, t) for a, b in paraphrases])), 4
+                    ),
                     "answerable_empty": round(
                         float(np.mean([float(s.max()) < t for _, s in answerable])), 4
                     ),
@@ -346,8 +374,37 @@ def evaluate(
     return out
 
 
+def evidence(x: np.ndarray) -> np.ndarray:
+    """Which candidates the default preset scores at all (app/retrieval/scoring._learned): a
+    cosine over `vector_floor`, or a keyword match on a non-name word in an item whose cosine
+    is over `keyword_cosine_floor`."""
+    from app.retrieval.presets import DEFAULT
+
+    col = {name: i for i, name in enumerate(FEATURES)}
+    cosine = x[:, col["best_cosine"]] + x[:, col["cosine_gap"]]
+    keyword = (x[:, col["plain"]] > 0.0) & (cosine > DEFAULT.keyword_cosine_floor)
+    return np.asarray((cosine > DEFAULT.vector_floor) | keyword)
+
+
+def _kept(answer: float, best: float, threshold: float) -> bool:
+    """Whether the tool keeps an answer of probability `answer` in a question whose best
+    candidate has `best`, at the operating point `threshold`: the reported relevance
+    (RelevanceModel.relevance with the default preset's relative exponent) over the spec's
+    floor and within the relative cut of the best."""
+    from app.retrieval.presets import DEFAULT
+
+    model = RelevanceModel("t", (0.0,) * len(FEATURES), 0.0, floor_probability=threshold)
+    rel = model.relevance(answer, best, DEFAULT.relative_exponent)
+    top = model.relevance(best)
+    return rel >= SPEC_FLOOR and rel >= DEFAULT.relative_cutoff * top
+
+
 def cross_validate(
-    questions: Sequence[Question], l2: float, thresholds: Sequence[float], objective: str
+    questions: Sequence[Question],
+    l2: float,
+    thresholds: Sequence[float],
+    objective: str,
+    query_features: bool = False,
 ) -> tuple[dict[str, Any], list[Question]]:
     """Held-out figures: each group's questions scored by a model fitted without that group
     (and those scores, as one-column questions)."""
@@ -358,12 +415,13 @@ def cross_validate(
     for fold in range(FOLDS):
         train = [q for q in questions if fold_of[(q.dataset, q.group)] != fold]
         test = [q for q in questions if fold_of[(q.dataset, q.group)] == fold]
-        model = fit(train, l2, objective)
+        model = fit(train, l2, objective, query_features)
         held += [(model, q) for q in test]
     # score every held-out question with its own fold's model, then evaluate the union
     rescored = []
     for model, q in held:
         z = q.x @ np.array(model.weights) + model.bias
+        z = np.where(evidence(q.x), z, -50.0)  # what the service drops: p ~ 0
         rescored.append(Question(q.dataset, q.group, q.qid, q.shape, np.hstack([z[:, None]]), q.y))
     identity = RelevanceModel("cv", (1.0,), 0.0)
     return evaluate(identity, rescored, thresholds), rescored
@@ -391,11 +449,58 @@ def convex_relevance(x: np.ndarray) -> np.ndarray:
     )
 
 
-def tradeoff_plot(questions: Sequence[Question], held_out: Sequence[Question], path: Path) -> None:
+# A question-level "is the store answering at all" model, tried for abstention and not shipped
+# (docs/retrieval.md): features of the question's best candidate with evidence.
+SUPPORT_FEATURES = ("best_cosine", "cosine_z", "plain", "name_only", "name_missing")
+
+
+def support_row(model: RelevanceModel, q: Question) -> np.ndarray | None:
+    """SUPPORT_FEATURES of `q`'s best candidate with evidence (None: nothing has evidence).
+    cosine_z is capped at 6 (a store's spread of one or two items says little)."""
+    ok = evidence(q.x)
+    if not ok.any():
+        return None
+    z = np.where(ok, q.x @ np.array(model.weights) + model.bias, -np.inf)
+    top = q.x[int(np.argmax(z))]
+    col = {name: i for i, name in enumerate(FEATURES)}
+    row = np.array([top[col[name]] for name in SUPPORT_FEATURES])
+    row[1] = min(row[1], 6.0)
+    return row
+
+
+def support_held_out(
+    model: RelevanceModel, questions: Sequence[Question], l2: float
+) -> dict[str, float]:
+    """Held-out (one curated user out at a time) support probability of every curated
+    question; a question without any candidate with evidence gets 0."""
+    rows = {
+        q.qid: (q, support_row(model, q)) for q in questions if q.dataset == "curated" and len(q.y)
+    }
+    out: dict[str, float] = {}
+    for user in sorted({q.group for q, _ in rows.values()}):
+        train = [
+            Question("support", q.group, q.qid, q.shape, r[None, :], np.array([float(q.y.any())]))
+            for q, r in rows.values()
+            if r is not None and q.group != user
+        ]
+        fitted = _pointwise(train, l2)
+        for qid, (q, r) in rows.items():
+            if q.group == user:
+                out[qid] = 0.0 if r is None else fitted.probability(tuple(r))
+    return out
+
+
+def tradeoff_plot(
+    questions: Sequence[Question],
+    held_out: Sequence[Question],
+    path: Path,
+    support: dict[str, float] | None = None,
+) -> None:
     """Presence (an answerable curated question's answer at or over the threshold) and
     abstention failures (a no-answer question with anything over it) against the threshold,
-    for the learned model (held-out probabilities), the convex preset's relevance and cosine
-    alone. Before the service's stages and relative cut."""
+    for the learned model (held-out probabilities, candidates without evidence at 0), the
+    convex preset's relevance, cosine alone and, given `support`, a question-level gate.
+    Before the service's stages and relative cut."""
     from matplotlib.figure import Figure
 
     col = {name: i for i, name in enumerate(FEATURES)}
@@ -406,7 +511,12 @@ def tradeoff_plot(questions: Sequence[Question], held_out: Sequence[Question], p
         "convex (noisy-OR relevance)": lambda q: convex_relevance(q.x),
         "cosine alone": lambda q: q.x[:, col["best_cosine"]] + q.x[:, col["cosine_gap"]],
     }
-    figure = Figure(figsize=(12, 3.8))
+    if support is not None:
+        # the gate passes every candidate with evidence of a question it finds supported
+        approaches["question-level support (held-out, not shipped)"] = lambda q: np.where(
+            evidence(q.x), support[q.qid], 0.0
+        )
+    figure = Figure(figsize=(4 * len(approaches), 3.8))
     axes = figure.subplots(1, len(approaches), sharey=True)
     grid = np.linspace(0.0, 1.0, 101)
     for ax, (name, score) in zip(axes, approaches.items(), strict=True):
@@ -431,6 +541,25 @@ def tradeoff_plot(questions: Sequence[Question], held_out: Sequence[Question], p
     figure.savefig(path, dpi=110)
 
 
+def support_report(questions: Sequence[Question], support: dict[str, float]) -> str:
+    """The support gate's held-out AUC (answerable over no-answer questions) and what it
+    gates at the thresholds that gate out 2, 5 and 8 % of answerable questions."""
+    curated = [q for q in questions if q.qid in support]
+    pos = np.array([support[q.qid] for q in curated if q.y.any()])
+    neg = np.array([support[q.qid] for q in curated if not q.y.any()])
+    if not len(pos) or not len(neg):
+        return "support: no curated questions"
+    auc = _auc(np.concatenate([pos, neg]), np.array([1.0] * len(pos) + [0.0] * len(neg)))
+    lines = [f"support gate (held-out by user): AUC {auc:.3f}"]
+    for share in (0.02, 0.05, 0.08):
+        t = float(np.quantile(pos, share))
+        lines.append(
+            f"  threshold {t:.3f}: answerable gated out {np.mean(pos < t):.3f}, "
+            f"no-answer passed {np.mean(neg >= t):.3f}"
+        )
+    return "\n".join(lines)
+
+
 # The issue's targets for the agent tool on curated memories.
 PRESENT_TARGET = 0.85
 NO_ANSWER_TARGET = 0.30
@@ -438,7 +567,8 @@ EMPTY_TARGET = 0.08
 
 
 def choose_floor(by_threshold: dict[str, dict[str, float]]) -> float:
-    """The held-out operating point closest to the targets (presence >= 0.85, answerable
+    """The held-out operating point closest to the targets (paraphrases' answers kept by the
+    tool's floor and relative cut >= 0.85, `_kept`; answerable
     questions left empty <= 0.08, no-answer questions answered <= 0.30): the threshold that
     misses fewest of them, then has the smallest sum of shortfalls, then is lowest (answers
     kept). 0.3 when there are no curated questions."""
@@ -448,7 +578,7 @@ def choose_floor(by_threshold: dict[str, dict[str, float]]) -> float:
     def miss(t: str) -> tuple[int, float, float]:
         row = by_threshold[t]
         shortfalls = (
-            max(0.0, PRESENT_TARGET - row["present"]),
+            max(0.0, PRESENT_TARGET - row.get("paraphrase_kept", row["present"])),
             max(0.0, row["answerable_empty"] - EMPTY_TARGET),
             max(0.0, row["no_answer_answered"] - NO_ANSWER_TARGET),
         )
@@ -472,6 +602,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--l2", type=float, default=L2)
     parser.add_argument("--objective", choices=("listwise", "pointwise"), default="listwise")
+    parser.add_argument(
+        "--query-features",
+        action="store_true",
+        help="calibrate on the question's features too (best cosine, cosine_z; off: fit.__doc__)",
+    )
     parser.add_argument("--plot", type=Path, help="presence/abstention vs threshold (PNG)")
     parser.add_argument("--write", action="store_true", help=f"write {MODEL_PATH.name}")
     args = parser.parse_args(argv)
@@ -484,10 +619,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.dump:
             save(questions, args.dump)
     thresholds = [round(0.01 * i, 2) for i in range(1, 60)]
-    model = fit(questions, args.l2, args.objective)
-    held_out, rescored = cross_validate(questions, args.l2, thresholds, args.objective)
+    model = fit(questions, args.l2, args.objective, args.query_features)
+    held_out, rescored = cross_validate(
+        questions, args.l2, thresholds, args.objective, args.query_features
+    )
     if args.plot:
-        tradeoff_plot(questions, rescored, args.plot)
+        support = support_held_out(model, questions, args.l2)
+        tradeoff_plot(questions, rescored, args.plot, support)
+        print(support_report(questions, support))
     report = {
         "weights": dict(zip(FEATURES, model.weights, strict=True)),
         "bias": model.bias,
@@ -516,6 +655,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "fitted_by": "python -m eval.fit_relevance --write",
                     "l2": args.l2,
                     "objective": args.objective,
+                    "query_features": args.query_features,
                     "seed": SEED,
                     "questions": sets,
                     "held_out": {

@@ -263,8 +263,9 @@ def check_thresholds(summary: Summary, thresholds: Sequence[Threshold]) -> list[
 
 
 MEMORY_THRESHOLDS: tuple[Threshold, ...] = (
-    Threshold("recall@5", minimum=0.80),
-    Threshold("precision@5", minimum=0.70),
+    # issue 29: the learned default measured 0.952 / 0.907 (docs/retrieval.md), less a margin
+    Threshold("recall@5", minimum=0.93),
+    Threshold("precision@5", minimum=0.88),
     Threshold("token_compliance", minimum=1.0),
     Threshold("cross_user_safety", minimum=1.0),
     Threshold("latency_p95_ms", maximum=200.0, blocking=False),

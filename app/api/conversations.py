@@ -59,6 +59,7 @@ async def _store(
         priority=priority,
         extraction=resources.extraction_default,
         passages=resources.message_passages,
+        write_gate=resources.bulk_writes if priority is Priority.BULK else None,
     )
     return [MessageOut.model_validate(m) for m in stored.messages]
 

@@ -90,6 +90,21 @@ class RetrievalPreset:
     # the reported relevance and the order; a request's `recency` overrides w (0 = off).
     recency_weight: float = 0.0
     recency_half_life_days: float = 30.0
+    # Learned fusion only. An item whose only evidence is a keyword match (its cosine at or
+    # under `vector_floor`) also needs a cosine over this: a shared word in an item whose
+    # meaning is unrelated ("team" in "What's my favourite football team?" against "Works on
+    # the search team") is not an answer (0 = off).
+    keyword_cosine_floor: float = 0.0
+    # Learned fusion only: the reported relevance of an item below the question's best is
+    # best ** gamma x (p / p_best) ** relative_exponent (RelevanceModel.relevance; 0 = the
+    # model's own scale, p ** gamma, for every item).
+    relative_exponent: float = 0.0
+    # Learned fusion only: newer wins a near tie. An item's odds gain a factor
+    # (1 + recency_odds x exp(-age_days / recency_half_life_days)), divided by that of the
+    # newest candidate so the newest keeps its own odds (a store written today is not moved);
+    # 0 = off. A tie-break, not a preference: at 0.1 an item 150 days older than a competitor
+    # of today needs 1/1.1 of the competitor's odds to stay ahead.
+    recency_odds: float = 0.0
 
     def as_params(self) -> dict[str, object]:
         """Flat name -> value, for logs and MLflow."""
@@ -105,7 +120,10 @@ CONVEX = RetrievalPreset(name="convex")
 # The stages multiply the model's odds; their strengths were re-chosen on that scale in a
 # replay of both halves of the LoCoMo development set (docs/retrieval.md).
 # vector_floor is its evidence floor: a candidate without a keyword match on a non-name word
-# and with a cosine at or under it is not returned (the golden set's unrelated stores).
+# and with a cosine at or under it is not returned (the golden set's unrelated stores), nor one
+# with such a match and a cosine at or under keyword_cosine_floor. relative_exponent keeps the
+# second and third answers of a question several memories answer near the first
+# (docs/retrieval.md, "Several answers").
 LEARNED = CONVEX.with_(
     name="learned",
     fusion="learned",
@@ -113,6 +131,9 @@ LEARNED = CONVEX.with_(
     answer_weight=2.0,
     time_boost=3.0,
     vector_floor=0.25,
+    keyword_cosine_floor=0.10,
+    relative_exponent=0.25,
+    recency_odds=0.1,
 )
 DEFAULT = LEARNED.with_(name="default")
 

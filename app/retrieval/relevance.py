@@ -70,9 +70,21 @@ class RelevanceModel:
         p = min(max(self.floor_probability, 1e-6), 1.0 - 1e-6)
         return math.log(SPEC_FLOOR) / math.log(p)
 
-    def relevance(self, probability: float) -> float:
-        """The reported relevance of a probability (see the class)."""
-        return max(probability, 0.0) ** self.gamma
+    def relevance(self, probability: float, best: float = 0.0, exponent: float = 0.0) -> float:
+        """The reported relevance of a probability (see the class).
+
+        With `best` (the question's best probability) and an `exponent` > 0, an item below the
+        best reports best ** gamma * (probability / best) ** exponent: the best item keeps the
+        scale above, the others stand closer to it than gamma would put them. The model ranks
+        one answer per question first, so a second answer's probability is a share of the
+        first's; a question several memories answer (a preference told three ways, a plan in
+        three parts) would otherwise lose all but one to the floor and the relative cut.
+        Monotone in `probability` for a given best, so the order is kept.
+        """
+        p = max(probability, 0.0)
+        if exponent <= 0.0 or best <= 0.0 or p >= best:
+            return p**self.gamma
+        return best**self.gamma * (p / best) ** exponent
 
     def logit(self, x: Sequence[float]) -> float:
         return self.bias + sum(w * v for w, v in zip(self.weights, x, strict=True))

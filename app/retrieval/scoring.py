@@ -17,6 +17,7 @@ from app.retrieval.relevance import (
     load_model,
     odds,
     probability_of,
+    recency,
 )
 
 K = TypeVar("K", bound=Hashable)
@@ -156,16 +157,24 @@ def _learned(
 ) -> list[Ranked[K]]:
     """The candidates with evidence of their own, scored by the relevance model (see `rank`).
 
-    Evidence: a keyword match on a word that is not a name, or a cosine above the preset's
-    `vector_floor`. The model orders candidates relative to each other and was fitted on
-    stores where every question is about the user; the floor is what keeps a store of
-    unrelated items from answering a question about nothing in it (as in the convex preset).
+    Evidence: a keyword match on a word that is not a name (in an item whose cosine is over
+    `keyword_cosine_floor`), or a cosine above the preset's `vector_floor`. The model orders
+    candidates relative to each other and was fitted on stores where every question is about
+    the user; the floor is what keeps a store of unrelated items from answering a question
+    about nothing in it (as in the convex preset).
     """
     x = features(keyword_scores, plain, max_bm25, cosines, has_names, model.neutral_cosine_z)
+    # An item the vector arm did not return has a cosine at most the lowest it returned; with
+    # no vector arm (keyword-only search) the cosine says nothing.
+    lowest = min(cosines.values(), default=None)
     results = []
     for k, row in x.items():
-        if plain.get(k, keyword_scores.get(k, 0.0)) <= 0.0 and vec_rel.get(k, 0.0) <= 0.0:
-            continue
+        if vec_rel.get(k, 0.0) <= 0.0:
+            if plain.get(k, keyword_scores.get(k, 0.0)) <= 0.0:
+                continue
+            cosine = cosines.get(k, lowest)
+            if cosine is not None and cosine <= preset.keyword_cosine_floor:
+                continue
         p = model.probability(row)
         results.append(
             Ranked(
@@ -190,8 +199,9 @@ def finalise(
     """The last step of the ranking: what the caller sees, in the order it sees it.
 
     Learned fusion: relevance becomes the probability of the final odds (after the stages) on
-    the model's reporting scale (`RelevanceModel.relevance`), so the items come in the order
-    of the relevance they report. Then the recency blend (issue 28):
+    the model's reporting scale (`RelevanceModel.relevance`, relative to the question's best
+    probability by `preset.relative_exponent`), so the items come in the order of the
+    relevance they report. Then the recency blend (issue 28):
     score = (1 - w) * relevance + w * exp(-age_days / half_life), the reported relevance and
     the order both (w = 0: unchanged). An item without an age keeps its relevance x (1 - w).
     """
@@ -199,9 +209,21 @@ def finalise(
     if not learned and recency_weight <= 0.0:
         return ranked
     scale = (model or load_model()).relevance if learned else None
+    if learned and preset.recency_odds > 0.0:
+        ranked = newer_wins_ties(
+            ranked, ages_days, preset.recency_odds, preset.recency_half_life_days
+        )
+    best = max((probability_of(r.fused) for r in ranked), default=0.0) if learned else 0.0
     out = []
     for r in ranked:
-        relevance = scale(probability_of(r.fused)) if scale else r.relevance
+        # Only an item with evidence of its own stands relative to the best: a turn ranked for
+        # following a matching turn ("Thanks, noted.") keeps the model's own scale.
+        own = r.keyword > 0.0 or r.semantic > 0.0
+        relevance = (
+            scale(probability_of(r.fused), best, preset.relative_exponent if own else 0.0)
+            if scale
+            else r.relevance
+        )
         age = ages_days.get(r.key)
         if recency_weight > 0.0:
             half_life = preset.recency_half_life_days
@@ -217,6 +239,32 @@ def finalise(
             else blend(r.fused, age or 0.0, recency_weight, preset.recency_half_life_days)
         )
         out.append(Ranked(r.key, fused, relevance, r.keyword, r.semantic))
+    out.sort(key=lambda r: (-r.fused, -r.relevance))
+    return out
+
+
+def newer_wins_ties(
+    ranked: list[Ranked[K]], ages_days: Mapping[K, float], strength: float, half_life: float
+) -> list[Ranked[K]]:
+    """Odds (learned fusion's fused score) x (1 + strength x recency) / (1 + strength x the
+    newest candidate's recency), recency = exp(-age / half_life): of two items the model finds
+    about as likely, the newer comes first (a decision replaced without a `supersedes` link),
+    while the newest candidate keeps its odds. Items without an age count as the oldest."""
+    if strength <= 0.0 or not ranked:
+        return ranked
+    fresh = {k: recency(a, half_life) for k, a in ages_days.items()}
+    top = max((fresh.get(r.key, 0.0) for r in ranked), default=0.0)
+    norm = 1.0 + strength * top
+    out = [
+        Ranked(
+            r.key,
+            r.fused * (1.0 + strength * fresh.get(r.key, 0.0)) / norm,
+            r.relevance,
+            r.keyword,
+            r.semantic,
+        )
+        for r in ranked
+    ]
     out.sort(key=lambda r: (-r.fused, -r.relevance))
     return out
 

@@ -40,6 +40,9 @@ class Resources:
     # A query holds two connections at once (keyword and vector arms); admitting at most half
     # the pool's connections' worth of queries means none ever waits holding one (no deadlock).
     query_slots: asyncio.Semaphore
+    # Bulk imports write one at a time: each parses millions of characters into postings in
+    # its backend, and ten at once would take both cores from everyone's queries.
+    bulk_writes: asyncio.Semaphore
     # Per-user API keys (table api_keys), looked up by hash through a short in-process cache.
     keys: KeyAuthenticator
     write_rate_limit_per_minute: int = 0
@@ -108,6 +111,7 @@ def resources_from(
         admin_api_key=settings.admin_api_key.get_secret_value() if settings.admin_api_key else None,
         session_messages=settings.session_messages,
         query_slots=asyncio.Semaphore(max(1, query_slots or settings.db_pool_size)),
+        bulk_writes=asyncio.Semaphore(1),
         keys=KeyAuthenticator(sessionmaker, ttl_s=settings.key_cache_ttl_s),
         write_rate_limit_per_minute=settings.write_rate_limit_per_minute,
         max_entries_per_user=settings.max_entries_per_user,

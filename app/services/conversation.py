@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,12 +16,16 @@ from app.models import Conversation, Message
 from app.repositories.conversation import ConversationRepository, NewMessage
 from app.repositories.conversation_settings import ConversationSettingsRepository
 from app.repositories.extraction import ExtractionRepository
-from app.repositories.passages import PassageRepository
+from app.repositories.passages import NewPassage, PassageRepository
 from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.retrieval.speakers import named_speakers, usable_speaker
 from app.schemas.conversation import MessageCreate
-from app.services.embedding import EmbeddingService, Priority
+from app.services.embedding import EmbeddingService, Priority, Vectors
 from app.services.passages import PassageSource, embed_passages
+
+# A batch this large waits for the write gate (the bulk import path's): parsing it into
+# postings is seconds of a backend's CPU, and ten such at once starve everyone's queries.
+GATED_WRITE_CHARS = 20_000
 
 
 def turn_document(
@@ -125,11 +131,15 @@ class ConversationService:
         priority: Priority = Priority.INTERACTIVE,
         extraction: bool | None = None,
         passages: bool = True,
+        write_gate: AbstractAsyncContextManager[object] | None = None,
     ) -> StoredMessages:
         """Embed, then store the messages in order with their keyword postings and (`passages`)
         their sentence passages. `extraction` is the service's extraction default (None: no
         extraction model); the conversation's own setting overrides it, and when the result is
-        on the user turns are queued for LLM extraction in the same transaction (one INSERT)."""
+        on the user turns are queued for LLM extraction in the same transaction (one INSERT).
+        `write_gate` is held from the row lock to the last insert when the batch has at least
+        GATED_WRITE_CHARS characters (imports: one at a time; a small batch never waits).
+        """
         # Embed before taking the row lock: the lock is held only for the inserts.
         await self.get(user_id, conversation_id)
         vectors = await self.embeddings.embed([m.content for m in messages], priority=priority)
@@ -140,6 +150,30 @@ class ConversationService:
         sentences = (
             await embed_passages(self.embeddings, sources, priority=priority) if passages else []
         )
+        large = sum(len(m.content) for m in messages) >= GATED_WRITE_CHARS
+        async with write_gate if write_gate is not None and large else contextlib.nullcontext():
+            return await self._insert(
+                user_id,
+                conversation_id,
+                messages,
+                correlation_id,
+                ids,
+                vectors,
+                sentences,
+                extraction,
+            )
+
+    async def _insert(
+        self,
+        user_id: str,
+        conversation_id: uuid.UUID,
+        messages: Sequence[MessageCreate],
+        correlation_id: uuid.UUID,
+        ids: list[uuid.UUID],
+        vectors: Vectors,
+        sentences: list[NewPassage],
+        extraction: bool | None,
+    ) -> StoredMessages:
         conversation = await self.repo.get(user_id, conversation_id, lock=True)
         if conversation is None:
             raise NotFoundError("conversation not found")

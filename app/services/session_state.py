@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -58,6 +59,7 @@ class SessionStateService:
         priority: Priority = Priority.INTERACTIVE,
         extraction: bool | None = None,
         passages: bool = True,
+        write_gate: AbstractAsyncContextManager[object] | None = None,
     ) -> StoredMessages:
         """Store the messages (ConversationService.append); once committed, the cached copy
         is extended and the user's cached query results are dropped."""
@@ -69,6 +71,7 @@ class SessionStateService:
             priority=priority,
             extraction=extraction,
             passages=passages,
+            write_gate=write_gate,
         )
         after_commit(self.conversations.session, self.after_append(user_id, stored))
         return stored

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import httpx
 import numpy as np
@@ -15,6 +17,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.adapters.embedder import LOCAL_MODEL_ID, LocalEmbedder
+from app.services.conversation import GATED_WRITE_CHARS
 from tests.helpers import add_messages, headers, new_conversation
 from tests.redis_server import RedisServer
 
@@ -307,3 +310,40 @@ async def test_session_after_cache_loss_is_complete(
         await client.get(f"/v1/conversations/{cid}/session", headers=headers(user_id))
     ).json()
     assert [m["content"] for m in session["messages"]] == ["one", "two", "three"]
+
+
+async def test_bulk_imports_write_one_at_a_time_and_others_go_on(
+    make_client: Callable[..., Any], user_id: str, other_user_id: str
+) -> None:
+    """An import waits for the bulk write gate (held here as another import would hold it)
+    after embedding; single appends and queries meanwhile are not held up, and the import is
+    stored once the gate is free."""
+    async with make_client() as (client, app):
+        gate = app.state.resources.bulk_writes
+        cid = await new_conversation(client, user_id)
+        other = await new_conversation(client, other_user_id)
+        line = "an imported line of a long conversation history " * 50  # 2,450 characters
+        size = GATED_WRITE_CHARS // len(line) + 1
+        body = {"messages": [{"role": "user", "content": f"{i} {line}"} for i in range(size)]}
+        await gate.acquire()
+        try:
+            url = f"/v1/conversations/{cid}/messages:bulk"
+            importing = asyncio.create_task(client.post(url, json=body, headers=headers(user_id)))
+            await asyncio.sleep(3.0)  # ample time to embed the lines and reach the gate
+            assert not importing.done()
+            # Another user's small batch (under GATED_WRITE_CHARS) does not wait for the gate.
+            small = ["I water the ferns on Sundays"]
+            await asyncio.wait_for(add_messages(client, other_user_id, small, other), 10)
+            asked = await client.post(
+                "/v1/tools/query_memory",
+                json={"query": "when do I water the ferns?"},
+                headers=headers(other_user_id),
+            )
+            assert asked.status_code == 200 and asked.json()["memories"]
+            await asyncio.sleep(5.0)  # the import's embedding is long done: it waits to write
+            assert not importing.done()
+        finally:
+            gate.release()
+        response = await asyncio.wait_for(importing, 30)
+        assert response.status_code == 201, response.text
+        assert len(response.json()["items"]) == size

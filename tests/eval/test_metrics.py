@@ -272,8 +272,8 @@ def test_memory_thresholds_definition() -> None:
         "cross_user_safety",
         "latency_p95_ms",
     }
-    assert by_metric["recall@5"] == Threshold("recall@5", minimum=0.80)
-    assert by_metric["precision@5"] == Threshold("precision@5", minimum=0.70)
+    assert by_metric["recall@5"] == Threshold("recall@5", minimum=0.93)
+    assert by_metric["precision@5"] == Threshold("precision@5", minimum=0.88)
     assert by_metric["token_compliance"] == Threshold("token_compliance", minimum=1.0)
     assert by_metric["cross_user_safety"] == Threshold("cross_user_safety", minimum=1.0)
     assert by_metric["latency_p95_ms"] == Threshold("latency_p95_ms", maximum=200, blocking=False)
@@ -282,7 +282,7 @@ def test_memory_thresholds_definition() -> None:
 def test_check_thresholds_pass_fail_warn() -> None:
     summary = _summary(
         **{
-            "recall@5": 0.85,
+            "recall@5": 0.95,
             "precision@5": 0.65,
             "token_compliance": 1.0,
             "cross_user_safety": 0.99,
@@ -292,7 +292,7 @@ def test_check_thresholds_pass_fail_warn() -> None:
     results = check_thresholds(summary, MEMORY_THRESHOLDS)
     got = {r.threshold.metric: (r.value, r.passed, r.status) for r in results}
     assert got == {
-        "recall@5": (0.85, True, "PASS"),
+        "recall@5": (0.95, True, "PASS"),
         "precision@5": (0.65, False, "FAIL"),
         "token_compliance": (1.0, True, "PASS"),
         "cross_user_safety": (0.99, False, "FAIL"),

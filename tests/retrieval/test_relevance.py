@@ -122,14 +122,46 @@ def test_recency_blend_is_issue_28s_form_and_newer_wins_a_tie() -> None:
 
 
 def test_thresholds_on_the_reported_relevance() -> None:
-    final = finalise(
-        [Ranked("a", odds(0.9), 0.9, 0, 0), Ranked("b", odds(0.2), 0.2, 0, 0)],
-        LEARNED,
-        {},
-        0.0,
-        _model(),
-    )
+    two = [Ranked("a", odds(0.9), 0.9, 0.5, 0), Ranked("b", odds(0.2), 0.2, 0, 0.5)]
+    final = finalise(two, LEARNED.with_(relative_exponent=0.0), {}, 0.0, _model())
     assert [r.key for r in apply_thresholds(final, 0.3, 0.6)] == ["a"]
+    # relative to the best: b reports 0.9 x (0.2 / 0.9) ** 0.25 = 0.62, within 0.6 of a
+    final = finalise(two, LEARNED.with_(relative_exponent=0.25), {}, 0.0, _model())
+    assert [r.relevance for r in final] == pytest.approx([0.9, 0.9 * (0.2 / 0.9) ** 0.25])
+    assert [r.key for r in apply_thresholds(final, 0.3, 0.6)] == ["a", "b"]
+    # a turn ranked only for following a match has no evidence of its own: the model's scale
+    neighbour = [two[0], Ranked("n", odds(0.2), 0.0, 0.0, 0.0)]
+    final = finalise(neighbour, LEARNED.with_(relative_exponent=0.25), {}, 0.0, _model())
+    assert final[1].relevance == pytest.approx(0.2)
+
+
+def test_relative_relevance_keeps_the_best_and_the_order() -> None:
+    model = RelevanceModel("test", (0.0,) * len(FEATURES), 0.0, floor_probability=0.08)
+    assert model.relevance(0.2, best=0.2, exponent=0.25) == pytest.approx(model.relevance(0.2))
+    below = [model.relevance(p, best=0.2, exponent=0.25) for p in (0.15, 0.1, 0.05, 0.01)]
+    assert below == sorted(below, reverse=True)
+    # closer to the best than the model's own scale puts them
+    assert all(b > model.relevance(p) for b, p in zip(below, (0.15, 0.1, 0.05, 0.01), strict=True))
+    assert model.relevance(0.0, best=0.2, exponent=0.25) == 0.0
+    assert model.relevance(0.1, best=0.2, exponent=0.0) == pytest.approx(model.relevance(0.1))
+
+
+def test_keyword_only_evidence_needs_a_cosine_over_its_floor() -> None:
+    preset = LEARNED.with_(keyword_cosine_floor=0.1, vector_floor=0.25)
+    model = _model(keyword=3.0)
+    ranked = rank(
+        {"team": 1.0, "kept": 1.0, "far": 1.0},
+        4.0,
+        {"team": 0.05, "kept": 0.2, "x": 0.3},
+        preset,
+        plain={"team": 1.0, "kept": 1.0, "far": 1.0},
+        model=model,
+    )
+    # "far" was not returned by the vector arm: its cosine is at most the lowest (0.05)
+    assert sorted(r.key for r in ranked) == ["kept", "x"]
+    # keyword-only search (no vector arm): the cosine says nothing, the match is evidence
+    alone = rank({"team": 1.0}, 4.0, {}, preset, plain={"team": 1.0}, model=model)
+    assert [r.key for r in alone] == ["team"]
 
 
 def test_the_committed_model_loads_and_round_trips() -> None:
@@ -139,3 +171,23 @@ def test_the_committed_model_loads_and_round_trips() -> None:
     assert again.weights == pytest.approx(model.weights) and again.bias == pytest.approx(model.bias)
     with pytest.raises(ValueError, match="features"):
         parse_model('{"version": "x", "features": ["cosine"], "weights": {"cosine": 1}, "bias": 0}')
+
+
+def test_newer_wins_a_near_tie_and_the_newest_keeps_its_odds() -> None:
+    from app.retrieval.scoring import newer_wins_ties
+
+    ranked = [Ranked("old", odds(0.5), 0.5, 0, 0.5), Ranked("new", odds(0.48), 0.48, 0, 0.5)]
+    ages = {"old": 150.0, "new": 18.0}
+    out = newer_wins_ties(ranked, ages, 0.25, 30.0)
+    assert [r.key for r in out] == ["new", "old"]
+    assert out[0].fused == pytest.approx(odds(0.48))  # the newest is not moved
+    # far apart stays apart: a tie-break, not a preference
+    apart = [Ranked("old", odds(0.8), 0.8, 0, 0.5), Ranked("new", odds(0.3), 0.3, 0, 0.5)]
+    assert [r.key for r in newer_wins_ties(apart, ages, 0.25, 30.0)] == ["old", "new"]
+    # a store written today: every odds as it was
+    today = newer_wins_ties(apart, {"old": 0.0, "new": 0.0}, 0.25, 30.0)
+    assert [r.fused for r in today] == pytest.approx([odds(0.8), odds(0.3)])
+    assert newer_wins_ties(ranked, ages, 0.0, 30.0) is ranked
+    final = finalise(ranked, LEARNED.with_(recency_odds=0.25), ages, 0.0, _model())
+    assert [r.key for r in final] == ["new", "old"]
+    assert [r.relevance for r in final] == sorted((r.relevance for r in final), reverse=True)

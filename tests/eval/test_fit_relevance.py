@@ -1,0 +1,66 @@
+"""eval.fit_relevance's pure parts: the evidence the service requires, what the tool keeps of
+an answer at an operating point, and the choice of that point."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.retrieval.presets import DEFAULT
+from app.retrieval.relevance import FEATURES
+from eval.fit_relevance import Question, _kept, choose_floor, evidence, fit
+
+
+def _row(cosine: float, best: float, plain: float = 0.0) -> list[float]:
+    values = dict.fromkeys(FEATURES, 0.0)
+    values.update(cosine_gap=cosine - best, best_cosine=best, plain=plain, keyword=plain)
+    return [values[name] for name in FEATURES]
+
+
+def test_evidence_is_the_default_presets() -> None:
+    x = np.array(
+        [
+            _row(0.40, 0.40),  # cosine over vector_floor
+            _row(0.20, 0.40),  # under it, no keyword
+            _row(0.20, 0.40, plain=0.1),  # keyword, cosine over keyword_cosine_floor
+            _row(0.05, 0.40, plain=0.1),  # keyword in an unrelated item
+        ]
+    )
+    assert DEFAULT.vector_floor == 0.25 and DEFAULT.keyword_cosine_floor == 0.10
+    assert evidence(x).tolist() == [True, False, True, False]
+
+
+def test_kept_applies_the_floor_to_the_best_and_the_cut_relative_to_it() -> None:
+    assert _kept(0.2, 0.2, 0.09)  # the best, over the operating point
+    assert not _kept(0.05, 0.05, 0.09)  # the best, under it
+    # a second answer: relevance best ** gamma * (p / best) ** 0.25 against 0.6 x the best's
+    assert _kept(0.1, 0.2, 0.09)  # (1/2) ** 0.25 = 0.84
+    assert not _kept(0.002, 0.2, 0.09)  # (1/100) ** 0.25 = 0.32
+
+
+def test_choose_floor_misses_fewest_targets_then_least() -> None:
+    rows = {
+        "0.05": {"present": 0.9, "paraphrase_kept": 0.90, "answerable_empty": 0.0,
+                 "no_answer_answered": 0.95},
+        "0.09": {"present": 0.8, "paraphrase_kept": 0.86, "answerable_empty": 0.01,
+                 "no_answer_answered": 0.90},
+        "0.20": {"present": 0.5, "paraphrase_kept": 0.60, "answerable_empty": 0.30,
+                 "no_answer_answered": 0.40},
+    }  # fmt: skip
+    assert choose_floor(rows) == 0.09
+    assert choose_floor({}) == 0.3
+
+
+def test_fit_calibrates_on_the_ranking_score_alone_by_default() -> None:
+    rng = np.random.default_rng(29)
+    questions = []
+    for i in range(40):
+        x = np.array([_row(c, 0.6) for c in rng.uniform(0.1, 0.6, 8)])
+        x[:, FEATURES.index("cosine_z")] = rng.uniform(1, 4)
+        y = (x[:, 0] == x[:, 0].max()).astype(float)
+        questions.append(Question("curated", f"u{i % 5}", f"q{i}", "paraphrase", x, y))
+    model = fit(questions)
+    assert model.weights[FEATURES.index("cosine_gap")] > 0
+    assert model.weights[FEATURES.index("cosine_z")] == 0.0
+    assert model.weights[FEATURES.index("best_cosine")] == 0.0
+    with_query = fit(questions, query_features=True)
+    assert with_query.weights[FEATURES.index("cosine_z")] != 0.0
