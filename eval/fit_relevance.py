@@ -43,6 +43,10 @@ SEED = 29
 FOLDS = 5
 CALIBRATION_DEPTH = 5
 L2 = 1.0  # on the summed (weighted) log-loss of a set of unit total weight per set
+# The memory-specific weights (RelevanceModel.memory_weights) are penalised MEMORY_L2 times as
+# much as the shared ones: they stay near the shared weights unless the curated set insists
+# (cross-validated by user and conversation, docs/retrieval.md). 0: no memory weights.
+MEMORY_L2 = 2.25
 
 
 @dataclass
@@ -55,6 +59,18 @@ class Question:
     y: np.ndarray  # 1 = answers the question
     keys: tuple[str, ...] = ()  # the candidates' dialogue ids or memory keys (for replays)
     query: str = ""
+    memory: np.ndarray | None = None  # 1 = the candidate is a curated memory (None: none is)
+
+    def memories(self) -> np.ndarray:
+        return self.memory if self.memory is not None else np.zeros(len(self.y))
+
+
+def logits(model: RelevanceModel, q: Question) -> np.ndarray:
+    """The model's logit of every candidate of `q` (RelevanceModel.logit, vectorised)."""
+    z = q.x @ np.array(model.weights) + model.bias
+    if model.memory_weights:
+        z = z + q.memories() * (q.x[:, : len(ITEM_FEATURES)] @ np.array(model.memory_weights))
+    return np.asarray(z)
 
 
 # --------------------------------------------------------------------------- collect
@@ -95,6 +111,7 @@ async def collect(
                             ),
                             tuple(mapping.get(str(k[1]), "") for k in keys),
                             q.question,
+                            _memories(keys),
                         )
                     )
     return questions
@@ -109,6 +126,12 @@ async def _explain(harness: Any, user_id: str, query: str) -> dict[Any, tuple[fl
         QueryRequest(user_id=user_id, query=query, limit=50, min_score=0.0)
     )
     return trace.features
+
+
+def _memories(keys: Sequence[Any]) -> np.ndarray:
+    from app.repositories.search_index import Source
+
+    return np.array([k[0] is Source.MEMORY for k in keys], dtype=float)
 
 
 async def _collect_curated(harness: Any, data: dict[str, Any]) -> list[Question]:
@@ -147,6 +170,7 @@ async def _collect_curated(harness: Any, data: dict[str, Any]) -> list[Question]
                     np.array([key_of.get(str(k[1])) in answers for k in keys], dtype=float),
                     tuple(key_of.get(str(k[1]), "") for k in keys),
                     q["query"],
+                    _memories(keys),
                 )
             )
     return out
@@ -163,6 +187,7 @@ def save(questions: Sequence[Question], path: Path) -> None:
             "y": q.y.tolist(),
             "keys": list(q.keys),
             "query": q.query,
+            "memory": q.memories().tolist(),
         }
         for q in questions
     ]
@@ -171,7 +196,7 @@ def save(questions: Sequence[Question], path: Path) -> None:
 
 def load(path: Path) -> list[Question]:
     body = json.loads(path.read_text())
-    if body["features"] != list(FEATURES):
+    if body["features"] != list(FEATURES) or any("memory" not in r for r in body["questions"]):
         raise SystemExit(f"{path}: features {body['features']} != {list(FEATURES)}: collect again")
     return [
         Question(
@@ -183,6 +208,7 @@ def load(path: Path) -> list[Question]:
             np.array(r["y"], dtype=float),
             tuple(r.get("keys", ())),
             r.get("query", ""),
+            np.array(r["memory"], dtype=float),
         )
         for r in body["questions"]
     ]
@@ -211,6 +237,7 @@ def fit(
     l2: float = L2,
     objective: str = "listwise",
     query_features: bool = False,
+    memory_l2: float = MEMORY_L2,
 ) -> RelevanceModel:
     """The model: "pointwise" is a weighted logistic regression over candidates; "listwise"
     ranks first (a softmax over each question's candidates: the likelihood that the answers
@@ -221,18 +248,25 @@ def fit(
     cosine_z). Off by default: cosine_z depends on how many items a store has (the best of n
     cosines stands at most sqrt(n - 1) deviations above them), so a calibration fitted on
     stores of 40 and 600 items under-rates every answer of a store of six; their weights are
-    then 0."""
+    then 0.
+
+    `memory_l2` > 0 (listwise only): a curated memory's item features get weights of their own
+    (the shared ones plus `memory_weights`, penalised `memory_l2` times as much); the
+    calibration is shared, so both kinds land on one probability scale."""
     if objective == "pointwise":
         return _pointwise(questions, l2)
-    w = _listwise(questions, l2)
-    w[len(ITEM_FEATURES) :] = 0.0  # the same for every candidate: they cannot order them
+    n = len(ITEM_FEATURES)
+    kinds = memory_l2 > 0.0
+    expanded = [_with_memory(q) for q in questions] if kinds else list(questions)
+    w = _listwise(expanded, l2, memory_l2 if kinds else 1.0)
+    w[n : len(FEATURES)] = 0.0  # the same for every candidate: they cannot order them
     # Calibrated where the tool decides: on each question's first CALIBRATION_DEPTH candidates
     # (all candidates would teach it mostly that the hundredth one is not the answer).
     scored = []
-    for q in questions:
+    for q, e in zip(questions, expanded, strict=True):
         if not len(q.y):
             continue
-        s = q.x @ w
+        s = e.x @ w
         top = np.argsort(-s)[:CALIBRATION_DEPTH]
         columns = [s[top][:, None]]
         if query_features:
@@ -242,13 +276,24 @@ def fit(
     platt = _pointwise(scored, l2)
     a = platt.weights[0]
     query_weights = list(platt.weights[1:]) or [0.0] * (len(FEATURES) - len(ITEM_FEATURES))
-    weights = [a * v for v in w[: len(ITEM_FEATURES)]] + query_weights
-    return RelevanceModel("fitted", tuple(float(v) for v in weights), platt.bias)
+    weights = [a * v for v in w[:n]] + query_weights
+    memory = tuple(float(a * v) for v in w[len(FEATURES) :]) if kinds else ()
+    return RelevanceModel(
+        "fitted", tuple(float(v) for v in weights), platt.bias, memory_weights=memory
+    )
 
 
-def _listwise(questions: Sequence[Question], l2: float) -> np.ndarray:
+def _with_memory(q: Question) -> Question:
+    """`q` with the memory columns appended: the item features of its memories, 0 for turns."""
+    extra = q.memories()[:, None] * q.x[:, : len(ITEM_FEATURES)]
+    return Question(q.dataset, q.group, q.qid, q.shape, np.hstack([q.x, extra]), q.y)
+
+
+def _listwise(questions: Sequence[Question], l2: float, memory_l2: float = 1.0) -> np.ndarray:
     """argmin over w of the weighted sum over questions with an answer of
-    -log(sum_answers softmax(X w)) + l2/2 |w|^2, by damped Newton steps on its convex part."""
+    -log(sum_answers softmax(X w)) + l2/2 |w|^2, by damped Newton steps on its convex part.
+    Columns past FEATURES (the memory columns, `_with_memory`) are penalised `memory_l2` times
+    as much."""
     per_set: dict[str, int] = {}
     usable = [q for q in questions if len(q.y) and q.y.sum() > 0]
     for q in usable:
@@ -257,10 +302,11 @@ def _listwise(questions: Sequence[Question], l2: float) -> np.ndarray:
     weight = {q.qid: 1.0 / (per_set[q.dataset] * sets) for q in usable}
     d = usable[0].x.shape[1]
     w = np.zeros(d)
-    lam = l2 * 1e-3
+    lam = np.full(d, l2 * 1e-3)
+    lam[len(FEATURES) :] *= memory_l2
 
     def loss_grad_hess(w: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
-        loss, grad, hess = lam / 2 * w @ w, lam * w, lam * np.eye(d)
+        loss, grad, hess = float(lam @ (w * w)) / 2, lam * w, np.diag(lam)
         for q in usable:
             s = q.x @ w
             s = s - s.max()
@@ -320,13 +366,10 @@ def evaluate(
 ) -> dict[str, Any]:
     """Per set: AUC over candidates, first place right, and per threshold the share of
     answerable questions with an answer at or above it and of no-answer ones with anything."""
-    beta = np.array(model.weights)
     out: dict[str, Any] = {}
     for dataset in sorted({q.dataset for q in questions}):
         qs = [q for q in questions if q.dataset == dataset]
-        scores = [
-            1 / (1 + np.exp(-(q.x @ beta + model.bias))) if len(q.y) else np.zeros(0) for q in qs
-        ]
+        scores = [1 / (1 + np.exp(-logits(model, q))) if len(q.y) else np.zeros(0) for q in qs]
         answerable = [(q, s) for q, s in zip(qs, scores, strict=True) if q.y.sum() > 0]
         unanswerable = [(q, s) for q, s in zip(qs, scores, strict=True) if q.y.sum() == 0]
         allx = np.concatenate([s for _, s in answerable]) if answerable else np.zeros(0)
@@ -405,6 +448,7 @@ def cross_validate(
     thresholds: Sequence[float],
     objective: str,
     query_features: bool = False,
+    memory_l2: float = MEMORY_L2,
 ) -> tuple[dict[str, Any], list[Question]]:
     """Held-out figures: each group's questions scored by a model fitted without that group
     (and those scores, as one-column questions)."""
@@ -415,13 +459,12 @@ def cross_validate(
     for fold in range(FOLDS):
         train = [q for q in questions if fold_of[(q.dataset, q.group)] != fold]
         test = [q for q in questions if fold_of[(q.dataset, q.group)] == fold]
-        model = fit(train, l2, objective, query_features)
+        model = fit(train, l2, objective, query_features, memory_l2)
         held += [(model, q) for q in test]
     # score every held-out question with its own fold's model, then evaluate the union
     rescored = []
     for model, q in held:
-        z = q.x @ np.array(model.weights) + model.bias
-        z = np.where(evidence(q.x), z, -50.0)  # what the service drops: p ~ 0
+        z = np.where(evidence(q.x), logits(model, q), -50.0)  # what the service drops: p ~ 0
         rescored.append(Question(q.dataset, q.group, q.qid, q.shape, np.hstack([z[:, None]]), q.y))
     identity = RelevanceModel("cv", (1.0,), 0.0)
     return evaluate(identity, rescored, thresholds), rescored
@@ -460,7 +503,7 @@ def support_row(model: RelevanceModel, q: Question) -> np.ndarray | None:
     ok = evidence(q.x)
     if not ok.any():
         return None
-    z = np.where(ok, q.x @ np.array(model.weights) + model.bias, -np.inf)
+    z = np.where(ok, logits(model, q), -np.inf)
     top = q.x[int(np.argmax(z))]
     col = {name: i for i, name in enumerate(FEATURES)}
     row = np.array([top[col[name]] for name in SUPPORT_FEATURES])
@@ -601,6 +644,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="fit on features collected before (one or more dumps)",
     )
     parser.add_argument("--l2", type=float, default=L2)
+    parser.add_argument(
+        "--memory-l2",
+        type=float,
+        default=MEMORY_L2,
+        help="penalty factor of the memory-specific weights (0: one weight vector for all kinds)",
+    )
     parser.add_argument("--objective", choices=("listwise", "pointwise"), default="listwise")
     parser.add_argument(
         "--query-features",
@@ -619,9 +668,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.dump:
             save(questions, args.dump)
     thresholds = [round(0.01 * i, 2) for i in range(1, 60)]
-    model = fit(questions, args.l2, args.objective, args.query_features)
+    model = fit(questions, args.l2, args.objective, args.query_features, args.memory_l2)
     held_out, rescored = cross_validate(
-        questions, args.l2, thresholds, args.objective, args.query_features
+        questions, args.l2, thresholds, args.objective, args.query_features, args.memory_l2
     )
     if args.plot:
         support = support_held_out(model, questions, args.l2)
@@ -629,6 +678,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(support_report(questions, support))
     report = {
         "weights": dict(zip(FEATURES, model.weights, strict=True)),
+        "memory_weights": dict(zip(ITEM_FEATURES, model.memory_weights, strict=False)),
         "bias": model.bias,
         "held_out": held_out,
         "in_sample": evaluate(model, questions, thresholds),
@@ -648,12 +698,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             model.bias,
             floor,
             neutral_z,
+            model.memory_weights,
         )
         MODEL_PATH.write_text(
             final.to_json(
                 {
                     "fitted_by": "python -m eval.fit_relevance --write",
                     "l2": args.l2,
+                    "memory_l2": args.memory_l2,
                     "objective": args.objective,
                     "query_features": args.query_features,
                     "seed": SEED,

@@ -5,7 +5,11 @@ already return (no extra SQL): the cosine's gap to the question's best cosine, B
 of the ideal score, the same share over the question's words that are not names
 (app/retrieval/names.py), flags for a match on names alone and for an item that lacks the name
 the question asks about; plus two features of the question (its best cosine, and
-how far that stands above the other candidates) that only move the calibration. Fitted offline by
+how far that stands above the other candidates) that only move the calibration. A curated memory
+(source kind `memory`: a short fact someone saved) weighs the item features by its own vector
+(`memory_weights`, added to `weights`): it is different evidence from a dialogue turn. Both
+kinds share the bias and the calibration, so a store holding both ranks them on one scale.
+Fitted offline by
 `python -m eval.fit_relevance` (numpy, fixed data, cross-validated by user); the coefficients
 live in `relevance_model.json` beside this file and are loaded once. Pure.
 """
@@ -64,6 +68,12 @@ class RelevanceModel:
     # cosine_z of a question with fewer than MIN_SPREAD cosines, where a spread says nothing
     # (a store of one or two items): the mean cosine_z of the fitting questions.
     neutral_cosine_z: float = 0.0
+    # added to `weights` for a curated memory, over ITEM_FEATURES (empty: none). No bias of its
+    # own: the fitting sets never mix the kinds in one question, so nothing measures whether a
+    # memory is likelier than a turn to answer; the kinds differ only in how they weigh evidence
+    # (equal features with no evidence of difference, e.g. the best cosine and no keyword, give
+    # the same probability).
+    memory_weights: tuple[float, ...] = ()
 
     @property
     def gamma(self) -> float:
@@ -86,11 +96,16 @@ class RelevanceModel:
             return p**self.gamma
         return best**self.gamma * (p / best) ** exponent
 
-    def logit(self, x: Sequence[float]) -> float:
-        return self.bias + sum(w * v for w, v in zip(self.weights, x, strict=True))
+    def logit(self, x: Sequence[float], memory: bool = False) -> float:
+        z = self.bias + sum(w * v for w, v in zip(self.weights, x, strict=True))
+        if memory and self.memory_weights:
+            z += sum(
+                w * v for w, v in zip(self.memory_weights, x[: len(ITEM_FEATURES)], strict=True)
+            )
+        return z
 
-    def probability(self, x: Sequence[float]) -> float:
-        z = self.logit(x)
+    def probability(self, x: Sequence[float], memory: bool = False) -> float:
+        z = self.logit(x, memory)
         # clipped so the odds stay finite (the stages multiply odds)
         z = max(-30.0, min(30.0, z))
         return 1.0 / (1.0 + math.exp(-z))
@@ -103,6 +118,16 @@ class RelevanceModel:
             "bias": round(self.bias, 6),
             "floor_probability": round(self.floor_probability, 6),
             "neutral_cosine_z": round(self.neutral_cosine_z, 6),
+            **(
+                {
+                    "memory_weights": {
+                        name: round(w, 6)
+                        for name, w in zip(ITEM_FEATURES, self.memory_weights, strict=True)
+                    }
+                }
+                if self.memory_weights
+                else {}
+            ),
             **(extra or {}),
         }
         return json.dumps(body, indent=2) + "\n"
@@ -114,12 +139,16 @@ def parse_model(text: str) -> RelevanceModel:
     weights = body["weights"]
     if list(body.get("features", [])) != list(FEATURES) or set(weights) != set(FEATURES):
         raise ValueError(f"relevance model features {body.get('features')} != {list(FEATURES)}")
+    memory = body.get("memory_weights", {})
+    if memory and set(memory) != set(ITEM_FEATURES):
+        raise ValueError(f"relevance model memory_weights {sorted(memory)} != {ITEM_FEATURES}")
     return RelevanceModel(
         version=str(body["version"]),
         weights=tuple(float(weights[name]) for name in FEATURES),
         bias=float(body["bias"]),
         floor_probability=float(body.get("floor_probability", SPEC_FLOOR)),
         neutral_cosine_z=float(body.get("neutral_cosine_z", 0.0)),
+        memory_weights=tuple(float(memory[name]) for name in ITEM_FEATURES) if memory else (),
     )
 
 

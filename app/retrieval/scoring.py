@@ -69,13 +69,15 @@ def rank(
     plain: Mapping[K, float] | None = None,
     model: RelevanceModel | None = None,
     has_names: bool = False,
+    memories: Collection[K] = (),
 ) -> list[Ranked[K]]:
     """Fuse the two arms and calibrate; items with no signal at all are dropped.
 
     fusion "learned": the relevance model's probability is the relevance, and its odds the
     ranking score (the later stages multiply odds; `finalise` turns them back into the
     relevance the caller sees, so order and reported relevance agree). `plain` is the BM25 over
-    the question's non-name lexemes; `has_names`: the question names someone.
+    the question's non-name lexemes; `has_names`: the question names someone; `memories`: the
+    keys that are curated memories (the model weighs their evidence by its own vector).
 
     `expansion` (pseudo-relevance feedback BM25) adds `preset.prf_weight` of its score to the
     keyword arm's ranking score; the calibrated relevance stays the query's own.
@@ -111,6 +113,7 @@ def rank(
             plain or {},
             model or load_model(),
             has_names,
+            memories,
         )
     if expansion:
         keyword_scores = {
@@ -154,6 +157,7 @@ def _learned(
     plain: Mapping[K, float],
     model: RelevanceModel,
     has_names: bool,
+    memories: Collection[K] = (),
 ) -> list[Ranked[K]]:
     """The candidates with evidence of their own, scored by the relevance model (see `rank`).
 
@@ -175,7 +179,7 @@ def _learned(
             cosine = cosines.get(k, lowest)
             if cosine is not None and cosine <= preset.keyword_cosine_floor:
                 continue
-        p = model.probability(row)
+        p = model.probability(row, k in memories)
         results.append(
             Ranked(
                 key=k,

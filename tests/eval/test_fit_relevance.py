@@ -4,10 +4,11 @@ an answer at an operating point, and the choice of that point."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from app.retrieval.presets import DEFAULT
-from app.retrieval.relevance import FEATURES
-from eval.fit_relevance import Question, _kept, choose_floor, evidence, fit
+from app.retrieval.relevance import FEATURES, ITEM_FEATURES, RelevanceModel
+from eval.fit_relevance import Question, _kept, choose_floor, evidence, fit, logits
 
 
 def _row(cosine: float, best: float, plain: float = 0.0) -> list[float]:
@@ -64,3 +65,39 @@ def test_fit_calibrates_on_the_ranking_score_alone_by_default() -> None:
     assert model.weights[FEATURES.index("best_cosine")] == 0.0
     with_query = fit(questions, query_features=True)
     assert with_query.weights[FEATURES.index("cosine_z")] != 0.0
+
+
+def test_memories_get_their_own_weights_on_the_shared_calibration() -> None:
+    # turns: the answer is the keyword match; memories: the answer is the best cosine and the
+    # keyword match is incidental. One weight vector must compromise; per kind it need not.
+    rng = np.random.default_rng(29)
+    questions = []
+    for i in range(60):
+        memory = i % 2 == 0
+        cos = rng.uniform(0.1, 0.6, 8)
+        kw = np.zeros(8)
+        answer = int(np.argmax(cos)) if memory else int(rng.integers(8))
+        kw[answer if not memory else (answer + 1) % 8] = rng.uniform(0.3, 0.8)
+        x = np.array([_row(c, cos.max(), plain=k) for c, k in zip(cos, kw, strict=True)])
+        y = np.zeros(8)
+        y[answer] = 1.0
+        m = np.full(8, float(memory))
+        questions.append(
+            Question("curated" if memory else "locomo", f"g{i % 6}", f"q{i}", "x", x, y, memory=m)
+        )
+    shared = fit(questions, memory_l2=0.0)
+    assert shared.memory_weights == ()
+    kinds = fit(questions)
+    assert len(kinds.memory_weights) == len(ITEM_FEATURES)
+    kw = ITEM_FEATURES.index("keyword")
+    assert kinds.memory_weights[kw] < 0 < kinds.weights[kw]  # memories trust keywords less
+
+    def first(model: RelevanceModel) -> float:
+        return float(np.mean([q.y[np.argmax(logits(model, q))] for q in questions]))
+
+    assert first(kinds) > first(shared)
+    # the vectorised logits are RelevanceModel.logit
+    q = questions[0]
+    assert logits(kinds, q).tolist() == [
+        pytest.approx(kinds.logit(tuple(row), memory=True)) for row in q.x
+    ]

@@ -191,3 +191,66 @@ def test_newer_wins_a_near_tie_and_the_newest_keeps_its_odds() -> None:
     final = finalise(ranked, LEARNED.with_(recency_odds=0.25), ages, 0.0, _model())
     assert [r.key for r in final] == ["new", "old"]
     assert [r.relevance for r in final] == sorted((r.relevance for r in final), reverse=True)
+
+
+def test_a_memory_weighs_evidence_by_its_own_vector_on_the_shared_scale() -> None:
+    from app.retrieval.relevance import ITEM_FEATURES
+
+    memory = tuple(-2.0 if f == "keyword_top" else 0.0 for f in ITEM_FEATURES)
+    model = RelevanceModel("test", _model(keyword_top=3.0).weights, -1.0, memory_weights=memory)
+    x = [0.0] * len(FEATURES)
+    x[FEATURES.index("keyword_top")] = 1.0
+    assert model.logit(x) == pytest.approx(2.0)  # a turn: shared weights only
+    assert model.logit(x, memory=True) == pytest.approx(0.0)  # a memory: 3 - 2 on the feature
+    # no difference in evidence, no difference in probability: the kinds share bias and scale
+    none = [0.0] * len(FEATURES)
+    assert model.probability(none, memory=True) == model.probability(none)
+    # a store holding both: the memory and the turn come out of one ranking, ordered by the
+    # probability each reports
+    ranked = rank(
+        {("memory", 1): 2.0, ("message", 1): 2.0},
+        4.0,
+        {("memory", 1): 0.5, ("message", 1): 0.5, ("memory", 2): 0.45},
+        LEARNED,
+        plain={("memory", 1): 2.0, ("message", 1): 2.0},
+        model=RelevanceModel("test", _model(keyword_top=3.0, cosine_gap=10.0).weights, -1.0,
+                             memory_weights=memory),
+        memories={("memory", 1), ("memory", 2)},
+    )  # fmt: skip
+    assert [r.key for r in ranked] == [("message", 1), ("memory", 1), ("memory", 2)]
+    assert [r.relevance for r in ranked] == pytest.approx(
+        [1 / (1 + math.exp(-z)) for z in (2.0, 0.0, -1.5)]
+    )
+    # without `memories` every candidate is weighed as a turn
+    plain = rank(
+        {("memory", 1): 2.0}, 4.0, {("memory", 1): 0.5}, LEARNED,
+        plain={("memory", 1): 2.0}, model=model,
+    )  # fmt: skip
+    assert plain[0].relevance == pytest.approx(1 / (1 + math.exp(-2.0)))
+
+
+def test_memory_weights_round_trip_and_are_optional() -> None:
+    from app.retrieval.relevance import ITEM_FEATURES
+
+    memory = tuple(float(i) for i in range(len(ITEM_FEATURES)))
+    model = RelevanceModel("test", (0.5,) * len(FEATURES), -1.0, memory_weights=memory)
+    assert parse_model(model.to_json()).memory_weights == pytest.approx(memory)
+    older = RelevanceModel("test", (0.5,) * len(FEATURES), -1.0)
+    assert "memory_weights" not in older.to_json()
+    assert parse_model(older.to_json()).memory_weights == ()
+    body = model.to_json().replace('"keyword_top"', '"other"', 1)  # the memory block's name
+    with pytest.raises(ValueError):
+        parse_model(body)
+
+
+def test_the_committed_model_puts_a_memory_and_a_turn_on_one_scale() -> None:
+    # a mixed store (the normal product case): a memory and a turn that are equally the
+    # question's best cosine and share no word with it get the same probability, and a memory
+    # far below the best cosine does not outrank a turn at it, nor the other way round
+    model = load_model()
+    x = features({}, {}, 0.0, {"memory": 0.5, "turn": 0.5, "far": 0.2}, False)
+    assert model.probability(x["memory"], memory=True) == pytest.approx(
+        model.probability(x["turn"])
+    )
+    assert model.probability(x["far"], memory=True) < model.probability(x["turn"])
+    assert model.probability(x["far"]) < model.probability(x["memory"], memory=True)

@@ -291,6 +291,7 @@ def fuse(s: Scope, hits: ArmHits) -> list[Ranked[Key]]:
     return rank(
         k.scores, k.max_score, hits.cosines, s.preset, k.expansion,
         plain=k.plain, has_names=bool(query_names(s.query)),
+        memories={key for key in (*k.scores, *hits.cosines) if key[0] is Source.MEMORY},
     )  # fmt: skip
 
 
