@@ -46,7 +46,7 @@ L2 = 1.0  # on the summed (weighted) log-loss of a set of unit total weight per 
 # The memory-specific weights (RelevanceModel.memory_weights) are penalised MEMORY_L2 times as
 # much as the shared ones: they stay near the shared weights unless the curated set insists
 # (cross-validated by user and conversation, docs/retrieval.md). 0: no memory weights.
-MEMORY_L2 = 2.25
+MEMORY_L2 = 9.0
 
 
 @dataclass

@@ -281,6 +281,36 @@ async def test_sources_filter(make_client: Callable[..., Any], user_id: str, end
         assert await found(sources=["message", "memory"]) == await found()
 
 
+async def test_a_store_of_memories_and_turns_ranks_both_on_one_scale(
+    make_client: Callable[..., Any], user_id: str
+) -> None:
+    # The normal product case: a user with saved memories and a conversation. The model weighs
+    # a memory's evidence by its own weights (relevance_model.json's memory_weights): each
+    # kind must still win the question it answers, on the relevance both report.
+    async with make_client() as (client, app):
+        await store(app, user_id, STORE)
+        await add_messages(
+            client,
+            user_id,
+            [
+                "My brother finally got his pilot licence after two years of lessons",
+                "Tonight I repainted the spare bedroom a pale green",
+                "The boiler broke again so we called the plumber",
+            ],
+        )
+        for question, answer, kind in [
+            ("Which food do I react badly to?", "I am allergic to peanuts", "memory"),
+            ("Who in my family can fly a plane?", "pilot licence", "message"),
+            ("What colour is the guest room now?", "pale green", "message"),
+            ("Which computer do I work on?", "ThinkPad", "memory"),
+        ]:
+            body = await tool(client, user_id, query=question)
+            first = body["memories"][0]
+            assert answer in first["content"] and first["source"] == kind, (question, body)
+            scores = [m["relevance"] for m in body["memories"]]
+            assert scores == sorted(scores, reverse=True)
+
+
 # -- thresholds, limit, budget ------------------------------------------------------------------
 
 
