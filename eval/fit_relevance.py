@@ -129,7 +129,7 @@ async def _explain(harness: Any, user_id: str, query: str) -> dict[Any, tuple[fl
 
 
 def _memories(keys: Sequence[Any]) -> np.ndarray:
-    from app.repositories.search_index import Source
+    from app.services.query import Source
 
     return np.array([k[0] is Source.MEMORY for k in keys], dtype=float)
 
