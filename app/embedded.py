@@ -155,26 +155,22 @@ class EmbeddedPostgres:
     # -- state -----------------------------------------------------------------------------
     def postmaster(self) -> PostmasterInfo | None:
         """The running server described by postmaster.pid, or None if there is none alive."""
-        pid_file = self.pgdata / "postmaster.pid"
+        lines = self._pid_file_lines()
+        if len(lines) < 8 or not _pid_alive(int(lines[0])):
+            return None
+        return PostmasterInfo(int(lines[0]), Path(lines[4]), int(lines[3]), lines[7].strip())
+
+    def _pid_file_lines(self) -> list[str]:
+        """postmaster.pid's lines ([] when there is none)."""
         try:
-            lines = pid_file.read_text().splitlines()
+            return (self.pgdata / "postmaster.pid").read_text().splitlines()
         except FileNotFoundError:
-            return None
-        if len(lines) < 8:
-            return None
-        pid = int(lines[0])
-        if not _pid_alive(pid):
-            return None
-        return PostmasterInfo(pid, Path(lines[4]), int(lines[3]), lines[7].strip())
+            return []
 
     def crashed(self) -> bool:
         """A postmaster.pid whose postmaster is gone: it died without shutting down."""
-        pid_file = self.pgdata / "postmaster.pid"
-        try:
-            first = pid_file.read_text().split("\n", 1)[0].strip()
-        except FileNotFoundError:
-            return False
-        return first.isdigit() and not _pid_alive(int(first))
+        lines = self._pid_file_lines()
+        return bool(lines) and lines[0].strip().isdigit() and not _pid_alive(int(lines[0]))
 
     def is_running(self) -> bool:
         info = self.postmaster()
