@@ -8,8 +8,9 @@ one timed query through the service's QueryService.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -86,3 +87,26 @@ def echo_table(times: Mapping[str, list[float]]) -> None:
             f"{mode:{width}} {len(values):4d} {p['p50']:7.2f} {p['p95']:7.2f} {p['p99']:7.2f} "
             f"{p['mean']:7.2f}"
         )
+
+
+async def interleaved(
+    services: Mapping[str, QueryService],
+    sample: Sequence[BenchQuery],
+    *,
+    after_warm: Callable[[], Awaitable[None]] | None = None,
+    seed: int = 42,
+) -> AsyncIterator[tuple[BenchQuery, str, float, QueryResult]]:
+    """Each query through every mode in a seeded random order, twice; yields the second pass
+    (the first fills buffers and plan caches; `after_warm` runs between) as (query, mode, ms,
+    result)."""
+    rng = random.Random(seed)
+    for warm in (True, False):
+        if not warm and after_warm is not None:
+            await after_warm()
+        for query in sample:
+            modes = list(services)
+            rng.shuffle(modes)
+            for mode in modes:
+                elapsed, result = await timed_query(services[mode], query)
+                if not warm:
+                    yield query, mode, elapsed, result

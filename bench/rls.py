@@ -16,7 +16,6 @@ runs: indicative, not a benchmark result; compare the two columns of one run, no
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from pathlib import Path
 from typing import Annotated
@@ -31,7 +30,7 @@ from app.db import SET_LOCAL, create_engine, create_sessionmaker, set_local_para
 from app.roles import DEFAULT_APP_ROLE, with_user
 from app.runtime import query_config
 from app.services.query import QueryService
-from bench.inprocess import echo_table, prepared, timed_query
+from bench.inprocess import echo_table, interleaved, prepared
 from bench.options import ROOT, parse_size
 
 cli = typer.Typer(add_completion=False)
@@ -54,20 +53,13 @@ async def run(size: int, queries: int, out: Path, big_size: int) -> dict[str, li
         }
         times: dict[str, list[float]] = {mode: [] for mode in services}
         times["scope statement round trip"] = []
-        rng = random.Random(42)
         try:
-            for warm in (True, False):  # the first pass fills buffers and plan caches
-                for query in bench.sample:
-                    modes = list(services)
-                    rng.shuffle(modes)
-                    for mode in modes:
-                        elapsed, _ = await timed_query(services[mode], query)
-                        if not warm:
-                            times[mode].append(elapsed)
-                    if not warm:
-                        times["scope statement round trip"].append(
-                            await _scope_statement_ms(services["rls on"], query.user_id)
-                        )
+            async for query, mode, elapsed, _ in interleaved(services, bench.sample):
+                times[mode].append(elapsed)
+                if mode == "rls on":
+                    times["scope statement round trip"].append(
+                        await _scope_statement_ms(services["rls on"], query.user_id)
+                    )
         finally:
             for engine in engines.values():
                 await engine.dispose()

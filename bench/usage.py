@@ -11,7 +11,6 @@ up front. Wall times on a shared machine: compare the two columns of one run, no
 from __future__ import annotations
 
 import asyncio
-import random
 import time
 from pathlib import Path
 from typing import Annotated
@@ -27,7 +26,7 @@ from app.runtime import query_config
 from app.services.query import QueryService
 from app.services.usage import UsageRecorder
 from bench.drive import percentiles
-from bench.inprocess import echo_table, prepared, timed_query
+from bench.inprocess import echo_table, interleaved, prepared
 from bench.options import ROOT, parse_size
 
 cli = typer.Typer(add_completion=False)
@@ -60,21 +59,18 @@ async def run(
         }
         times: dict[str, list[float]] = {mode: [] for mode in services}
         stamped = 0
-        rng = random.Random(42)
+
+        async def settle() -> None:  # the warm pass's flushes are not measured
+            await recorder.drain()
+            recorder.flushes = []
+
         try:
-            for warm in (True, False):  # the first pass fills buffers and plan caches
-                for query in bench.sample:
-                    modes = list(services)
-                    rng.shuffle(modes)
-                    for mode in modes:
-                        elapsed, result = await timed_query(services[mode], query)
-                        if not warm:
-                            times[mode].append(elapsed)
-                            if mode == "usage on":
-                                stamped += sum(1 for i in result.items if i.source_kind == "memory")
-                if warm:
-                    await recorder.drain()
-                    recorder.flushes = []
+            async for _, mode, elapsed, result in interleaved(
+                services, bench.sample, after_warm=settle
+            ):
+                times[mode].append(elapsed)
+                if mode == "usage on":
+                    stamped += sum(1 for i in result.items if i.source_kind == "memory")
             await recorder.drain()
         finally:
             await engine.dispose()
