@@ -18,6 +18,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.adapters.embedder import LOCAL_DIMENSION, LOCAL_MODEL_ID, LOCAL_MODELS
+
 _ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
@@ -46,8 +48,7 @@ class LogFormat(StrEnum):
     JSON = "json"
 
 
-LOCAL_MODEL = "all-MiniLM-L6-v2-onnx-int8"
-LOCAL_DIMENSION = 384
+LOCAL_MODEL = LOCAL_MODEL_ID
 
 
 class Settings(BaseSettings):
@@ -283,11 +284,11 @@ class Settings(BaseSettings):
     def _check_embedder(self) -> Settings:
         local = self.embedding_provider is EmbeddingProvider.LOCAL
         if local and (
-            self.embedding_model != LOCAL_MODEL or self.embedding_dimension != LOCAL_DIMENSION
+            self.embedding_model not in LOCAL_MODELS or self.embedding_dimension != LOCAL_DIMENSION
         ):
             raise ValueError(
                 "PGRECALL_EMBEDDING_MODEL/PGRECALL_EMBEDDING_DIMENSION: the local provider "
-                f"serves only {LOCAL_MODEL} with dimension {LOCAL_DIMENSION}"
+                f"serves {' or '.join(LOCAL_MODELS)}, with dimension {LOCAL_DIMENSION}"
             )
         return self
 
