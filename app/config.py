@@ -78,9 +78,11 @@ class Settings(BaseSettings):
     embedding_model: str = LOCAL_MODEL
     embedding_dimension: Annotated[int, Field(ge=8, le=4096)] = LOCAL_DIMENSION
     embedding_timeout_s: Annotated[float, Field(gt=0, le=120)] = 10.0
-    # 2 onnxruntime threads (without spinning): the query embedding in half the time for about
-    # the same CPU per request on a 2-core machine (docs/performance.md, the embedder's cost).
-    embedding_threads: Annotated[int, Field(ge=1, le=64)] = 2
+    # onnxruntime threads per inference (more than one never spin). 1: with the int8-arithmetic
+    # model a short query takes ~3 ms on one thread, and a second thread cost CPU without
+    # lowering the latency (docs/performance.md, "Int8 arithmetic"); the float graph gained
+    # latency from 2.
+    embedding_threads: Annotated[int, Field(ge=1, le=64)] = 1
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
 
