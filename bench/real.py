@@ -275,7 +275,13 @@ async def passage_counts(dsn: str) -> dict[str, int]:
 async def settle(dsn: str) -> None:
     conn = await asyncpg.connect(dsn)
     try:
-        for table in ("memory_items", "messages", "conversations", "search_postings"):
+        for table in (
+            "memory_items",
+            "messages",
+            "message_passages",
+            "conversations",
+            "search_postings",
+        ):
             await conn.execute(f"VACUUM (ANALYZE) {table}")
         await conn.execute("ANALYZE search_stats")
     finally:
