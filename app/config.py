@@ -18,6 +18,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from app.adapters.local_models import OPTIONAL_LOCAL_MODELS, default_models_dir
+
 _ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
 
@@ -80,6 +82,8 @@ class Settings(BaseSettings):
     # 2 onnxruntime threads (without spinning): the query embedding in half the time for about
     # the same CPU per request on a 2-core machine (docs/performance.md, the embedder's cost).
     embedding_threads: Annotated[int, Field(ge=1, le=64)] = 2
+    # Optional local models (all-mpnet-base-v2): installed here by `make model-mpnet`.
+    models_dir: Path = Field(default_factory=default_models_dir)
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
 
@@ -282,12 +286,14 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _check_embedder(self) -> Settings:
         local = self.embedding_provider is EmbeddingProvider.LOCAL
-        if local and (
-            self.embedding_model != LOCAL_MODEL or self.embedding_dimension != LOCAL_DIMENSION
-        ):
+        dimensions = {LOCAL_MODEL: LOCAL_DIMENSION} | {
+            name: spec.dimension for name, spec in OPTIONAL_LOCAL_MODELS.items()
+        }
+        if local and dimensions.get(self.embedding_model) != self.embedding_dimension:
+            served = ", ".join(f"{name} (dimension {dim})" for name, dim in dimensions.items())
             raise ValueError(
                 "PGRECALL_EMBEDDING_MODEL/PGRECALL_EMBEDDING_DIMENSION: the local provider "
-                f"serves only {LOCAL_MODEL} with dimension {LOCAL_DIMENSION}"
+                f"serves {served}"
             )
         return self
 

@@ -87,6 +87,7 @@ def embedder_from_settings(settings: Settings) -> Embedder:
         api_key=settings.openai_api_key.get_secret_value() if settings.openai_api_key else None,
         timeout_s=settings.embedding_timeout_s,
         threads=settings.embedding_threads,
+        models_dir=settings.models_dir,
     )
 
 
