@@ -72,16 +72,26 @@ def default_models_dir() -> Path:
     return Path(cache) / "pgrecall" / "models"
 
 
+def not_installed(spec: LocalModelSpec, models_dir: Path) -> str | None:
+    """Why the model cannot load, without reading its files (`pgrecall serve`'s preflight);
+    None when its install completed (the installer writes the manifest last)."""
+    directory = models_dir / spec.directory
+    if (directory / "manifest.json").is_file():
+        return None
+    return (
+        f"local embedding model {spec.name} is not installed in {directory}: run "
+        f"`{spec.install}` (PGRECALL_MODELS_DIR names another models directory)"
+    )
+
+
 def installed_files(spec: LocalModelSpec, models_dir: Path) -> tuple[Path, Path]:
     """The graph and tokenizer of an installed model, checked against the install's manifest
     (and the tokenizer against its pinned sha256); LocalModelMissingError when absent."""
     directory = models_dir / spec.directory
     manifest_path = directory / "manifest.json"
-    if not manifest_path.is_file():
-        raise LocalModelMissingError(
-            f"local embedding model {spec.name} is not installed in {directory}: run "
-            f"`{spec.install}` (PGRECALL_MODELS_DIR names another models directory)"
-        )
+    missing = not_installed(spec, models_dir)
+    if missing is not None:
+        raise LocalModelMissingError(missing)
     try:
         recorded: dict[str, str] = json.loads(manifest_path.read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError) as exc:

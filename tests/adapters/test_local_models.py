@@ -22,6 +22,7 @@ from app.adapters.local_models import (
     default_models_dir,
 )
 from app.config import SettingsError, load_settings
+from app.doctor.checks import check_embedder, check_local_model_installed
 from app.errors import EmbeddingError, LocalModelMissingError
 
 
@@ -89,9 +90,7 @@ def test_the_registry_is_mpnet_with_mean_pooling_settings() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONAL_LOCAL_MODELS))
-def test_a_model_that_is_not_installed_names_the_install_command(
-    name: str, tmp_path: Path
-) -> None:
+def test_a_model_that_is_not_installed_names_the_install_command(name: str, tmp_path: Path) -> None:
     with pytest.raises(LocalModelMissingError) as caught:
         build_embedder("local", model=name, dimension=768, models_dir=tmp_path)
     message = caught.value.message
@@ -197,3 +196,24 @@ async def test_int8_runs_one_text_per_inference_and_stays_close_to_fp32(
     np.testing.assert_array_equal(batch[1], mpnet_int8.embed_sync([TEXTS[1]])[0])
     cosines = (batch * mpnet.embed_sync(TEXTS)).sum(axis=1)
     assert cosines.min() > 0.97, cosines
+
+
+# -- serve's preflight and doctor ---------------------------------------------------------------
+
+
+async def test_serve_and_doctor_name_the_install_command_when_not_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PGRECALL_EMBEDDING_MODEL", "all-mpnet-base-v2-int8")
+    monkeypatch.setenv("PGRECALL_EMBEDDING_DIMENSION", "768")
+    monkeypatch.setenv("PGRECALL_MODELS_DIR", str(tmp_path))
+    settings = load_settings()
+    preflight = check_local_model_installed(settings)  # what `pgrecall serve` prints and exits on
+    doctor = await check_embedder(settings)
+    for check in (preflight, doctor):
+        assert not check.ok and "make model-mpnet" in check.message, check
+    assert "all-mpnet-base-v2-int8 is not installed" in preflight.message
+    # The default model needs no install.
+    assert check_local_model_installed(
+        load_settings(embedding_model="all-MiniLM-L6-v2-onnx-int8", embedding_dimension=384)
+    ).ok
