@@ -17,8 +17,8 @@ from typing import Annotated
 
 import typer
 
-from app.adapters.embedder import LOCAL_MODEL_ID, build_embedder
-from app.adapters.local_models import OPTIONAL_LOCAL_MODELS
+from app.adapters.embedder import LOCAL_MODEL_ID, LocalEmbedder
+from app.adapters.local_models import OPTIONAL_LOCAL_MODELS, OnnxSentenceEmbedder
 from app.config import load_settings
 from app.errors import LocalModelMissingError
 from bench.drive import percentiles
@@ -31,15 +31,13 @@ def main(
     turns: Annotated[int, typer.Option(help="dialogue turns per bulk call")] = 256,
 ) -> None:
     settings = load_settings()
-    embedders = {}
-    for name in (LOCAL_MODEL_ID, *OPTIONAL_LOCAL_MODELS):
+    embedders: dict[str, LocalEmbedder | OnnxSentenceEmbedder] = {
+        LOCAL_MODEL_ID: LocalEmbedder(threads=settings.embedding_threads)
+    }
+    for name, spec in OPTIONAL_LOCAL_MODELS.items():
         try:
-            embedders[name] = build_embedder(
-                "local",
-                model=name,
-                dimension=0,  # unused by local models
-                threads=settings.embedding_threads,
-                models_dir=settings.models_dir,
+            embedders[name] = OnnxSentenceEmbedder(
+                spec, settings.models_dir, threads=settings.embedding_threads
             )
         except LocalModelMissingError as exc:
             typer.echo(f"skipped {name}: {exc.message}")
@@ -49,11 +47,11 @@ def main(
     cpu: dict[str, float] = dict.fromkeys(embedders, 0.0)
     names = list(embedders)
     for name in names:  # warm-up
-        embedders[name].embed_sync(texts[:3])  # type: ignore[attr-defined]
+        embedders[name].embed_sync(texts[:3])
     for i, text in enumerate(texts):
         for name in names[i % len(names) :] + names[: i % len(names)]:
             c0, t0 = time.process_time(), time.perf_counter()
-            embedders[name].embed_sync([text])  # type: ignore[attr-defined]
+            embedders[name].embed_sync([text])
             wall[name].append((time.perf_counter() - t0) * 1000)
             cpu[name] += time.process_time() - c0
     bulk_texts = [t.content for c in conversations for t in c.turns][:turns]
@@ -61,7 +59,7 @@ def main(
     for i in range(3):
         for name in names[i % len(names) :] + names[: i % len(names)]:
             t0 = time.perf_counter()
-            embedders[name].embed_sync(bulk_texts)  # type: ignore[attr-defined]
+            embedders[name].embed_sync(bulk_texts)
             bulk[name].append((time.perf_counter() - t0) * 1000 / len(bulk_texts))
     typer.echo(
         f"{len(texts)} queries each, {settings.embedding_threads} threads, "

@@ -227,16 +227,9 @@ def build_embedder(
     api_key: str | None = None,
     timeout_s: float = 10.0,
     threads: int = 1,
-    models_dir: Path | None = None,
 ) -> Embedder:
     """The embedder named by settings."""
     if provider == "local":
-        from app.adapters import local_models  # it imports this module's helpers
-
-        if model in local_models.OPTIONAL_LOCAL_MODELS:
-            spec = local_models.OPTIONAL_LOCAL_MODELS[model]
-            directory = models_dir or local_models.default_models_dir()
-            return local_models.OnnxSentenceEmbedder(spec, directory, threads=threads)
         return LocalEmbedder(threads=threads)
     return OpenAIEmbedder(
         model=model, dimension=dimension, base_url=base_url, api_key=api_key, timeout_s=timeout_s

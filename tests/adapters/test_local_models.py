@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from app.adapters.embed_scheduler import LOCAL_SLOTS, EmbedScheduler
-from app.adapters.embedder import LocalEmbedder, build_embedder
+from app.adapters.embedder import LocalEmbedder
 from app.adapters.local_models import (
     MPNET,
     MPNET_INT8,
@@ -24,6 +24,7 @@ from app.adapters.local_models import (
 from app.config import SettingsError, load_settings
 from app.doctor.checks import check_embedder, check_local_model_installed
 from app.errors import EmbeddingError, LocalModelMissingError
+from app.runtime import embedder_from_settings
 
 
 @pytest.fixture(autouse=True)
@@ -91,8 +92,9 @@ def test_the_registry_is_mpnet_with_mean_pooling_settings() -> None:
 
 @pytest.mark.parametrize("name", sorted(OPTIONAL_LOCAL_MODELS))
 def test_a_model_that_is_not_installed_names_the_install_command(name: str, tmp_path: Path) -> None:
+    settings = load_settings(embedding_model=name, embedding_dimension=768, models_dir=tmp_path)
     with pytest.raises(LocalModelMissingError) as caught:
-        build_embedder("local", model=name, dimension=768, models_dir=tmp_path)
+        embedder_from_settings(settings)
     message = caught.value.message
     assert f"{name} is not installed in {tmp_path / 'all-mpnet-base-v2'}" in message
     assert "make model-mpnet" in message and "PGRECALL_MODELS_DIR" in message
@@ -100,10 +102,8 @@ def test_a_model_that_is_not_installed_names_the_install_command(name: str, tmp_
     assert isinstance(caught.value, EmbeddingError) and caught.value.status_code == 503
 
 
-def test_the_default_local_model_ignores_the_models_dir(tmp_path: Path) -> None:
-    built = build_embedder(
-        "local", model="all-MiniLM-L6-v2-onnx-int8", dimension=384, models_dir=tmp_path
-    )
+def test_the_default_local_model_needs_no_models_dir(tmp_path: Path) -> None:
+    built = embedder_from_settings(load_settings(models_dir=tmp_path / "absent"))
     assert isinstance(built, LocalEmbedder)
 
 
