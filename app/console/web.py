@@ -72,14 +72,14 @@ class ConsoleConfig:
     mlflow_tracking_uri: str
 
 
-def config_of(request: Request) -> ConsoleConfig:
+async def config_of(request: Request) -> ConsoleConfig:
     return request.app.state.console  # type: ignore[no-any-return]
 
 
 ConfigDep = Annotated[ConsoleConfig, Depends(config_of)]
 
 
-def resources_of(request: Request) -> Resources:
+async def resources_of(request: Request) -> Resources:
     """The process's resources (app.runtime), which the app's lifespan opened."""
     return request.app.state.resources  # type: ignore[no-any-return]
 

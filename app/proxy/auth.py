@@ -31,7 +31,7 @@ def get_resources(request: Request) -> Resources:
 ResourcesDep = Annotated[Resources, Depends(get_resources)]
 
 
-def get_upstream(request: Request) -> ChatUpstream:
+async def get_upstream(request: Request) -> ChatUpstream:
     return request.app.state.chat_upstream  # type: ignore[no-any-return]
 
 

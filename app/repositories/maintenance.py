@@ -215,6 +215,16 @@ class MaintenanceRepository:
         sql = text(f"SELECT embedding_model, count(*) FROM {table} GROUP BY embedding_model")
         return {m: int(n) for m, n in (await self.session.execute(sql)).all()}
 
+    async def models_sampled(self, table: Table, rows: int) -> set[str]:
+        """The embedding models of the table's first `rows` rows in storage order: a bounded
+        read (no scan of a big table). Rows rewritten by a re-embed move to the end of the heap,
+        so rows still on an older model are among the first ones."""
+        sql = text(
+            f"SELECT DISTINCT embedding_model FROM (SELECT embedding_model FROM {table} "
+            "LIMIT :rows) AS first_rows WHERE embedding_model IS NOT NULL"
+        )
+        return {str(m) for m in (await self.session.execute(sql, {"rows": rows})).scalars()}
+
     async def stale_batch(
         self, table: Table, model: str, after: uuid.UUID | None, limit: int
     ) -> list[StaleRow]:

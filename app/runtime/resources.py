@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.adapters.cache import Cache
@@ -21,6 +22,7 @@ from app.runtime.query import query_config
 from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig, QueryService
+from app.services.reembed import other_models
 from app.services.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
@@ -82,10 +84,8 @@ def query_service(resources: Resources) -> QueryService:
 def embedder_from_settings(settings: Settings) -> Embedder:
     optional = OPTIONAL_LOCAL_MODELS.get(settings.embedding_model)
     if settings.embedding_provider is EmbeddingProvider.LOCAL and optional is not None:
-        # An opt-in local model (`make model-mpnet`), read from the models directory.
-        return OnnxSentenceEmbedder(
-            optional, settings.models_dir, threads=settings.embedding_threads
-        )
+        # An opt-in local model (`make model-mpnet`), read from the model cache directory.
+        return OnnxSentenceEmbedder(optional, threads=settings.embedding_threads)
     return build_embedder(
         settings.embedding_provider.value,
         model=settings.embedding_model,
@@ -132,6 +132,26 @@ def resources_from(
     )
 
 
+async def warn_of_other_models(sessionmaker: async_sessionmaker[AsyncSession], model: str) -> None:
+    """One log line at start-up when stored vectors come from another embedding model (an
+    upgrade that changed the default model, or a changed setting): until `pgrecall reembed`
+    moves them, those rows are found by their keywords only."""
+    try:
+        found = await other_models(sessionmaker, model)
+    except (SQLAlchemyError, OSError) as exc:  # serving starts anyway; /ready reports the DB
+        log.warning("could not check the stored vectors' models at start: %s", type(exc).__name__)
+        return
+    if found:
+        where = "; ".join(f"{table}: {', '.join(sorted(m))}" for table, m in found.items())
+        log.warning(
+            "stored vectors of another embedding model (%s); the service embeds with %s and "
+            "never compares the two, so those rows are found by keywords only until "
+            "`pgrecall reembed` moves them (resumable)",
+            where,
+            model,
+        )
+
+
 @asynccontextmanager
 async def open_resources(
     settings: Settings, *, embedder: Embedder | None = None
@@ -162,6 +182,7 @@ async def open_resources(
             log.warning("no PGRECALL_API_KEY: authentication is off (listening on loopback only)")
         embeddings = EmbeddingService(the_embedder, cache if cache.enabled else None)
         resources = resources_from(settings, create_sessionmaker(engine), embeddings, cache)
+        await warn_of_other_models(resources.sessionmaker, the_embedder.model)
         yield resources
     finally:
         if resources is not None and resources.usage is not None:

@@ -68,6 +68,27 @@ class ReembedReport:
         return f"{head}; " + "; ".join(parts) + made + f"; {self.elapsed_s:.1f} s"
 
 
+# Rows per table the start-up looks at: a few pages, whatever the store's size.
+SAMPLED_ROWS = 1000
+
+
+async def other_models(
+    sessionmaker: async_sessionmaker[AsyncSession], model: str, rows: int = SAMPLED_ROWS
+) -> dict[Table, set[str]]:
+    """Embedding models other than `model` among each table's first rows (see
+    `MaintenanceRepository.models_sampled`): a store written by another model, or one whose
+    re-embedding has not finished. Queries never compare vectors of two models, so such rows
+    are found by keywords only until `pgrecall reembed` moves them."""
+    found: dict[Table, set[str]] = {}
+    async with admin_sessions(sessionmaker, "start-up model check")() as session:
+        repo = MaintenanceRepository(session)
+        for table in TABLES:
+            others = await repo.models_sampled(table, rows) - {model}
+            if others:
+                found[table] = others
+    return found
+
+
 async def reembed(
     sessionmaker: async_sessionmaker[AsyncSession],
     embeddings: EmbeddingService,

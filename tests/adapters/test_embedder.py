@@ -17,8 +17,11 @@ import numpy as np
 import pytest
 
 from app.adapters import embedder as embedder_module
+from app.adapters import quantized_model
 from app.adapters.embedder import (
+    FLOAT_MODEL_ID,
     LOCAL_DIMENSION,
+    LOCAL_MODEL_ID,
     LocalEmbedder,
     OpenAIEmbedder,
     build_embedder,
@@ -50,7 +53,7 @@ async def test_unit_norm_and_shape(embedder: LocalEmbedder) -> None:
     assert vectors.shape == (3, LOCAL_DIMENSION)
     assert vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
-    assert embedder.model == "all-MiniLM-L6-v2-onnx-int8"
+    assert embedder.model == LOCAL_MODEL_ID == "all-MiniLM-L6-v2-onnx-dq8"
     assert (await embedder.embed([])).shape == (0, LOCAL_DIMENSION)
 
 
@@ -89,9 +92,53 @@ def test_tampered_files_fail_sha256(
         LocalEmbedder()
 
 
-def test_build_embedder_local() -> None:
-    built = build_embedder("local", model="all-MiniLM-L6-v2-onnx-int8", dimension=LOCAL_DIMENSION)
+@pytest.mark.parametrize("model", [LOCAL_MODEL_ID, FLOAT_MODEL_ID])
+def test_build_embedder_local(model: str) -> None:
+    built = build_embedder("local", model=model, dimension=LOCAL_DIMENSION)
     assert isinstance(built, LocalEmbedder)
+    assert built.model == model
+
+
+def test_unknown_local_model_is_refused() -> None:
+    with pytest.raises(EmbeddingError, match="unknown local model"):
+        LocalEmbedder(model="all-MiniLM-L12-v2")
+
+
+def test_int8_graph_stays_close_to_the_float_one(embedder: LocalEmbedder) -> None:
+    # The default runs int8 arithmetic; the earlier graph (float arithmetic) is kept by name.
+    # Same model, different arithmetic: close vectors, and the same neighbours.
+    texts = [
+        "I prefer uv over pip for Python projects",
+        "which package manager should I use?",
+        "My sister is a nurse in Leeds",
+        "The lease on the car ends in March",
+    ]
+    float_model = LocalEmbedder(model=FLOAT_MODEL_ID)
+    assert float_model.model == FLOAT_MODEL_ID
+    ours, theirs = embedder.embed_sync(texts), float_model.embed_sync(texts)
+    assert np.all(np.sum(ours * theirs, axis=1) > 0.98)
+    assert not np.array_equal(ours, theirs)  # really two graphs
+    np.testing.assert_allclose(ours @ ours.T, theirs @ theirs.T, atol=0.03)
+
+
+def test_int8_graph_is_built_once_and_checked(tmp_path: Path) -> None:
+    source, _ = local_model_files()
+    first = quantized_model.dynamic_int8_model(source, tmp_path)
+    (cached,) = tmp_path.iterdir()
+    assert quantized_model.sha256_of(first) == quantized_model.DYNAMIC_INT8_SHA256
+    assert cached.read_bytes() == first
+    # A corrupt cache is rebuilt, not used.
+    cached.write_bytes(b"not a model")
+    assert quantized_model.dynamic_int8_model(source, tmp_path) == first
+    assert cached.read_bytes() == first
+
+
+def test_int8_graph_without_a_writable_cache(tmp_path: Path) -> None:
+    source, _ = local_model_files()
+    blocked = tmp_path / "file"
+    blocked.write_text("a file where the cache directory would be")
+    data = quantized_model.dynamic_int8_model(source, blocked / "models")
+    assert quantized_model.sha256_of(data) == quantized_model.DYNAMIC_INT8_SHA256
 
 
 # -- OpenAI-compatible endpoint ---------------------------------------------------------------

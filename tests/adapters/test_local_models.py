@@ -13,14 +13,13 @@ import numpy as np
 import pytest
 
 from app.adapters.embed_scheduler import LOCAL_SLOTS, EmbedScheduler
-from app.adapters.embedder import LocalEmbedder
 from app.adapters.local_models import (
     MPNET,
     MPNET_INT8,
     OPTIONAL_LOCAL_MODELS,
     OnnxSentenceEmbedder,
-    default_models_dir,
 )
+from app.adapters.quantized_model import default_cache_dir
 from app.config import SettingsError, load_settings
 from app.doctor.checks import check_embedder, check_local_model_installed
 from app.errors import EmbeddingError, LocalModelMissingError
@@ -30,7 +29,7 @@ from app.runtime import embedder_from_settings
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
-        if name.startswith("PGRECALL_EMBEDDING") or name == "PGRECALL_MODELS_DIR":
+        if name.startswith("PGRECALL_EMBEDDING"):
             monkeypatch.delenv(name)
 
 
@@ -65,18 +64,8 @@ def test_a_local_model_with_another_dimension_or_unknown_is_rejected(
     message = str(caught.value)
     assert "PGRECALL_EMBEDDING_MODEL" in message
     # It lists what the local provider serves.
-    assert "all-MiniLM-L6-v2-onnx-int8 (dimension 384)" in message
+    assert "all-MiniLM-L6-v2-onnx-dq8 (dimension 384)" in message
     assert "all-mpnet-base-v2 (dimension 768)" in message
-
-
-def test_models_dir_defaults_to_the_cache_and_reads_the_environment(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    assert default_models_dir() == tmp_path / "cache" / "pgrecall" / "models"
-    assert load_settings().models_dir == tmp_path / "cache" / "pgrecall" / "models"
-    monkeypatch.setenv("PGRECALL_MODELS_DIR", str(tmp_path / "mine"))
-    assert load_settings().models_dir == tmp_path / "mine"
 
 
 def test_the_registry_is_mpnet_with_mean_pooling_settings() -> None:
@@ -91,20 +80,19 @@ def test_the_registry_is_mpnet_with_mean_pooling_settings() -> None:
 
 
 @pytest.mark.parametrize("name", sorted(OPTIONAL_LOCAL_MODELS))
-def test_a_model_that_is_not_installed_names_the_install_command(name: str, tmp_path: Path) -> None:
-    settings = load_settings(embedding_model=name, embedding_dimension=768, models_dir=tmp_path)
+def test_a_model_that_is_not_installed_names_the_install_command(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The installer's and the service's directory: the model cache (PGRECALL_MODEL_CACHE).
+    monkeypatch.setenv("PGRECALL_MODEL_CACHE", str(tmp_path))
+    settings = load_settings(embedding_model=name, embedding_dimension=768)
     with pytest.raises(LocalModelMissingError) as caught:
         embedder_from_settings(settings)
     message = caught.value.message
     assert f"{name} is not installed in {tmp_path / 'all-mpnet-base-v2'}" in message
-    assert "make model-mpnet" in message and "PGRECALL_MODELS_DIR" in message
+    assert "make model-mpnet" in message and "PGRECALL_MODEL_CACHE" in message
     # One hierarchy: the service reports it as the embedder's failure (503).
     assert isinstance(caught.value, EmbeddingError) and caught.value.status_code == 503
-
-
-def test_the_default_local_model_needs_no_models_dir(tmp_path: Path) -> None:
-    built = embedder_from_settings(load_settings(models_dir=tmp_path / "absent"))
-    assert isinstance(built, LocalEmbedder)
 
 
 def _fake_install(directory: Path, tokenizer: bytes, graph: bytes) -> None:
@@ -141,7 +129,7 @@ def test_an_unreadable_manifest_is_refused(tmp_path: Path) -> None:
 
 # -- the installed model (skipped unless installed) ---------------------------------------------
 
-INSTALLED = default_models_dir() / "all-mpnet-base-v2" / "manifest.json"
+INSTALLED = default_cache_dir() / "all-mpnet-base-v2" / "manifest.json"
 needs_mpnet = pytest.mark.skipif(
     not INSTALLED.is_file(),
     reason=f"all-mpnet-base-v2 is not installed ({INSTALLED} missing): `make model-mpnet`",
@@ -150,12 +138,12 @@ needs_mpnet = pytest.mark.skipif(
 
 @pytest.fixture(scope="module")
 def mpnet() -> OnnxSentenceEmbedder:
-    return OnnxSentenceEmbedder(MPNET, default_models_dir(), threads=1)
+    return OnnxSentenceEmbedder(MPNET, threads=1)
 
 
 @pytest.fixture(scope="module")
 def mpnet_int8() -> OnnxSentenceEmbedder:
-    return OnnxSentenceEmbedder(MPNET_INT8, default_models_dir(), threads=1)
+    return OnnxSentenceEmbedder(MPNET_INT8, threads=1)
 
 
 TEXTS = [
@@ -206,7 +194,7 @@ async def test_serve_and_doctor_name_the_install_command_when_not_installed(
 ) -> None:
     monkeypatch.setenv("PGRECALL_EMBEDDING_MODEL", "all-mpnet-base-v2-int8")
     monkeypatch.setenv("PGRECALL_EMBEDDING_DIMENSION", "768")
-    monkeypatch.setenv("PGRECALL_MODELS_DIR", str(tmp_path))
+    monkeypatch.setenv("PGRECALL_MODEL_CACHE", str(tmp_path))
     settings = load_settings()
     preflight = check_local_model_installed(settings)  # what `pgrecall serve` prints and exits on
     doctor = await check_embedder(settings)

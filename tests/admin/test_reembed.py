@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import uuid
 from typing import Any
 
@@ -14,11 +15,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.adapters.embedder import LocalEmbedder
 from app.errors import EmbeddingError
 from app.repositories.maintenance import MaintenanceRepository, StaleRow
+from app.runtime.resources import warn_of_other_models
 from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService
 from app.services.memory import MemoryInput, MemoryService, content_hash
-from app.services.reembed import ReembedError, reembed
+from app.services.reembed import ReembedError, other_models, reembed
 from app.services.reindex import reindex_users
 from tests.admin.fakes import FakeEmbedder, fake_vector
 
@@ -81,7 +83,7 @@ class _Narrow:
 
 
 async def test_interrupted_reembed_resumes_and_finishes(
-    private_sessions: Sessions, embedder: LocalEmbedder
+    private_sessions: Sessions, embedder: LocalEmbedder, caplog: pytest.LogCaptureFixture
 ) -> None:
     users = [f"user-{uuid.uuid4()}" for _ in range(2)]
     await _store_with_local_model(private_sessions, embedder, users)
@@ -91,6 +93,20 @@ async def test_interrupted_reembed_resumes_and_finishes(
         ("memory_items", local): 60,
         ("messages", local): 20,
     }
+
+    # The start-up's check: nothing to say on the store's own model, the tables on another.
+    assert await other_models(private_sessions, local) == {}
+    assert await other_models(private_sessions, FAKE) == {
+        "memory_items": {local},
+        "messages": {local},
+    }
+    with caplog.at_level(logging.WARNING, logger="app.runtime.resources"):
+        await warn_of_other_models(private_sessions, local)
+        assert not caplog.records
+        await warn_of_other_models(private_sessions, FAKE)
+    (warning,) = caplog.records
+    assert f"memory_items: {local}; messages: {local}" in warning.getMessage()
+    assert "pgrecall reembed" in warning.getMessage()
 
     counted = await reembed(private_sessions, EmbeddingService(FakeEmbedder()), dry_run=True)
     assert (counted.pending("memory_items"), counted.pending("messages")) == (60, 20)
@@ -143,6 +159,7 @@ async def test_interrupted_reembed_resumes_and_finishes(
     for row in rows:
         assert np.allclose(np.array(json.loads(row.vec)), fake_vector(row.content), atol=1e-6)
 
+    assert await other_models(private_sessions, FAKE) == {}
     nothing = await reembed(private_sessions, EmbeddingService(FakeEmbedder()))
     assert nothing.moved == {"memory_items": 0, "messages": 0} and nothing.reindexed == []
 

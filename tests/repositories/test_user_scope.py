@@ -86,6 +86,7 @@ ALLOWED: dict[tuple[str, str], str] = {
         "row for a caller (Citus propagates CREATE INDEX to every shard)"
     ),
     ("MaintenanceRepository", "model_counts"): _MAINTENANCE,
+    ("MaintenanceRepository", "models_sampled"): _MAINTENANCE + "; the start-up's model check",
     ("MaintenanceRepository", "stale_batch"): _MAINTENANCE,
     ("MaintenanceRepository", "write_embeddings"): _MAINTENANCE,
     ("BulkRepository", "index_memories"): (
@@ -462,6 +463,9 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
             "MaintenanceRepository", "column_dimension", maintenance.column_dimension(table)
         )
         await rec.call("MaintenanceRepository", "model_counts", maintenance.model_counts(table))
+        await rec.call(
+            "MaintenanceRepository", "models_sampled", maintenance.models_sampled(table, 10)
+        )
         await rec.call(
             "MaintenanceRepository",
             "stale_batch",
