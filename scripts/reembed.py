@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Move every stored vector to the configured embedding model: `pgrecall reembed` (docs/admin.md).
 
-scripts/reembed.py [--batch-size N] [--dry-run] [--quiet]
+    scripts/reembed.py [--batch-size N] [--dry-run] [--quiet]
 """
 
 from __future__ import annotations

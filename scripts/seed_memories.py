@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Seed curated memories from a JSON, JSONL or CSV file: `pgrecall seed` (docs/admin.md).
 
-scripts/seed_memories.py FILE [--skip-invalid] [--update-near-duplicates] [--dry-run] [--quiet]
+    scripts/seed_memories.py FILE [--skip-invalid] [--update-near-duplicates] [--dry-run] [--quiet]
 """
 
 from __future__ import annotations
