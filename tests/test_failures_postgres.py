@@ -157,6 +157,10 @@ async def test_committed_data_survives_kill_9(
         assert not pg.is_running()
         pg.start()
         assert pg.postmaster().pid != old_pid  # type: ignore[union-attr]
+        # A crash and a restart take time in which the service's event loop reads the closed
+        # sockets (the pool then replaces those connections at checkout, app/db.py); kill and
+        # start here run back to back on the loop's own thread, so give it that moment.
+        await asyncio.sleep(0.1)
 
         listed = await client.get(f"/v1/conversations/{cid}/messages", headers=headers(user_id))
         assert listed.status_code == 200, listed.text

@@ -101,6 +101,7 @@ class LocalEmbedder:
     inference, which is also the cheaper way for it (no padding).
     """
 
+    model: str = LOCAL_MODEL_ID  # the default; an instance's own model is set in __init__
     dimension = LOCAL_DIMENSION
 
     def __init__(self, threads: int = 1, model: str = LOCAL_MODEL_ID) -> None:
