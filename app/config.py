@@ -19,6 +19,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.adapters.embedder import LOCAL_DIMENSION, LOCAL_MODEL_ID, LOCAL_MODELS
+from app.adapters.local_models import OPTIONAL_LOCAL_MODELS
 
 _ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 
@@ -285,12 +286,15 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _check_embedder(self) -> Settings:
         local = self.embedding_provider is EmbeddingProvider.LOCAL
-        if local and (
-            self.embedding_model not in LOCAL_MODELS or self.embedding_dimension != LOCAL_DIMENSION
-        ):
+        # The MiniLM graphs, and the opt-in models of `make model-mpnet` with their own width.
+        dimensions = dict.fromkeys(LOCAL_MODELS, LOCAL_DIMENSION) | {
+            name: spec.dimension for name, spec in OPTIONAL_LOCAL_MODELS.items()
+        }
+        if local and dimensions.get(self.embedding_model) != self.embedding_dimension:
+            served = ", ".join(f"{name} (dimension {dim})" for name, dim in dimensions.items())
             raise ValueError(
                 "PGRECALL_EMBEDDING_MODEL/PGRECALL_EMBEDDING_DIMENSION: the local provider "
-                f"serves {' or '.join(LOCAL_MODELS)}, with dimension {LOCAL_DIMENSION}"
+                f"serves {served}"
             )
         return self
 

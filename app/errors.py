@@ -80,6 +80,10 @@ class EmbeddingError(ServiceError):
     status_code = 503
 
 
+class LocalModelMissingError(EmbeddingError):
+    """An optional local embedding model is not installed (or its files do not check out)."""
+
+
 class UpstreamError(ServiceError):
     """The chat proxy's model upstream is not configured, unreachable or timed out."""
 

@@ -528,7 +528,8 @@ async def run(options: Options, settings: Settings) -> int:
     print(
         f"eval {options.dataset}: {options.path} | preset {preset} | "
         f"token budget {settings.token_budget} | min relevance "
-        f"{options.min_score if options.dataset == 'locomo' else settings.min_relevance}",
+        f"{options.min_score if options.dataset == 'locomo' else settings.min_relevance} | "
+        f"embedder {settings.embedding_model}",  # PGRECALL_EMBEDDING_MODEL/_DIMENSION choose it
         file=sys.stderr,
     )
     started = time.perf_counter()

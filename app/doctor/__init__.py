@@ -20,6 +20,7 @@ from app.doctor.checks import (
     check_data_dir,
     check_embedder,
     check_exposure,
+    check_local_model_installed,
     check_python,
     check_reachable_by_postgres,
     check_redis,
@@ -209,6 +210,9 @@ def preflight(settings: Settings, url: str, *, embedded: bool) -> None:
 
     `url` is the database (an embedded server is already started by the caller).
     """
+    model = check_local_model_installed(settings)
+    if not model.ok:
+        raise StartupError(model)
 
     async def database() -> None:
         engine = probe_engine(url)

@@ -194,6 +194,21 @@ async def check_redis(url: str | None) -> Check:
     return Check("redis", True, f"answers PING at {url}")
 
 
+def check_local_model_installed(settings: Settings) -> Check:
+    """An optional local model (`make model-mpnet`) is installed: `serve` says so in one line
+    before it starts, instead of a traceback from the lifespan."""
+    from app.adapters.local_models import OPTIONAL_LOCAL_MODELS, not_installed
+    from app.adapters.quantized_model import default_cache_dir
+
+    spec = OPTIONAL_LOCAL_MODELS.get(settings.embedding_model)
+    if settings.embedding_provider.value != "local" or spec is None:
+        return Check("embedder", True, f"{settings.embedding_model} needs no install")
+    missing = not_installed(spec, default_cache_dir())
+    if missing is not None:
+        return Check("embedder", False, missing)
+    return Check("embedder", True, f"{spec.name} installed in {default_cache_dir()}")
+
+
 async def check_embedder(settings: Settings) -> Check:
     import numpy as np
 

@@ -113,7 +113,8 @@ async def reembed(
             if width != embeddings.dimension:
                 raise ReembedError(
                     f"{table}.embedding holds {width} dimensions but {model} makes "
-                    f"{embeddings.dimension}: a new dimension needs a migration, not a re-embed"
+                    f"{embeddings.dimension}: a store changes dimension by `pgrecall export` "
+                    "and `pgrecall import` into a new database (docs/admin.md, Re-embedding)"
                 )
             report.models[table] = await repo.model_counts(table)
     if dry_run:

