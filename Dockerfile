@@ -4,7 +4,8 @@ FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
-    PIP_DISABLE_PIP_VERSION_CHECK=1
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PGRECALL_MODEL_CACHE=/srv/pgrecall/models
 
 WORKDIR /srv/pgrecall
 COPY pyproject.toml README.md alembic.ini ./
@@ -12,7 +13,10 @@ COPY app ./app
 COPY eval ./eval
 COPY migrations ./migrations
 RUN pip install --no-cache-dir . \
- && useradd --system --uid 10001 pgrecall
+ && useradd --system --uid 10001 pgrecall \
+ && python -c "from app.adapters.embedder import LocalEmbedder; LocalEmbedder()"
+# ^ builds the default model's int8 graph from the installed package once, into the image
+#   (app/adapters/quantized_model.py); the service only reads it.
 USER pgrecall
 
 EXPOSE 8000
