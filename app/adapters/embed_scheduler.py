@@ -31,8 +31,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from app.adapters.embedder import Embedder, LocalEmbedder, Vectors
-from app.adapters.local_models import OnnxSentenceEmbedder
+from app.adapters.embedder import Embedder, InProcessEmbedder, Vectors
 
 
 class Priority(IntEnum):
@@ -96,7 +95,7 @@ class EmbedScheduler:
 
     @classmethod
     def for_embedder(cls, embedder: Embedder) -> EmbedScheduler:
-        if isinstance(embedder, LocalEmbedder | OnnxSentenceEmbedder):
+        if isinstance(embedder, InProcessEmbedder):
             slots, bulk_slots, chunk = LOCAL_SLOTS, LOCAL_BULK_SLOTS, LOCAL_CHUNK
             # Bulk chunks on a low-priority thread: they also yield the CPU to queries.
             embed_bulk = embedder.embed_background

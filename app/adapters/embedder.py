@@ -14,12 +14,15 @@ import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 from app.errors import EmbeddingError
+
+if TYPE_CHECKING:
+    import onnxruntime
 
 Vectors = npt.NDArray[np.float32]
 
@@ -92,73 +95,32 @@ def _normalise(matrix: npt.NDArray[np.float32]) -> Vectors:
     return (matrix / norms).astype(np.float32)
 
 
-class LocalEmbedder:
-    """all-MiniLM-L6-v2 on ONNX Runtime: mean pooling over tokens, then L2 norm. No network.
+def onnx_session(graph: str | bytes, threads: int) -> onnxruntime.InferenceSession:
+    """A CPU inference session with `threads` intra-op threads that never spin."""
+    import onnxruntime
 
-    `model` is one of LOCAL_MODELS. The int8-arithmetic graph quantises each inference's
-    activations with one scale for the whole input, so a text embedded in a batch would get a
-    slightly different vector than alone (cosine down to 0.98, measured): it embeds one text per
-    inference, which is also the cheaper way for it (no padding).
-    """
+    options = onnxruntime.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    if threads > 1:
+        # Idle intra-op threads would spin on the cores Postgres needs (docs/performance.md).
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return onnxruntime.InferenceSession(
+        graph, sess_options=options, providers=["CPUExecutionProvider"]
+    )
 
-    model: str = LOCAL_MODEL_ID  # the default; an instance's own model is set in __init__
-    dimension = LOCAL_DIMENSION
 
-    def __init__(self, threads: int = 1, model: str = LOCAL_MODEL_ID) -> None:
-        import onnxruntime
-        from tokenizers import Tokenizer
+class InProcessEmbedder:
+    """What every in-process ONNX embedder shares: `embed_sync` runs in a worker thread (ONNX
+    Runtime releases the GIL), bulk work on one thread of lower priority. Subclasses set
+    `model`, `dimension` and implement `embed_sync`."""
 
-        if model not in LOCAL_MODELS:
-            raise EmbeddingError(f"unknown local model {model!r}: one of {', '.join(LOCAL_MODELS)}")
-        self.model = model
-        model_path, tokenizer_path = local_model_files()
-        for path, expected in ((model_path, MODEL_SHA256), (tokenizer_path, TOKENIZER_SHA256)):
-            actual = _sha256(path)
-            if actual != expected:
-                raise EmbeddingError(f"{path.name}: sha256 {actual} does not match {expected}")
-        graph: str | bytes = str(model_path)
-        self._batch = _BATCH
-        if model == LOCAL_MODEL_ID:
-            from app.adapters.quantized_model import dynamic_int8_model
-
-            graph = dynamic_int8_model(model_path)
-            self._batch = 1
-        self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
-        self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
-        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # pad to the batch's longest
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        if threads > 1:
-            # Idle intra-op threads would spin on the cores Postgres needs (docs/performance.md).
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = onnxruntime.InferenceSession(
-            graph, sess_options=options, providers=["CPUExecutionProvider"]
-        )
-        self._background: ThreadPoolExecutor | None = None
+    model: str
+    dimension: int
+    _background: ThreadPoolExecutor | None = None
 
     def embed_sync(self, texts: Sequence[str]) -> Vectors:
-        """Embed in the calling thread (admin scripts, benchmarks)."""
-        if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        out: list[Vectors] = []
-        # Sorting by length keeps padding small inside each batch.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(order), self._batch):
-            idx = order[start : start + self._batch]
-            encodings = self._tokenizer.encode_batch([texts[i] for i in idx])
-            ids = np.array([e.ids for e in encodings], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            # InferenceSession.run is thread-safe; how many run at once is the scheduler's
-            # business (app/adapters/embed_scheduler.py: one bulk and one interactive slot).
-            (hidden,) = self._session.run(["last_hidden_state"], feeds)
-            weights = mask[:, :, None].astype(np.float32)
-            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-            out.append(_normalise(pooled.astype(np.float32)))
-        result = np.empty((len(texts), self.dimension), dtype=np.float32)
-        result[order] = np.concatenate(out)
-        return result
+        raise NotImplementedError
 
     async def embed(self, texts: Sequence[str]) -> Vectors:
         return await self._in_thread(texts, None)
@@ -182,13 +144,72 @@ class LocalEmbedder:
         except EmbeddingError:
             raise
         except Exception as exc:  # onnxruntime raises plain RuntimeErrors
-            raise EmbeddingError(f"local embedder failed: {exc}") from exc
+            raise EmbeddingError(f"local embedder {self.model} failed: {exc}") from exc
 
     async def aclose(self) -> None:
         """Let the bulk thread go (a running chunk finishes on its own)."""
         background, self._background = self._background, None
         if background is not None:
             background.shutdown(wait=False)
+
+
+class LocalEmbedder(InProcessEmbedder):
+    """all-MiniLM-L6-v2 on ONNX Runtime: mean pooling over tokens, then L2 norm. No network.
+
+    `model` is one of LOCAL_MODELS. The int8-arithmetic graph quantises each inference's
+    activations with one scale for the whole input, so a text embedded in a batch would get a
+    slightly different vector than alone (cosine down to 0.98, measured): it embeds one text per
+    inference, which is also the cheaper way for it (no padding).
+    """
+
+    model: str = LOCAL_MODEL_ID  # the default; an instance's own model is set in __init__
+    dimension = LOCAL_DIMENSION
+
+    def __init__(self, threads: int = 1, model: str = LOCAL_MODEL_ID) -> None:
+        from tokenizers import Tokenizer
+
+        if model not in LOCAL_MODELS:
+            raise EmbeddingError(f"unknown local model {model!r}: one of {', '.join(LOCAL_MODELS)}")
+        self.model = model
+        model_path, tokenizer_path = local_model_files()
+        for path, expected in ((model_path, MODEL_SHA256), (tokenizer_path, TOKENIZER_SHA256)):
+            actual = _sha256(path)
+            if actual != expected:
+                raise EmbeddingError(f"{path.name}: sha256 {actual} does not match {expected}")
+        graph: str | bytes = str(model_path)
+        self._batch = _BATCH
+        if model == LOCAL_MODEL_ID:
+            from app.adapters.quantized_model import dynamic_int8_model
+
+            graph = dynamic_int8_model(model_path)
+            self._batch = 1
+        self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
+        self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
+        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # pad to the batch's longest
+        self._session = onnx_session(graph, threads)
+
+    def embed_sync(self, texts: Sequence[str]) -> Vectors:
+        """Embed in the calling thread (admin scripts, benchmarks)."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        out: list[Vectors] = []
+        # Sorting by length keeps padding small inside each batch.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        for start in range(0, len(order), self._batch):
+            idx = order[start : start + self._batch]
+            encodings = self._tokenizer.encode_batch([texts[i] for i in idx])
+            ids = np.array([e.ids for e in encodings], dtype=np.int64)
+            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            # InferenceSession.run is thread-safe; how many run at once is the scheduler's
+            # business (app/adapters/embed_scheduler.py: one bulk and one interactive slot).
+            (hidden,) = self._session.run(["last_hidden_state"], feeds)
+            weights = mask[:, :, None].astype(np.float32)
+            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+            out.append(_normalise(pooled.astype(np.float32)))
+        result = np.empty((len(texts), self.dimension), dtype=np.float32)
+        result[order] = np.concatenate(out)
+        return result
 
 
 class OpenAIEmbedder:

@@ -10,18 +10,22 @@ nothing downloads at run time, and a model that is not installed is an error nam
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from app.adapters.embedder import Vectors, _lower_this_threads_priority, _normalise, _sha256
+from app.adapters.embedder import (
+    InProcessEmbedder,
+    Vectors,
+    _normalise,
+    _sha256,
+    onnx_session,
+)
 from app.adapters.quantized_model import default_cache_dir
-from app.errors import EmbeddingError, LocalModelMissingError
+from app.errors import LocalModelMissingError
 
 _BATCH = 16
 
@@ -106,7 +110,7 @@ def installed_files(spec: LocalModelSpec, models_dir: Path) -> tuple[Path, Path]
     return graph, tokenizer
 
 
-class OnnxSentenceEmbedder:
+class OnnxSentenceEmbedder(InProcessEmbedder):
     """A sentence-transformers model exported to ONNX: mean pooling over the tokens, then the
     L2 norm (the model's 1_Pooling and Normalize modules). No network, no torch."""
 
@@ -114,7 +118,6 @@ class OnnxSentenceEmbedder:
         self, spec: LocalModelSpec, models_dir: Path | None = None, threads: int = 1
     ) -> None:
         """`models_dir`: the model cache directory (default: PGRECALL_MODEL_CACHE's)."""
-        import onnxruntime
         from tokenizers import Tokenizer
 
         graph, tokenizer_path = installed_files(spec, models_dir or default_cache_dir())
@@ -126,15 +129,7 @@ class OnnxSentenceEmbedder:
         # model at max_seq_length and pads to the batch's longest text.
         self._tokenizer.enable_truncation(max_length=spec.max_tokens)
         self._tokenizer.enable_padding(pad_id=spec.pad_id, pad_token=spec.pad_token)
-        options = onnxruntime.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        if threads > 1:
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = onnxruntime.InferenceSession(
-            str(graph), sess_options=options, providers=["CPUExecutionProvider"]
-        )
-        self._background: ThreadPoolExecutor | None = None
+        self._session = onnx_session(str(graph), threads)
 
     def _run(self, texts: Sequence[str]) -> Vectors:
         encodings = self._tokenizer.encode_batch(list(texts))
@@ -162,32 +157,3 @@ class OnnxSentenceEmbedder:
         result = np.empty((len(texts), self.dimension), dtype=np.float32)
         result[order] = np.concatenate(out)
         return result
-
-    async def embed(self, texts: Sequence[str]) -> Vectors:
-        return await self._in_thread(texts, None)
-
-    async def embed_background(self, texts: Sequence[str]) -> Vectors:
-        """As `embed`, on one low-priority thread: bulk work yields the CPU to everything else."""
-        if self._background is None:
-            self._background = ThreadPoolExecutor(
-                max_workers=1,
-                thread_name_prefix="embed-bulk",
-                initializer=_lower_this_threads_priority,
-            )
-        return await self._in_thread(texts, self._background)
-
-    async def _in_thread(
-        self, texts: Sequence[str], executor: ThreadPoolExecutor | None
-    ) -> Vectors:
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(executor, self.embed_sync, list(texts))
-        except EmbeddingError:
-            raise
-        except Exception as exc:  # onnxruntime raises plain RuntimeErrors
-            raise EmbeddingError(f"local embedder {self.model} failed: {exc}") from exc
-
-    async def aclose(self) -> None:
-        background, self._background = self._background, None
-        if background is not None:
-            background.shutdown(wait=False)
