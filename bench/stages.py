@@ -29,6 +29,7 @@ from app.config import load_settings
 from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
 from app.repositories.retrieval import RetrievalRepository
+from app.retrieval.relevance import model_for
 from app.roles import DEFAULT_APP_ROLE, with_user
 from app.runtime.query import query_config
 from app.services.query import QueryRequest, QueryResult
@@ -146,7 +147,7 @@ async def run(
                     limit=cfg.max_results,
                     min_score=cfg.min_relevance,
                 )
-                s = scope(request, q.text, config.preset)
+                s = scope(request, q.text, config.preset, model_for(LOCAL_MODEL_ID))
                 await retrieve(
                     s,
                     done,  # type: ignore[arg-type]

@@ -11,7 +11,11 @@
 3. Check: cross-validation by group (a LoCoMo conversation or a curated user is one group;
    folds are fixed by a seeded shuffle): held-out AUC, first-place accuracy and, per threshold,
    presence of an answer and abstention on questions without one.
-4. Write the model fitted on everything to app/retrieval/relevance_model.json (`--write`).
+4. Write the model fitted on everything to the file of the embedder the command runs with
+   (`--write`; PGRECALL_EMBEDDING_MODEL as the service reads it): app/retrieval/
+   relevance_model.json for the default embedder, else app/retrieval/relevance_models/
+   <embedder>.json (relevance.model_file). A dump records its embedder, and fitting on a dump
+   of another embedder than the environment's stops (the cosines are on another scale).
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ import numpy as np
 from app.retrieval.relevance import (
     FEATURES,
     ITEM_FEATURES,
-    MODEL_PATH,
     SPEC_FLOOR,
     RelevanceModel,
+    model_file,
 )
 
 DEFAULT_LOCOMO = Path("../shared/datasets/locomo/locomo-dev.json")
@@ -176,7 +180,7 @@ async def _collect_curated(harness: Any, data: dict[str, Any]) -> list[Question]
     return out
 
 
-def save(questions: Sequence[Question], path: Path) -> None:
+def save(questions: Sequence[Question], path: Path, embedder: str) -> None:
     rows = [
         {
             "dataset": q.dataset,
@@ -191,13 +195,21 @@ def save(questions: Sequence[Question], path: Path) -> None:
         }
         for q in questions
     ]
-    path.write_text(json.dumps({"features": list(FEATURES), "questions": rows}))
+    body = {"features": list(FEATURES), "embedder": embedder, "questions": rows}
+    path.write_text(json.dumps(body))
 
 
-def load(path: Path) -> list[Question]:
+def load(path: Path, embedder: str) -> list[Question]:
+    """The questions of a dump collected with `embedder` (a dump that records none, from before
+    dumps did, is taken to be)."""
     body = json.loads(path.read_text())
     if body["features"] != list(FEATURES) or any("memory" not in r for r in body["questions"]):
         raise SystemExit(f"{path}: features {body['features']} != {list(FEATURES)}: collect again")
+    if body.get("embedder", embedder) != embedder:
+        raise SystemExit(
+            f"{path}: collected with embedder {body['embedder']}, this run's is {embedder}: "
+            "set PGRECALL_EMBEDDING_MODEL (and PGRECALL_EMBEDDING_DIMENSION) to match"
+        )
     return [
         Question(
             r["dataset"],
@@ -657,16 +669,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="calibrate on the question's features too (best cosine, cosine_z; off: fit.__doc__)",
     )
     parser.add_argument("--plot", type=Path, help="presence/abstention vs threshold (PNG)")
-    parser.add_argument("--write", action="store_true", help=f"write {MODEL_PATH.name}")
+    parser.add_argument(
+        "--write", action="store_true", help="write the model file of this run's embedder"
+    )
     args = parser.parse_args(argv)
+    from eval.runner import eval_settings
+
+    embedder = eval_settings(None).embedding_model
+    print(f"embedder: {embedder}", file=sys.stderr)
     if args.from_dump:
-        questions = [q for path in args.from_dump for q in load(path)]
+        questions = [q for path in args.from_dump for q in load(path, embedder)]
     else:
         curated = json.loads(args.curated.read_text()) if args.curated.exists() else None
         locomo = None if args.no_locomo else args.locomo
         questions = asyncio.run(collect(locomo, curated, args.samples))
         if args.dump:
-            save(questions, args.dump)
+            save(questions, args.dump, embedder)
     thresholds = [round(0.01 * i, 2) for i in range(1, 60)]
     model = fit(questions, args.l2, args.objective, args.query_features, args.memory_l2)
     held_out, rescored = cross_validate(
@@ -700,10 +718,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             neutral_z,
             model.memory_weights,
         )
-        MODEL_PATH.write_text(
+        path = model_file(embedder)
+        path.parent.mkdir(exist_ok=True)
+        path.write_text(
             final.to_json(
                 {
                     "fitted_by": "python -m eval.fit_relevance --write",
+                    "embedder": embedder,
                     "l2": args.l2,
                     "memory_l2": args.memory_l2,
                     "objective": args.objective,
@@ -717,7 +738,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 }
             )
         )
-        print(f"wrote {MODEL_PATH}")
+        print(f"wrote {path}")
     return 0
 
 

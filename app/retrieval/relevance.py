@@ -11,13 +11,18 @@ how far that stands above the other candidates) that only move the calibration. 
 kinds share the bias and the calibration, so a store holding both ranks them on one scale.
 Fitted offline by
 `python -m eval.fit_relevance` (numpy, fixed data, cross-validated by user); the coefficients
-live in `relevance_model.json` beside this file and are loaded once. Pure.
+live in `relevance_model.json` beside this file and are loaded once. The features hold cosines,
+whose scale is the embedder's: `relevance_model.json` is fitted on the default embedder's
+(DEFAULT_EMBEDDER), and another embedder's model lives in `relevance_models/<its name>.json`
+(`model_for`; the service passes its embedder's name in). Pure.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -27,6 +32,12 @@ from typing import TypeVar
 K = TypeVar("K", bound=Hashable)
 
 MODEL_PATH = Path(__file__).with_name("relevance_model.json")
+# The embedder whose cosines MODEL_PATH was fitted on (app.config's default LOCAL_MODEL_ID; a
+# test keeps the two equal) and the directory of the other embedders' models.
+DEFAULT_EMBEDDER = "all-MiniLM-L6-v2-onnx-dq8"
+MODELS_DIR = Path(__file__).with_name("relevance_models")
+
+log = logging.getLogger(__name__)
 
 # Item features order a question's candidates; query features (the same for every candidate of
 # a question) only move how sure the model is that the store answers the question at all.
@@ -152,10 +163,41 @@ def parse_model(text: str) -> RelevanceModel:
     )
 
 
-@cache
 def load_model(path: Path = MODEL_PATH) -> RelevanceModel:
-    """The committed model (read once per process)."""
+    """The committed model (read once per process and file)."""
+    return _read(path)
+
+
+@cache
+def _read(path: Path) -> RelevanceModel:
     return parse_model(path.read_text())
+
+
+def model_file(embedder: str, directory: Path = MODELS_DIR) -> Path:
+    """Where the model fitted on `embedder`'s cosines lives (whether or not it exists):
+    MODEL_PATH for DEFAULT_EMBEDDER, else `directory/<embedder>.json` (a character outside
+    letters, digits, `.`, `_` and `-`, e.g. the `/` of a hub name, written `_`)."""
+    if embedder == DEFAULT_EMBEDDER:
+        return MODEL_PATH
+    return directory / (re.sub(r"[^A-Za-z0-9._-]", "_", embedder) + ".json")
+
+
+@cache
+def model_for(embedder: str, directory: Path = MODELS_DIR) -> RelevanceModel:
+    """The relevance model of `embedder` (read once per process and embedder). An embedder
+    without a model of its own gets the default's, fitted on another scale of cosines: said
+    once, as a warning, because its relevance and its floor are then uncalibrated."""
+    path = model_file(embedder, directory)
+    if not path.exists():
+        log.warning(
+            "no relevance model for embedder %s (%s): using %s, fitted on %s's cosines",
+            embedder,
+            path.name,
+            MODEL_PATH.name,
+            DEFAULT_EMBEDDER,
+        )
+        path = MODEL_PATH
+    return load_model(path)
 
 
 def features(

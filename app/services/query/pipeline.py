@@ -31,7 +31,7 @@ from app.retrieval.budget import PackResult, pack
 from app.retrieval.dates import TimeWindow, parse_time_expression
 from app.retrieval.names import query_names
 from app.retrieval.presets import RetrievalPreset
-from app.retrieval.relevance import features, load_model
+from app.retrieval.relevance import RelevanceModel, features
 from app.retrieval.rerank import rerank
 from app.retrieval.scoring import Ranked, apply_thresholds, finalise, propagate, rank
 from app.services.query.model import (
@@ -52,11 +52,13 @@ Embedding = asyncio.Task[tuple[Any | None, str | None, int]]
 
 @dataclass(frozen=True)
 class Scope:
-    """What one query searches: the request, its (possibly cut) text and the arms' size."""
+    """What one query searches: the request, its (possibly cut) text and the arms' size, and
+    the relevance model fitted on the cosines of the service's embedder (relevance.model_for)."""
 
     request: QueryRequest
     query: str
     preset: RetrievalPreset
+    relevance: RelevanceModel
     n: int  # candidates per arm
     memories: bool
     messages: bool
@@ -93,11 +95,14 @@ class Cut:
     top: list[Ranked[Key]]  # the first `limit` of them
 
 
-def scope(request: QueryRequest, query: str, preset: RetrievalPreset) -> Scope:
+def scope(
+    request: QueryRequest, query: str, preset: RetrievalPreset, relevance: RelevanceModel
+) -> Scope:
     return Scope(
         request,
         query,
         preset,
+        relevance,
         n=max(preset.candidates, request.limit),
         memories="memory" in request.sources,
         # Messages carry no memory type nor tags: either filter restricts results to memories.
@@ -132,7 +137,7 @@ async def retrieve(
                 hits.keyword.max_score,
                 hits.cosines,
                 bool(query_names(s.query)),
-                load_model().neutral_cosine_z,
+                s.relevance.neutral_cosine_z,
             )
     ranked = rerank_rows(s, rows)
     return rows.candidates, calibrate(s, ranked, rows.candidates)
@@ -290,7 +295,7 @@ def fuse(s: Scope, hits: ArmHits) -> list[Ranked[Key]]:
     k = hits.keyword
     return rank(
         k.scores, k.max_score, hits.cosines, s.preset, k.expansion,
-        plain=k.plain, has_names=bool(query_names(s.query)),
+        plain=k.plain, model=s.relevance, has_names=bool(query_names(s.query)),
         memories={key for key in (*k.scores, *hits.cosines) if key[0] is Source.MEMORY},
     )  # fmt: skip
 
@@ -364,7 +369,7 @@ def calibrate(
     now = request.as_of or datetime.now(UTC)
     ages = {k: (now - c.created_at).total_seconds() / 86400 for k, c in candidates.items()}
     weight = s.preset.recency_weight if request.recency is None else request.recency
-    return finalise(ranked, s.preset, ages, weight)
+    return finalise(ranked, s.preset, ages, weight, s.relevance)
 
 
 # -- 7. floor and cut ---------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.errors import EmbeddingError
 from app.retrieval.presets import RetrievalPreset
+from app.retrieval.relevance import model_for
 from app.services.embedding import EmbeddingService, Priority
 from app.services.query.model import (
     MAX_QUERY_CHARS,
@@ -60,6 +61,9 @@ class QueryService:
         self.slots = slots or asyncio.Semaphore(1_000_000)
         # Notes which memories each answer returned; written after it (app/services/usage.py).
         self.usage = usage
+        # The relevance model fitted on this embedder's cosines (the default's when it has none:
+        # model_for warns once).
+        self.relevance = model_for(embeddings.model)
 
     async def query(self, request: QueryRequest, *, correlation_id: str = "-") -> QueryResult:
         """Answer one query; never raises for database, Redis or embedder failures. The
@@ -142,7 +146,7 @@ class QueryService:
     ) -> QueryResult:
         """The pipeline's stages (pipeline.py), in order, failing closed."""
         result = QueryResult()
-        s = scope(request, query, preset)
+        s = scope(request, query, preset, self.relevance)
         # 1. The query is embedded (in a worker thread) while the keyword arm runs in Postgres:
         # for a large store that hides most of the embedding time (docs/performance.md).
         embedding = asyncio.create_task(self._embed(query)) if preset.use_vector else None
