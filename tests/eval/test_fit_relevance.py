@@ -3,12 +3,14 @@ an answer at an operating point, and the choice of that point."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from app.retrieval.presets import DEFAULT
 from app.retrieval.relevance import FEATURES, ITEM_FEATURES, RelevanceModel
-from eval.fit_relevance import Question, _kept, choose_floor, evidence, fit, logits
+from eval.fit_relevance import Question, _kept, choose_floor, evidence, fit, load, logits, save
 
 
 def _row(cosine: float, best: float, plain: float = 0.0) -> list[float]:
@@ -101,3 +103,13 @@ def test_memories_get_their_own_weights_on_the_shared_calibration() -> None:
     assert logits(kinds, q).tolist() == [
         pytest.approx(kinds.logit(tuple(row), memory=True)) for row in q.x
     ]
+
+
+def test_a_dump_is_refitted_only_for_the_embedder_it_was_collected_with(tmp_path: Path) -> None:
+    q = Question("curated", "u1", "q1", "paraphrase", np.array([_row(0.4, 0.4)]), np.array([1.0]))
+    path = tmp_path / "fit.dump"
+    save([q], path, "all-mpnet-base-v2-int8")
+    [again] = load(path, "all-mpnet-base-v2-int8")
+    assert again.qid == "q1" and again.x.tolist() == q.x.tolist()
+    with pytest.raises(SystemExit, match="collected with embedder all-mpnet-base-v2-int8"):
+        load(path, "all-MiniLM-L6-v2-onnx-dq8")
