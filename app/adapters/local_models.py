@@ -20,8 +20,8 @@ import numpy as np
 from app.adapters.embedder import (
     InProcessEmbedder,
     Vectors,
-    _normalise,
-    _sha256,
+    file_sha256,
+    mean_pooled,
     onnx_session,
 )
 from app.adapters.quantized_model import default_cache_dir
@@ -102,7 +102,7 @@ def installed_files(spec: LocalModelSpec, models_dir: Path) -> tuple[Path, Path]
     ):
         if not path.is_file():
             raise LocalModelMissingError(f"{path} is missing: run `{spec.install}` again")
-        actual = _sha256(path)
+        actual = file_sha256(path)
         if actual != expected:
             raise LocalModelMissingError(
                 f"{path}: sha256 {actual} does not match {expected}: run `{spec.install}` again"
@@ -123,7 +123,7 @@ class OnnxSentenceEmbedder(InProcessEmbedder):
         graph, tokenizer_path = installed_files(spec, models_dir or default_cache_dir())
         self.model = spec.name
         self.dimension = spec.dimension
-        self._one_at_a_time = spec.one_text_per_inference
+        self._batch = 1 if spec.one_text_per_inference else _BATCH
         self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
         # The shipped tokenizer.json truncates and pads to 128: sentence-transformers runs the
         # model at max_seq_length and pads to the batch's longest text.
@@ -138,22 +138,4 @@ class OnnxSentenceEmbedder(InProcessEmbedder):
         (hidden,) = self._session.run(
             ["last_hidden_state"], {"input_ids": ids, "attention_mask": mask}
         )
-        weights = mask[:, :, None].astype(np.float32)
-        pooled = (hidden * weights).sum(axis=1) / np.clip(weights.sum(axis=1), 1e-9, None)
-        return _normalise(pooled.astype(np.float32))
-
-    def embed_sync(self, texts: Sequence[str]) -> Vectors:
-        """Embed in the calling thread (admin scripts, benchmarks)."""
-        if not texts:
-            return np.zeros((0, self.dimension), dtype=np.float32)
-        if self._one_at_a_time:
-            return np.concatenate([self._run([text]) for text in texts])
-        # Sorting by length keeps padding small inside each batch.
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = [
-            self._run([texts[i] for i in order[start : start + _BATCH]])
-            for start in range(0, len(order), _BATCH)
-        ]
-        result = np.empty((len(texts), self.dimension), dtype=np.float32)
-        result[order] = np.concatenate(out)
-        return result
+        return mean_pooled(hidden, mask)

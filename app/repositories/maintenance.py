@@ -217,8 +217,9 @@ class MaintenanceRepository:
 
     async def models_sampled(self, table: Table, rows: int) -> set[str]:
         """The embedding models of the table's first `rows` rows in storage order: a bounded
-        read (no scan of a big table). Rows rewritten by a re-embed move to the end of the heap,
-        so rows still on an older model are among the first ones."""
+        read (no scan of a big table), so a sample, not a count. It finds a store written by
+        another model; a store whose re-embed stopped half way is found only when an old row is
+        among the first ones (a rewritten row's new version usually lands on a later page)."""
         sql = text(
             f"SELECT DISTINCT embedding_model FROM (SELECT embedding_model FROM {table} "
             "LIMIT :rows) AS first_rows WHERE embedding_model IS NOT NULL"

@@ -168,7 +168,7 @@ def load_model(path: Path = MODEL_PATH) -> RelevanceModel:
     return _read(path)
 
 
-@cache
+@cache  # keyed by the path itself: `load_model()` and `load_model(MODEL_PATH)` share one entry
 def _read(path: Path) -> RelevanceModel:
     return parse_model(path.read_text())
 
