@@ -204,7 +204,10 @@ def load(path: Path, embedder: str) -> list[Question]:
     dumps did, is taken to be)."""
     body = json.loads(path.read_text())
     if body["features"] != list(FEATURES) or any("memory" not in r for r in body["questions"]):
-        raise SystemExit(f"{path}: features {body['features']} != {list(FEATURES)}: collect again")
+        raise SystemExit(
+            f"{path}: collected by older code (features {body['features']}, this code's "
+            f"{list(FEATURES)}, and each candidate's kind): collect again"
+        )
     if body.get("embedder", embedder) != embedder:
         raise SystemExit(
             f"{path}: collected with embedder {body['embedder']}, this run's is {embedder}: "
