@@ -280,14 +280,9 @@ def build_embedder(
     timeout_s: float = 10.0,
     threads: int = 1,
 ) -> Embedder:
-    """The embedder named by settings."""
+    """The embedder named by settings (the opt-in models of app/adapters/local_models.py, which
+    builds on this module, are picked by app.runtime.embedder_from_settings: no import cycle)."""
     if provider == "local":
-        # The opt-in models (`make model-mpnet`); imported here: local_models builds on this module.
-        from app.adapters.local_models import OPTIONAL_LOCAL_MODELS, OnnxSentenceEmbedder
-
-        optional = OPTIONAL_LOCAL_MODELS.get(model)
-        if optional is not None:
-            return OnnxSentenceEmbedder(optional, threads=threads)
         return LocalEmbedder(threads=threads, model=model)
     return OpenAIEmbedder(
         model=model, dimension=dimension, base_url=base_url, api_key=api_key, timeout_s=timeout_s

@@ -14,7 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.adapters.cache import Cache
 from app.adapters.embedder import Embedder, build_embedder
-from app.config import ExtractionMode, Settings
+from app.adapters.local_models import OPTIONAL_LOCAL_MODELS, OnnxSentenceEmbedder
+from app.config import EmbeddingProvider, ExtractionMode, Settings
 from app.db import create_engine, create_sessionmaker
 from app.roles import database_urls, prepare_database, warn_unless_rls_binds
 from app.runtime.query import query_config
@@ -81,6 +82,10 @@ def query_service(resources: Resources) -> QueryService:
 
 
 def embedder_from_settings(settings: Settings) -> Embedder:
+    optional = OPTIONAL_LOCAL_MODELS.get(settings.embedding_model)
+    if settings.embedding_provider is EmbeddingProvider.LOCAL and optional is not None:
+        # An opt-in local model (`make model-mpnet`), read from the model cache directory.
+        return OnnxSentenceEmbedder(optional, threads=settings.embedding_threads)
     return build_embedder(
         settings.embedding_provider.value,
         model=settings.embedding_model,
