@@ -92,6 +92,11 @@ class Settings(BaseSettings):
     query_timeout_s: Annotated[float, Field(gt=0, le=60)] = 2.0
     session_messages: Annotated[int, Field(ge=1, le=500)] = 20
     exact_search_max_items: Annotated[int, Field(ge=0)] = 10_000
+    # Users with at most this many indexed items run the read statements after the first on
+    # the connection's generic plans (planned once per connection) instead of a plan per query:
+    # 0.9 ms less Postgres CPU per query for a 600-item user; a 5,520-item user's fetch was 4x
+    # slower on them, so bigger users keep custom plans (docs/performance.md). 0 = always custom.
+    generic_plan_max_items: Annotated[int, Field(ge=0)] = 1_000
     # Write a vector per sentence of multi-sentence messages (docs/retrieval.md, "Passages"):
     # better recall for about 2.2x the embedding work per appended turn. Off: the query scores
     # turns by their own vectors (and by passages written while it was on).

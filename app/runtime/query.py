@@ -30,6 +30,7 @@ def query_config(settings: Settings) -> QueryConfig:
         ivfflat_probe_share=settings.ivfflat_probe_share,
         hnsw_ef_search=settings.hnsw_ef_search,
         hnsw_max_scan_tuples=settings.hnsw_max_scan_tuples,
+        generic_plan_max_items=settings.generic_plan_max_items,
     )
 
 

@@ -64,7 +64,7 @@ async def test_passages_decide_how_the_exact_path_scores_them(
             headers=headers(user_id),
         )
     assert response.status_code == 200, response.text
-    assert sizes == [size]
+    assert [(s.items, s.passages) for s in sizes] == [(size.items, size.passages)]
     # Re-scoring reads the user's messages through the user_id index (set_vector_search).
     assert paths == [(exact, rescore and exact, "off" if rescore and exact else "on")]
     assert {i["content"] for i in response.json()["items"]} == {LONG_TURN, SHORT_TURN}
@@ -87,6 +87,69 @@ async def test_passages_are_counted_only_up_to_the_cap(make_client: Any, user_id
             assert await repo.search_size(user_id, up_to=12) == SearchSize(3, 0)
             assert await repo.search_size(user_id, up_to=100) == SearchSize(3, 0)
             assert await repo.search_size("someone-else", up_to=11) == SearchSize(0, 0)
+
+
+@pytest.mark.parametrize(
+    ("generic_max", "mode"),
+    [(3, "force_generic_plan"), (2, "force_custom_plan"), (0, "force_custom_plan")],
+)
+async def test_search_size_picks_the_plans_of_the_transaction(
+    make_client: Any, user_id: str, generic_max: int, mode: str
+) -> None:
+    """A user of at most `generic_max` items runs the rest of the transaction on generic plans;
+    the setting ends with the transaction (the next one plans per query again)."""
+    async with make_client() as (client, app):
+        await add_messages(client, user_id, [LONG_TURN, SHORT_TURN, "The harbour is busy"])
+        sessionmaker = app.state.resources.sessionmaker
+        setting = text("SELECT current_setting('plan_cache_mode')")
+        async with (
+            user_session(sessionmaker, user_id, custom_plans=True) as session,
+            session.begin(),
+        ):
+            assert await session.scalar(setting) == "force_custom_plan"
+            size = await RetrievalRepository(session).search_size(
+                user_id, up_to=0, generic_max=generic_max
+            )
+            assert size.items == 3
+            assert size.generic_plans is (mode == "force_generic_plan")
+            assert await session.scalar(setting) == mode
+        async with (
+            user_session(sessionmaker, user_id, custom_plans=True) as session,
+            session.begin(),
+        ):
+            assert await session.scalar(setting) == "force_custom_plan"
+
+
+@pytest.mark.parametrize(
+    ("generic_max", "mode"), [(1_000, "force_generic_plan"), (0, "force_custom_plan")]
+)
+async def test_the_query_of_a_small_user_runs_on_generic_plans(
+    make_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    user_id: str,
+    generic_max: int,
+    mode: str,
+) -> None:
+    """Through the service: the vector statement of a 2-item user runs under the plan mode
+    search_size chose, and the answer is the same either way."""
+    modes: list[str] = []
+    vector = RetrievalRepository.vector
+
+    async def recorded_vector(self: RetrievalRepository, *a: Any, **kw: Any) -> Any:
+        modes.append(await self.session.scalar(text("SELECT current_setting('plan_cache_mode')")))
+        return await vector(self, *a, **kw)
+
+    monkeypatch.setattr(RetrievalRepository, "vector", recorded_vector)
+    async with make_client(generic_plan_max_items=generic_max) as (client, _):
+        await add_messages(client, user_id, [LONG_TURN, SHORT_TURN])
+        response = await client.post(
+            "/v1/memory/query",
+            json={"query": "Where does the family live now?", "min_score": 0.0},
+            headers=headers(user_id),
+        )
+    assert response.status_code == 200, response.text
+    assert modes == [mode]
+    assert {i["content"] for i in response.json()["items"]} == {LONG_TURN, SHORT_TURN}
 
 
 async def test_rescored_passages_give_the_same_items_on_a_small_store(

@@ -15,6 +15,7 @@ class SearchSize:
 
     items: int  # indexed items (memories + messages): sizes the ANN probes
     passages: int  # the user's message passages, counted up to the caller's cap (search_size)
+    generic_plans: bool = False  # the transaction's later statements run on generic plans
 
 
 class Stats(SessionBound):
@@ -26,24 +27,36 @@ class Stats(SessionBound):
         )
         return int(value or 0)
 
-    async def search_size(self, user_id: str, *, up_to: int) -> SearchSize:
+    async def search_size(self, user_id: str, *, up_to: int, generic_max: int = 0) -> SearchSize:
         """Items and passages of this user in one round trip; picks exact vs ANN search. The
         passages are counted until items + passages reach `up_to` (an index-only range of the
         user's passages, stopped there: past the exact threshold the number does not matter,
         and a user above it by items alone reads none). A user with at most a quarter of
         `up_to` in items reads none either: the count costs about 0.3 ms of Postgres CPU per
         1,000 passages, and such a user would need more than three passages per turn (LoCoMo
-        turns have about two; docs/performance.md, "Half the CPU per query")."""
+        turns have about two; docs/performance.md, "Half the CPU per query").
+
+        The same statement picks the plans of the transaction's later statements: a user with
+        at most `generic_max` items runs them on the connection's generic plans (planned once
+        per connection; the plan of a small user's fetch and vector statements does not depend
+        on the values), a bigger one on plans made for its values (`set_config(..., true)`
+        lasts until the end of the transaction, as the scope's SET LOCAL)."""
         row = (
             await self.session.execute(
                 text(
                     "SELECT s.items, (SELECT count(*) FROM (SELECT 1 FROM message_passages AS p "
                     "WHERE p.user_id = :user_id LIMIT CASE WHEN s.items * 4 > :up_to "
-                    "THEN greatest(:up_to - s.items, 0) ELSE 0 END) AS c) "
-                    "AS passages FROM (SELECT coalesce((SELECT doc_count FROM search_stats "
+                    "THEN greatest(:up_to - s.items, 0) ELSE 0 END) AS c) AS passages, "
+                    "set_config('plan_cache_mode', CASE WHEN s.items <= :generic_max "
+                    "THEN 'force_generic_plan' ELSE 'force_custom_plan' END, true) AS plans "
+                    "FROM (SELECT coalesce((SELECT doc_count FROM search_stats "
                     "WHERE user_id = :user_id), 0) AS items) AS s"
                 ),
-                {"user_id": user_id, "up_to": max(int(up_to), 0)},
+                {
+                    "user_id": user_id,
+                    "up_to": max(int(up_to), 0),
+                    "generic_max": int(generic_max) if generic_max > 0 else -1,
+                },
             )
         ).one()
-        return SearchSize(int(row.items), int(row.passages))
+        return SearchSize(int(row.items), int(row.passages), row.plans == "force_generic_plan")

@@ -39,6 +39,7 @@ class QueryConfig:
     ivfflat_probe_share: float
     hnsw_ef_search: int
     hnsw_max_scan_tuples: int
+    generic_plan_max_items: int = 0  # users up to this size run on generic plans (0: none)
 
 
 def ann_probes(items: int, probes: int, share: float) -> int:

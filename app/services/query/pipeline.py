@@ -176,7 +176,11 @@ async def arms(
     items, exact, rescore = 0, False, False
     if embedding is not None:
         passages = s.messages and s.preset.passage_weight > 0
-        size = await repo.search_size(s.request.user_id, up_to=threshold + 1 if passages else 0)
+        size = await repo.search_size(
+            s.request.user_id,
+            up_to=threshold + 1 if passages else 0,
+            generic_max=vectors.config.generic_plan_max_items,
+        )
         items = size.items
         exact = size.items <= threshold
         rescore = size.items + size.passages > threshold
