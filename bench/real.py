@@ -39,6 +39,7 @@ import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -71,6 +72,7 @@ from app.repositories.retrieval import (
 from app.retrieval.names import query_names
 from app.retrieval.passages import passages
 from app.retrieval.presets import get_preset
+from app.retrieval.relevance import model_for
 from app.retrieval.rerank import rerank
 from app.retrieval.scoring import (
     apply_thresholds,
@@ -78,6 +80,7 @@ from app.retrieval.scoring import (
     propagate,
     rank,
 )
+from app.retrieval.speakers import usable_speaker
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
 from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
@@ -339,22 +342,23 @@ vm AS (
 SELECT 'kw' AS arm, s.source, s.item_id AS id, s.score, s.max_score, NULL::uuid AS prev,
        NULL::uuid AS next, NULL AS content, NULL AS type, NULL::float8 AS importance,
        NULL::timestamptz AS created_at, NULL AS ref, NULL::uuid AS conversation_id,
-       NULL::bigint AS seq, NULL AS role
+       NULL::bigint AS seq, NULL AS role, s.plain, NULL AS speaker
 FROM kw AS s
 UNION ALL SELECT 'vm', 0, id, cosine, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL FROM vm
+       NULL, NULL, NULL, NULL FROM vm
 UNION ALL SELECT 'vmsg', 1, id, cosine, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL FROM vmsg
+       NULL, NULL, NULL, NULL FROM vmsg
 UNION ALL SELECT 'nb', 1, id, NULL, NULL, prev, next, NULL, NULL, NULL, NULL, NULL, NULL,
-       NULL, NULL FROM nb
+       NULL, NULL, NULL, NULL FROM nb
 UNION ALL SELECT 'mem', 0, t.id, NULL, NULL, NULL, NULL, t.content, t.type, t.importance,
        t.created_at, coalesce(t.source, 'message:' || t.source_message_id::text), NULL, NULL,
-       NULL
+       NULL, NULL, NULL
 FROM memory_items AS t
 WHERE {_VISIBLE_MEMORY} AND t.id IN (SELECT item_id FROM kw WHERE source = 0 UNION
                                      SELECT id FROM vm)
 UNION ALL SELECT 'msg', 1, m.id, NULL, NULL, NULL, NULL, m.content, NULL, NULL, m.created_at,
-       NULL, m.conversation_id, m.seq, m.role
+       NULL, m.conversation_id, m.seq, m.role, NULL,
+       CASE WHEN jsonb_typeof(m.metadata -> 'speaker') = 'string' THEN m.metadata ->> 'speaker' END
 FROM messages AS m JOIN conversations AS c ON c.id = m.conversation_id
 WHERE m.user_id = :user_id AND c.user_id = :user_id AND m.id IN (SELECT id FROM all_messages)
 """
@@ -372,6 +376,7 @@ async def floor_query(
 ) -> tuple[list[str], float, float]:
     """Top ids the service's ranking gives over one statement's rows; (ids, embed ms, total ms)."""
     preset = get_preset("default")
+    relevance = model_for(embedder.model)
     # The service's plan for a re-scoring user (RetrievalRepository.set_vector_search), set
     # outside the floor's time.
     await conn.execute(f"SET enable_seqscan = {'off' if rescore else 'on'}")
@@ -392,6 +397,7 @@ async def floor_query(
         " ".join(query_names(query)),
     )
     scores: dict[tuple[Source, Any], float] = {}
+    plain: dict[tuple[Source, Any], float] = {}
     max_score = 0.0
     cosines: dict[tuple[Source, Any], float] = {}
     around: dict[Any, tuple[Any, Any]] = {}
@@ -400,6 +406,7 @@ async def floor_query(
         key = (Source(r["source"]), r["id"])
         if r["arm"] == "kw":
             scores[key] = float(r["score"])
+            plain[key] = float(r["plain"])
             max_score = float(r["max_score"])
         elif r["arm"] in ("vm", "vmsg"):
             cosines[key] = float(r["score"])
@@ -428,11 +435,15 @@ async def floor_query(
                 f"conversation:{r['conversation_id']}#{r['seq']}",
                 r["conversation_id"],
                 r["role"],
+                usable_speaker(r["speaker"]),
             )
-    # From here on the service's own steps (the stages of app/services/query/pipeline.py).
-    # The statement computes the names' share of BM25 (its `plain` column) but does not return
-    # it: the floor's ranking counts names as ordinary words (same work, one column fewer).
-    ranked = rank(scores, max_score, cosines, preset, None, has_names=bool(query_names(query)))
+    # From here on the service's own steps (the stages of app/services/query/pipeline.py), with
+    # the learned relevance model of the embedder, as the service ranks.
+    ranked = rank(
+        scores, max_score, cosines, preset, None, plain=plain, model=relevance,
+        has_names=bool(query_names(query)),
+        memories={key for key in (*scores, *cosines) if key[0] is Source.MEMORY},
+    )  # fmt: skip
     seeds = [r.key for r in ranked if r.key[0] is Source.MESSAGE][: preset.neighbour_seeds]
     neighbours = {
         key: (
@@ -452,7 +463,9 @@ async def floor_query(
     candidates = {k: content[k] for k in keep if k in content}
     window = time_preference(query, QueryRequest(user_id, query, limit, 0.0), preset)
     ranked = rerank(ranked, candidates, neighbours, query, window, preset)
-    ranked = finalise(ranked, preset, {}, preset.recency_weight)
+    now = datetime.now(UTC)
+    ages = {k: (now - c.created_at).total_seconds() / 86400 for k, c in candidates.items()}
+    ranked = finalise(ranked, preset, ages, preset.recency_weight, relevance)
     kept = apply_thresholds(ranked, 0.0, preset.relative_cutoff, preset.cutoff_exempt_ranks)
     ids = [str(r.key[1]) for r in kept[:limit]]
     done = time.perf_counter()
