@@ -97,6 +97,9 @@ class Settings(BaseSettings):
     # 0.9 ms less Postgres CPU per query for a 600-item user; a 5,520-item user's fetch was 4x
     # slower on them, so bigger users keep custom plans (docs/performance.md). 0 = always custom.
     generic_plan_max_items: Annotated[int, Field(ge=0)] = 1_000
+    # A user's size (exact or ANN search, passages, plans) is read once per this many seconds of
+    # its queries, not per query (app/services/query/sizes.py); 0 reads it every time.
+    search_size_ttl_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
     # Write a vector per sentence of multi-sentence messages (docs/retrieval.md, "Passages"):
     # better recall for about 2.2x the embedding work per appended turn. Off: the query scores
     # turns by their own vectors (and by passages written while it was on).

@@ -117,6 +117,7 @@ class UserScope:
 
     user_id: str
     custom_plans: bool = False  # the read path: custom plans, no parallel workers (see above)
+    generic_plans: bool = False  # the read path of a small user: generic plans instead
 
 
 @dataclass(frozen=True)
@@ -170,16 +171,22 @@ def after_commit(session: AsyncSession, hook: AfterCommit) -> None:
 
 
 def user_session(
-    sessionmaker: async_sessionmaker[AsyncSession], user_id: str, *, custom_plans: bool = False
+    sessionmaker: async_sessionmaker[AsyncSession],
+    user_id: str,
+    *,
+    custom_plans: bool = False,
+    generic_plans: bool = False,
 ) -> AsyncSession:
     """A session whose every transaction runs as `user_id` under row-level security.
 
     custom_plans (the read path): its transactions also plan every statement for the values it
     runs with (`plan_cache_mode = force_custom_plan`) and without parallel workers
-    (`max_parallel_workers_per_gather = 0`), set in the same statement as the user."""
+    (`max_parallel_workers_per_gather = 0`), set in the same statement as the user.
+    generic_plans (with custom_plans, a user known to be small): the connection's generic plans
+    instead (`force_generic_plan`; RetrievalRepository.search_size says why)."""
     if not user_id:
         raise ValueError("a user-scoped session needs a user id")
-    return sessionmaker(info={_SCOPE: UserScope(user_id, custom_plans)})
+    return sessionmaker(info={_SCOPE: UserScope(user_id, custom_plans, generic_plans)})
 
 
 def admin_sessions(
@@ -213,6 +220,8 @@ def scope_settings(
     """The transaction-local settings a scope runs with (row-level security reads them)."""
     if isinstance(scope, UserScope):
         extra = READ_PATH_SETTINGS if scope.custom_plans else {}
+        if scope.custom_plans and scope.generic_plans:
+            extra = {**extra, "plan_cache_mode": "force_generic_plan"}
         return {"pgrecall.user_id": scope.user_id, **extra}
     if isinstance(scope, KeyLookupScope):
         return {"pgrecall.key_hash": scope.key_hash}

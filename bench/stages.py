@@ -34,6 +34,7 @@ from app.roles import DEFAULT_APP_ROLE, with_user
 from app.runtime.query import query_config
 from app.services.query import QueryRequest, QueryResult
 from app.services.query.pipeline import Vectors, retrieve, scope
+from app.services.query.sizes import SearchSizes
 from bench.options import ROOT, parse_settings, parse_size
 from bench.real import LOCOMO, make_users, questions
 from bench.store import database
@@ -131,6 +132,8 @@ async def run(
     embed_ns: dict[str, int] = defaultdict(int)
     total_ns: dict[str, int] = defaultdict(int)
     n: dict[str, int] = defaultdict(int)
+    # The service's memo of users' sizes (app/services/query/sizes.py), shared by the rounds.
+    sizes = SearchSizes(config.search_size_ttl_s)
     try:
         for rnd in range(2):  # the first round warms the caches and the connections
             for q in qs:
@@ -151,7 +154,7 @@ async def run(
                 await retrieve(
                     s,
                     done,  # type: ignore[arg-type]
-                    Vectors(sessionmaker, config, LOCAL_MODEL_ID),
+                    Vectors(sessionmaker, config, LOCAL_MODEL_ID, sizes),
                     asyncio.Semaphore(1),
                     QueryResult(),
                 )

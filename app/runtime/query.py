@@ -31,6 +31,7 @@ def query_config(settings: Settings) -> QueryConfig:
         hnsw_ef_search=settings.hnsw_ef_search,
         hnsw_max_scan_tuples=settings.hnsw_max_scan_tuples,
         generic_plan_max_items=settings.generic_plan_max_items,
+        search_size_ttl_s=settings.search_size_ttl_s,
     )
 
 

@@ -22,6 +22,7 @@ from app.runtime.query import query_config
 from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig, QueryService
+from app.services.query.sizes import SearchSizes
 from app.services.reembed import other_models
 from app.services.usage import UsageRecorder
 
@@ -53,6 +54,8 @@ class Resources:
     max_entries_per_user: int = 0
     # Stamps the memories query_memory returned, after answering (None: not recorded).
     usage: UsageRecorder | None = None
+    # Users' sizes from their last seconds of queries (app/services/query/sizes.py).
+    search_sizes: SearchSizes | None = None
     # LLM extraction (PGRECALL_EXTRACTION=llm): stored user turns are queued for it. The
     # pipeline itself is the app's (app.main starts it), not a resource every door shares.
     extract_turns: bool = False
@@ -78,6 +81,7 @@ def query_service(resources: Resources) -> QueryService:
         resources.query_config,
         slots=resources.query_slots,
         usage=resources.usage,
+        sizes=resources.search_sizes,
     )
 
 
@@ -123,6 +127,7 @@ def resources_from(
         write_rate_limit_per_minute=settings.write_rate_limit_per_minute,
         max_entries_per_user=settings.max_entries_per_user,
         usage=UsageRecorder(sessionmaker),
+        search_sizes=SearchSizes(settings.search_size_ttl_s),
         extract_turns=settings.extraction == ExtractionMode.LLM,
         extraction_default_on=settings.extraction_default,
         summary_tokens=(

@@ -181,3 +181,49 @@ async def test_rescored_passages_give_the_same_items_on_a_small_store(
     assert len(full) == 3 and list(full) == list(rescored)
     for key, cosine in full.items():
         assert rescored[key] == pytest.approx(cosine, abs=1e-9)
+
+
+@pytest.mark.parametrize(("ttl_s", "reads"), [(60.0, 1), (0.0, 2)])
+async def test_a_users_size_is_read_once_per_ttl(
+    make_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    user_id: str,
+    ttl_s: float,
+    reads: int,
+) -> None:
+    """Two questions of one user within PGRECALL_SEARCH_SIZE_TTL_S read its size once; the
+    second runs on the plans that size chose (set with the user at the transaction's start),
+    and both get the same items as with a fresh read."""
+    sizes: list[SearchSize] = []
+    modes: list[str] = []
+    search_size, vector = RetrievalRepository.search_size, RetrievalRepository.vector
+
+    async def recorded_size(self: RetrievalRepository, *a: Any, **kw: Any) -> SearchSize:
+        sizes.append(await search_size(self, *a, **kw))
+        return sizes[-1]
+
+    async def recorded_vector(self: RetrievalRepository, *a: Any, **kw: Any) -> Any:
+        modes.append(await self.session.scalar(text("SELECT current_setting('plan_cache_mode')")))
+        return await vector(self, *a, **kw)
+
+    monkeypatch.setattr(RetrievalRepository, "search_size", recorded_size)
+    monkeypatch.setattr(RetrievalRepository, "vector", recorded_vector)
+    answers = []
+    async with make_client(search_size_ttl_s=ttl_s) as (client, _):
+        await add_messages(client, user_id, [LONG_TURN, SHORT_TURN])
+        # Two wordings: the second is not served from the answer cache.
+        for question in (
+            "Where does the family live now?",
+            "Where does the family live these days?",
+        ):
+            response = await client.post(
+                "/v1/memory/query",
+                json={"query": question, "min_score": 0.0},
+                headers=headers(user_id),
+            )
+            assert response.status_code == 200, response.text
+            answers.append({i["content"] for i in response.json()["items"]})
+    assert len(sizes) == reads
+    assert sizes[0].items == 2 and sizes[0].generic_plans
+    assert modes == ["force_generic_plan", "force_generic_plan"]
+    assert answers == [{LONG_TURN, SHORT_TURN}] * 2

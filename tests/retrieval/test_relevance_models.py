@@ -26,6 +26,7 @@ from app.retrieval.relevance import (
     parse_model,
 )
 from app.services.query import QueryService
+from app.services.query.sizes import SearchSizes
 
 OTHER = RelevanceModel("other-embedder-fit", tuple(0.25 * i for i in range(len(FEATURES))), -2.0)
 
@@ -95,7 +96,7 @@ def test_the_mpnet_int8_model_is_committed() -> None:
 )
 def test_the_query_service_ranks_with_its_embedders_model(embedder: str) -> None:
     embeddings: Any = SimpleNamespace(model=embedder)
-    service = QueryService(None, embeddings, None, None)  # type: ignore[arg-type]
+    service = QueryService(None, embeddings, None, None, sizes=SearchSizes())  # type: ignore[arg-type]
     assert service.relevance is model_for(embedder)
     expected = model_file(embedder) if model_file(embedder).exists() else MODEL_PATH
     assert service.relevance is load_model(expected)

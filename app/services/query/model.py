@@ -40,6 +40,7 @@ class QueryConfig:
     hnsw_ef_search: int
     hnsw_max_scan_tuples: int
     generic_plan_max_items: int = 0  # users up to this size run on generic plans (0: none)
+    search_size_ttl_s: float = 0.0  # how long a user's size is remembered (sizes.py; 0: not)
 
 
 def ann_probes(items: int, probes: int, share: float) -> int:

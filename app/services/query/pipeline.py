@@ -25,7 +25,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from app.db import user_session
-from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository
+from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository, SearchSize
 from app.repositories.search_index import Source
 from app.retrieval.budget import PackResult, pack
 from app.retrieval.dates import TimeWindow, parse_time_expression
@@ -42,6 +42,7 @@ from app.services.query.model import (
     QueryTrace,
     ann_probes,
 )
+from app.services.query.sizes import SearchSizes
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -66,11 +67,13 @@ class Scope:
 
 @dataclass(frozen=True)
 class Vectors:
-    """How the vector arm runs: the service's planner settings and the embedding model."""
+    """How the vector arm runs: the service's planner settings, the embedding model and the
+    users' recent sizes (sizes.py)."""
 
     sessionmaker: async_sessionmaker[AsyncSession]
     config: QueryConfig
     model: str
+    sizes: SearchSizes
 
 
 @dataclass(frozen=True)
@@ -119,14 +122,20 @@ async def retrieve(
     trace: QueryTrace | None = None,
 ) -> tuple[dict[Key, Candidate], list[Ranked[Key]]]:
     """Stages 2 to 6: (rows, calibrated ranking)."""
+    user_id = s.request.user_id
+    # A size seen a few seconds ago skips search_size and sets its plans with the user.
+    known = vectors.sizes.get(user_id, size_cap(s, vectors)) if embedding is not None else None
+    generic = known is not None and known.generic_plans
     # Both connections carry the request's user: row-level security backs up the predicates.
     async with (
         slots,
-        user_session(vectors.sessionmaker, s.request.user_id, custom_plans=True) as session,
+        user_session(
+            vectors.sessionmaker, user_id, custom_plans=True, generic_plans=generic
+        ) as session,
         session.begin(),
     ):
         repo = RetrievalRepository(session)
-        hits = await arms(repo, s, embedding, vectors, result)
+        hits = await arms(repo, s, embedding, vectors, result, known)
         ranked = fuse(s, hits)
         rows = await context(repo, s, ranked)
         if trace is not None:
@@ -154,12 +163,19 @@ def answer(
 # -- 2. arms ------------------------------------------------------------------------------------
 
 
+def size_cap(s: Scope, vectors: Vectors) -> int:
+    """How far search_size counts passages: past the exact threshold, when passages score."""
+    passages = s.messages and s.preset.passage_weight > 0
+    return vectors.config.exact_search_max_items + 1 if passages else 0
+
+
 async def arms(
     repo: RetrievalRepository,
     s: Scope,
     embedding: Embedding | None,
     vectors: Vectors,
     result: QueryResult,
+    known: SearchSize | None = None,
 ) -> ArmHits:
     """The user's size picks exact or ANN search. A big user's arms run at once on two
     connections: Postgres uses both cores, and the query pays max(keyword, embed + vector)
@@ -171,16 +187,19 @@ async def arms(
     whose items fit under the threshold but whose items and passages do not (5,520 turns and
     10,512 passages: 16,032 vectors, 19 ms of Postgres CPU per statement) keeps the exact
     search of the messages, and their passages re-score the messages found, as on the ANN path
-    (4 ms; docs/performance.md, "Half the CPU per query")."""
+    (4 ms; docs/performance.md, "Half the CPU per query").
+
+    `known`: the user's size from a query a few seconds ago (sizes.py), else it is read now."""
     threshold = vectors.config.exact_search_max_items
     items, exact, rescore = 0, False, False
     if embedding is not None:
-        passages = s.messages and s.preset.passage_weight > 0
-        size = await repo.search_size(
-            s.request.user_id,
-            up_to=threshold + 1 if passages else 0,
-            generic_max=vectors.config.generic_plan_max_items,
-        )
+        size = known
+        if size is None:
+            cap = size_cap(s, vectors)
+            size = await repo.search_size(
+                s.request.user_id, up_to=cap, generic_max=vectors.config.generic_plan_max_items
+            )
+            vectors.sizes.put(s.request.user_id, cap, size)
         items = size.items
         exact = size.items <= threshold
         rescore = size.items + size.passages > threshold

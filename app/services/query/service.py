@@ -31,6 +31,7 @@ from app.services.query.model import (
     query_hash,
 )
 from app.services.query.pipeline import Vectors, answer, item, retrieve, scope
+from app.services.query.sizes import SearchSizes
 
 if TYPE_CHECKING:
     from app.adapters.cache import Cache
@@ -52,6 +53,7 @@ class QueryService:
         config: QueryConfig,
         slots: asyncio.Semaphore | None = None,
         usage: UsageRecorder | None = None,
+        sizes: SearchSizes | None = None,
     ) -> None:
         self.sessionmaker = sessionmaker
         self.embeddings = embeddings
@@ -64,6 +66,9 @@ class QueryService:
         # The relevance model fitted on this embedder's cosines (the default's when it has none:
         # model_for warns once).
         self.relevance = model_for(embeddings.model)
+        # Users' sizes from their last seconds of queries (sizes.py): the process's, shared by
+        # every request's service, else this service's own.
+        self.sizes = sizes if sizes is not None else SearchSizes(config.search_size_ttl_s)
 
     async def query(self, request: QueryRequest, *, correlation_id: str = "-") -> QueryResult:
         """Answer one query; never raises for database, Redis or embedder failures. The
@@ -150,7 +155,7 @@ class QueryService:
         # 1. The query is embedded (in a worker thread) while the keyword arm runs in Postgres:
         # for a large store that hides most of the embedding time (docs/performance.md).
         embedding = asyncio.create_task(self._embed(query)) if preset.use_vector else None
-        vectors = Vectors(self.sessionmaker, self.config, self.embeddings.model)
+        vectors = Vectors(self.sessionmaker, self.config, self.embeddings.model, self.sizes)
         t0 = time.perf_counter()
         try:
             candidates, ranked = await asyncio.wait_for(
