@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,7 +117,9 @@ class UserScope:
 
     user_id: str
     custom_plans: bool = False  # the read path: custom plans, no parallel workers (see above)
-    generic_plans: bool = False  # the read path of a small user: generic plans instead
+    # More settings of the read path's transactions, made in the same statement as the user
+    # (the vector statement's planner settings, a small user's generic plans).
+    settings: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -175,18 +177,20 @@ def user_session(
     user_id: str,
     *,
     custom_plans: bool = False,
-    generic_plans: bool = False,
+    settings: Mapping[str, str] | None = None,
 ) -> AsyncSession:
     """A session whose every transaction runs as `user_id` under row-level security.
 
     custom_plans (the read path): its transactions also plan every statement for the values it
     runs with (`plan_cache_mode = force_custom_plan`) and without parallel workers
     (`max_parallel_workers_per_gather = 0`), set in the same statement as the user.
-    generic_plans (with custom_plans, a user known to be small): the connection's generic plans
-    instead (`force_generic_plan`; RetrievalRepository.search_size says why)."""
+    settings (with custom_plans): more SET LOCALs of that statement, overriding those (one
+    round trip for all of them; RetrievalRepository.search_size says when a small user's
+    statements run on generic plans)."""
     if not user_id:
         raise ValueError("a user-scoped session needs a user id")
-    return sessionmaker(info={_SCOPE: UserScope(user_id, custom_plans, generic_plans)})
+    extra = tuple(sorted((settings or {}).items())) if custom_plans else ()
+    return sessionmaker(info={_SCOPE: UserScope(user_id, custom_plans, extra)})
 
 
 def admin_sessions(
@@ -219,9 +223,7 @@ def scope_settings(
 ) -> dict[str, str]:
     """The transaction-local settings a scope runs with (row-level security reads them)."""
     if isinstance(scope, UserScope):
-        extra = READ_PATH_SETTINGS if scope.custom_plans else {}
-        if scope.custom_plans and scope.generic_plans:
-            extra = {**extra, "plan_cache_mode": "force_generic_plan"}
+        extra = {**READ_PATH_SETTINGS, **dict(scope.settings)} if scope.custom_plans else {}
         return {"pgrecall.user_id": scope.user_id, **extra}
     if isinstance(scope, KeyLookupScope):
         return {"pgrecall.key_hash": scope.key_hash}

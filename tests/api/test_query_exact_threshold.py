@@ -227,3 +227,58 @@ async def test_a_users_size_is_read_once_per_ttl(
     assert sizes[0].items == 2 and sizes[0].generic_plans
     assert modes == ["force_generic_plan", "force_generic_plan"]
     assert answers == [{LONG_TURN, SHORT_TURN}] * 2
+
+
+@pytest.mark.parametrize(
+    ("threshold", "seqscan", "probes", "made_by_statement"),
+    [
+        (5, "off", "1", 1),  # exact, passages re-score: the second query starts with it
+        (1, "on", "10", 0),  # ANN: its connection always starts with its settings
+        (1_000, "on", "1", 1),  # exact, every passage scored: called once, sets nothing
+    ],
+)
+async def test_the_vector_statements_settings_come_with_the_user(
+    make_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    user_id: str,
+    threshold: int,
+    seqscan: str,
+    probes: str,
+    made_by_statement: int,
+) -> None:
+    """The vector statement runs under its planner settings whether they were made by their
+    own statement (set_vector_search: a size read in this transaction) or with the user at the
+    transaction's start (a remembered size; the ANN connection)."""
+    seen: list[tuple[str, str]] = []
+    statements: list[bool] = []
+    vector, set_vector_search = RetrievalRepository.vector, RetrievalRepository.set_vector_search
+
+    async def recorded_vector(self: RetrievalRepository, *a: Any, **kw: Any) -> Any:
+        row = (
+            await self.session.execute(
+                text("SELECT current_setting('enable_seqscan'), current_setting('ivfflat.probes')")
+            )
+        ).one()
+        seen.append((row[0], row[1]))
+        return await vector(self, *a, **kw)
+
+    async def recorded_settings(self: RetrievalRepository, **kw: Any) -> None:
+        statements.append(kw["exact"])
+        await set_vector_search(self, **kw)
+
+    monkeypatch.setattr(RetrievalRepository, "vector", recorded_vector)
+    monkeypatch.setattr(RetrievalRepository, "set_vector_search", recorded_settings)
+    async with make_client(exact_search_max_items=threshold, search_size_ttl_s=60.0) as (
+        client,
+        _,
+    ):
+        await add_messages(client, user_id, [LONG_TURN, SHORT_TURN])
+        for question in ("Where does the family live now?", "Which city is the family in?"):
+            response = await client.post(
+                "/v1/memory/query",
+                json={"query": question, "min_score": 0.0},
+                headers=headers(user_id),
+            )
+            assert response.status_code == 200, response.text
+    assert seen == [(seqscan, probes)] * 2
+    assert len(statements) == made_by_statement

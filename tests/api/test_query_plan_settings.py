@@ -1,6 +1,8 @@
 """The planner settings each statement of the query path runs with (app/db.py, the read path;
 RetrievalRepository.set_vector_search, the ANN path): custom plans and no parallel workers
-everywhere, and the ANN page cost on the ANN vector statement only."""
+everywhere, and the ANN page cost on the ANN vector statement only. A user of at most
+PGRECALL_GENERIC_PLAN_MAX_ITEMS items runs the statements after search_size on the request's
+connection on generic plans (the ANN connection keeps custom ones)."""
 
 from __future__ import annotations
 
@@ -19,9 +21,15 @@ _SETTINGS = text(
 )
 
 
+@pytest.mark.parametrize("generic_max", [0, 1_000])
 @pytest.mark.parametrize(("exact_max", "path"), [(10_000, "exact"), (0, "ann")])
 async def test_query_statements_run_with_the_read_paths_planner_settings(
-    make_client: Any, monkeypatch: pytest.MonkeyPatch, user_id: str, exact_max: int, path: str
+    make_client: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    user_id: str,
+    exact_max: int,
+    path: str,
+    generic_max: int,
 ) -> None:
     seen: dict[str, tuple[str, str, str]] = {}
 
@@ -37,9 +45,11 @@ async def test_query_statements_run_with_the_read_paths_planner_settings(
 
     for name in ("keyword", "vector", "fetch_around"):
         monkeypatch.setattr(RetrievalRepository, name, recording(name))
-    async with make_client(exact_search_max_items=exact_max) as (client, _):
+    settings = {"exact_search_max_items": exact_max, "generic_plan_max_items": generic_max}
+    async with make_client(**settings) as (client, _):
         await ask_after_one_turn(client, user_id)
-    default = ("force_custom_plan", "0", "4")  # Postgres's random_page_cost
+    plans = "force_generic_plan" if generic_max else "force_custom_plan"  # a 1-turn user
+    default = (plans, "0", "4")  # Postgres's random_page_cost
     assert seen["keyword"] == default
     assert seen["fetch_around"] == default
     ann = ("force_custom_plan", "0", str(ANN_RANDOM_PAGE_COST))

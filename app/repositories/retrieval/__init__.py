@@ -20,7 +20,12 @@ from app.repositories.retrieval.context import ContextReads
 from app.repositories.retrieval.keyword import _BM25_SQL, KeywordArm, KeywordHits, _source_filter
 from app.repositories.retrieval.passages import _passage_messages_sql
 from app.repositories.retrieval.stats import SearchSize, Stats
-from app.repositories.retrieval.vector import ANN_RANDOM_PAGE_COST, VectorArm, ann_settings
+from app.repositories.retrieval.vector import (
+    ANN_RANDOM_PAGE_COST,
+    VectorArm,
+    ann_settings,
+    vector_search_settings,
+)
 from app.repositories.search_index import Source
 
 
@@ -44,4 +49,5 @@ __all__ = [
     "_passage_messages_sql",
     "_source_filter",
     "ann_settings",
+    "vector_search_settings",
 ]

@@ -50,6 +50,43 @@ def ann_settings(
     }
 
 
+def vector_search_settings(
+    *,
+    exact: bool,
+    probes: int,
+    max_probes: int,
+    ef_search: int = 40,
+    max_scan_tuples: int = 20_000,
+    random_page_cost: float = ANN_RANDOM_PAGE_COST,
+    rescore_passages: bool = False,
+) -> dict[str, str]:
+    """The planner settings of a transaction's vector statement (none for a plain exact one).
+    The scan settings of both index methods are set, so the statement is the same on an
+    ivfflat or an HNSW index (whichever `pgrecall reindex` built); iterative scans on either.
+
+    random_page_cost: pgvector prices every ivfflat list it probes as pages read from disk
+    at random_page_cost (4 by default), so from about 45 probes of a 50k-item user's own 100
+    lists the planner chose that user's exact scan (user_id index + sort), 3.5x slower
+    (`python -m bench.plans`). The index is in memory or on SSD, as a query path's
+    working set is: 1.1, the usual value for SSD storage, prices it so, for this
+    transaction only (docs/performance.md, "Big users on real conversation turns").
+
+    rescore_passages (exact path): the statement reads the user's messages through the
+    user_id index. A user holding a third of the messages table (5,520 of 16,990 rows,
+    estimated 1,812) got a scan of the whole table, 12.4 ms of Postgres CPU instead of 3.4
+    (docs/performance.md, "Half the CPU per query"); the other statements of the transaction
+    read through indexes anyway (the keyword arm's postings ranges, the fetch's primary keys)."""
+    if exact:
+        return {"enable_seqscan": "off"} if rescore_passages else {}
+    return ann_settings(
+        probes=probes,
+        max_probes=max_probes,
+        ef_search=ef_search,
+        max_scan_tuples=max_scan_tuples,
+        random_page_cost=random_page_cost,
+    )
+
+
 class VectorArm(SessionBound):
     async def set_vector_search(
         self,
@@ -62,33 +99,18 @@ class VectorArm(SessionBound):
         random_page_cost: float = ANN_RANDOM_PAGE_COST,
         rescore_passages: bool = False,
     ) -> None:
-        """Planner settings for this transaction's vector queries (one statement). The scan
-        settings of both index methods are set, so the statement is the same on an ivfflat or
-        an HNSW index (whichever `pgrecall reindex` built); iterative scans on either.
-
-        random_page_cost: pgvector prices every ivfflat list it probes as pages read from disk
-        at random_page_cost (4 by default), so from about 45 probes of a 50k-item user's own 100
-        lists the planner chose that user's exact scan (user_id index + sort), 3.5x slower
-        (`python -m bench.plans`). The index is in memory or on SSD, as a query path's
-        working set is: 1.1, the usual value for SSD storage, prices it so, for this
-        transaction only (docs/performance.md, "Big users on real conversation turns").
-
-        rescore_passages (exact path): the statement reads the user's messages through the
-        user_id index. A user holding a third of the messages table (5,520 of 16,990 rows,
-        estimated 1,812) got a scan of the whole table, 12.4 ms of Postgres CPU instead of 3.4
-        (docs/performance.md, "Half the CPU per query"); the statements after it in this
-        transaction (the fetch) read by primary key anyway."""
-        if exact and rescore_passages:
-            await self.session.execute(SET_LOCAL, set_local_params({"enable_seqscan": "off"}))
-        if not exact:
-            settings = ann_settings(
-                probes=probes,
-                max_probes=max_probes,
-                ef_search=ef_search,
-                max_scan_tuples=max_scan_tuples,
-                random_page_cost=random_page_cost,
-            )
-            # SET LOCAL (app/db.py): on Citus it reaches the worker that runs the statement.
+        """vector_search_settings for this transaction, in one statement (none when there are
+        none). SET LOCAL (app/db.py): on Citus it reaches the worker that runs the statement."""
+        settings = vector_search_settings(
+            exact=exact,
+            probes=probes,
+            max_probes=max_probes,
+            ef_search=ef_search,
+            max_scan_tuples=max_scan_tuples,
+            random_page_cost=random_page_cost,
+            rescore_passages=rescore_passages,
+        )
+        if settings:
             await self.session.execute(SET_LOCAL, set_local_params(settings))
 
     async def vector(

@@ -25,7 +25,13 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from app.db import user_session
-from app.repositories.retrieval import Candidate, KeywordHits, RetrievalRepository, SearchSize
+from app.repositories.retrieval import (
+    Candidate,
+    KeywordHits,
+    RetrievalRepository,
+    SearchSize,
+    vector_search_settings,
+)
 from app.repositories.search_index import Source
 from app.retrieval.budget import PackResult, pack
 from app.retrieval.dates import TimeWindow, parse_time_expression
@@ -123,17 +129,13 @@ async def retrieve(
 ) -> tuple[dict[Key, Candidate], list[Ranked[Key]]]:
     """Stages 2 to 6: (rows, calibrated ranking)."""
     user_id = s.request.user_id
-    # A size seen a few seconds ago skips search_size and sets its plans with the user.
+    # A size seen a few seconds ago skips search_size: its plans and the vector statement's
+    # settings are made with the user, at the transaction's start.
     known = vectors.sizes.get(user_id, size_cap(s, vectors)) if embedding is not None else None
-    generic = known is not None and known.generic_plans
+    settings = planned_settings(known, vectors) if known is not None else None
     # Both connections carry the request's user: row-level security backs up the predicates.
-    async with (
-        slots,
-        user_session(
-            vectors.sessionmaker, user_id, custom_plans=True, generic_plans=generic
-        ) as session,
-        session.begin(),
-    ):
+    scoped = user_session(vectors.sessionmaker, user_id, custom_plans=True, settings=settings)
+    async with slots, scoped as session, session.begin():
         repo = RetrievalRepository(session)
         hits = await arms(repo, s, embedding, vectors, result, known)
         ranked = fuse(s, hits)
@@ -169,6 +171,35 @@ def size_cap(s: Scope, vectors: Vectors) -> int:
     return vectors.config.exact_search_max_items + 1 if passages else 0
 
 
+@dataclass(frozen=True)
+class SearchPath:
+    """How a user of this size is searched (arms says why)."""
+
+    items: int
+    exact: bool  # exact vector search on the request's connection, else ANN on its own
+    rescore: bool  # on the exact path: passages re-score the messages found
+
+    @classmethod
+    def of(cls, size: SearchSize, threshold: int) -> SearchPath:
+        return cls(size.items, size.items <= threshold, size.items + size.passages > threshold)
+
+
+def planned_settings(known: SearchSize, vectors: Vectors) -> dict[str, str]:
+    """The settings the request's transaction starts with for a user of a known size: its
+    generic plans (search_size) and, on the exact path, the vector statement's."""
+    config = vectors.config
+    path = SearchPath.of(known, config.exact_search_max_items)
+    settings = {"plan_cache_mode": "force_generic_plan"} if known.generic_plans else {}
+    if path.exact:
+        settings |= vector_search_settings(
+            exact=True,
+            probes=config.ivfflat_probes,
+            max_probes=config.ivfflat_max_probes,
+            rescore_passages=path.rescore,
+        )
+    return settings
+
+
 async def arms(
     repo: RetrievalRepository,
     s: Scope,
@@ -189,9 +220,9 @@ async def arms(
     search of the messages, and their passages re-score the messages found, as on the ANN path
     (4 ms; docs/performance.md, "Half the CPU per query").
 
-    `known`: the user's size from a query a few seconds ago (sizes.py), else it is read now."""
-    threshold = vectors.config.exact_search_max_items
-    items, exact, rescore = 0, False, False
+    `known`: the user's size from a query a few seconds ago (sizes.py), whose settings this
+    transaction started with (planned_settings); else it is read now."""
+    path = SearchPath(0, False, False)
     if embedding is not None:
         size = known
         if size is None:
@@ -200,19 +231,24 @@ async def arms(
                 s.request.user_id, up_to=cap, generic_max=vectors.config.generic_plan_max_items
             )
             vectors.sizes.put(s.request.user_id, cap, size)
-        items = size.items
-        exact = size.items <= threshold
-        rescore = size.items + size.passages > threshold
+        path = SearchPath.of(size, vectors.config.exact_search_max_items)
     keyword = keyword_arm(repo, s)
-    if exact:
+    if path.exact:
         assert embedding is not None
         hits = await keyword
         cosines = await nearest(
-            repo, s, embedding, vectors, result, exact=True, rescore_passages=rescore
+            repo,
+            s,
+            embedding,
+            vectors,
+            result,
+            exact=True,
+            rescore_passages=path.rescore,
+            planned=known is not None,
         )
     else:
         hits, cosines = await asyncio.gather(
-            keyword, vector_arm(s, embedding, vectors, result, items)
+            keyword, vector_arm(s, embedding, vectors, result, path.items)
         )
     return ArmHits(hits, cosines)
 
@@ -250,23 +286,26 @@ async def keyword_arm(repo: RetrievalRepository, s: Scope) -> KeywordHits:
 async def vector_arm(
     s: Scope, embedding: Embedding | None, vectors: Vectors, result: QueryResult, items: int
 ) -> dict[Key, float]:
-    """ANN search on a connection of its own. Its planner settings are made while the query
-    is still being embedded, so only the vector statement waits for the embedding."""
+    """ANN search on a connection of its own. Its planner settings are made with the user,
+    while the query is still being embedded, so only the vector statement waits for it."""
     if embedding is None:
         return {}
     config = vectors.config
+    settings = vector_search_settings(
+        exact=False,
+        probes=ann_probes(items, config.ivfflat_probes, config.ivfflat_probe_share),
+        max_probes=config.ivfflat_max_probes,
+        ef_search=config.hnsw_ef_search,
+        max_scan_tuples=config.hnsw_max_scan_tuples,
+    )
     async with (
-        user_session(vectors.sessionmaker, s.request.user_id, custom_plans=True) as session,
+        user_session(
+            vectors.sessionmaker, s.request.user_id, custom_plans=True, settings=settings
+        ) as session,
         session.begin(),
     ):
         return await nearest(
-            RetrievalRepository(session),
-            s,
-            embedding,
-            vectors,
-            result,
-            exact=False,
-            probes=ann_probes(items, config.ivfflat_probes, config.ivfflat_probe_share),
+            RetrievalRepository(session), s, embedding, vectors, result, exact=False, planned=True
         )
 
 
@@ -278,20 +317,22 @@ async def nearest(
     result: QueryResult,
     *,
     exact: bool,
-    probes: int | None = None,
     rescore_passages: bool = False,
+    planned: bool = False,
 ) -> dict[Key, float]:
     """The vector search on `repo`'s connection, once the query vector is there (stage 1 ends
-    here: its degraded flag and time go to `result`)."""
+    here: its degraded flag and time go to `result`). `planned`: the transaction started with
+    the statement's settings (vector_search_settings), else they are made here."""
     config = vectors.config
-    await repo.set_vector_search(
-        exact=exact,
-        probes=probes or config.ivfflat_probes,
-        max_probes=config.ivfflat_max_probes,
-        ef_search=config.hnsw_ef_search,
-        max_scan_tuples=config.hnsw_max_scan_tuples,
-        rescore_passages=rescore_passages,
-    )
+    if not planned:
+        await repo.set_vector_search(
+            exact=exact,
+            probes=config.ivfflat_probes,
+            max_probes=config.ivfflat_max_probes,
+            ef_search=config.hnsw_ef_search,
+            max_scan_tuples=config.hnsw_max_scan_tuples,
+            rescore_passages=rescore_passages,
+        )
     vector, result.degraded, result.query_embedding_ms = await embedding
     if vector is None:
         return {}
