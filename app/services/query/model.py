@@ -47,8 +47,9 @@ def ann_probes(items: int, probes: int, share: float) -> int:
     """ivfflat probes for a user with `items` indexed items on the ANN path: at least `probes`,
     and at least `share` of the lists of the user's own index (`pgrecall reindex` sizes it to
     user_lists_for(rows)), each of which holds that user's rows only. Real conversation turns
-    need about half of them for recall@10 >= 0.95 (docs/performance.md, "Big users on real
-    conversation turns"): the default share 0.5 probes 50 of a 50k-item user's 100 lists."""
+    need more than half of them for recall@10 >= 0.95 (docs/performance.md, "Big users on real
+    conversation turns", and the 1M figures of "Against the issue's own baseline"): the
+    default share 0.6 probes 60 of a 50k-item user's 100 lists."""
     return max(probes, math.ceil(share * user_lists_for(items)))
 
 
