@@ -27,7 +27,7 @@ from app.db import create_engine, create_sessionmaker, user_session
 from app.embedded import EmbeddedPostgres
 from app.observability import configure_logging
 from app.repositories.maintenance import user_index_name
-from app.repositories.retrieval import RetrievalRepository
+from app.repositories.retrieval import RetrievalRepository, vector_search_settings
 from app.retrieval.presets import get_preset
 from app.roles import DEFAULT_APP_ROLE, with_user
 from bench.ann import big_user_questions
@@ -64,10 +64,12 @@ async def _run(
                     ):
                         repo = RetrievalRepository(session)
                         await repo.set_vector_search(
-                            exact=False,
-                            probes=value,
-                            max_probes=cfg.ivfflat_max_probes,
-                            random_page_cost=cost,
+                            vector_search_settings(
+                                exact=False,
+                                probes=value,
+                                max_probes=cfg.ivfflat_max_probes,
+                                random_page_cost=cost,
+                            )
                         )
                         index = {"name": user_index_name(table, user)}
                         before = int((await session.execute(OWN_INDEX_SCANS, index)).scalar_one())

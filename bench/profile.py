@@ -25,7 +25,7 @@ from app.adapters.embedder import LocalEmbedder
 from app.config import Settings, load_settings
 from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
-from app.repositories.retrieval import RetrievalRepository
+from app.repositories.retrieval import RetrievalRepository, vector_search_settings
 from app.retrieval.presets import get_preset
 from app.services.query import ann_probes
 from bench.drive import BenchQuery, make_queries
@@ -63,11 +63,13 @@ class _Path:
         items = await repo.item_count(query.user_id)
         exact = items <= self.settings.exact_search_max_items
         await repo.set_vector_search(
-            exact=exact,
-            probes=ann_probes(
-                items, self.settings.ivfflat_probes, self.settings.ivfflat_probe_share
-            ),
-            max_probes=self.settings.ivfflat_max_probes,
+            vector_search_settings(
+                exact=exact,
+                probes=ann_probes(
+                    items, self.settings.ivfflat_probes, self.settings.ivfflat_probe_share
+                ),
+                max_probes=self.settings.ivfflat_max_probes,
+            )
         )
         return exact
 

@@ -20,7 +20,7 @@ from sqlalchemy import text
 
 from app.db import create_engine, create_sessionmaker, user_session, vector_literal
 from app.repositories.maintenance import user_index_name
-from app.repositories.retrieval import RetrievalRepository
+from app.repositories.retrieval import RetrievalRepository, vector_search_settings
 from app.repositories.search_index import Source
 from app.roles import DEFAULT_APP_ROLE, with_user
 from app.services.query import ann_probes
@@ -73,7 +73,9 @@ async def _ann(
         items = await repo.item_count(user_id)
         exact = items <= cfg.exact_search_max_items
         probes = ann_probes(items, cfg.ivfflat_probes, cfg.ivfflat_probe_share)
-        await repo.set_vector_search(exact=exact, probes=probes, max_probes=cfg.ivfflat_max_probes)
+        await repo.set_vector_search(
+            vector_search_settings(exact=exact, probes=probes, max_probes=cfg.ivfflat_max_probes)
+        )
         own = {"name": user_index_name("memory_items", user_id)}
         before = int((await session.execute(OWN_INDEX_SCANS, own)).scalar_one())
         hits = await repo.vector(

@@ -250,7 +250,7 @@ async def test_the_vector_statements_settings_come_with_the_user(
     own statement (set_vector_search: a size read in this transaction) or with the user at the
     transaction's start (a remembered size; the ANN connection)."""
     seen: list[tuple[str, str]] = []
-    statements: list[bool] = []
+    statements: list[dict[str, str]] = []
     vector, set_vector_search = RetrievalRepository.vector, RetrievalRepository.set_vector_search
 
     async def recorded_vector(self: RetrievalRepository, *a: Any, **kw: Any) -> Any:
@@ -262,9 +262,9 @@ async def test_the_vector_statements_settings_come_with_the_user(
         seen.append((row[0], row[1]))
         return await vector(self, *a, **kw)
 
-    async def recorded_settings(self: RetrievalRepository, **kw: Any) -> None:
-        statements.append(kw["exact"])
-        await set_vector_search(self, **kw)
+    async def recorded_settings(self: RetrievalRepository, settings: Any) -> None:
+        statements.append(dict(settings))
+        await set_vector_search(self, settings)
 
     monkeypatch.setattr(RetrievalRepository, "vector", recorded_vector)
     monkeypatch.setattr(RetrievalRepository, "set_vector_search", recorded_settings)

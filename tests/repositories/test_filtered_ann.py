@@ -25,7 +25,7 @@ from app.config import Settings
 from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
 from app.repositories.maintenance import MaintenanceRepository, user_index_name
-from app.repositories.retrieval import RetrievalRepository
+from app.repositories.retrieval import RetrievalRepository, vector_search_settings
 from app.repositories.search_index import Source
 from app.services.reindex import reindex_users
 
@@ -187,7 +187,9 @@ async def _search(
 ) -> Searched:
     async with sessions() as session, session.begin():
         repo = RetrievalRepository(session)
-        await repo.set_vector_search(exact=exact, probes=PROBES, max_probes=MAX_PROBES)
+        await repo.set_vector_search(
+            vector_search_settings(exact=exact, probes=PROBES, max_probes=MAX_PROBES)
+        )
         if force_index:
             # The planner may prefer the user_id index plus a sort (exact) for small users.
             # Penalising sorts makes it take the ivfflat scan, the path whose filtered results
@@ -408,11 +410,13 @@ async def _measure_in(
         name = index or user_index_name("memory_items", user)
         scans = text(f"SELECT pg_stat_get_xact_numscans('{name}'::regclass)")
         await repo.set_vector_search(
-            exact=False,
-            probes=PROBES,
-            max_probes=MAX_PROBES,
-            ef_search=ef_search,
-            max_scan_tuples=max_scan_tuples,
+            vector_search_settings(
+                exact=False,
+                probes=PROBES,
+                max_probes=MAX_PROBES,
+                ef_search=ef_search,
+                max_scan_tuples=max_scan_tuples,
+            )
         )
         await session.execute(text("SET LOCAL enable_sort = off"))  # an index, every user
         for statement in extra:

@@ -11,7 +11,7 @@ import numpy as np
 from sqlalchemy import text
 
 from app.db import user_session
-from app.repositories.retrieval import RetrievalRepository, Source
+from app.repositories.retrieval import RetrievalRepository, Source, vector_search_settings
 from app.retrieval.passages import passages
 from app.services.embedding import Priority
 from tests.helpers import add_messages
@@ -68,7 +68,7 @@ async def _scores(
         session.begin(),
     ):
         repo = RetrievalRepository(session)
-        await repo.set_vector_search(exact=exact, probes=10, max_probes=100)
+        await repo.set_vector_search(vector_search_settings(exact=exact, probes=10, max_probes=100))
         found = await repo.vector(
             user_id,
             vector,

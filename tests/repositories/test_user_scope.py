@@ -47,7 +47,13 @@ from app.repositories.memory import MemoryRepository, NewMemory
 from app.repositories.passages import NewPassage, PassageRepository
 from app.repositories.portable import PortableRepository
 from app.repositories.purge import PurgeRepository
-from app.repositories.retrieval import RetrievalRepository, Source, TagFilter, TimeFilter
+from app.repositories.retrieval import (
+    RetrievalRepository,
+    Source,
+    TagFilter,
+    TimeFilter,
+    vector_search_settings,
+)
 from app.repositories.search_index import Document, SearchIndexRepository
 from app.repositories.store import StoreRepository
 from app.repositories.usage import UsageRepository
@@ -361,7 +367,9 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
             await rec.call(
                 "RetrievalRepository",
                 "set_vector_search",
-                retrieval.set_vector_search(exact=exact, probes=10, max_probes=100),
+                retrieval.set_vector_search(
+                    vector_search_settings(exact=exact, probes=10, max_probes=100)
+                ),
             )
             await rec.call(
                 "RetrievalRepository",

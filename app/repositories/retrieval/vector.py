@@ -4,7 +4,7 @@ ivfflat/HNSW index), and the planner settings of the ANN path's transaction."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import text
@@ -88,28 +88,9 @@ def vector_search_settings(
 
 
 class VectorArm(SessionBound):
-    async def set_vector_search(
-        self,
-        *,
-        exact: bool,
-        probes: int,
-        max_probes: int,
-        ef_search: int = 40,
-        max_scan_tuples: int = 20_000,
-        random_page_cost: float = ANN_RANDOM_PAGE_COST,
-        rescore_passages: bool = False,
-    ) -> None:
-        """vector_search_settings for this transaction, in one statement (none when there are
+    async def set_vector_search(self, settings: Mapping[str, str]) -> None:
+        """Make a transaction's vector_search_settings, in one statement (none when there are
         none). SET LOCAL (app/db.py): on Citus it reaches the worker that runs the statement."""
-        settings = vector_search_settings(
-            exact=exact,
-            probes=probes,
-            max_probes=max_probes,
-            ef_search=ef_search,
-            max_scan_tuples=max_scan_tuples,
-            random_page_cost=random_page_cost,
-            rescore_passages=rescore_passages,
-        )
         if settings:
             await self.session.execute(SET_LOCAL, set_local_params(settings))
 

@@ -326,12 +326,14 @@ async def nearest(
     config = vectors.config
     if not planned:
         await repo.set_vector_search(
-            exact=exact,
-            probes=config.ivfflat_probes,
-            max_probes=config.ivfflat_max_probes,
-            ef_search=config.hnsw_ef_search,
-            max_scan_tuples=config.hnsw_max_scan_tuples,
-            rescore_passages=rescore_passages,
+            vector_search_settings(
+                exact=exact,
+                probes=config.ivfflat_probes,
+                max_probes=config.ivfflat_max_probes,
+                ef_search=config.hnsw_ef_search,
+                max_scan_tuples=config.hnsw_max_scan_tuples,
+                rescore_passages=rescore_passages,
+            )
         )
     vector, result.degraded, result.query_embedding_ms = await embedding
     if vector is None:
