@@ -94,8 +94,9 @@ class Settings(BaseSettings):
     exact_search_max_items: Annotated[int, Field(ge=0)] = 10_000
     # Users with at most this many indexed items run the read statements after the first on
     # the connection's generic plans (planned once per connection) instead of a plan per query:
-    # 0.9 ms less Postgres CPU per query for a 600-item user; a 5,520-item user's fetch was 4x
-    # slower on them, so bigger users keep custom plans (docs/performance.md). 0 = always custom.
+    # 0.7 ms less Postgres CPU per query for the real 10k bench's 369-663-turn users; a
+    # 5,520-turn user's fetch was 4.5x slower on them, so bigger users keep custom plans
+    # (docs/performance.md). 0 = always custom.
     generic_plan_max_items: Annotated[int, Field(ge=0)] = 1_000
     # A user's size (exact or ANN search, passages, plans) is read once per this many seconds of
     # its queries, not per query (app/services/query/sizes.py); 0 reads it every time.

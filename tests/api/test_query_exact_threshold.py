@@ -23,6 +23,29 @@ LONG_TURN = (
 SHORT_TURN = "Pixel is a greyhound"
 
 
+def settings_at_vector(monkeypatch: pytest.MonkeyPatch, *names: str) -> list[tuple[str, ...]]:
+    """Records, at each vector statement, the values its transaction has for `names`."""
+    seen: list[tuple[str, ...]] = []
+    vector = RetrievalRepository.vector
+    current = text("SELECT " + ", ".join(f"current_setting('{name}')" for name in names))
+
+    async def recorded(self: RetrievalRepository, *a: Any, **kw: Any) -> Any:
+        seen.append(tuple((await self.session.execute(current)).one()))
+        return await vector(self, *a, **kw)
+
+    monkeypatch.setattr(RetrievalRepository, "vector", recorded)
+    return seen
+
+
+async def ask(client: Any, user_id: str, question: str) -> set[str]:
+    """The contents /v1/memory/query returns for `question` (no floor)."""
+    response = await client.post(
+        "/v1/memory/query", json={"query": question, "min_score": 0.0}, headers=headers(user_id)
+    )
+    assert response.status_code == 200, response.text
+    return {i["content"] for i in response.json()["items"]}
+
+
 @pytest.mark.parametrize(
     ("threshold", "size", "exact", "rescore"),
     [
@@ -132,24 +155,12 @@ async def test_the_query_of_a_small_user_runs_on_generic_plans(
 ) -> None:
     """Through the service: the vector statement of a 2-item user runs under the plan mode
     search_size chose, and the answer is the same either way."""
-    modes: list[str] = []
-    vector = RetrievalRepository.vector
-
-    async def recorded_vector(self: RetrievalRepository, *a: Any, **kw: Any) -> Any:
-        modes.append(await self.session.scalar(text("SELECT current_setting('plan_cache_mode')")))
-        return await vector(self, *a, **kw)
-
-    monkeypatch.setattr(RetrievalRepository, "vector", recorded_vector)
+    seen = settings_at_vector(monkeypatch, "plan_cache_mode")
     async with make_client(generic_plan_max_items=generic_max) as (client, _):
         await add_messages(client, user_id, [LONG_TURN, SHORT_TURN])
-        response = await client.post(
-            "/v1/memory/query",
-            json={"query": "Where does the family live now?", "min_score": 0.0},
-            headers=headers(user_id),
-        )
-    assert response.status_code == 200, response.text
-    assert modes == [mode]
-    assert {i["content"] for i in response.json()["items"]} == {LONG_TURN, SHORT_TURN}
+        answer = await ask(client, user_id, "Where does the family live now?")
+    assert seen == [(mode,)]
+    assert answer == {LONG_TURN, SHORT_TURN}
 
 
 async def test_rescored_passages_give_the_same_items_on_a_small_store(
@@ -195,37 +206,24 @@ async def test_a_users_size_is_read_once_per_ttl(
     second runs on the plans that size chose (set with the user at the transaction's start),
     and both get the same items as with a fresh read."""
     sizes: list[SearchSize] = []
-    modes: list[str] = []
-    search_size, vector = RetrievalRepository.search_size, RetrievalRepository.vector
+    search_size = RetrievalRepository.search_size
 
     async def recorded_size(self: RetrievalRepository, *a: Any, **kw: Any) -> SearchSize:
         sizes.append(await search_size(self, *a, **kw))
         return sizes[-1]
 
-    async def recorded_vector(self: RetrievalRepository, *a: Any, **kw: Any) -> Any:
-        modes.append(await self.session.scalar(text("SELECT current_setting('plan_cache_mode')")))
-        return await vector(self, *a, **kw)
-
     monkeypatch.setattr(RetrievalRepository, "search_size", recorded_size)
-    monkeypatch.setattr(RetrievalRepository, "vector", recorded_vector)
-    answers = []
+    seen = settings_at_vector(monkeypatch, "plan_cache_mode")
     async with make_client(search_size_ttl_s=ttl_s) as (client, _):
         await add_messages(client, user_id, [LONG_TURN, SHORT_TURN])
         # Two wordings: the second is not served from the answer cache.
-        for question in (
-            "Where does the family live now?",
-            "Where does the family live these days?",
-        ):
-            response = await client.post(
-                "/v1/memory/query",
-                json={"query": question, "min_score": 0.0},
-                headers=headers(user_id),
-            )
-            assert response.status_code == 200, response.text
-            answers.append({i["content"] for i in response.json()["items"]})
+        answers = [
+            await ask(client, user_id, "Where does the family live now?"),
+            await ask(client, user_id, "Where does the family live these days?"),
+        ]
     assert len(sizes) == reads
     assert sizes[0].items == 2 and sizes[0].generic_plans
-    assert modes == ["force_generic_plan", "force_generic_plan"]
+    assert seen == [("force_generic_plan",)] * 2
     assert answers == [{LONG_TURN, SHORT_TURN}] * 2
 
 
@@ -249,36 +247,21 @@ async def test_the_vector_statements_settings_come_with_the_user(
     """The vector statement runs under its planner settings whether they were made by their
     own statement (set_vector_search: a size read in this transaction) or with the user at the
     transaction's start (a remembered size; the ANN connection)."""
-    seen: list[tuple[str, str]] = []
     statements: list[dict[str, str]] = []
-    vector, set_vector_search = RetrievalRepository.vector, RetrievalRepository.set_vector_search
-
-    async def recorded_vector(self: RetrievalRepository, *a: Any, **kw: Any) -> Any:
-        row = (
-            await self.session.execute(
-                text("SELECT current_setting('enable_seqscan'), current_setting('ivfflat.probes')")
-            )
-        ).one()
-        seen.append((row[0], row[1]))
-        return await vector(self, *a, **kw)
+    set_vector_search = RetrievalRepository.set_vector_search
 
     async def recorded_settings(self: RetrievalRepository, settings: Any) -> None:
         statements.append(dict(settings))
         await set_vector_search(self, settings)
 
-    monkeypatch.setattr(RetrievalRepository, "vector", recorded_vector)
     monkeypatch.setattr(RetrievalRepository, "set_vector_search", recorded_settings)
+    seen = settings_at_vector(monkeypatch, "enable_seqscan", "ivfflat.probes")
     async with make_client(exact_search_max_items=threshold, search_size_ttl_s=60.0) as (
         client,
         _,
     ):
         await add_messages(client, user_id, [LONG_TURN, SHORT_TURN])
-        for question in ("Where does the family live now?", "Which city is the family in?"):
-            response = await client.post(
-                "/v1/memory/query",
-                json={"query": question, "min_score": 0.0},
-                headers=headers(user_id),
-            )
-            assert response.status_code == 200, response.text
+        await ask(client, user_id, "Where does the family live now?")
+        await ask(client, user_id, "Which city is the family in?")
     assert seen == [(seqscan, probes)] * 2
     assert len(statements) == made_by_statement
