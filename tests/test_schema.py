@@ -385,7 +385,10 @@ async def test_partial_and_conversation_indexes(conn: AsyncConnection) -> None:
     )
     assert indexes["idx_conversations_user_id"].endswith("USING btree (user_id)")
     assert indexes["idx_conversations_updated_at"].endswith("USING btree (updated_at DESC)")
-    assert indexes["idx_messages_conversation_id"].endswith("USING btree (conversation_id, seq)")
+    assert indexes["idx_messages_user_conversation_seq"].endswith(
+        "USING btree (user_id, conversation_id, seq)"
+    )
+    assert "idx_messages_conversation_id" not in indexes
     assert indexes["idx_messages_user_id"].endswith("USING btree (user_id)")
     assert indexes["uq_memory_items_user_content_hash"].endswith(
         "USING btree (user_id, content_hash) WHERE (valid_to IS NULL)"

@@ -66,7 +66,7 @@ class Message(CreatedAtMixin, Base):
             ["conversations.user_id", "conversations.id"],
             ondelete="CASCADE",
         ),
-        Index("idx_messages_conversation_id", "conversation_id", "seq"),
+        Index("idx_messages_user_conversation_seq", "user_id", "conversation_id", "seq"),
         Index("idx_messages_user_id", "user_id"),
         Index("idx_messages_correlation_id", "correlation_id"),
         Index(

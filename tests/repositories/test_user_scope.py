@@ -3,8 +3,9 @@
 The driver below calls every public method of every repository class (and the branches that
 change the SQL: filters, time limits, exact vs ANN, PRF) against the real test Postgres, inside
 one transaction that is rolled back. The statements are captured as Postgres receives them
-(SQLAlchemy's before_cursor_execute, and a recording wrapper around the raw asyncpg connection
-the bulk loader uses) and parsed with Postgres' own parser (tests/sql_scope.py). A statement
+(SQLAlchemy's before_cursor_execute, a recording wrapper around the raw asyncpg connection
+the bulk loader uses, and one around SessionBound._rows, the query path's reads through asyncpg)
+and parsed with Postgres' own parser (tests/sql_scope.py). A statement
 fails when a user-data table in it lacks a `user_id = <value>` predicate, unless its method is
 on the reviewed ALLOWED list below with the reason it may span users.
 
@@ -54,6 +55,7 @@ from app.repositories.retrieval import (
     TimeFilter,
     vector_search_settings,
 )
+from app.repositories.retrieval.common import SessionBound, positional
 from app.repositories.search_index import Document, SearchIndexRepository
 from app.repositories.store import StoreRepository
 from app.repositories.usage import UsageRepository
@@ -658,12 +660,22 @@ async def drive_bulk(conn: asyncpg.Connection, rec: Recorder, user: str) -> None
 
 
 @pytest.fixture
-async def recorded(pg: EmbeddedPostgres, db_engine: AsyncEngine, user_id: str) -> Recorder:
+async def recorded(
+    pg: EmbeddedPostgres, db_engine: AsyncEngine, user_id: str, monkeypatch: pytest.MonkeyPatch
+) -> Recorder:
     rec = Recorder()
 
     def hook(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         rec.sql(statement)
 
+    # The query path's reads go to asyncpg itself (SessionBound._rows): recorded as sent.
+    rows = SessionBound._rows
+
+    async def recorded_rows(self: SessionBound, sql: str, params: Any) -> Any:
+        rec.sql(positional(sql)[0])
+        return await rows(self, sql, params)
+
+    monkeypatch.setattr(SessionBound, "_rows", recorded_rows)
     event.listen(db_engine.sync_engine, "before_cursor_execute", hook)
     try:
         async with create_sessionmaker(db_engine)() as session:

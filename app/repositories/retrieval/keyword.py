@@ -8,10 +8,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import text
-
 from app.repositories.retrieval.common import (
     NO_TIME_FILTER,
+    SOURCES,
+    Row,
     SessionBound,
     TagFilter,
     TimeFilter,
@@ -146,9 +146,10 @@ class KeywordArm(SessionBound):
         rows = await self._bm25(
             user_id, query, limit, memories, messages, types, k1, b, when, tags, expansion=None
         )
-        scores = {(Source(r.source), r.item_id): float(r.score) for r in rows}
-        plain = {(Source(r.source), r.item_id): float(r.plain) for r in rows}
-        max_score = float(rows[0].max_score) if rows else 0.0
+        keys = [(SOURCES[r["source"]], r["item_id"]) for r in rows]
+        scores = {k: float(r["score"]) for k, r in zip(keys, rows, strict=True)}
+        plain = {k: float(r["plain"]) for k, r in zip(keys, rows, strict=True)}
+        max_score = float(rows[0]["max_score"]) if rows else 0.0
         return KeywordHits(scores, max_score, plain=plain)
 
     async def expansion(
@@ -175,7 +176,7 @@ class KeywordArm(SessionBound):
         rows = await self._bm25(
             user_id, query, limit, memories, messages, types, k1, b, when, tags, expansion=expansion
         )
-        return {(Source(r.source), r.item_id): float(r.score) for r in rows}
+        return {(SOURCES[r["source"]], r["item_id"]): float(r["score"]) for r in rows}
 
     async def _bm25(
         self,
@@ -191,17 +192,15 @@ class KeywordArm(SessionBound):
         tags: TagFilter | None,
         *,
         expansion: dict[str, Any] | None,
-    ) -> Sequence[Any]:
+    ) -> Sequence[Row]:
         """Run the BM25 statement over the query's lexemes, or over the expansion terms."""
         source_filter = _source_filter(memories, messages, types, when, tags)
         if source_filter is None:
             return []
-        sql = text(
-            _BM25_SQL.format(
-                source_filter=source_filter,
-                expansion=_EXPANSION_CTE if expansion else "",
-                terms="expansion" if expansion else "idf",
-            )
+        sql = _BM25_SQL.format(
+            source_filter=source_filter,
+            expansion=_EXPANSION_CTE if expansion else "",
+            terms="expansion" if expansion else "idf",
         )
         params: dict[str, Any] = {
             "user_id": user_id,
@@ -214,4 +213,4 @@ class KeywordArm(SessionBound):
             **(expansion or {}),
             **_scope_params(types, tags),
         }
-        return (await self.session.execute(sql, params)).all()
+        return await self._rows(sql, params)

@@ -7,11 +7,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import text
-
 from app.db import SET_LOCAL, set_local_params, vector_literal
 from app.repositories.retrieval.common import (
     NO_TIME_FILTER,
+    SOURCES,
     SessionBound,
     TagFilter,
     TimeFilter,
@@ -175,8 +174,7 @@ class VectorArm(SessionBound):
         ]
         if messages_sql is not None:
             branches.append(messages_sql)
-        sql = text(" UNION ALL ".join(branches))
-        rows = (await self.session.execute(sql, params)).all()
-        for row in sorted(rows, key=lambda r: r.source):  # stable: keeps each branch's order
-            results[(Source(row.source), row.id)] = float(row.cosine)
+        rows = await self._rows(" UNION ALL ".join(branches), params)
+        for row in sorted(rows, key=lambda r: r["source"]):  # stable: keeps each branch's order
+            results[(SOURCES[row["source"]], row["id"])] = float(row["cosine"])
         return results
