@@ -22,10 +22,11 @@ from __future__ import annotations
 import json
 import logging
 import math
+import operator
 import re
 from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import TypeVar
 
@@ -86,7 +87,7 @@ class RelevanceModel:
     # the same probability).
     memory_weights: tuple[float, ...] = ()
 
-    @property
+    @cached_property
     def gamma(self) -> float:
         p = min(max(self.floor_probability, 1e-6), 1.0 - 1e-6)
         return math.log(SPEC_FLOOR) / math.log(p)
@@ -108,11 +109,17 @@ class RelevanceModel:
         return best**self.gamma * (p / best) ** exponent
 
     def logit(self, x: Sequence[float], memory: bool = False) -> float:
-        z = self.bias + sum(w * v for w, v in zip(self.weights, x, strict=True))
+        # map(operator.mul): the same sums, in the same order, as a generator over
+        # zip(strict=True), at 0.32 against 0.68 us for 8 features (a scratch timeit; every
+        # candidate of every query); the lengths are checked here instead.
+        if len(x) != len(self.weights):
+            raise ValueError(f"{len(x)} feature values for {len(self.weights)} weights")
+        z = self.bias + sum(map(operator.mul, self.weights, x))
         if memory and self.memory_weights:
-            z += sum(
-                w * v for w, v in zip(self.memory_weights, x[: len(ITEM_FEATURES)], strict=True)
-            )
+            item = x[: len(ITEM_FEATURES)]
+            if len(item) != len(self.memory_weights):
+                raise ValueError(f"{len(item)} item features for the memory weights")
+            z += sum(map(operator.mul, self.memory_weights, item))
         return z
 
     def probability(self, x: Sequence[float], memory: bool = False) -> float:

@@ -93,15 +93,6 @@ def rank(
         k: vector_relevance(v, preset.vector_floor, preset.vector_ceiling)
         for k, v in cosines.items()
     }
-    wk = preset.keyword_weight if preset.use_keyword else 0.0
-    wv = preset.vector_weight if preset.use_vector else 0.0
-    total = (wk + wv) or 1.0
-    keys = [
-        k
-        for k in {**keyword_scores, **cosines}
-        if kw_rel.get(k, 0.0) > 0 or vec_rel.get(k, 0.0) > 0
-    ]
-
     if preset.fusion == "learned":
         return _learned(
             keyword_scores,
@@ -115,6 +106,14 @@ def rank(
             has_names,
             memories,
         )
+    wk = preset.keyword_weight if preset.use_keyword else 0.0
+    wv = preset.vector_weight if preset.use_vector else 0.0
+    total = (wk + wv) or 1.0
+    keys = [
+        k
+        for k in {**keyword_scores, **cosines}
+        if kw_rel.get(k, 0.0) > 0 or vec_rel.get(k, 0.0) > 0
+    ]
     if expansion:
         keyword_scores = {
             k: keyword_scores.get(k, 0.0) + preset.prf_weight * expansion.get(k, 0.0)
