@@ -7,6 +7,11 @@ migrated test database:
 - a non-immutable function (now(), CURRENT_TIMESTAMP, random(), ...) inside a CASE or COALESCE
   of an UPDATE's SET: Citus evaluates such functions on the coordinator and cannot do it under a
   condition ("non-IMMUTABLE functions are not allowed in CASE or COALESCE statements");
+- the clock (now(), CURRENT_TIMESTAMP, ...) as an operand of an operator whose other operand
+  reads a column, in an UPDATE's SET (`now() + make_interval(secs => ttl)`): timestamptz
+  arithmetic is STABLE, and Citus refuses "STABLE functions used in UPDATE queries ... with
+  column references" (`to_timestamp(extract(epoch FROM now()) + ttl)` is accepted: the clock
+  is read alone, on the coordinator);
 - any non-immutable function in `ON CONFLICT ... DO UPDATE SET`;
 - an `ON CONFLICT (...)` target without user_id (no unique index of a distributed table lacks it);
 - `FOR UPDATE`/`FOR SHARE` over a distributed table not pinned to one user (locks across shards);
@@ -46,6 +51,31 @@ def _calls(node: Any, not_immutable: frozenset[str]) -> list[str]:
     return found
 
 
+_CLOCKS = frozenset(
+    {"now", "statement_timestamp", "transaction_timestamp", "clock_timestamp", "timeofday"}
+)
+
+
+def _is_clock(node: Any) -> bool:
+    """The current time itself (through casts): now(), CURRENT_TIMESTAMP and the like."""
+    while isinstance(node, ast.TypeCast):
+        node = node.arg
+    if isinstance(node, ast.SQLValueFunction):
+        return True
+    return isinstance(node, ast.FuncCall) and node.funcname[-1].sval in _CLOCKS
+
+
+def _clock_with_column(expr: Any) -> list[str]:
+    """Operators under `expr` with the clock on one side and a column read on the other."""
+    found = []
+    for n in _walk(expr):
+        if isinstance(n, ast.A_Expr) and n.lexpr is not None and n.rexpr is not None:
+            for clock, other in ((n.lexpr, n.rexpr), (n.rexpr, n.lexpr)):
+                if _is_clock(clock) and any(isinstance(c, ast.ColumnRef) for c in _walk(other)):
+                    found.extend(_calls(clock, frozenset(_CLOCKS)))
+    return found
+
+
 def _distributed(ref: ast.RangeVar, ctes: set[str]) -> bool:
     shadowed = ref.schemaname is None and ref.relname in ctes  # a CTE of the same name
     return ref.relname in DISTRIBUTED_TABLES and not shadowed
@@ -60,6 +90,11 @@ def statement_problems(sql: str, not_immutable: frozenset[str]) -> list[str]:
         for node in _walk(tree):
             if isinstance(node, ast.UpdateStmt) and _distributed(node.relation, ctes):
                 for target in node.targetList or ():
+                    for call in _clock_with_column(target.val):
+                        problems.append(
+                            f"UPDATE {node.relation.relname}: {call} with a column in SET "
+                            f"{target.name}"
+                        )
                     for cond in _walk(target.val):
                         if isinstance(cond, (ast.CaseExpr, ast.CoalesceExpr)):
                             for call in _calls(cond, not_immutable):

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from hypothesis import settings as hypothesis_settings
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.adapters.embedder import LocalEmbedder
@@ -64,6 +65,18 @@ async def db_engine(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
         yield engine
     finally:
         await engine.dispose()
+
+
+@pytest.fixture
+async def generic_plan(db_engine: AsyncEngine) -> str:
+    """The plan mode of a small user's read path: generic plans, except on a server with Citus
+    loaded (PGRECALL_TEST_DATABASE_URL at a coordinator), where it keeps custom ones
+    (RetrievalRepository.search_size)."""
+    async with db_engine.connect() as conn:
+        citus = await conn.scalar(
+            text("SELECT current_setting('citus.propagate_set_commands', true)")
+        )
+    return "force_custom_plan" if citus is not None else "force_generic_plan"
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Float, case, func, literal_column, or_, select, update
+from sqlalchemy import Float, case, extract, func, literal_column, or_, select, update
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
@@ -235,10 +235,14 @@ class StoreRepository:
 
     async def refresh_ttl(self, user_id: str, ids: Sequence[uuid.UUID]) -> None:
         """Restart the TTL of the items that have one (now + their TTL), as a read with
-        refresh_ttl does."""
+        refresh_ttl does. The new expiry is epoch seconds (the clock read alone, then
+        arithmetic with the row's TTL): `now() + make_interval(...)` of a column is STABLE
+        timestamptz arithmetic, which a Citus coordinator refuses in an UPDATE
+        (tests/citus_rules.py)."""
         if not ids:
             return
         minutes = func.cast(MemoryItem.metadata_[TTL].astext, Float)
+        expires = func.to_timestamp(extract("epoch", func.now()) + minutes * 60)
         stmt = (
             update(MemoryItem)
             .where(
@@ -248,7 +252,7 @@ class StoreRepository:
                 MemoryItem.deleted_at.is_(None),
                 _live(),
             )
-            .values(expires_at=func.now() + func.make_interval(0, 0, 0, 0, 0, 0, minutes * 60))
+            .values(expires_at=expires)
             .execution_options(synchronize_session=False)
         )
         await self.session.execute(stmt)

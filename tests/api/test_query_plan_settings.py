@@ -30,6 +30,7 @@ async def test_query_statements_run_with_the_read_paths_planner_settings(
     exact_max: int,
     path: str,
     generic_max: int,
+    generic_plan: str,
 ) -> None:
     seen: dict[str, tuple[str, str, str]] = {}
 
@@ -48,7 +49,7 @@ async def test_query_statements_run_with_the_read_paths_planner_settings(
     settings = {"exact_search_max_items": exact_max, "generic_plan_max_items": generic_max}
     async with make_client(**settings) as (client, _):
         await ask_after_one_turn(client, user_id)
-    plans = "force_generic_plan" if generic_max else "force_custom_plan"  # a 1-turn user
+    plans = generic_plan if generic_max else "force_custom_plan"  # a 1-turn user
     default = (plans, "0", "4")  # Postgres's random_page_cost
     assert seen["keyword"] == default
     assert seen["fetch_around"] == default

@@ -57,6 +57,17 @@ REFUSED = [
         "now() in DO UPDATE SET updated_at",
     ),
     (
+        "UPDATE memory_items SET expires_at=(now() + make_interval($1::INTEGER, $2::INTEGER, "
+        "$3::INTEGER, $4::INTEGER, $5::INTEGER, $6::INTEGER, CAST((memory_items.metadata ->> "
+        "$7::TEXT) AS FLOAT) * $8::INTEGER)) WHERE memory_items.user_id = $9::VARCHAR",
+        "now() with a column in SET expires_at",
+    ),
+    (
+        "UPDATE memory_items SET expires_at = CURRENT_TIMESTAMP + ttl * interval '1 minute' "
+        "WHERE user_id = $1",
+        "CURRENT_TIMESTAMP with a column in SET expires_at",
+    ),
+    (
         "INSERT INTO extraction_jobs (id, user_id, conversation_id, message_id) "
         "SELECT gen_random_uuid(), $1, $2, m FROM unnest($3::uuid[]) AS m "
         "ON CONFLICT (message_id) DO NOTHING",
@@ -74,6 +85,10 @@ ACCEPTED = [
     # now() outside CASE/COALESCE is evaluated once on the coordinator: accepted.
     "UPDATE memory_items SET updated_at = now() WHERE user_id = $1 AND id = $2",
     "UPDATE memory_items SET deleted_at = coalesce(deleted_at, $3) WHERE user_id = $1 AND id = $2",
+    # The clock read alone (on the coordinator), then plain arithmetic with the column.
+    "UPDATE memory_items SET expires_at = to_timestamp(extract(epoch FROM now()) "
+    "+ CAST(metadata ->> 'ttl' AS float) * 60) WHERE user_id = $1",
+    "UPDATE extraction_jobs SET lease_until = now() + make_interval(secs => $2) WHERE user_id = $1",
     "INSERT INTO search_stats (user_id, doc_count) VALUES ($1, 1) ON CONFLICT (user_id) "
     "DO UPDATE SET doc_count = search_stats.doc_count + EXCLUDED.doc_count",
     "SELECT id FROM extraction_jobs WHERE user_id = $1 AND conversation_id = $2 FOR UPDATE",

@@ -40,14 +40,17 @@ class Stats(SessionBound):
         at most `generic_max` items runs them on the connection's generic plans (planned once
         per connection; the plan of a small user's fetch and vector statements does not depend
         on the values), a bigger one on plans made for its values (`set_config(..., true)`
-        lasts until the end of the transaction, as the scope's SET LOCAL)."""
+        lasts until the end of the transaction, as the scope's SET LOCAL). Never on a server
+        with Citus loaded: its coordinator refused the generic plans of the read path's
+        statements ("could not create distributed plan"; docs/scaling.md)."""
         row = (
             await self.session.execute(
                 text(
                     "SELECT s.items, (SELECT count(*) FROM (SELECT 1 FROM message_passages AS p "
                     "WHERE p.user_id = :user_id LIMIT CASE WHEN s.items * 4 > :up_to "
                     "THEN greatest(:up_to - s.items, 0) ELSE 0 END) AS c) AS passages, "
-                    "set_config('plan_cache_mode', CASE WHEN s.items <= :generic_max "
+                    "set_config('plan_cache_mode', CASE WHEN s.items <= :generic_max AND "
+                    "current_setting('citus.propagate_set_commands', true) IS NULL "
                     "THEN 'force_generic_plan' ELSE 'force_custom_plan' END, true) AS plans "
                     "FROM (SELECT coalesce((SELECT doc_count FROM search_stats "
                     "WHERE user_id = :user_id), 0) AS items) AS s"
