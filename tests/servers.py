@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import make_url
+
 from app.config import Settings
 from app.embedded import EmbeddedPostgres
 from app.migrate import upgrade_head
@@ -67,6 +69,11 @@ class ExternalPostgres:
     the operator as docs/security.md shows) and reach it without a password."""
 
     url: str
+
+    @property
+    def dsn(self) -> str:
+        """libpq-style DSN (for plain asyncpg), as EmbeddedPostgres.dsn."""
+        return make_url(self.url).set(drivername="postgresql").render_as_string(False)
 
 
 def external_postgres() -> ExternalPostgres | None:
