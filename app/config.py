@@ -96,7 +96,8 @@ class Settings(BaseSettings):
     # the connection's generic plans (planned once per connection) instead of a plan per query:
     # 0.7 ms less Postgres CPU per query for the real 10k bench's 369-663-turn users; a
     # 5,520-turn user's fetch was 4.5x slower on them, so bigger users keep custom plans
-    # (docs/performance.md). 0 = always custom.
+    # (docs/performance.md). 0 = always custom; always custom on Citus, whose coordinator
+    # refuses them (docs/scaling.md).
     generic_plan_max_items: Annotated[int, Field(ge=0)] = 1_000
     # A user's size (exact or ANN search, passages, plans) is read once per this many seconds of
     # its queries, not per query (app/services/query/sizes.py); 0 reads it every time.
