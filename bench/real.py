@@ -69,6 +69,7 @@ from app.repositories.retrieval import (
     _source_filter,
     ann_settings,
 )
+from app.repositories.retrieval.common import positional
 from app.retrieval.names import query_names
 from app.retrieval.passages import passages
 from app.retrieval.presets import get_preset
@@ -294,16 +295,6 @@ async def settle(dsn: str) -> None:
 # ---------------------------------------------------------------- the floor
 
 
-def _numbered(sql: str, names: list[str]) -> str:
-    """:name -> $n (asyncpg), for the names given; '::' casts are left alone."""
-    return re.sub(
-        r"(?<!:):(\w+)",
-        lambda m: f"${names.index(m.group(1)) + 1}" if m.group(1) in names else m.group(0),
-        sql,
-    )
-
-
-PARAMS = ["user_id", "query", "limit", "k1", "b", "q", "model", "w", "names"]
 # The service's own visibility rules (deleted, expired, superseded), on alias t.
 _VISIBLE_MEMORY = _memory_visible(None).replace("m.", "t.") + _memory_valid("t", NO_TIME_FILTER)
 
@@ -359,10 +350,9 @@ WHERE {_VISIBLE_MEMORY} AND t.id IN (SELECT item_id FROM kw WHERE source = 0 UNI
 UNION ALL SELECT 'msg', 1, m.id, NULL, NULL, NULL, NULL, m.content, NULL, NULL, m.created_at,
        NULL, m.conversation_id, m.seq, m.role, NULL,
        CASE WHEN jsonb_typeof(m.metadata -> 'speaker') = 'string' THEN m.metadata ->> 'speaker' END
-FROM messages AS m JOIN conversations AS c ON c.id = m.conversation_id
-WHERE m.user_id = :user_id AND c.user_id = :user_id AND m.id IN (SELECT id FROM all_messages)
+FROM messages AS m WHERE m.user_id = :user_id AND m.id IN (SELECT id FROM all_messages)
 """
-    return _numbered(sql, PARAMS)
+    return sql
 
 
 async def floor_query(
@@ -384,18 +374,19 @@ async def floor_query(
     vector = (await asyncio.to_thread(embedder.embed_sync, [query]))[0]
     embedded = time.perf_counter()
     n = max(preset.candidates, limit)
-    rows = await conn.fetch(
-        floor_sql(exact, rescore),
-        user_id,
-        query,
-        n,
-        preset.bm25_k1,
-        preset.bm25_b,
-        vector_literal(vector),
-        LOCAL_MODEL_ID,
-        preset.passage_weight,
-        " ".join(query_names(query)),
-    )
+    values = {
+        "user_id": user_id,
+        "query": query,
+        "limit": n,
+        "k1": preset.bm25_k1,
+        "b": preset.bm25_b,
+        "q": vector_literal(vector),
+        "model": LOCAL_MODEL_ID,
+        "w": preset.passage_weight,
+        "names": " ".join(query_names(query)),
+    }
+    sql, names = positional(floor_sql(exact, rescore))  # the service's own :name -> $n
+    rows = await conn.fetch(sql, *[values[name] for name in names])
     scores: dict[tuple[Source, Any], float] = {}
     plain: dict[tuple[Source, Any], float] = {}
     max_score = 0.0

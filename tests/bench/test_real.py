@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
+from app.repositories.retrieval.common import positional
 from bench.real import floor_sql, make_copy
 from eval.datasets.locomo import Conversation, Turn
 from tests.sql_scope import violations
@@ -23,7 +24,9 @@ def _conversation() -> Conversation:
 
 def test_the_floor_statement_is_scoped_to_one_user() -> None:
     for exact, rescore in ((True, False), (True, True), (False, False)):
-        assert violations(floor_sql(exact, rescore)) == []
+        sql, names = positional(floor_sql(exact, rescore))  # as floor_query sends it
+        assert violations(sql) == []
+        assert set(names) == {"user_id", "query", "limit", "k1", "b", "q", "model", "w", "names"}
 
 
 def test_copies_rename_speakers_and_shift_numbers() -> None:
