@@ -143,9 +143,10 @@ class SessionBound:
         """The rows of one read statement (`:name` binds, as text() takes them), on the
         session's connection and in its transaction, through asyncpg itself.
 
-        The query path's statements return 50-80 rows each; SQLAlchemy's execute and result
-        rows cost about 0.2 ms of the service's CPU more per statement than asyncpg's fetch
-        (docs/performance.md, "The query path's reads through asyncpg"). The statement still
+        The query path's statements return 50-80 rows each; through SQLAlchemy's execute and
+        result rows their Python cost about twice as much (`python -m bench.stages`: the
+        keyword statement 0.62 -> 0.30 ms per query; docs/performance.md, "The turns around a
+        seed, and the query path's reads through asyncpg"). The statement still
         runs in the session's transaction, after its scope's SET LOCAL, and a failure is a
         SQLAlchemy DBAPIError, as from session.execute (the callers' failure handling is the
         same). A transaction that has not started yet (no statement of it has run: an unscoped
