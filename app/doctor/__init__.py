@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING
 from app.config import Settings
 from app.doctor.checks import (
     Check,
+    check_cpu,
     check_data_dir,
     check_embedder,
     check_exposure,
@@ -139,6 +140,11 @@ async def check_citus(settings: Settings, url: str) -> Check | None:
     return None if status is None else Check("citus", *status)
 
 
+def report_ok(report: Callable[[Check], None], check: Check) -> bool:
+    report(check)
+    return check.ok
+
+
 def _skipped(names: list[str], because: str) -> list[Check]:
     return [Check(name, False, f"not checked: needs {because}", skipped=True) for name in names]
 
@@ -166,6 +172,9 @@ def run_doctor(echo: Callable[[Check], None]) -> list[Check]:
             report(check)
     elif settings.database_url:
         for check in asyncio.run(_database_checks(settings, settings.database_url)):
+            report(check)
+    elif not report_ok(report, check_cpu()):
+        for check in _skipped(DB_CHECKS, "a CPU the bundled pgvector runs on"):
             report(check)
     else:
         with serve_lock(settings.data_dir) as lock:

@@ -56,6 +56,17 @@ def check_python() -> Check:
     return Check("python", ok, version if ok else f"{version}: pgrecall needs Python >= {need}")
 
 
+def check_cpu() -> Check:
+    """The embedded server's pgvector is built for x86-64-v3 (app/embedded.py)."""
+    from app.embedded import UnsupportedCpuError, refuse_unsupported_cpu
+
+    try:
+        refuse_unsupported_cpu()
+    except UnsupportedCpuError as exc:
+        return Check("cpu", False, str(exc))
+    return Check("cpu", True, "runs the bundled pgvector (x86-64-v3: AVX2, FMA, BMI2)")
+
+
 def check_settings() -> tuple[Check, Settings | None]:
     try:
         settings = load_settings()

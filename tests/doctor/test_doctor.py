@@ -62,6 +62,7 @@ ALL_CHECKS = [
     "python",
     "settings",
     "data dir",
+    "cpu",
     "postgres",
     "versions",
     "index build",
@@ -82,7 +83,7 @@ def test_healthy_install_attached_is_all_ok(
     assert result.returncode == 0, result.stdout + result.stderr
     assert _statuses(result.stdout) == dict.fromkeys(ALL_CHECKS, "ok"), result.stdout
     assert "migrations   at head" in result.stdout
-    assert "all 12 checks ok" in result.stdout
+    assert "all 13 checks ok" in result.stdout
     assert "row security service role pgrecall_app: no superuser, no BYPASSRLS" in result.stdout
     assert pg.is_running()  # not doctor's to stop
 
