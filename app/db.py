@@ -14,12 +14,16 @@ Vectors travel in pgvector's text form: the ORM's Vector type renders them, and 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+import re
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 import numpy as np
 from sqlalchemy import event, exc, text
 from sqlalchemy.engine import Connection
@@ -244,3 +248,99 @@ def _apply_scope(session: Session, _tx: SessionTransaction, connection: Connecti
             extra={"fields": {"reason": scope.reason}},
         )
     connection.execute(SET_LOCAL, set_local_params(scope_settings(scope)))
+
+
+# -- the query path's read transaction ---------------------------------------------------------
+
+# A bind parameter of SQLAlchemy's text(): the pattern of its TextClause, so a statement reads
+# the same through text() and through asyncpg (`::type` casts are not binds).
+_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?![:\w])")
+
+
+@functools.lru_cache(maxsize=256)
+def positional(sql: str) -> tuple[str, tuple[str, ...]]:
+    """`sql` with its `:name` binds numbered as asyncpg's `$n`, and the names in that order."""
+    names: dict[str, int] = {}
+
+    def number(match: re.Match[str]) -> str:
+        return f"${names.setdefault(match.group(1), len(names) + 1)}"
+
+    return _BIND.sub(number, sql), tuple(names)
+
+
+_DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError)
+
+
+class ReadTransaction:
+    """One transaction of the query path, run by asyncpg on a connection of the engine's pool.
+
+    The read path's statements return tens of rows each, and its transaction is BEGIN, the
+    scope's settings, three statements and COMMIT: through an ORM session the transaction's
+    own Python cost about 0.6 ms more per query than through the driver (docs/performance.md,
+    "The read transaction through the driver"). Same scope as `user_session(..., custom_plans=
+    True)`: the first statement after BEGIN is the scope's SET LOCAL (`scope_settings`), so row-
+    level security sees the user and COMMIT or ROLLBACK clears it. A driver error is raised as
+    SQLAlchemy's DBAPIError, as from a session (the callers' failure handling is the same).
+    Statements take `:name` binds, as text() does (`positional`)."""
+
+    def __init__(self, driver: asyncpg.Connection) -> None:
+        self.driver = driver
+
+    async def fetch(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any]:
+        query, names = positional(sql)
+        try:
+            return await self.driver.fetch(query, *[params[name] for name in names])
+        except _DRIVER_ERRORS as error:
+            raise exc.DBAPIError(query, None, error) from error
+
+    async def execute(self, sql: str, params: Mapping[str, Any]) -> None:
+        query, names = positional(sql)
+        try:
+            await self.driver.execute(query, *[params[name] for name in names])
+        except _DRIVER_ERRORS as error:
+            raise exc.DBAPIError(query, None, error) from error
+
+
+@contextlib.asynccontextmanager
+async def read_transaction(
+    engine: AsyncEngine, user_id: str, settings: Mapping[str, str] | None = None
+) -> AsyncIterator[ReadTransaction]:
+    """A ReadTransaction as `user_id` (see there), committed at the end. On an error it is
+    rolled back before the connection goes back to the pool; a connection whose BEGIN or
+    ROLLBACK failed, or whose statement was cancelled (a query's time limit), is closed
+    instead (the pool opens another)."""
+    if not user_id:
+        raise ValueError("a user-scoped transaction needs a user id")
+    scope = UserScope(user_id, True, tuple(sorted((settings or {}).items())))
+    async with engine.connect() as connection:
+        driver = (await connection.get_raw_connection()).driver_connection
+        assert driver is not None
+        transaction = driver.transaction()
+        started = False
+        try:
+            try:
+                await transaction.start()
+                started = True
+                reads = ReadTransaction(driver)
+                await reads.execute(SET_LOCAL.text, set_local_params(scope_settings(scope)))
+                yield reads
+                started = False  # COMMIT ends it, or fails it: nothing to roll back
+                await transaction.commit()
+            except _DRIVER_ERRORS as error:
+                raise exc.DBAPIError("read transaction", None, error) from error
+        except BaseException as error:
+            cancelled = isinstance(error, asyncio.CancelledError)
+            if not (started and not cancelled and await _rolled_back(transaction)):
+                # Cancelled mid-statement (it may still run on the server), a BEGIN, COMMIT
+                # or ROLLBACK that failed (asyncpg may still count the transaction as open):
+                # the connection goes, not back to the pool.
+                await connection.invalidate()
+            raise
+
+
+async def _rolled_back(transaction: Any) -> bool:
+    try:
+        await asyncio.wait_for(transaction.rollback(), timeout=5)
+    except (*_DRIVER_ERRORS, OSError, TimeoutError):
+        return False
+    return True

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from sqlalchemy import event, text
+from sqlalchemy import event
 
 from app.adapters.embedder import LOCAL_MODEL_ID, LocalEmbedder
 from app.config import load_settings
@@ -75,10 +75,10 @@ class Meter:
             async def timed(
                 repo: Any, *a: Any, _f: Any = original, _n: str = name, **kw: Any
             ) -> Any:
-                pid = repo.session.info.get("bench_pid")
-                if pid is None:
-                    pid = await repo.session.scalar(text("SELECT pg_backend_pid()"))
-                    repo.session.info["bench_pid"] = pid
+                pid = getattr(repo, "bench_pid", None)
+                if pid is None:  # one repository per transaction: one connection
+                    (row,) = await repo._rows("SELECT pg_backend_pid() AS pid", {})
+                    pid = repo.bench_pid = row["pid"]
                 pg0, py0 = backend_ns(pid), time.thread_time_ns()
                 try:
                     return await _f(repo, *a, **kw)

@@ -481,12 +481,11 @@ async def test_both_query_arms_run_as_the_requesting_user(
         original = getattr(RetrievalRepository, name)
 
         async def wrapped(self: RetrievalRepository, *args, **kwargs):  # type: ignore[no-untyped-def]
-            row = (
-                await self.session.execute(
-                    text("SELECT pg_backend_pid(), current_setting('pgrecall.user_id', true)")
-                )
-            ).one()
-            seen[name] = (int(row[0]), row[1])
+            (row,) = await self._rows(
+                "SELECT pg_backend_pid() AS pid, current_setting('pgrecall.user_id', true) AS u",
+                {},
+            )
+            seen[name] = (int(row["pid"]), row["u"])
             return await original(self, *args, **kwargs)
 
         monkeypatch.setattr(RetrievalRepository, name, wrapped)

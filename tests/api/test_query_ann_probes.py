@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 
 from app.repositories.retrieval import RetrievalRepository
 from app.services.query import ann_probes
@@ -39,15 +38,13 @@ async def test_the_ann_statement_runs_with_the_rules_probes(
     original = RetrievalRepository.vector
 
     async def vector(self: RetrievalRepository, *args: Any, **kwargs: Any) -> Any:
-        row = (
-            await self.session.execute(
-                text(
-                    "SELECT current_setting('ivfflat.probes'), current_setting('plan_cache_mode'), "
-                    "current_setting('random_page_cost')"
-                )
-            )
-        ).one()
-        seen.append((row[0], row[1], row[2]))
+        (row,) = await self._rows(
+            "SELECT current_setting('ivfflat.probes') AS probes, "
+            "current_setting('plan_cache_mode') AS plans, "
+            "current_setting('random_page_cost') AS page_cost",
+            {},
+        )
+        seen.append((row["probes"], row["plans"], row["page_cost"]))
         return await original(self, *args, **kwargs)
 
     monkeypatch.setattr(RetrievalRepository, "vector", vector)

@@ -27,10 +27,13 @@ def settings_at_vector(monkeypatch: pytest.MonkeyPatch, *names: str) -> list[tup
     """Records, at each vector statement, the values its transaction has for `names`."""
     seen: list[tuple[str, ...]] = []
     vector = RetrievalRepository.vector
-    current = text("SELECT " + ", ".join(f"current_setting('{name}')" for name in names))
+    current = "SELECT " + ", ".join(
+        f"current_setting('{name}') AS s{i}" for i, name in enumerate(names)
+    )
 
     async def recorded(self: RetrievalRepository, *a: Any, **kw: Any) -> Any:
-        seen.append(tuple((await self.session.execute(current)).one()))
+        (row,) = await self._rows(current, {})
+        seen.append(tuple(row[f"s{i}"] for i in range(len(names))))
         return await vector(self, *a, **kw)
 
     monkeypatch.setattr(RetrievalRepository, "vector", recorded)
@@ -73,7 +76,8 @@ async def test_passages_decide_how_the_exact_path_scores_them(
         return sizes[-1]
 
     async def recorded_vector(self: RetrievalRepository, *a: Any, **kw: Any) -> Any:
-        seqscan = await self.session.scalar(text("SELECT current_setting('enable_seqscan')"))
+        (row,) = await self._rows("SELECT current_setting('enable_seqscan') AS v", {})
+        seqscan = row["v"]
         paths.append((kw["exact"], kw.get("rescore_passages", False), seqscan))
         return await vector(self, *a, **kw)
 

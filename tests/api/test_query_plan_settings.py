@@ -9,12 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 
 from app.repositories.retrieval import ANN_RANDOM_PAGE_COST, RetrievalRepository
 from tests.helpers import ask_after_one_turn
 
-_SETTINGS = text(
+_SETTINGS = (
     "SELECT current_setting('plan_cache_mode') AS plans, "
     "current_setting('max_parallel_workers_per_gather') AS workers, "
     "current_setting('random_page_cost') AS page_cost"
@@ -38,8 +37,8 @@ async def test_query_statements_run_with_the_read_paths_planner_settings(
         original = getattr(RetrievalRepository, name)
 
         async def method(self: RetrievalRepository, *args: Any, **kwargs: Any) -> Any:
-            row = (await self.session.execute(_SETTINGS)).one()
-            seen[name] = (row.plans, row.workers, row.page_cost)
+            (row,) = await self._rows(_SETTINGS, {})
+            seen[name] = (row["plans"], row["workers"], row["page_cost"])
             return await original(self, *args, **kwargs)
 
         return method

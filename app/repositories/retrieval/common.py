@@ -3,12 +3,10 @@ the visibility/validity conditions of memory items."""
 
 from __future__ import annotations
 
-import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
 import asyncpg
@@ -16,6 +14,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.db import ReadTransaction, positional
 from app.repositories.search_index import Source
 
 
@@ -111,22 +110,6 @@ class TimeFilter:
 NO_TIME_FILTER = TimeFilter()
 
 
-# A bind parameter of SQLAlchemy's text(): the pattern of its TextClause, so the statements
-# read the same names either way (`::type` casts are not binds).
-_BIND = re.compile(r"(?<![:\w\\]):(\w+)(?![:\w])")
-
-
-@lru_cache(maxsize=256)
-def positional(sql: str) -> tuple[str, tuple[str, ...]]:
-    """`sql` with its `:name` binds numbered as asyncpg's `$n`, and the names in that order."""
-    names: dict[str, int] = {}
-
-    def number(match: re.Match[str]) -> str:
-        return f"${names.setdefault(match.group(1), len(names) + 1)}"
-
-    return _BIND.sub(number, sql), tuple(names)
-
-
 # Source of a statement's `source` column (a dict read: Source(n) costs an enum lookup per row).
 SOURCES: dict[int, Source] = {int(s): s for s in Source}
 
@@ -134,23 +117,26 @@ Row = Mapping[str, Any]  # asyncpg's Record or SQLAlchemy's RowMapping: read by 
 
 
 class SessionBound:
-    """The session every part of RetrievalRepository runs its statements on."""
+    """The session, or the query path's ReadTransaction (app/db.py), every part of
+    RetrievalRepository runs its statements on."""
 
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncSession | ReadTransaction) -> None:
         self.session = session
 
     async def _rows(self, sql: str, params: Mapping[str, Any]) -> Sequence[Row]:
-        """The rows of one read statement (`:name` binds, as text() takes them), on the
-        session's connection and in its transaction, through asyncpg itself.
+        """The rows of one read statement (`:name` binds, as text() takes them), in the
+        transaction of the session or ReadTransaction, through asyncpg itself.
 
         The query path's statements return 50-80 rows each; through SQLAlchemy's execute and
         result rows their Python cost about twice as much (`python -m bench.stages`: the
         keyword statement 0.62 -> 0.30 ms per query; docs/performance.md, "The turns around a
-        seed, and the query path's reads through asyncpg"). The statement still
-        runs in the session's transaction, after its scope's SET LOCAL, and a failure is a
-        SQLAlchemy DBAPIError, as from session.execute (the callers' failure handling is the
-        same). A transaction that has not started yet (no statement of it has run: an unscoped
-        session) is left to SQLAlchemy, which starts it."""
+        seed, and the query path's reads through asyncpg"). On a session the statement still
+        runs in its transaction, after its scope's SET LOCAL, and a failure is a SQLAlchemy
+        DBAPIError, as from session.execute (the callers' failure handling is the same). A
+        session's transaction that has not started yet (no statement of it has run: an
+        unscoped session) is left to SQLAlchemy, which starts it."""
+        if isinstance(self.session, ReadTransaction):
+            return await self.session.fetch(sql, params)
         connection = await self.session.connection()
         driver = (await connection.get_raw_connection()).driver_connection
         if driver is None or not driver.is_in_transaction():
@@ -160,3 +146,10 @@ class SessionBound:
             return await driver.fetch(query, *[params[name] for name in names])
         except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
             raise DBAPIError(query, None, exc) from exc
+
+    async def _execute(self, sql: str, params: Mapping[str, Any]) -> None:
+        """One statement whose rows are not read (a SET LOCAL)."""
+        if isinstance(self.session, ReadTransaction):
+            await self.session.execute(sql, params)
+        else:
+            await self.session.execute(text(sql), dict(params))

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sqlalchemy import text
-
 from app.repositories.retrieval.common import SessionBound
 
 
@@ -21,11 +19,10 @@ class SearchSize:
 class Stats(SessionBound):
     async def item_count(self, user_id: str) -> int:
         """Indexed items of this user (memories + messages)."""
-        value = await self.session.scalar(
-            text("SELECT doc_count FROM search_stats WHERE user_id = :user_id"),
-            {"user_id": user_id},
+        rows = await self._rows(
+            "SELECT doc_count FROM search_stats WHERE user_id = :user_id", {"user_id": user_id}
         )
-        return int(value or 0)
+        return int(rows[0]["doc_count"] or 0) if rows else 0
 
     async def search_size(self, user_id: str, *, up_to: int, generic_max: int = 0) -> SearchSize:
         """Items and passages of this user in one round trip; picks exact vs ANN search. The
@@ -43,23 +40,21 @@ class Stats(SessionBound):
         lasts until the end of the transaction, as the scope's SET LOCAL). Never on a server
         with Citus loaded: its coordinator refused the generic plans of the read path's
         statements ("could not create distributed plan"; docs/scaling.md)."""
-        row = (
-            await self.session.execute(
-                text(
-                    "SELECT s.items, (SELECT count(*) FROM (SELECT 1 FROM message_passages AS p "
-                    "WHERE p.user_id = :user_id LIMIT CASE WHEN s.items * 4 > :up_to "
-                    "THEN greatest(:up_to - s.items, 0) ELSE 0 END) AS c) AS passages, "
-                    "set_config('plan_cache_mode', CASE WHEN s.items <= :generic_max AND "
-                    "current_setting('citus.propagate_set_commands', true) IS NULL "
-                    "THEN 'force_generic_plan' ELSE 'force_custom_plan' END, true) AS plans "
-                    "FROM (SELECT coalesce((SELECT doc_count FROM search_stats "
-                    "WHERE user_id = :user_id), 0) AS items) AS s"
-                ),
-                {
-                    "user_id": user_id,
-                    "up_to": max(int(up_to), 0),
-                    "generic_max": int(generic_max) if generic_max > 0 else -1,
-                },
-            )
-        ).one()
-        return SearchSize(int(row.items), int(row.passages), row.plans == "force_generic_plan")
+        (row,) = await self._rows(
+            "SELECT s.items, (SELECT count(*) FROM (SELECT 1 FROM message_passages AS p "
+            "WHERE p.user_id = :user_id LIMIT CASE WHEN s.items * 4 > :up_to "
+            "THEN greatest(:up_to - s.items, 0) ELSE 0 END) AS c) AS passages, "
+            "set_config('plan_cache_mode', CASE WHEN s.items <= :generic_max AND "
+            "current_setting('citus.propagate_set_commands', true) IS NULL "
+            "THEN 'force_generic_plan' ELSE 'force_custom_plan' END, true) AS plans "
+            "FROM (SELECT coalesce((SELECT doc_count FROM search_stats "
+            "WHERE user_id = :user_id), 0) AS items) AS s",
+            {
+                "user_id": user_id,
+                "up_to": max(int(up_to), 0),
+                "generic_max": int(generic_max) if generic_max > 0 else -1,
+            },
+        )
+        return SearchSize(
+            int(row["items"]), int(row["passages"]), row["plans"] == "force_generic_plan"
+        )

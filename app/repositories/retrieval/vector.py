@@ -91,7 +91,7 @@ class VectorArm(SessionBound):
         """Make a transaction's vector_search_settings, in one statement (none when there are
         none). SET LOCAL (app/db.py): on Citus it reaches the worker that runs the statement."""
         if settings:
-            await self.session.execute(SET_LOCAL, set_local_params(settings))
+            await self._execute(SET_LOCAL.text, set_local_params(settings))
 
     async def vector(
         self,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from app.db import user_session
+from app.db import read_transaction
 from app.repositories.retrieval import (
     Candidate,
     KeywordHits,
@@ -51,7 +51,7 @@ from app.services.query.model import (
 from app.services.query.sizes import SearchSizes
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 Key = tuple[Source, Any]
 Embedding = asyncio.Task[tuple[Any | None, str | None, int]]
@@ -80,6 +80,12 @@ class Vectors:
     config: QueryConfig
     model: str
     sizes: SearchSizes
+
+    @property
+    def engine(self) -> AsyncEngine:
+        """The engine of the sessionmaker: the read transactions' pool."""
+        engine: AsyncEngine = self.sessionmaker.kw["bind"]
+        return engine
 
 
 @dataclass(frozen=True)
@@ -134,9 +140,9 @@ async def retrieve(
     known = vectors.sizes.get(user_id, size_cap(s, vectors)) if embedding is not None else None
     settings = planned_settings(known, vectors) if known is not None else None
     # Both connections carry the request's user: row-level security backs up the predicates.
-    scoped = user_session(vectors.sessionmaker, user_id, custom_plans=True, settings=settings)
-    async with slots, scoped as session, session.begin():
-        repo = RetrievalRepository(session)
+    # The transaction runs through the driver (app/db.py, ReadTransaction).
+    async with slots, read_transaction(vectors.engine, user_id, settings) as reads:
+        repo = RetrievalRepository(reads)
         hits = await arms(repo, s, embedding, vectors, result, known)
         ranked = fuse(s, hits)
         rows = await context(repo, s, ranked)
@@ -298,14 +304,9 @@ async def vector_arm(
         ef_search=config.hnsw_ef_search,
         max_scan_tuples=config.hnsw_max_scan_tuples,
     )
-    async with (
-        user_session(
-            vectors.sessionmaker, s.request.user_id, custom_plans=True, settings=settings
-        ) as session,
-        session.begin(),
-    ):
+    async with read_transaction(vectors.engine, s.request.user_id, settings) as reads:
         return await nearest(
-            RetrievalRepository(session), s, embedding, vectors, result, exact=False, planned=True
+            RetrievalRepository(reads), s, embedding, vectors, result, exact=False, planned=True
         )
 
 
