@@ -301,46 +301,65 @@ class ReadTransaction:
             raise exc.DBAPIError(query, None, error) from error
 
 
+def sql_literal(value: str) -> str:
+    """`value` as an escape-string literal (E'...'): backslashes and quotes doubled, so it
+    reads back exactly whatever `standard_conforming_strings` is. NUL cannot be in a text."""
+    if "\x00" in value:
+        raise ValueError("a setting cannot hold NUL")
+    return "E'" + value.replace("\\", "\\\\").replace("'", "''") + "'"
+
+
+def begin_scoped(settings: Mapping[str, str]) -> str:
+    """BEGIN and the scope's SET LOCALs as one simple-query message (one round trip instead
+    of two): the values are literals here, as `pgrecall_set_local` makes them literals too."""
+    names = ", ".join(sql_literal(name) for name in settings)
+    values = ", ".join(sql_literal(value) for value in settings.values())
+    return (
+        "BEGIN; SELECT pgrecall_set_local("
+        f"CAST(ARRAY[{names}] AS text[]), CAST(ARRAY[{values}] AS text[]))"
+    )
+
+
 @contextlib.asynccontextmanager
 async def read_transaction(
     engine: AsyncEngine, user_id: str, settings: Mapping[str, str] | None = None
 ) -> AsyncIterator[ReadTransaction]:
     """A ReadTransaction as `user_id` (see there), committed at the end. On an error it is
-    rolled back before the connection goes back to the pool; a connection whose BEGIN or
-    ROLLBACK failed, or whose statement was cancelled (a query's time limit), is closed
-    instead (the pool opens another)."""
+    rolled back before the connection goes back to the pool; a connection whose statement was
+    cancelled (a query's time limit) or that cannot roll back is closed instead (the pool
+    opens another). BEGIN and COMMIT are sent as plain statements, not through asyncpg's
+    Transaction: a connection the pool gets back carries no transaction state of ours."""
     if not user_id:
         raise ValueError("a user-scoped transaction needs a user id")
     scope = UserScope(user_id, True, tuple(sorted((settings or {}).items())))
+    begin = begin_scoped(scope_settings(scope))
     async with engine.connect() as connection:
         driver = (await connection.get_raw_connection()).driver_connection
         assert driver is not None
-        transaction = driver.transaction()
-        started = False
         try:
             try:
-                await transaction.start()
-                started = True
-                reads = ReadTransaction(driver)
-                await reads.execute(SET_LOCAL.text, set_local_params(scope_settings(scope)))
-                yield reads
-                started = False  # COMMIT ends it, or fails it: nothing to roll back
-                await transaction.commit()
+                await driver.execute(begin)
+                yield ReadTransaction(driver)
+                await driver.execute("COMMIT")
             except _DRIVER_ERRORS as error:
                 raise exc.DBAPIError("read transaction", None, error) from error
         except BaseException as error:
             cancelled = isinstance(error, asyncio.CancelledError)
-            if not (started and not cancelled and await _rolled_back(transaction)):
-                # Cancelled mid-statement (it may still run on the server), a BEGIN, COMMIT
-                # or ROLLBACK that failed (asyncpg may still count the transaction as open):
-                # the connection goes, not back to the pool.
+            if cancelled or not await _rolled_back(driver):
+                # Cancelled mid-statement (it may still run on the server), or a connection
+                # that cannot roll back: it goes, not back to the pool.
                 await connection.invalidate()
             raise
 
 
-async def _rolled_back(transaction: Any) -> bool:
+async def _rolled_back(driver: asyncpg.Connection) -> bool:
+    """Whether the connection is outside any transaction now (rolled back if it was in one)."""
+    if driver.is_closed():
+        return False
+    if not driver.is_in_transaction():
+        return True
     try:
-        await asyncio.wait_for(transaction.rollback(), timeout=5)
+        await asyncio.wait_for(driver.execute("ROLLBACK"), timeout=5)
     except (*_DRIVER_ERRORS, OSError, TimeoutError):
         return False
-    return True
+    return not driver.is_in_transaction()

@@ -137,3 +137,32 @@ async def test_a_user_is_required(make_client: Callable[..., Any]) -> None:
         with pytest.raises(ValueError, match="user id"):
             async with read_transaction(app.state.resources.engine, ""):
                 pass
+
+
+@pytest.mark.parametrize("conforming", ["on", "off"])
+async def test_any_user_id_reaches_row_security_exactly(
+    make_client: Callable[..., Any], conforming: str
+) -> None:
+    """BEGIN and the SET LOCALs go as one message with the values as literals: quotes and
+    backslashes must come through as they are, whatever standard_conforming_strings says."""
+    hostile = [
+        "o'brien",
+        "back\\slash",
+        "x');SELECT pgrecall_set_local(ARRAY['pgrecall.admin'],ARRAY['on']);--",
+        "\\'; SET LOCAL pgrecall.admin = on; --",
+        "$$dollar$$",
+        "ünïcode-ユーザー",
+    ]
+    async with make_client() as (_, app), one_connection(app) as engine:
+        async with engine.connect() as connection:  # a session-level setting on the one connection
+            await connection.exec_driver_sql(f"SET standard_conforming_strings = {conforming}")
+            await connection.commit()
+        for user in hostile:
+            async with read_transaction(engine, user) as reads:
+                (row,) = await reads.fetch(
+                    "SELECT current_setting('pgrecall.user_id', true) AS u, "
+                    "current_setting('pgrecall.admin', true) AS admin, "
+                    "current_setting('standard_conforming_strings') AS conforming",
+                    {},
+                )
+            assert (row["u"], row["admin"] or "", row["conforming"]) == (user, "", conforming)
