@@ -7,7 +7,9 @@ the start of every transaction they run: with SET LOCAL (migration 0010's pgreca
 one statement, also forwarded to the workers of a Citus cluster), so commit or rollback (also
 after an error) clears it and a pooled connection never carries one user into the next
 transaction. A session made without a scope sees no rows
-as the service role (it still works as the owner, for maintenance and tests).
+as the service role (it still works as the owner, for maintenance and tests). The query path's
+transactions (`read_transaction`) run on asyncpg itself with the same scope, set in the message
+that begins them.
 
 Vectors travel in pgvector's text form: the ORM's Vector type renders them, and raw SQL casts a
 `vector_literal()` string. (pgvector's binary asyncpg codec would clash with the ORM type.)"""
