@@ -195,8 +195,14 @@ def user_session(
     statements run on generic plans)."""
     if not user_id:
         raise ValueError("a user-scoped session needs a user id")
-    extra = tuple(sorted((settings or {}).items())) if custom_plans else ()
-    return sessionmaker(info={_SCOPE: UserScope(user_id, custom_plans, extra)})
+    scope = read_path_scope(user_id, settings) if custom_plans else UserScope(user_id)
+    return sessionmaker(info={_SCOPE: scope})
+
+
+def read_path_scope(user_id: str, settings: Mapping[str, str] | None = None) -> UserScope:
+    """The scope of the query path's transactions: the user, custom plans, no parallel
+    workers, and these settings over them (user_session, read_transaction)."""
+    return UserScope(user_id, True, tuple(sorted((settings or {}).items())))
 
 
 def admin_sessions(
@@ -333,8 +339,7 @@ async def read_transaction(
     Transaction: a connection the pool gets back carries no transaction state of ours."""
     if not user_id:
         raise ValueError("a user-scoped transaction needs a user id")
-    scope = UserScope(user_id, True, tuple(sorted((settings or {}).items())))
-    begin = begin_scoped(scope_settings(scope))
+    begin = begin_scoped(scope_settings(read_path_scope(user_id, settings)))
     async with engine.connect() as connection:
         driver = (await connection.get_raw_connection()).driver_connection
         assert driver is not None

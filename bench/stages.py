@@ -26,7 +26,7 @@ from sqlalchemy import event
 
 from app.adapters.embedder import LOCAL_MODEL_ID, LocalEmbedder
 from app.config import load_settings
-from app.db import create_engine, create_sessionmaker
+from app.db import create_engine
 from app.embedded import EmbeddedPostgres
 from app.repositories.retrieval import RetrievalRepository
 from app.retrieval.relevance import model_for
@@ -126,7 +126,6 @@ async def run(
         explain_plans(engine)
     else:
         engine = create_engine(with_user(db.url, DEFAULT_APP_ROLE), pool_size=4)
-    sessionmaker = create_sessionmaker(engine)
     meter = Meter()
     meter.wrap()
     embed_ns: dict[str, int] = defaultdict(int)
@@ -154,7 +153,7 @@ async def run(
                 await retrieve(
                     s,
                     done,  # type: ignore[arg-type]
-                    Vectors(sessionmaker, config, LOCAL_MODEL_ID, sizes),
+                    Vectors(engine, config, LOCAL_MODEL_ID, sizes),
                     asyncio.Semaphore(1),
                     QueryResult(),
                 )

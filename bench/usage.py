@@ -54,8 +54,8 @@ async def run(
         recorder = _TimedRecorder(sessionmaker)
         recorder.flushes = []
         services = {
-            "usage on": QueryService(sessionmaker, bench.embeddings, cache, config, usage=recorder),
-            "usage off": QueryService(sessionmaker, bench.embeddings, cache, config),
+            "usage on": QueryService(engine, bench.embeddings, cache, config, usage=recorder),
+            "usage off": QueryService(engine, bench.embeddings, cache, config),
         }
         times: dict[str, list[float]] = {mode: [] for mode in services}
         stamped = 0

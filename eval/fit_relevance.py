@@ -125,7 +125,7 @@ async def _explain(harness: Any, user_id: str, query: str) -> dict[Any, tuple[fl
     from app.services.query import QueryRequest, QueryService
 
     r = harness.resources
-    service = QueryService(r.sessionmaker, r.embeddings, r.cache, r.query_config)
+    service = QueryService(r.engine, r.embeddings, r.cache, r.query_config)
     _, trace = await service.explain(
         QueryRequest(user_id=user_id, query=query, limit=50, min_score=0.0)
     )

@@ -75,7 +75,7 @@ class Resources:
 def query_service(resources: Resources) -> QueryService:
     """The query service over the process's resources (its admission slots included)."""
     return QueryService(
-        resources.sessionmaker,
+        resources.engine,
         resources.embeddings,
         resources.cache,
         resources.query_config,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from datetime import UTC, datetime
 
-from app.repositories.retrieval.common import positional
+from app.db import positional
 from bench.real import floor_sql, make_copy
 from eval.datasets.locomo import Conversation, Turn
 from tests.sql_scope import violations

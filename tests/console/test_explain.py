@@ -84,7 +84,7 @@ async def test_explaining_returns_what_the_tool_returns(
             assert r.status_code == 201
         resources = app.state.resources
         service = QueryService(
-            resources.sessionmaker, resources.embeddings, resources.cache, resources.query_config
+            resources.engine, resources.embeddings, resources.cache, resources.query_config
         )
         request = QueryRequest(
             user_id=user_id,

@@ -11,9 +11,9 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 
-from app.db import create_sessionmaker, user_session
+from app.db import create_sessionmaker, positional, user_session
 from app.repositories.retrieval import RetrievalRepository, Source
-from app.repositories.retrieval.common import SessionBound, positional
+from app.repositories.retrieval.common import SessionBound
 from app.repositories.retrieval.keyword import _BM25_SQL, _EXPANSION_CTE
 from tests.helpers import add_messages
 

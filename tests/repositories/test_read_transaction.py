@@ -28,11 +28,10 @@ _SCOPE = (
 
 @asynccontextmanager
 async def one_connection(app: Any) -> AsyncIterator[AsyncEngine]:
-    """An engine of the service role with a single pooled connection: what one transaction
-    leaves on it, the next one gets."""
+    """An engine of the service role with one pooled connection: used one transaction at a
+    time, what one transaction leaves on it, the next one gets."""
     url = app.state.resources.engine.url.render_as_string(hide_password=False)
     engine = create_engine(url, pool_size=1)
-    engine.pool._max_overflow = 0  # type: ignore[attr-defined]
     try:
         yield engine
     finally:

@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 import app.repositories
 from app.adapters.embedder import LOCAL_DIMENSION, LOCAL_MODEL_ID
-from app.db import create_sessionmaker
+from app.db import create_sessionmaker, positional
 from app.embedded import EmbeddedPostgres
 from app.repositories.admin import AdminMemoryRepository, MemoryFilter
 from app.repositories.agent_memory import AgentMemoryRepository
@@ -55,7 +55,7 @@ from app.repositories.retrieval import (
     TimeFilter,
     vector_search_settings,
 )
-from app.repositories.retrieval.common import SessionBound, positional
+from app.repositories.retrieval.common import SessionBound
 from app.repositories.search_index import Document, SearchIndexRepository
 from app.repositories.store import StoreRepository
 from app.repositories.usage import UsageRepository

@@ -9,12 +9,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import asyncpg
 from sqlalchemy import text
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db import ReadTransaction, positional
+from app.db import ReadTransaction
 from app.repositories.search_index import Source
 
 
@@ -141,11 +139,7 @@ class SessionBound:
         driver = (await connection.get_raw_connection()).driver_connection
         if driver is None or not driver.is_in_transaction():
             return list((await self.session.execute(text(sql), dict(params))).mappings())
-        query, names = positional(sql)
-        try:
-            return await driver.fetch(query, *[params[name] for name in names])
-        except (asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-            raise DBAPIError(query, None, exc) from exc
+        return await ReadTransaction(driver).fetch(sql, params)
 
     async def _execute(self, sql: str, params: Mapping[str, Any]) -> None:
         """One statement whose rows are not read (a SET LOCAL)."""

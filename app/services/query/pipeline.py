@@ -51,7 +51,7 @@ from app.services.query.model import (
 from app.services.query.sizes import SearchSizes
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 Key = tuple[Source, Any]
 Embedding = asyncio.Task[tuple[Any | None, str | None, int]]
@@ -76,16 +76,10 @@ class Vectors:
     """How the vector arm runs: the service's planner settings, the embedding model and the
     users' recent sizes (sizes.py)."""
 
-    sessionmaker: async_sessionmaker[AsyncSession]
+    engine: AsyncEngine  # its pool serves the read transactions (app/db.py)
     config: QueryConfig
     model: str
     sizes: SearchSizes
-
-    @property
-    def engine(self) -> AsyncEngine:
-        """The engine of the sessionmaker: the read transactions' pool."""
-        engine: AsyncEngine = self.sessionmaker.kw["bind"]
-        return engine
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import EmbeddingError
 from app.retrieval.presets import RetrievalPreset
@@ -47,7 +47,7 @@ class QueryService:
 
     def __init__(
         self,
-        sessionmaker: async_sessionmaker[AsyncSession],
+        engine: AsyncEngine,
         embeddings: EmbeddingService,
         cache: Cache,
         config: QueryConfig,
@@ -55,7 +55,8 @@ class QueryService:
         usage: UsageRecorder | None = None,
         sizes: SearchSizes | None = None,
     ) -> None:
-        self.sessionmaker = sessionmaker
+        # Its pool serves the query's read transactions (app/db.py, read_transaction).
+        self.engine = engine
         self.embeddings = embeddings
         self.cache = cache
         self.config = config
@@ -155,7 +156,7 @@ class QueryService:
         # 1. The query is embedded (in a worker thread) while the keyword arm runs in Postgres:
         # for a large store that hides most of the embedding time (docs/performance.md).
         embedding = asyncio.create_task(self._embed(query)) if preset.use_vector else None
-        vectors = Vectors(self.sessionmaker, self.config, self.embeddings.model, self.sizes)
+        vectors = Vectors(self.engine, self.config, self.embeddings.model, self.sizes)
         t0 = time.perf_counter()
         try:
             candidates, ranked = await asyncio.wait_for(
