@@ -11,8 +11,9 @@ as the service role (it still works as the owner, for maintenance and tests). Th
 transactions (`read_transaction`) run on asyncpg itself with the same scope, set in the message
 that begins them.
 
-Vectors travel in pgvector's text form: the ORM's Vector type renders them, and raw SQL casts a
-`vector_literal()` string. (pgvector's binary asyncpg codec would clash with the ORM type.)"""
+Vectors travel in pgvector's text form (app/vectors.py): the ORM's HalfVec type renders them,
+and raw SQL casts a `vector_literal()` string to halfvec. (pgvector's binary asyncpg codec
+would clash with the ORM type.)"""
 
 from __future__ import annotations
 
@@ -26,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
-import numpy as np
 from sqlalchemy import event, exc, text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import (
@@ -97,19 +97,6 @@ def _drop_closed_connection(dbapi_connection: Any, _record: Any, _proxy: Any) ->
     once; SQLAlchemy then invalidates the pool's connections.)"""
     if dbapi_connection.driver_connection.is_closed():
         raise exc.DisconnectionError("connection closed by the server")
-
-
-@functools.lru_cache(maxsize=8)
-def _vector_format(dimension: int) -> str:
-    return "[" + ",".join(["%.9g"] * dimension) + "]"
-
-
-def vector_literal(vector: Any) -> str:
-    """pgvector's text form of a vector, for `CAST(:param AS vector)` in raw SQL. Nine
-    significant digits give back every float32 exactly (pgvector stores float32), and one
-    %-format of the whole list costs a third of repr() per value (0.1 ms vs 0.3 per query)."""
-    values = np.asarray(vector, dtype=np.float32).ravel().tolist()
-    return _vector_format(len(values)) % tuple(values)
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

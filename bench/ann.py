@@ -33,11 +33,11 @@ import typer
 
 from app.adapters.embedder import LocalEmbedder
 from app.config import load_settings
-from app.db import vector_literal
 from app.embedded import EmbeddedPostgres
 from app.observability import configure_logging
 from app.repositories.maintenance import EMBEDDING_INDEXES, user_lists_for
 from app.repositories.retrieval import ann_settings
+from app.vectors import vector_literal
 from bench.corpus import generate, layout
 from bench.drive import make_queries, percentiles
 from bench.options import ROOT, parse_size
@@ -46,7 +46,7 @@ from bench.store import Store, database
 from eval.datasets.locomo import load_locomo
 
 _SQL = (
-    "SELECT t.id, t.embedding <=> CAST($2 AS vector) AS d FROM {table} AS t "
+    "SELECT t.id, t.embedding <=> CAST($2 AS halfvec) AS d FROM {table} AS t "
     "WHERE t.user_id = $1 AND t.embedding IS NOT NULL ORDER BY {order} LIMIT $3"
 )
 
@@ -130,8 +130,8 @@ async def _run(
 ) -> str:
     cfg = load_settings()
     name, table, qs = await big_user_questions(items, big_size, count, synthetic=synthetic)
-    ann_sql = _SQL.format(table=table, order="t.embedding <=> CAST($2 AS vector)")
-    exact_sql = _SQL.format(table=table, order="(t.embedding <=> CAST($2 AS vector)) + 0")
+    ann_sql = _SQL.format(table=table, order="t.embedding <=> CAST($2 AS halfvec)")
+    exact_sql = _SQL.format(table=table, order="(t.embedding <=> CAST($2 AS halfvec)) + 0")
     embedder = LocalEmbedder(threads=1)
     vectors = [vector_literal(v) for v in embedder.embed_sync([text for _, text in qs])]
     asks = [(user, v) for (user, _), v in zip(qs, vectors, strict=True)]
@@ -210,7 +210,7 @@ async def _run(
                             lists = lists_value or user_lists_for(count)
                             ddl = await conn.fetchval(
                                 "SELECT format('CREATE INDEX %I ON %I USING ivfflat (embedding "
-                                "vector_cosine_ops) WITH (lists = %s) WHERE user_id = %L', "
+                                "halfvec_cosine_ops) WITH (lists = %s) WHERE user_id = %L', "
                                 "$1::text, $2::text, $3::int, $4::text)",
                                 f"bench_own_{n}",
                                 table,
@@ -246,7 +246,7 @@ async def _run(
                 await conn.execute("SET LOCAL statement_timeout = 0")
                 t = time.perf_counter()
                 await conn.execute(
-                    f"CREATE INDEX bench_hnsw ON {table} USING hnsw (embedding vector_cosine_ops) "
+                    f"CREATE INDEX bench_hnsw ON {table} USING hnsw (embedding halfvec_cosine_ops) "
                     f"WITH (m = {int(hnsw_m)}, ef_construction = {int(hnsw_ef_construction)})"
                 )
                 build_s = time.perf_counter() - t

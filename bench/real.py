@@ -55,7 +55,6 @@ from app.db import (
     create_engine,
     create_sessionmaker,
     positional,
-    vector_literal,
 )
 from app.migrate import upgrade_head
 from app.observability import configure_logging
@@ -87,6 +86,7 @@ from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService, Priority
 from app.services.query import QueryRequest, ann_probes, time_preference
+from app.vectors import vector_literal
 from bench.drive import BenchQuery, percentiles, run_level, timing_breakdown
 from bench.fresh import import_conversation
 from bench.options import ROOT, parse_levels, parse_settings, parse_size
@@ -308,11 +308,11 @@ def floor_sql(exact: bool, rescore: bool = False) -> str:
         expansion="",
         terms="idf",
     )
-    order = "(t.embedding <=> CAST(:q AS vector))" + (" + 0" if exact else "")
+    order = "(t.embedding <=> CAST(:q AS halfvec))" + (" + 0" if exact else "")
     sql = f"""
 WITH kw AS ({bm25}),
 vm AS (
-    SELECT t.id, 1 - (t.embedding <=> CAST(:q AS vector)) AS cosine FROM memory_items AS t
+    SELECT t.id, 1 - (t.embedding <=> CAST(:q AS halfvec)) AS cosine FROM memory_items AS t
     WHERE {_VISIBLE_MEMORY} AND t.embedding_model = :model ORDER BY {order} LIMIT :limit
 ), vmsg AS (
     -- The service's own messages branch: each turn's cosine mixed with its best passage's.
@@ -483,14 +483,14 @@ async def ann_recall(
     for q in qs:
         vec = vector_literal((await asyncio.to_thread(embedder.embed_sync, [q.text]))[0])
         base = (
-            "SELECT t.id, t.embedding <=> CAST($2 AS vector) AS d FROM messages AS t "
+            "SELECT t.id, t.embedding <=> CAST($2 AS halfvec) AS d FROM messages AS t "
             "WHERE t.user_id = $1 AND t.embedding IS NOT NULL ORDER BY {o} LIMIT $3"
         )
         ann = await conn.fetch(
-            base.format(o="t.embedding <=> CAST($2 AS vector)"), q.user_id, vec, limit
+            base.format(o="t.embedding <=> CAST($2 AS halfvec)"), q.user_id, vec, limit
         )
         exact = await conn.fetch(
-            base.format(o="(t.embedding <=> CAST($2 AS vector)) + 0"), q.user_id, vec, limit
+            base.format(o="(t.embedding <=> CAST($2 AS halfvec)) + 0"), q.user_id, vec, limit
         )
         ann_sorted = sorted(float(r["d"]) for r in ann)[:k]
         cut = float(exact[min(k, len(exact)) - 1]["d"]) if exact else 0.0

@@ -18,12 +18,13 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy import text
 
-from app.db import create_engine, create_sessionmaker, user_session, vector_literal
+from app.db import create_engine, create_sessionmaker, user_session
 from app.repositories.maintenance import user_index_name
 from app.repositories.retrieval import RetrievalRepository, vector_search_settings
 from app.repositories.search_index import Source
 from app.roles import DEFAULT_APP_ROLE, with_user
 from app.services.query import ann_probes
+from app.vectors import vector_literal
 from bench.drive import BenchQuery
 
 _EXACT_SQL = """
@@ -31,7 +32,7 @@ WITH u AS MATERIALIZED (
     SELECT id, embedding FROM memory_items
     WHERE user_id = $1 AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())
 )
-SELECT id, (embedding <=> $2::text::vector)::float8 AS distance,
+SELECT id, (embedding <=> $2::text::halfvec)::float8 AS distance,
        (SELECT count(*) FROM u) AS visible
 FROM u ORDER BY distance LIMIT $3
 """

@@ -1,14 +1,21 @@
-"""Small request helpers shared by the API tests."""
+"""Small helpers shared by the tests: requests, and vectors as the store gives them back."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import httpx
+import numpy as np
 from fastapi import FastAPI
 
 from app.db import user_session
 from app.services.api_keys import ApiKeyService, CreatedKey
+
+
+def as_stored(vector: Any) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """A float32 vector as a halfvec column gives it back (app/vectors.py): every value
+    rounded to half precision, as Postgres rounds it on the way in."""
+    return np.asarray(vector, dtype=np.float32).astype(np.float16).astype(np.float32)
 
 
 def headers(user: str, **extra: str) -> dict[str, str]:

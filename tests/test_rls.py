@@ -31,11 +31,11 @@ from app.db import (
     job_queue_sessions,
     key_lookup_session,
     user_session,
-    vector_literal,
 )
 from app.embedded import EmbeddedPostgres
 from app.models.base import EMBEDDING_DIMENSION
 from app.roles import DEFAULT_APP_ROLE, USER_TABLES, rls_status
+from app.vectors import vector_literal
 from tests.servers import service_url
 
 # Deleting from a table as one user must leave the other user's rows; each table's rows.

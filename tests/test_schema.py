@@ -7,6 +7,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import datetime
 
+import numpy as np
 import pytest
 from alembic import command
 from sqlalchemy import exc as sa_exc
@@ -89,7 +90,7 @@ async def test_messages_columns(conn: AsyncConnection) -> None:
     assert cols["role"][:2] == ("character varying(20)", True)
     assert cols["content"][:2] == ("text", True)
     # Dimension 384 is the local MiniLM model's (the settings default).
-    assert cols["embedding"][:2] == ("vector(384)", False)
+    assert cols["embedding"][:2] == ("halfvec(384)", False)
     assert cols["embedding_model"][:2] == ("character varying(100)", False)
     assert cols["correlation_id"][:2] == ("uuid", True)
     assert cols["seq"][:2] == ("bigint", True)
@@ -119,7 +120,7 @@ async def test_memory_items_columns(conn: AsyncConnection) -> None:
         "content": ("text", True),
         "content_hash": ("character varying(64)", True),
         "type": ("character varying(20)", True),
-        "embedding": ("vector(384)", True),
+        "embedding": ("halfvec(384)", True),
         "embedding_model": ("character varying(100)", True),
         "source_message_id": ("uuid", False),
         "source": ("character varying(500)", False),
@@ -338,8 +339,47 @@ async def test_vector_indexes(conn: AsyncConnection) -> None:
     indexes = await _indexes(conn)
     for table in ("messages", "memory_items"):
         definition = indexes[f"idx_{table}_embedding"]
-        assert f"ON public.{table} USING ivfflat (embedding vector_cosine_ops)" in definition
+        assert f"ON public.{table} USING ivfflat (embedding halfvec_cosine_ops)" in definition
         assert "WITH (lists='100')" in definition
+
+
+async def test_the_exact_path_has_covering_indexes_of_the_vectors(conn: AsyncConnection) -> None:
+    """Migration 0017: a user's vectors are consecutive index entries (an index-only scan)."""
+    indexes = await _indexes(conn)
+    assert indexes["idx_messages_user_vectors"] == (
+        "CREATE INDEX idx_messages_user_vectors ON public.messages USING btree (user_id, "
+        "embedding_model) INCLUDE (id, embedding) WHERE (embedding IS NOT NULL)"
+    )
+    assert indexes["idx_message_passages_user_vectors"] == (
+        "CREATE INDEX idx_message_passages_user_vectors ON public.message_passages USING btree "
+        "(user_id, embedding_model) INCLUDE (message_id, embedding)"
+    )
+    for table in ("messages", "message_passages", "memory_items"):
+        storage = await conn.scalar(
+            text(
+                "SELECT attstorage::text FROM pg_attribute"
+                " WHERE attrelid = CAST(:t AS regclass) AND attname = 'embedding'"
+            ),
+            {"t": table},
+        )
+        assert storage == "p", table  # inline, as before the type changed
+
+
+async def test_policies_read_their_settings_once_per_statement(conn: AsyncConnection) -> None:
+    """Every policy calls current_setting in a scalar subquery (an InitPlan), none per row."""
+    rows = (
+        await conn.execute(
+            text(
+                "SELECT c.relname || '.' || p.polname, coalesce(pg_get_expr(p.polqual, "
+                "p.polrelid), '') || ' ' || coalesce(pg_get_expr(p.polwithcheck, p.polrelid), '')"
+                " FROM pg_policy AS p JOIN pg_class AS c ON c.oid = p.polrelid"
+            )
+        )
+    ).all()
+    assert len(rows) >= 20
+    for name, expressions in rows:
+        calls = expressions.count("current_setting(")
+        assert calls and calls == expressions.count("SELECT current_setting("), (name, expressions)
 
 
 async def test_full_text_indexes_index_the_column(conn: AsyncConnection) -> None:
@@ -516,5 +556,99 @@ async def test_write_path_downgrade_keeps_valid_items_and_their_index(
                 )
             ).scalar_one()
             assert rows == 2
+    finally:
+        await engine.dispose()
+
+
+async def test_halfvec_migration_down_and_up_keeps_vectors_indexes_and_notes(
+    scratch_pg: EmbeddedPostgres,
+) -> None:
+    """0017_halfvec_covering down and up with data: every vector keeps its (half-precision)
+    values, a per-user ANN index (`pgrecall reindex`) keeps its name, condition and note, the
+    covering indexes and the policies' subqueries go and come back."""
+    url = scratch_pg.url
+    await asyncio.to_thread(upgrade_head, url)
+    engine = create_async_engine(url)
+    rng = np.random.default_rng(17)
+    values = rng.standard_normal(384).astype(np.float32)
+    values /= np.linalg.norm(values)
+    literal = "[" + ",".join(f"{v:.9g}" for v in values) + "]"
+    conversation, message = uuid.uuid4(), uuid.uuid4()
+    user_index = "idx_messages_embedding_u_test17"
+    try:
+        async with engine.begin() as c:
+            await c.execute(
+                text("INSERT INTO conversations (id, user_id, title) VALUES (:c, 'u17', 't')"),
+                {"c": conversation},
+            )
+            await c.execute(
+                text(
+                    "INSERT INTO messages (id, conversation_id, user_id, role, content, embedding,"
+                    " embedding_model, correlation_id) VALUES (:m, :c, 'u17', 'user', 'hi',"
+                    " CAST(:v AS halfvec), 'm', :m)"
+                ),
+                {"m": message, "c": conversation, "v": literal},
+            )
+            await c.execute(
+                text(
+                    f"CREATE INDEX {user_index} ON messages USING ivfflat (embedding "
+                    "halfvec_cosine_ops) WITH (lists = 1) WHERE user_id = 'u17'"
+                )
+            )
+            await c.execute(text(f"COMMENT ON INDEX {user_index} IS 'built on 1 rows'"))
+
+        async def state() -> tuple[str, str, str | None, list[float], set[str], int]:
+            async with engine.connect() as c:
+                kind = await c.scalar(
+                    text(
+                        "SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE"
+                        " attrelid = 'messages'::regclass AND attname = 'embedding'"
+                    )
+                )
+                definition, note = (
+                    await c.execute(
+                        text(
+                            "SELECT pg_get_indexdef(oid), obj_description(oid, 'pg_class')"
+                            " FROM pg_class WHERE relname = :n"
+                        ),
+                        {"n": user_index},
+                    )
+                ).one()
+                stored = await c.scalar(
+                    text("SELECT embedding::text FROM messages WHERE id = :m"), {"m": message}
+                )
+                names = set(await c.scalars(text("SELECT indexname FROM pg_indexes")))
+                wrapped = await c.scalar(
+                    text(
+                        "SELECT count(*) FROM pg_policy"
+                        " WHERE pg_get_expr(polqual, polrelid) LIKE '%SELECT current_setting%'"
+                    )
+                )
+            vector = [float(x) for x in stored.strip("[]").split(",")]
+            return kind, definition, note, vector, names, int(wrapped)
+
+        half = values.astype(np.float16).astype(np.float32)
+        kind, definition, note, vector, names, wrapped = await state()
+        assert kind == "halfvec(384)" and "halfvec_cosine_ops" in definition
+        assert note == "built on 1 rows" and wrapped > 0
+        assert {"idx_messages_user_vectors", "idx_message_passages_user_vectors"} <= names
+        np.testing.assert_array_equal(np.array(vector, dtype=np.float32), half)
+
+        await asyncio.to_thread(
+            command.downgrade, alembic_config(url), "0016_messages_user_conversation"
+        )
+        kind, definition, note, vector, names, wrapped = await state()
+        assert kind == "vector(384)" and "vector_cosine_ops" in definition
+        assert "WHERE ((user_id)::text = 'u17'::text)" in definition and note == "built on 1 rows"
+        assert not {"idx_messages_user_vectors", "idx_message_passages_user_vectors"} & names
+        assert wrapped == 0
+        np.testing.assert_array_equal(np.array(vector, dtype=np.float32), half)
+
+        await asyncio.to_thread(upgrade_head, url)
+        kind, definition, note, vector, names, wrapped = await state()
+        assert kind == "halfvec(384)" and "halfvec_cosine_ops" in definition
+        assert note == "built on 1 rows" and wrapped > 0
+        assert {"idx_messages_user_vectors", "idx_message_passages_user_vectors"} <= names
+        np.testing.assert_array_equal(np.array(vector, dtype=np.float32), half)
     finally:
         await engine.dispose()

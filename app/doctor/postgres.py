@@ -119,18 +119,19 @@ async def check_versions(engine: AsyncEngine) -> Check:
 async def check_index_build(
     engine: AsyncEngine, dimension: int, *, rows: int = PROBE_ROWS, embedded: bool = True
 ) -> Check:
-    """Build a throwaway hnsw and ivfflat index over random vectors in a TEMPORARY table.
+    """Build a throwaway hnsw and ivfflat index over random halfvec vectors (the schema's type,
+    app/vectors.py) in a TEMPORARY table.
 
     Everything happens in one transaction that is rolled back (CREATE EXTENSION included, for a
     database not migrated yet). A pgvector built for another CPU dies here with SIGILL.
     """
     statements = [
         CREATE_VECTOR_EXTENSION,
-        f"CREATE TEMPORARY TABLE doctor_vectors (id int, v vector({dimension})) ON COMMIT DROP",
-        f"INSERT INTO doctor_vectors SELECT i, array_agg(random())::vector({dimension}) "
+        f"CREATE TEMPORARY TABLE doctor_vectors (id int, v halfvec({dimension})) ON COMMIT DROP",
+        f"INSERT INTO doctor_vectors SELECT i, array_agg(random())::halfvec({dimension}) "
         f"FROM generate_series(1, {rows}) i, generate_series(1, {dimension}) d GROUP BY i",
-        "CREATE INDEX ON doctor_vectors USING hnsw (v vector_cosine_ops)",
-        f"CREATE INDEX ON doctor_vectors USING ivfflat (v vector_cosine_ops) "
+        "CREATE INDEX ON doctor_vectors USING hnsw (v halfvec_cosine_ops)",
+        f"CREATE INDEX ON doctor_vectors USING ivfflat (v halfvec_cosine_ops) "
         f"WITH (lists = {PROBE_LISTS})",
         "SET LOCAL enable_seqscan = off",
         "SELECT count(*) FROM (SELECT id FROM doctor_vectors "

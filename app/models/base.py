@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
+import numpy as np
+from pgvector.sqlalchemy import HALFVEC
 from sqlalchemy import DateTime, MetaData, func
+from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from app.vectors import COVERING_MAX_DIMENSION, parse_vector, vector_literal
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -21,6 +26,10 @@ NAMING_CONVENTION = {
 # (384 for the local MiniLM model, 1536 for text-embedding-3-small). It is read here, once,
 # because the ORM column type must match the table that migration created.
 EMBEDDING_DIMENSION = int(os.environ.get("PGRECALL_EMBEDDING_DIMENSION", "384"))
+
+# Migration 0017_halfvec_covering: the covering indexes of the exact path exist up to this width
+# (app/vectors.py).
+COVERING_INDEXES = EMBEDDING_DIMENSION <= COVERING_MAX_DIMENSION
 
 USER_ID_LENGTH = 255
 # The one list of memory types: schemas, services, the console, the CLI and the table's check
@@ -54,3 +63,23 @@ CREATE_VECTOR_EXTENSION = (
     "DO $$ BEGIN IF NOT EXISTS (SELECT FROM pg_extension WHERE extname = 'vector') "
     "THEN CREATE EXTENSION vector; END IF; END $$"
 )
+
+
+class HalfVec(HALFVEC):
+    """An embedding column: `halfvec(n)` in Postgres (app/vectors.py), float32 arrays in Python.
+    pgvector's own HALFVEC reads values back as HalfVector objects; this reads them as the
+    arrays the rest of the code computes with, and writes them with vector_literal."""
+
+    cache_ok = True
+
+    def bind_processor(self, dialect: Dialect) -> Any:
+        def process(value: Any) -> str | None:
+            return None if value is None else vector_literal(value)
+
+        return process
+
+    def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
+        def process(value: Any) -> np.ndarray[Any, np.dtype[np.float32]] | None:
+            return None if value is None else parse_vector(value)
+
+        return process

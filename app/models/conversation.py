@@ -6,7 +6,6 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -25,7 +24,14 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.models.base import EMBEDDING_DIMENSION, USER_ID_LENGTH, Base, CreatedAtMixin
+from app.models.base import (
+    COVERING_INDEXES,
+    EMBEDDING_DIMENSION,
+    USER_ID_LENGTH,
+    Base,
+    CreatedAtMixin,
+    HalfVec,
+)
 
 
 # Primary keys: the tables' keys are (user_id, id) in the database (migration
@@ -74,12 +80,26 @@ class Message(CreatedAtMixin, Base):
             "embedding",
             postgresql_using="ivfflat",
             postgresql_with={"lists": 100},
-            postgresql_ops={"embedding": "vector_cosine_ops"},
+            postgresql_ops={"embedding": "halfvec_cosine_ops"},
         ),
         Index(
             "idx_messages_content_fts",
             text("to_tsvector('english'::regconfig, content)"),
             postgresql_using="gin",
+        ),
+        # The exact path's index-only scan of a user's vectors (app/vectors.py).
+        *(
+            [
+                Index(
+                    "idx_messages_user_vectors",
+                    "user_id",
+                    "embedding_model",
+                    postgresql_include=["id", "embedding"],
+                    postgresql_where=text("embedding IS NOT NULL"),
+                )
+            ]
+            if COVERING_INDEXES
+            else []
         ),
     )
 
@@ -88,7 +108,7 @@ class Message(CreatedAtMixin, Base):
     user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), nullable=False)
     role: Mapped[str] = mapped_column(String(20), nullable=False)
     content: Mapped[str] = mapped_column(Text, nullable=False)
-    embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIMENSION), nullable=True)
+    embedding: Mapped[Any] = mapped_column(HalfVec(EMBEDDING_DIMENSION), nullable=True)
     embedding_model: Mapped[str | None] = mapped_column(String(100), nullable=True)
     correlation_id: Mapped[uuid.UUID] = mapped_column(Uuid, nullable=False)
     seq: Mapped[int] = mapped_column(BigInteger, Identity(always=True), nullable=False)
@@ -103,6 +123,18 @@ class MessagePassage(Base):
     __tablename__ = "message_passages"
     __table_args__ = (
         Index("idx_message_passages_user_message", "user_id", "message_id"),
+        *(
+            [
+                Index(
+                    "idx_message_passages_user_vectors",
+                    "user_id",
+                    "embedding_model",
+                    postgresql_include=["message_id", "embedding"],
+                )
+            ]
+            if COVERING_INDEXES
+            else []
+        ),
         ForeignKeyConstraint(
             ["user_id", "message_id"], ["messages.user_id", "messages.id"], ondelete="CASCADE"
         ),
@@ -111,5 +143,5 @@ class MessagePassage(Base):
     message_id: Mapped[uuid.UUID] = mapped_column(Uuid, primary_key=True)
     ord: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
     user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), nullable=False)
-    embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIMENSION), nullable=False)
+    embedding: Mapped[Any] = mapped_column(HalfVec(EMBEDDING_DIMENSION), nullable=False)
     embedding_model: Mapped[str] = mapped_column(String(100), nullable=False)

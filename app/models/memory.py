@@ -6,7 +6,6 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from pgvector.sqlalchemy import Vector
 from sqlalchemy import (
     REAL,
     BigInteger,
@@ -33,6 +32,7 @@ from app.models.base import (
     USER_ID_LENGTH,
     Base,
     CreatedAtMixin,
+    HalfVec,
 )
 
 
@@ -74,7 +74,7 @@ class MemoryItem(CreatedAtMixin, Base):
             "embedding",
             postgresql_using="ivfflat",
             postgresql_with={"lists": 100},
-            postgresql_ops={"embedding": "vector_cosine_ops"},
+            postgresql_ops={"embedding": "halfvec_cosine_ops"},
         ),
         Index(
             "idx_memory_items_content_fts",
@@ -101,7 +101,7 @@ class MemoryItem(CreatedAtMixin, Base):
     content: Mapped[str] = mapped_column(Text, nullable=False)
     content_hash: Mapped[str] = mapped_column(String(64), nullable=False)
     type: Mapped[str] = mapped_column(String(20), nullable=False)
-    embedding: Mapped[Any] = mapped_column(Vector(EMBEDDING_DIMENSION), nullable=False)
+    embedding: Mapped[Any] = mapped_column(HalfVec(EMBEDDING_DIMENSION), nullable=False)
     embedding_model: Mapped[str] = mapped_column(String(100), nullable=False)
     source_message_id: Mapped[uuid.UUID | None] = mapped_column(Uuid, nullable=True)
     source: Mapped[str | None] = mapped_column(String(500), nullable=True)

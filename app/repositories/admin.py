@@ -27,8 +27,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db import vector_literal
 from app.models import MemoryItem, SearchPosting
+from app.vectors import vector_literal
 
 _ENGLISH = literal_column("'english'::regconfig")
 
@@ -183,7 +183,7 @@ class AdminMemoryRepository:
         sql = text(
             """
             WITH q AS MATERIALIZED (
-                SELECT u.ord, CAST(u.v AS vector) AS vec
+                SELECT u.ord, CAST(u.v AS halfvec) AS vec
                 FROM unnest(CAST(:vectors AS text[])) WITH ORDINALITY AS u(v, ord)
             )
             SELECT q.ord, c.id, 1 - c.distance AS cosine

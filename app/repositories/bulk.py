@@ -10,7 +10,6 @@ BM25 scores do not depend on how rows arrived. Rebuild the vector index afterwar
 
 from __future__ import annotations
 
-import struct
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ from datetime import datetime
 import asyncpg
 import numpy as np
 import numpy.typing as npt
+
+from app.vectors import encode_halfvec
 
 _COLUMNS = (
     "id",
@@ -48,12 +49,6 @@ class BulkMemory:
     embedding_model: str
     importance: float
     created_at: datetime
-
-
-def _encode_vector(value: npt.NDArray[np.float32]) -> bytes:
-    """pgvector's binary wire format: dimension, unused, big-endian float4 values."""
-    array = np.asarray(value, dtype=">f4")
-    return struct.pack(">HH", array.shape[0], 0) + array.tobytes()
 
 
 # Postings for the given memory ids (tf = positions per lexeme, dl = sum of tf per item), then
@@ -96,9 +91,9 @@ class BulkRepository:
         self.conn = conn
 
     async def register_codecs(self) -> None:
-        """Binary vector codec for COPY (this connection only; the ORM keeps the text form)."""
+        """Binary halfvec codec for COPY (this connection only; the ORM keeps the text form)."""
         await self.conn.set_type_codec(
-            "vector", schema="public", encoder=_encode_vector, decoder=bytes, format="binary"
+            "halfvec", schema="public", encoder=encode_halfvec, decoder=bytes, format="binary"
         )
 
     async def copy_memories(self, rows: Iterable[BulkMemory]) -> int:

@@ -19,7 +19,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.db import vector_literal
+from app.vectors import vector_literal
 
 Table = Literal["memory_items", "messages"]
 VectorIndex = Literal["ivfflat", "hnsw"]
@@ -124,7 +124,7 @@ class MaintenanceRepository:
             # plus its neighbour lists (about 1.9 GB at 1M 384-d rows); capped at 2 GB.
             need_mb = min(2048, math.ceil(rows * (dimension * 4 + 8 * HNSW_M * 3 + 96) / 2**20))
             using = (
-                f"hnsw (embedding vector_cosine_ops) WITH (m = {HNSW_M}, "
+                f"hnsw (embedding halfvec_cosine_ops) WITH (m = {HNSW_M}, "
                 f"ef_construction = {HNSW_EF_CONSTRUCTION})"
             )
         else:
@@ -132,7 +132,7 @@ class MaintenanceRepository:
             # with one float per sample and list for its distances (273 MB at 1M rows).
             samples = min(rows, lists * 50)
             need_mb = math.ceil(samples * (dimension * 4 + 64 + lists * 4) / 2**20)
-            using = f"ivfflat (embedding vector_cosine_ops) WITH (lists = {int(lists)})"
+            using = f"ivfflat (embedding halfvec_cosine_ops) WITH (lists = {int(lists)})"
         await self.session.execute(text("SET LOCAL lock_timeout = '30s'"))
         await self.session.execute(text("SET LOCAL statement_timeout = 0"))
         current = (await self.session.execute(text("SHOW maintenance_work_mem"))).scalar_one()
@@ -180,7 +180,7 @@ class MaintenanceRepository:
             await self.session.execute(
                 text(
                     "SELECT format('CREATE INDEX %I ON %I USING ivfflat (embedding "
-                    "vector_cosine_ops) WITH (lists = %s) WHERE user_id = %L', "
+                    "halfvec_cosine_ops) WITH (lists = %s) WHERE user_id = %L', "
                     "CAST(:name AS text), CAST(:table AS text), CAST(:lists AS int), "
                     "CAST(:user_id AS text))"
                 ),
@@ -248,7 +248,7 @@ class MaintenanceRepository:
             return 0
         guard = "AND t.content_hash = u.hash" if table == "memory_items" else ""
         sql = text(
-            f"UPDATE {table} AS t SET embedding = CAST(u.vec AS vector), embedding_model = :model "
+            f"UPDATE {table} AS t SET embedding = CAST(u.vec AS halfvec), embedding_model = :model "
             "FROM unnest(CAST(:ids AS uuid[]), CAST(:vecs AS text[]), CAST(:hashes AS text[])) "
             "AS u(id, vec, hash) "
             f"WHERE t.id = u.id AND t.embedding_model IS DISTINCT FROM :model {guard}"

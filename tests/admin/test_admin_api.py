@@ -16,7 +16,7 @@ from sqlalchemy import text
 from app.adapters.embedder import LocalEmbedder
 from app.db import create_engine
 from app.embedded import EmbeddedPostgres
-from tests.helpers import headers
+from tests.helpers import as_stored, headers
 
 ADMIN_KEY = "admin-key-for-tests-123"
 SERVICE_KEY = "service-key-for-tests-123"
@@ -211,10 +211,9 @@ async def test_new_content_supersedes_with_a_reembedded_reindexed_version(
     assert still.content_hash == before.content_hash and still_lexemes == old_lexemes
     after, lexemes = await _stored(pg, user_id, updated["id"])
     assert after.content_hash != before.content_hash
-    assert np.allclose(
-        np.array(json.loads(after.vec)),
-        embedder.embed_sync(["Favourite editor is Helix"])[0],
-        atol=1e-5,
+    np.testing.assert_array_equal(
+        np.array(json.loads(after.vec), dtype=np.float32),
+        as_stored(embedder.embed_sync(["Favourite editor is Helix"])[0]),
     )
     assert "helix" in lexemes and "emac" not in lexemes
 

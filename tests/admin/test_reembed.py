@@ -23,6 +23,7 @@ from app.services.memory import MemoryInput, MemoryService, content_hash
 from app.services.reembed import ReembedError, other_models, reembed
 from app.services.reindex import reindex_users
 from tests.admin.fakes import FakeEmbedder, fake_vector
+from tests.helpers import as_stored
 
 Sessions = async_sessionmaker[AsyncSession]
 FAKE = FakeEmbedder.model
@@ -157,7 +158,9 @@ async def test_interrupted_reembed_resumes_and_finishes(
         ).all()
     assert len(rows) == 80
     for row in rows:
-        assert np.allclose(np.array(json.loads(row.vec)), fake_vector(row.content), atol=1e-6)
+        np.testing.assert_array_equal(
+            np.array(json.loads(row.vec), dtype=np.float32), as_stored(fake_vector(row.content))
+        )
 
     assert await other_models(private_sessions, FAKE) == {}
     nothing = await reembed(private_sessions, EmbeddingService(FakeEmbedder()))

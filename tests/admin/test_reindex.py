@@ -105,7 +105,7 @@ async def test_reindex_sizes_lists_records_rows_and_keeps_alembic_check_clean(
         first = await reindex(session, "memory_items", only_if_stale=True)
     assert (first.rebuilt, first.rows, first.lists, first.previous_lists) == (True, 30, 10, 100)
     definition, valid = await _indexdef(private_sessions, "idx_memory_items_embedding")
-    assert valid and "USING ivfflat (embedding vector_cosine_ops) WITH (lists='10')" in definition
+    assert valid and "USING ivfflat (embedding halfvec_cosine_ops) WITH (lists='10')" in definition
     async with private_sessions() as s:
         assert await MaintenanceRepository(s).index_state("memory_items") == IndexState(10, 30)
 
@@ -132,7 +132,7 @@ async def test_reindex_switches_between_ivfflat_and_hnsw_and_keeps_the_current_m
         to_hnsw = await reindex(session, "memory_items", only_if_stale=True, method="hnsw")
     assert (to_hnsw.rebuilt, to_hnsw.method, to_hnsw.previous_method) == (True, "hnsw", "ivfflat")
     definition, valid = await _indexdef(private_sessions, "idx_memory_items_embedding")
-    assert valid and "USING hnsw (embedding vector_cosine_ops)" in definition
+    assert valid and "USING hnsw (embedding halfvec_cosine_ops)" in definition
     assert "m='16'" in definition and "ef_construction='64'" in definition
     async with private_sessions() as s:
         state = await MaintenanceRepository(s).index_state("memory_items")
@@ -153,7 +153,7 @@ async def test_reindex_switches_between_ivfflat_and_hnsw_and_keeps_the_current_m
         back = await reindex(session, "memory_items", only_if_stale=True, method="ivfflat")
     assert (back.rebuilt, back.method, back.previous_method) == (True, "ivfflat", "hnsw")
     definition, valid = await _indexdef(private_sessions, "idx_memory_items_embedding")
-    assert valid and "USING ivfflat (embedding vector_cosine_ops) WITH (lists='10')" in definition
+    assert valid and "USING ivfflat (embedding halfvec_cosine_ops) WITH (lists='10')" in definition
     # An HNSW index under the model's name is not schema drift either.
     async with private_sessions() as session, session.begin():
         await reindex(session, "messages", method="hnsw")
@@ -175,7 +175,7 @@ async def test_per_user_indexes_follow_the_users_above_the_threshold(
     for user in (big, odd):
         definition, valid = await _indexdef(private_sessions, user_index_name("memory_items", user))
         assert (
-            valid and "USING ivfflat (embedding vector_cosine_ops) WITH (lists='10')" in definition
+            valid and "USING ivfflat (embedding halfvec_cosine_ops) WITH (lists='10')" in definition
         )
     definition, _ = await _indexdef(private_sessions, user_index_name("memory_items", odd))
     assert "WHERE ((user_id)::text = 'o''brien; DROP TABLE x --'::text)" in definition

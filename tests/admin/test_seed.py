@@ -18,6 +18,7 @@ from app.adapters.cache import Cache
 from app.adapters.embedder import LocalEmbedder
 from app.services.embedding import EmbeddingService
 from app.services.seed import SeedOptions, SeedReport, seed_file
+from tests.helpers import as_stored
 
 TEA = "Alice prefers tea over coffee in the morning"
 TEA_2 = "Alice prefers tea rather than coffee in the morning"
@@ -91,7 +92,9 @@ async def test_seed_adds_with_vectors_and_postings_then_skips_on_rerun(
     tea = next(r for r in stored if r.content == TEA)
     assert (tea.type, tea.importance) == ("preference", 0.8)
     expected = embedder.embed_sync([TEA])[0]
-    assert np.allclose(np.array(json.loads(tea.vec)), expected, atol=1e-5)
+    np.testing.assert_array_equal(
+        np.array(json.loads(tea.vec), dtype=np.float32), as_stored(expected)
+    )
     assert {"tea", "coffe", "morn"} <= await _lexemes(shared_sessions, user_id, tea.id)
     async with shared_sessions() as s:
         docs = await s.scalar(
@@ -168,7 +171,10 @@ async def test_update_near_duplicates_rewrites_the_stored_memory(
     assert after.id == before.id
     assert (after.content, after.type) == (TEA_2, "preference")
     assert after.importance == 0.3  # not given in the row: kept
-    assert np.allclose(np.array(json.loads(after.vec)), embedder.embed_sync([TEA_2])[0], atol=1e-5)
+    np.testing.assert_array_equal(
+        np.array(json.loads(after.vec), dtype=np.float32),
+        as_stored(embedder.embed_sync([TEA_2])[0]),
+    )
     lexemes = await _lexemes(shared_sessions, user_id, after.id)
     assert "rather" in lexemes and "alic" in lexemes
     async with shared_sessions() as s:

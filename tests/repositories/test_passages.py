@@ -127,8 +127,8 @@ async def test_the_exact_statement_never_pairs_messages_with_passages(
     """Right after an import there are no statistics for the user, and a join of messages with
     their passages was planned as a nested loop (every message x every passage: 50 ms instead
     of 2 for a LoCoMo user). The statement has no join to plan that way."""
-    from app.db import vector_literal
     from app.repositories.retrieval import _passage_messages_sql
+    from app.vectors import vector_literal
 
     async with make_client() as (client, app):
         await add_messages(client, user_id, [LONG, SHORT] * 20)

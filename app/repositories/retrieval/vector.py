@@ -7,7 +7,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.db import SET_LOCAL, set_local_params, vector_literal
+from app.db import SET_LOCAL, set_local_params
 from app.repositories.retrieval.common import (
     NO_TIME_FILTER,
     SOURCES,
@@ -20,6 +20,7 @@ from app.repositories.retrieval.common import (
 )
 from app.repositories.retrieval.passages import _passage_messages_sql
 from app.repositories.search_index import Source
+from app.vectors import vector_literal
 
 # The planner's random page cost on the ANN path (see RetrievalRepository.set_vector_search).
 ANN_RANDOM_PAGE_COST = 1.1
@@ -124,9 +125,9 @@ class VectorArm(SessionBound):
         passages re-score them as on the ANN path (a user of few turns and many passages).
         """
         order = (
-            "(t.embedding <=> CAST(:q AS vector)) + 0"
+            "(t.embedding <=> CAST(:q AS halfvec)) + 0"
             if exact
-            else "t.embedding <=> CAST(:q AS vector)"
+            else "t.embedding <=> CAST(:q AS halfvec)"
         )
         results: dict[tuple[Source, uuid.UUID], float] = {}
         params: dict[str, Any] = {
@@ -168,7 +169,7 @@ class VectorArm(SessionBound):
         # scan) and its own sort by cosine, so rows of equal cosine (duplicate turns) come in the
         # same order as from one statement per source; Append returns the branches in turn.
         branches = [
-            f"(SELECT {int(source)} AS source, id, 1 - (embedding <=> CAST(:q AS vector)) "
+            f"(SELECT {int(source)} AS source, id, 1 - (embedding <=> CAST(:q AS halfvec)) "
             f"AS cosine FROM ({base} ORDER BY {order} LIMIT :limit) AS c ORDER BY cosine DESC)"
             for source, base in statements
         ]

@@ -1,0 +1,59 @@
+"""How vectors are stored and sent: pgvector's `halfvec` (migration 0017_halfvec_covering).
+
+Every embedding column (messages, message_passages, memory_items) is `halfvec(n)`: two bytes
+per dimension instead of four. Half precision keeps about three significant digits of each
+value, which moved none of `make eval`'s and `make eval-locomo`'s figures at four decimals
+(docs/performance.md, "Half-precision vectors and index-only exact search"), and every
+statement reads half the bytes: the exact path's scan, the ANN indexes' lists, the shared
+buffers they occupy.
+
+The query vector and the stored ones are sent as text (`vector_literal`, cast with
+`CAST(:q AS halfvec)`: Postgres rounds each value to half precision), and COPY sends
+halfvec's binary form (`encode_halfvec`). Python keeps float32 arrays throughout: the ORM's
+column type (app/models/base.py, `HalfVec`) reads a stored vector back as one.
+
+Up to COVERING_MAX_DIMENSION the migration also gives messages and passages a covering index,
+`(user_id, embedding_model) INCLUDE (id, embedding)`: the exact path scores a user's vectors
+by an index-only scan of consecutive index entries instead of one heap row per vector. A btree
+entry holds at most about 2.7 kB, so wider vectors (1536 for text-embedding-3-small) get no
+such index and are read from the table as before.
+"""
+
+from __future__ import annotations
+
+import functools
+import struct
+from typing import Any
+
+import numpy as np
+
+# The widest vector a covering btree entry holds: 2 bytes per dimension plus the halfvec
+# header, a user id of up to 255 bytes, a model name of up to 100 and the id, within the
+# 2,704-byte limit of an 8 kB page's btree entry (1024: about 2.45 kB at the worst).
+COVERING_MAX_DIMENSION = 1024
+
+
+@functools.lru_cache(maxsize=8)
+def _vector_format(dimension: int) -> str:
+    return "[" + ",".join(["%.9g"] * dimension) + "]"
+
+
+def vector_literal(vector: Any) -> str:
+    """pgvector's text form of a vector, for `CAST(:param AS halfvec)` in raw SQL. Nine
+    significant digits give back every float32 exactly, so the rounding to half precision is
+    the server's alone; one %-format of the whole list costs a third of repr() per value
+    (0.1 ms vs 0.3 per query)."""
+    values = np.asarray(vector, dtype=np.float32).ravel().tolist()
+    return _vector_format(len(values)) % tuple(values)
+
+
+def parse_vector(text: str) -> np.ndarray[Any, np.dtype[np.float32]]:
+    """A vector's text form ('[0.1,0.2]', as Postgres prints a vector or a halfvec) as float32."""
+    body = text.strip()[1:-1]
+    return np.array(body.split(",") if body else [], dtype=np.float32)
+
+
+def encode_halfvec(value: Any) -> bytes:
+    """halfvec's binary wire format (COPY): dimension, unused, big-endian float16 values."""
+    array = np.asarray(value, dtype=">f2").ravel()
+    return struct.pack(">HH", array.shape[0], 0) + array.tobytes()
