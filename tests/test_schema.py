@@ -103,13 +103,6 @@ async def test_messages_columns(conn: AsyncConnection) -> None:
         )
     )
     assert identity == "a"  # GENERATED ALWAYS: clients cannot forge the order
-    storage = await conn.scalar(
-        text(
-            "SELECT attstorage::text FROM pg_attribute"
-            " WHERE attrelid = 'messages'::regclass AND attname = 'embedding'"
-        )
-    )
-    assert storage == "p"
 
 
 async def test_memory_items_columns(conn: AsyncConnection) -> None:
