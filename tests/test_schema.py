@@ -347,6 +347,11 @@ async def test_the_exact_path_has_covering_indexes_of_the_vectors(conn: AsyncCon
         "CREATE INDEX idx_message_passages_user_vectors ON public.message_passages USING btree "
         "(user_id, embedding_model) INCLUDE (message_id, embedding)"
     )
+    for table in ("messages", "message_passages"):  # the visibility map kept current
+        options = await conn.scalar(
+            text("SELECT reloptions FROM pg_class WHERE oid = CAST(:t AS regclass)"), {"t": table}
+        )
+        assert options == ["autovacuum_vacuum_insert_scale_factor=0.01"], table
     citus = await conn.scalar(text("SELECT to_regclass('pg_catalog.pg_dist_partition')"))
     for table in ("messages", "message_passages", "memory_items"):
         storage = await conn.scalar(

@@ -237,11 +237,11 @@ async def test_a_users_size_is_read_once_per_ttl(
 
 
 @pytest.mark.parametrize(
-    ("threshold", "seqscan", "probes", "made_by_statement"),
+    ("threshold", "scans", "probes", "made_by_statement"),
     [
         (5, "off", "1", 1),  # exact, passages re-score: the second query starts with it
         (1, "on", "10", 0),  # ANN: its connection always starts with its settings
-        (1_000, "on", "1", 1),  # exact, every passage scored: called once, sets nothing
+        (1_000, "on", "1", 1),  # exact, every passage scored: the first query makes them
     ],
 )
 async def test_the_vector_statements_settings_come_with_the_user(
@@ -249,7 +249,7 @@ async def test_the_vector_statements_settings_come_with_the_user(
     monkeypatch: pytest.MonkeyPatch,
     user_id: str,
     threshold: int,
-    seqscan: str,
+    scans: str,
     probes: str,
     made_by_statement: int,
 ) -> None:
@@ -264,7 +264,9 @@ async def test_the_vector_statements_settings_come_with_the_user(
         await set_vector_search(self, settings)
 
     monkeypatch.setattr(RetrievalRepository, "set_vector_search", recorded_settings)
-    seen = settings_at_vector(monkeypatch, "enable_seqscan", "ivfflat.probes")
+    seen = settings_at_vector(
+        monkeypatch, "enable_seqscan", "enable_bitmapscan", "random_page_cost", "ivfflat.probes"
+    )
     async with make_client(exact_search_max_items=threshold, search_size_ttl_s=60.0) as (
         client,
         _,
@@ -272,5 +274,7 @@ async def test_the_vector_statements_settings_come_with_the_user(
         await add_messages(client, user_id, [LONG_TURN, SHORT_TURN])
         await ask(client, user_id, "Where does the family live now?")
         await ask(client, user_id, "Which city is the family in?")
-    assert seen == [(seqscan, probes)] * 2
+    # Every path prices index pages as in memory (an index-only scan of the covering index on
+    # the exact path); the re-scoring exact path considers no table or bitmap scan either.
+    assert seen == [(scans, scans, "1.1", probes)] * 2
     assert len(statements) == made_by_statement

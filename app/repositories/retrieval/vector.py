@@ -60,9 +60,9 @@ def vector_search_settings(
     random_page_cost: float = ANN_RANDOM_PAGE_COST,
     rescore_passages: bool = False,
 ) -> dict[str, str]:
-    """The planner settings of a transaction's vector statement (none for a plain exact one).
-    The scan settings of both index methods are set, so the statement is the same on an
-    ivfflat or an HNSW index (whichever `pgrecall reindex` built); iterative scans on either.
+    """The planner settings of a transaction's vector statement. The scan settings of both
+    index methods are set, so the statement is the same on an ivfflat or an HNSW index
+    (whichever `pgrecall reindex` built); iterative scans on either.
 
     random_page_cost: pgvector prices every ivfflat list it probes as pages read from disk
     at random_page_cost (4 by default), so from about 45 probes of a 50k-item user's own 100
@@ -71,13 +71,22 @@ def vector_search_settings(
     working set is: 1.1, the usual value for SSD storage, prices it so, for this
     transaction only (docs/performance.md, "Big users on real conversation turns").
 
-    rescore_passages (exact path): the statement reads the user's messages through the
-    user_id index. A user holding a third of the messages table (5,520 of 16,990 rows,
-    estimated 1,812) got a scan of the whole table, 12.4 ms of Postgres CPU instead of 3.4
-    (docs/performance.md, "Half the CPU per query"); the other statements of the transaction
-    read through indexes anyway (the keyword arm's postings ranges, the fetch's primary keys)."""
+    The exact path reads the user's vectors by an index-only scan of the covering indexes
+    (migration 0017_halfvec_covering), priced at the same random_page_cost: at 4 the planner
+    chose a bitmap heap scan of a 5,520-turn user's rows on a store whose visibility map lagged
+    behind its inserts (docs/performance.md, "Half-precision vectors and index-only exact
+    search").
+
+    rescore_passages (exact path): a user holding a third of the messages table (5,520 of
+    16,990 rows, estimated 1,812) got a scan of the whole table, 12.4 ms of Postgres CPU instead
+    of 3.4 (docs/performance.md, "Half the CPU per query"), and the bitmap heap scan above on
+    another store: neither is considered. The other statements of the transaction read through
+    indexes anyway (the keyword arm's postings ranges, the fetch's primary keys)."""
     if exact:
-        return {"enable_seqscan": "off"} if rescore_passages else {}
+        settings = {"random_page_cost": str(float(random_page_cost))}
+        if rescore_passages:
+            settings |= {"enable_seqscan": "off", "enable_bitmapscan": "off"}
+        return settings
     return ann_settings(
         probes=probes,
         max_probes=max_probes,
