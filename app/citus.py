@@ -22,7 +22,7 @@ from sqlalchemy.pool import NullPool
 
 from app.db import SET_LOCAL, set_local_params
 from app.doctor.checks import one_line
-from app.roles import COORDINATOR_TABLES, DISTRIBUTED_TABLES, user_of
+from app.roles import COORDINATOR_TABLES, DISTRIBUTED_TABLES, POLICIES, policy_rewrites, user_of
 
 DISTRIBUTION_COLUMN = "user_id"
 ANCHOR = DISTRIBUTED_TABLES[0]  # the table the others are co-located with
@@ -128,6 +128,12 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
             for name in COORDINATOR_TABLES:
                 if placed[name].method == "h":
                     raise CitusError(f"{name} is distributed: it must stay on the coordinator")
+            # Citus refuses a subquery in a policy of a distributed table: a store migrated
+            # before Citus was installed reads its settings once per statement (migration
+            # 0017), and goes back to the per-row form here.
+            name = "(policies)"
+            for statement in policy_rewrites((await conn.execute(POLICIES)).all(), once=False):
+                await conn.exec_driver_sql(statement)
         for name in DISTRIBUTED_TABLES:
             if placed[name].method == "h":
                 continue

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -53,6 +55,19 @@ COORDINATOR_TABLES: tuple[str, ...] = ("api_keys",)
 DISTRIBUTED_TABLES: tuple[str, ...] = tuple(t for t in USER_TABLES if t not in COORDINATOR_TABLES)
 READ_ONLY_TABLES: tuple[str, ...] = ("alembic_version",)
 _LOCK_KEY = 0x70677263  # "pgrc": serialises role set-up across processes
+
+# Every policy of the schema, with its expressions as Postgres prints them (policy_rewrites).
+POLICIES = text(
+    "SELECT c.relname AS table, p.polname AS name, pg_get_expr(p.polqual, p.polrelid) AS using, "
+    "pg_get_expr(p.polwithcheck, p.polrelid) AS check FROM pg_policy AS p "
+    "JOIN pg_class AS c ON c.oid = p.polrelid JOIN pg_namespace AS n ON n.oid = c.relnamespace "
+    "WHERE n.nspname = 'public' ORDER BY c.relname, p.polname"
+)
+# A call not yet in a subquery, and a call in one (as Postgres prints it back).
+_SETTING_CALL = re.compile(r"(?<!SELECT )current_setting\('([a-z_.]+)'::text, true\)")
+_SETTING_ONCE = re.compile(
+    r"\( SELECT current_setting\('([a-z_.]+)'::text, true\) AS current_setting\)"
+)
 
 
 class RoleSetupError(RuntimeError):
@@ -291,3 +306,30 @@ async def service_role_status(
             return True, "checked once start-up has applied the pending migrations"
         return None
     return await rls_status_at(service_url)
+
+
+def policy_rewrites(policies: Iterable[Sequence[str | None]], *, once: bool) -> list[str]:
+    """ALTER POLICY statements for `policies` (rows of POLICIES: table, name, USING, WITH CHECK)
+    that read each `current_setting(...)` once per statement (`once`: in a scalar subquery, an
+    InitPlan) or once per row (the call itself), for the policies not so already.
+
+    Once per statement is the faster form: a policy is checked on every row a statement reads,
+    and the call looks its setting up by name each time (docs/performance.md, "Half-precision
+    vectors and index-only exact search": the exact path of a 5,520-turn user). Citus refuses a
+    subquery in a policy of a distributed table, so a Citus database keeps the per-row form
+    (migration 0017_halfvec_covering; app/citus.py distribute)."""
+    find, replacement = (
+        (_SETTING_CALL, r"(SELECT current_setting('\1'::text, true))")
+        if once
+        else (_SETTING_ONCE, r"current_setting('\1'::text, true)")
+    )
+    statements = []
+    for table, name, using, check in policies:
+        clauses = [
+            f"{keyword} ({find.sub(replacement, expression)})"
+            for keyword, expression in (("USING", using), ("WITH CHECK", check))
+            if expression is not None and find.search(expression)
+        ]
+        if clauses:
+            statements.append(f'ALTER POLICY "{name}" ON {table} ' + " ".join(clauses))
+    return statements

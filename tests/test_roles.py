@@ -16,7 +16,13 @@ from app.adapters.embedder import LocalEmbedder
 from app.config import Settings
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
-from app.roles import DEFAULT_APP_ROLE, RoleSetupError, ensure_service_role, with_user
+from app.roles import (
+    DEFAULT_APP_ROLE,
+    RoleSetupError,
+    ensure_service_role,
+    policy_rewrites,
+    with_user,
+)
 from tests.helpers import headers
 
 
@@ -157,3 +163,31 @@ async def test_service_role_status_for_doctor(pg: EmbeddedPostgres) -> None:
         pg.url, with_user(pg.url, DEFAULT_APP_ROLE), created_at_start=True, migrate_on_start=True
     )
     assert ok and "no BYPASSRLS" in message
+
+
+def test_policy_rewrites_move_each_setting_call_into_a_subquery_and_back() -> None:
+    user = "((user_id)::text = current_setting('pgrecall.user_id'::text, true))"
+    admin = "(current_setting('pgrecall.admin'::text, true) = 'on'::text)"
+    policies = [
+        ("messages", "messages_user", user, user),
+        ("messages", "messages_admin", admin, None),
+        ("other", "plain", "(owner = 'x'::text)", None),  # no setting: left alone
+    ]
+    once = policy_rewrites(policies, once=True)
+    assert once == [
+        'ALTER POLICY "messages_user" ON messages USING (((user_id)::text = (SELECT '
+        "current_setting('pgrecall.user_id'::text, true)))) WITH CHECK (((user_id)::text = "
+        "(SELECT current_setting('pgrecall.user_id'::text, true))))",
+        'ALTER POLICY "messages_admin" ON messages USING (((SELECT '
+        "current_setting('pgrecall.admin'::text, true)) = 'on'::text))",
+    ]
+    assert policy_rewrites(policies, once=False) == []  # already per row
+    # As Postgres prints the subquery form back: the per-row form again.
+    printed = (
+        "((user_id)::text = ( SELECT current_setting('pgrecall.user_id'::text, true)"
+        " AS current_setting))"
+    )
+    assert policy_rewrites([("messages", "messages_user", printed, printed)], once=False) == [
+        f'ALTER POLICY "messages_user" ON messages USING ({user}) WITH CHECK ({user})'
+    ]
+    assert policy_rewrites([("messages", "messages_user", printed, None)], once=True) == []

@@ -366,6 +366,27 @@ async def test_the_exact_path_has_covering_indexes_of_the_vectors(conn: AsyncCon
         assert storage == "p" or (citus is not None and storage == "e"), table
 
 
+async def test_policies_read_their_settings_once_per_statement(conn: AsyncConnection) -> None:
+    """Migration 0017: every policy's current_setting in a scalar subquery (an InitPlan), none
+    per row; on a Citus database none (Citus refuses a subquery in a distributed table's
+    policy)."""
+    citus = await conn.scalar(text("SELECT count(*) FROM pg_extension WHERE extname = 'citus'"))
+    rows = (
+        await conn.execute(
+            text(
+                "SELECT c.relname || '.' || p.polname, coalesce(pg_get_expr(p.polqual, "
+                "p.polrelid), '') || ' ' || coalesce(pg_get_expr(p.polwithcheck, p.polrelid), '')"
+                " FROM pg_policy AS p JOIN pg_class AS c ON c.oid = p.polrelid"
+            )
+        )
+    ).all()
+    assert len(rows) >= 20
+    for name, expressions in rows:
+        calls = expressions.count("current_setting(")
+        once = expressions.count("SELECT current_setting(")
+        assert calls and once == (0 if citus else calls), (name, expressions)
+
+
 async def test_full_text_indexes_index_the_column(conn: AsyncConnection) -> None:
     indexes = await _indexes(conn)
     for table in ("messages", "memory_items"):
@@ -549,7 +570,7 @@ async def test_halfvec_migration_down_and_up_keeps_vectors_indexes_and_notes(
 ) -> None:
     """0017_halfvec_covering down and up with data: every vector keeps its (half-precision)
     values, a per-user ANN index (`pgrecall reindex`) keeps its name, condition and note, the
-    covering indexes go and come back."""
+    covering indexes and the policies' subqueries go and come back."""
     url = scratch_pg.url
     await asyncio.to_thread(upgrade_head, url)
     engine = create_async_engine(url)
@@ -581,7 +602,7 @@ async def test_halfvec_migration_down_and_up_keeps_vectors_indexes_and_notes(
             )
             await c.execute(text(f"COMMENT ON INDEX {user_index} IS 'built on 1 rows'"))
 
-        async def state() -> tuple[str, str, str | None, list[float], set[str]]:
+        async def state() -> tuple[str, str, str | None, list[float], set[str], int]:
             async with engine.connect() as c:
                 kind = await c.scalar(
                     text(
@@ -602,29 +623,36 @@ async def test_halfvec_migration_down_and_up_keeps_vectors_indexes_and_notes(
                     text("SELECT embedding::text FROM messages WHERE id = :m"), {"m": message}
                 )
                 names = set(await c.scalars(text("SELECT indexname FROM pg_indexes")))
+                once = await c.scalar(
+                    text(
+                        "SELECT count(*) FROM pg_policy"
+                        " WHERE pg_get_expr(polqual, polrelid) LIKE '%SELECT current_setting%'"
+                    )
+                )
             vector = [float(x) for x in stored.strip("[]").split(",")]
-            return kind, definition, note, vector, names
+            return kind, definition, note, vector, names, int(once)
 
         half = values.astype(np.float16).astype(np.float32)
-        kind, definition, note, vector, names = await state()
+        kind, definition, note, vector, names, once = await state()
         assert kind == "halfvec(384)" and "halfvec_cosine_ops" in definition
-        assert note == "built on 1 rows"
+        assert note == "built on 1 rows" and once > 0
         assert {"idx_messages_user_vectors", "idx_message_passages_user_vectors"} <= names
         np.testing.assert_array_equal(np.array(vector, dtype=np.float32), half)
 
         await asyncio.to_thread(
             command.downgrade, alembic_config(url), "0016_messages_user_conversation"
         )
-        kind, definition, note, vector, names = await state()
+        kind, definition, note, vector, names, once = await state()
         assert kind == "vector(384)" and "vector_cosine_ops" in definition
         assert "WHERE ((user_id)::text = 'u17'::text)" in definition and note == "built on 1 rows"
         assert not {"idx_messages_user_vectors", "idx_message_passages_user_vectors"} & names
+        assert once == 0
         np.testing.assert_array_equal(np.array(vector, dtype=np.float32), half)
 
         await asyncio.to_thread(upgrade_head, url)
-        kind, definition, note, vector, names = await state()
+        kind, definition, note, vector, names, once = await state()
         assert kind == "halfvec(384)" and "halfvec_cosine_ops" in definition
-        assert note == "built on 1 rows"
+        assert note == "built on 1 rows" and once > 0
         assert {"idx_messages_user_vectors", "idx_message_passages_user_vectors"} <= names
         np.testing.assert_array_equal(np.array(vector, dtype=np.float32), half)
     finally:

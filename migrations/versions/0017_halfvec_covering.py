@@ -3,7 +3,7 @@
 The exact path of the query (a user of up to exact_search_max_items items) scores every vector
 of the user. On a 5,520-turn user that scan was most of the query's Postgres time: one heap row
 of about 1.8 kB per vector and the vector's 1.5 kB read from memory (docs/performance.md,
-"Half-precision vectors and index-only exact search"). Two changes:
+"Half-precision vectors and index-only exact search"). Three changes:
 
 1. **halfvec.** `embedding` of messages, message_passages and memory_items becomes
    `halfvec(n)` (app/vectors.py): half the bytes per vector in the tables and in their ANN
@@ -16,10 +16,14 @@ of about 1.8 kB per vector and the vector's 1.5 kB read from memory (docs/perfor
    passages `(user_id, embedding_model) INCLUDE (message_id, embedding)`: the exact path reads
    a user's vectors by an index-only scan, consecutive entries of its own, not a heap row each.
 
-Policies keep calling `current_setting` per row: Citus refuses a subquery in a policy on a
-distributed table, and the scalar-subquery form moved the bench within its noise
-(docs/performance.md). On Citus, the shards of a distributed table keep the halfvec type's
-default storage: Citus does not forward SET STORAGE (docs/scaling.md).
+3. **Policies read their setting once per statement** (app/roles.policy_rewrites): every
+   `current_setting(...)` of a policy in a scalar subquery, an InitPlan, instead of a lookup of
+   the setting by name on every row. Not where Citus is installed: it refuses a subquery in a
+   policy of a distributed table (`pgrecall citus distribute` puts a store migrated without
+   Citus back to the per-row form before it distributes).
+
+On Citus, the shards of a distributed table keep the halfvec type's default storage: Citus does
+not forward SET STORAGE (docs/scaling.md).
 
 An index-only scan reads the table for every row on a page not marked all-visible, and only
 VACUUM marks pages so. The last step runs VACUUM (ANALYZE) on the three tables outside the
@@ -38,6 +42,7 @@ from collections.abc import Sequence
 from alembic import op
 from sqlalchemy import text
 
+from app.roles import POLICIES, policy_rewrites
 from app.vectors import COVERING_MAX_DIMENSION
 
 revision: str = "0017_halfvec_covering"
@@ -58,8 +63,8 @@ COVERING = {
 
 
 def _ddl(sql: str) -> None:
-    """A statement built from catalog text (index definitions, comments), sent as it is:
-    text() would read a `:word` in a quoted user id as a bind parameter."""
+    """A statement built from catalog text (index definitions, comments, policy expressions),
+    sent as it is: text() would read a `:word` in a quoted user id as a bind parameter."""
     op.get_bind().exec_driver_sql(sql)
 
 
@@ -119,6 +124,16 @@ def _convert(to_type: str, from_ops: str, to_ops: str) -> None:
             _ddl(f'COMMENT ON INDEX "{name}" IS \'' + comment.replace("'", "''") + "'")
 
 
+def _citus() -> bool:
+    sql = "SELECT count(*) FROM pg_extension WHERE extname = 'citus'"
+    return bool(op.get_bind().execute(text(sql)).scalar_one())
+
+
+def _policies(*, once: bool) -> None:
+    for statement in policy_rewrites(op.get_bind().execute(POLICIES).all(), once=once):
+        _ddl(statement)
+
+
 def _vacuum() -> None:
     with op.get_context().autocommit_block():
         for table in TABLES:
@@ -132,10 +147,13 @@ def upgrade() -> None:
             op.execute(f"CREATE INDEX {name} ON {target}")
     for table in INSERT_VACUUMED:
         op.execute(f"ALTER TABLE {table} SET (autovacuum_vacuum_insert_scale_factor = 0.01)")
+    if not _citus():
+        _policies(once=True)
     _vacuum()
 
 
 def downgrade() -> None:
+    _policies(once=False)
     for table in INSERT_VACUUMED:
         op.execute(f"ALTER TABLE {table} RESET (autovacuum_vacuum_insert_scale_factor)")
     for name in COVERING:

@@ -1,6 +1,8 @@
 """The planner settings each statement of the query path runs with (app/db.py, the read path;
 RetrievalRepository.set_vector_search, the ANN path): custom plans and no parallel workers
-everywhere, and the ANN page cost on the ANN vector statement only. A user of at most
+everywhere, and the in-memory page cost on the vector statement (the ANN connection's, or the
+exact path's from the vector statement on: its index-only scan of the covering indexes). A
+user of at most
 PGRECALL_GENERIC_PLAN_MAX_ITEMS items runs the statements after search_size on the request's
 connection on generic plans (the ANN connection keeps custom ones)."""
 
@@ -50,7 +52,13 @@ async def test_query_statements_run_with_the_read_paths_planner_settings(
         await ask_after_one_turn(client, user_id)
     plans = generic_plan if generic_max else "force_custom_plan"  # a 1-turn user
     default = (plans, "0", "4")  # Postgres's random_page_cost
+    in_memory = (plans, "0", str(ANN_RANDOM_PAGE_COST))
+    # A size read in this transaction: the exact path's settings come with its vector
+    # statement, so the keyword arm before it keeps the default (a remembered size starts the
+    # transaction with them: tests/api/test_query_exact_threshold.py).
     assert seen["keyword"] == default
-    assert seen["fetch_around"] == default
-    ann = ("force_custom_plan", "0", str(ANN_RANDOM_PAGE_COST))
-    assert seen["vector"] == (ann if path == "ann" else default)
+    if path == "ann":  # its own connection; the request's keeps the default
+        assert seen["vector"] == ("force_custom_plan", "0", str(ANN_RANDOM_PAGE_COST))
+        assert seen["fetch_around"] == default
+    else:
+        assert seen["vector"] == seen["fetch_around"] == in_memory
