@@ -73,7 +73,6 @@ class Message(CreatedAtMixin, Base):
             ondelete="CASCADE",
         ),
         Index("idx_messages_user_conversation_seq", "user_id", "conversation_id", "seq"),
-        Index("idx_messages_user_id", "user_id"),
         Index("idx_messages_correlation_id", "correlation_id"),
         Index(
             "idx_messages_embedding",

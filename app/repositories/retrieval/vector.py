@@ -121,10 +121,11 @@ class VectorArm(SessionBound):
     ) -> dict[tuple[Source, uuid.UUID], float]:
         """Top items by cosine similarity, per source.
 
-        exact=True orders by an expression the ivfflat index cannot serve, so Postgres scans the
-        user's rows through the user_id index: exact, and fast for stores of a few thousand
-        items. exact=False uses the index with iterative scans (filtered ANN without short
-        result sets); the outer ORDER BY repairs relaxed ordering.
+        exact=True orders by an expression the ivfflat index cannot serve, so Postgres scores
+        every vector of the user, read by an index-only scan of the covering indexes (migration
+        0017; vector_search_settings): exact, and fast for stores of a few thousand items.
+        exact=False uses the index with iterative scans (filtered ANN without short result
+        sets); the outer ORDER BY repairs relaxed ordering.
 
         passage_weight > 0 scores a message by (1 - w) x its own cosine + w x its best
         passage's (its own where it has none). Exact: over all the user's messages and
