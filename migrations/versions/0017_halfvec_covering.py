@@ -162,6 +162,6 @@ def downgrade() -> None:
         op.execute(f"ALTER TABLE {table} RESET (autovacuum_vacuum_insert_scale_factor)")
     for name in COVERING:
         op.execute(f"DROP INDEX IF EXISTS {name}")
-    op.execute("CREATE INDEX idx_messages_user_id ON messages (user_id)")
+    op.execute("CREATE INDEX IF NOT EXISTS idx_messages_user_id ON messages (user_id)")
     _convert("vector", "halfvec_cosine_ops", "vector_cosine_ops")
     _vacuum()
