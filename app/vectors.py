@@ -47,12 +47,6 @@ def vector_literal(vector: Any) -> str:
     return _vector_format(len(values)) % tuple(values)
 
 
-def parse_vector(text: str) -> np.ndarray[Any, np.dtype[np.float32]]:
-    """A vector's text form ('[0.1,0.2]', as Postgres prints a vector or a halfvec) as float32."""
-    body = text.strip()[1:-1]
-    return np.array(body.split(",") if body else [], dtype=np.float32)
-
-
 def encode_halfvec(value: Any) -> bytes:
     """halfvec's binary wire format (COPY): dimension, unused, big-endian float16 values."""
     array = np.asarray(value, dtype=">f2").ravel()

@@ -361,8 +361,8 @@ async def test_the_exact_path_has_covering_indexes_of_the_vectors(conn: AsyncCon
             ),
             {"t": table},
         )
-        # Inline, as before the type changed. Citus does not forward SET STORAGE to a table it
-        # already distributes: migrated there, the column keeps the type's default (0017).
+        # Inline, as before the type changed. Citus does not forward SET STORAGE to a
+        # distributed table: where it is installed, the column keeps the type's default (0017).
         assert storage == "p" or (citus is not None and storage == "e"), table
 
 

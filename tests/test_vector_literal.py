@@ -6,7 +6,7 @@ import struct
 
 import numpy as np
 
-from app.vectors import encode_halfvec, parse_vector, vector_literal
+from app.vectors import encode_halfvec, vector_literal
 
 
 def test_the_text_form_round_trips_every_float32() -> None:
@@ -20,14 +20,6 @@ def test_the_text_form_round_trips_every_float32() -> None:
         assert text.startswith("[") and text.endswith("]") and " " not in text
         parsed = np.array([np.float32(x) for x in text[1:-1].split(",")], dtype=np.float32)
         np.testing.assert_array_equal(parsed, np.asarray(vector, dtype=np.float32))
-
-
-def test_the_text_form_parses_back_as_float32() -> None:
-    vector = np.array([0.25, -1.5, 3.0e-5, 0.1], dtype=np.float32)
-    parsed = parse_vector(vector_literal(vector))
-    assert parsed.dtype == np.float32
-    np.testing.assert_array_equal(parsed, vector)
-    assert parse_vector(" [] ").shape == (0,)
 
 
 def test_halfvec_binary_form_is_the_dimension_then_big_endian_halves() -> None:

@@ -7,12 +7,13 @@ from datetime import datetime
 from typing import Any, Literal, get_args
 
 import numpy as np
+from pgvector import Vector
 from pgvector.sqlalchemy import HALFVEC
 from sqlalchemy import DateTime, MetaData, func
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from app.vectors import COVERING_MAX_DIMENSION, parse_vector, vector_literal
+from app.vectors import COVERING_MAX_DIMENSION, vector_literal
 
 NAMING_CONVENTION = {
     "ix": "ix_%(column_0_label)s",
@@ -80,6 +81,7 @@ class HalfVec(HALFVEC):
 
     def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
         def process(value: Any) -> np.ndarray[Any, np.dtype[np.float32]] | None:
-            return None if value is None else parse_vector(value)
+            # Postgres prints a halfvec as a vector's text: pgvector's parser reads it.
+            return None if value is None else Vector.from_text(value).to_numpy()
 
         return process

@@ -80,15 +80,6 @@ def _dimension() -> int:
     return int(op.get_bind().execute(text(sql)).scalar_one())
 
 
-def _distributed() -> set[str]:
-    """The tables Citus distributes here (none without Citus)."""
-    bind = op.get_bind()
-    if bind.execute(text("SELECT to_regclass('pg_catalog.pg_dist_partition')")).scalar() is None:
-        return set()
-    sql = "SELECT logicalrelid::regclass::text FROM pg_catalog.pg_dist_partition"
-    return {str(name) for name in bind.execute(text(sql)).scalars()}
-
-
 def _ann_indexes() -> list[tuple[str, str, str | None]]:
     """(name, definition, comment) of every ivfflat and HNSW index on the three tables."""
     sql = (
@@ -102,14 +93,14 @@ def _ann_indexes() -> list[tuple[str, str, str | None]]:
     return [(r[0], r[1], r[2]) for r in op.get_bind().execute(text(sql))]
 
 
-def _convert(to_type: str, from_ops: str, to_ops: str) -> None:
+def _convert(to_type: str, from_ops: str, to_ops: str, *, citus: bool) -> int:
+    """The columns to `to_type`, their ANN indexes made again; returns the dimension."""
     indexes = _ann_indexes()
     dimension = _dimension()
     # ivfflat's k-means samples 50 vectors per list; enough for a 1M-row table's 1000 lists.
     op.execute("SET LOCAL maintenance_work_mem = '512MB'")
     for name, _, _ in indexes:
         op.execute(f'DROP INDEX "{name}"')
-    distributed = _distributed()
     for table in TABLES:
         change = (
             f"ALTER TABLE {table} ALTER COLUMN embedding TYPE {to_type}({dimension}) "
@@ -117,14 +108,15 @@ def _convert(to_type: str, from_ops: str, to_ops: str) -> None:
         )
         # STORAGE PLAIN as migration 0001 made it (vectors inline, never TOAST), in the same
         # statement: the rewrite itself must not move a wide vector out of line. Citus does not
-        # forward SET STORAGE to a distributed table's shards (docs/scaling.md): there the type
-        # alone, and the type's default storage.
-        plain = "" if table in distributed else ", ALTER COLUMN embedding SET STORAGE PLAIN"
+        # forward SET STORAGE to a distributed table's shards (docs/scaling.md): where it is
+        # installed, the type alone, and the type's default storage.
+        plain = "" if citus else ", ALTER COLUMN embedding SET STORAGE PLAIN"
         op.execute(change + plain)
     for name, definition, comment in indexes:
         _ddl(definition.replace(f" {from_ops}", f" {to_ops}"))
         if comment is not None:
             _ddl(f'COMMENT ON INDEX "{name}" IS \'' + comment.replace("'", "''") + "'")
+    return dimension
 
 
 def _citus() -> bool:
@@ -144,14 +136,15 @@ def _vacuum() -> None:
 
 
 def upgrade() -> None:
-    _convert("halfvec", "vector_cosine_ops", "halfvec_cosine_ops")
-    if _dimension() <= COVERING_MAX_DIMENSION:
+    citus = _citus()
+    dimension = _convert("halfvec", "vector_cosine_ops", "halfvec_cosine_ops", citus=citus)
+    if dimension <= COVERING_MAX_DIMENSION:
         for name, target in COVERING.items():
             op.execute(f"CREATE INDEX {name} ON {target}")
     op.execute("DROP INDEX IF EXISTS idx_messages_user_id")
     for table in INSERT_VACUUMED:
         op.execute(f"ALTER TABLE {table} SET (autovacuum_vacuum_insert_scale_factor = 0.01)")
-    if not _citus():
+    if not citus:
         _policies(once=True)
     _vacuum()
 
@@ -163,5 +156,5 @@ def downgrade() -> None:
     for name in COVERING:
         op.execute(f"DROP INDEX IF EXISTS {name}")
     op.execute("CREATE INDEX IF NOT EXISTS idx_messages_user_id ON messages (user_id)")
-    _convert("vector", "halfvec_cosine_ops", "vector_cosine_ops")
+    _convert("vector", "halfvec_cosine_ops", "vector_cosine_ops", citus=_citus())
     _vacuum()
