@@ -1,12 +1,10 @@
-"""app/vectors.py: the text form gives back every float32 exactly; halfvec's binary form."""
+"""vector_literal: pgvector's text form gives back every float32 exactly."""
 
 from __future__ import annotations
 
-import struct
-
 import numpy as np
 
-from app.vectors import encode_halfvec, vector_literal
+from app.vectors import vector_literal
 
 
 def test_the_text_form_round_trips_every_float32() -> None:
@@ -20,12 +18,3 @@ def test_the_text_form_round_trips_every_float32() -> None:
         assert text.startswith("[") and text.endswith("]") and " " not in text
         parsed = np.array([np.float32(x) for x in text[1:-1].split(",")], dtype=np.float32)
         np.testing.assert_array_equal(parsed, np.asarray(vector, dtype=np.float32))
-
-
-def test_halfvec_binary_form_is_the_dimension_then_big_endian_halves() -> None:
-    """What pgvector's halfvec_recv reads (COPY): int16 dimension, int16 unused, float16s."""
-    encoded = encode_halfvec(np.array([1.0, -2.0, 0.1], dtype=np.float32))
-    assert encoded[:4] == struct.pack(">HH", 3, 0)
-    assert encoded[4:] == np.array([1.0, -2.0, 0.1], dtype=">f2").tobytes()
-    halves = np.frombuffer(encoded[4:], dtype=">f2").astype(np.float32)
-    np.testing.assert_array_equal(halves, np.float16([1.0, -2.0, 0.1]).astype(np.float32))
