@@ -17,13 +17,15 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable
 
-from redis.asyncio import Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
 from app.adapters.redis.breaker import (
     CONNECT_TIMEOUT_S,
+    MAX_CONNECTIONS,
     OP_TIMEOUT_S,
+    POOL_WAIT_S,
     REDIS_DOWN,
     CacheStats,
     CacheUnavailableError,
@@ -82,13 +84,17 @@ class Cache(EmbeddingCache, SessionCache, RateLimiter, QueryResultCache):
         client = None
         if url:
             # No client-side retries: the circuit breaker decides when to try again, and a
-            # retry would double the time a dead Redis costs a request.
-            client = Redis.from_url(
+            # retry would double the time a dead Redis costs a request. A bounded pool: a burst
+            # of requests shares a few warm connections instead of opening one each.
+            pool = BlockingConnectionPool.from_url(
                 url,
+                max_connections=MAX_CONNECTIONS,
+                timeout=POOL_WAIT_S,
                 socket_connect_timeout=CONNECT_TIMEOUT_S,
                 socket_timeout=OP_TIMEOUT_S,
                 retry=Retry(NoBackoff(), 0),
             )
+            client = Redis.from_pool(pool)
         return cls(
             client,
             warn_interval_s=warn_interval_s,

@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -17,6 +18,7 @@ import pytest
 from redis.asyncio import Redis
 
 from app.adapters.cache import Cache, CacheUnavailableError, RateDecision, SessionState
+from app.adapters.redis.breaker import MAX_CONNECTIONS
 from tests.redis_server import RedisServer
 
 LOGGER = "app.adapters.cache"
@@ -247,6 +249,48 @@ async def test_rate_limit_is_atomic_under_concurrency(cache: Cache, redis_client
     assert await redis_client.get("rate_limit:frank") == b"50"
     assert_ttl_near(await redis_client.ttl("rate_limit:frank"), 60)
     assert await all_keys(redis_client) == {"rate_limit:frank"}
+
+
+async def test_rate_limit_holds_while_other_threads_hold_the_cpu(
+    cache: Cache, redis_client: Redis
+) -> None:
+    """CI once saw 24 of 50 admitted: cold connects starved of the GIL timed out and failed open."""
+    stop = threading.Event()
+
+    def spin() -> None:
+        total = 0
+        while not stop.is_set():
+            total += sum(i * i for i in range(1000))
+
+    spinners = [threading.Thread(target=spin, daemon=True) for _ in range(2)]
+    for spinner in spinners:
+        spinner.start()
+    try:
+        decisions = await asyncio.gather(*(cache.hit_rate_limit("flo", 10) for _ in range(50)))
+    finally:
+        stop.set()
+        for spinner in spinners:
+            spinner.join()
+
+    assert sum(d.allowed for d in decisions) == 10
+    assert cache.stats.errors == 0
+    assert await redis_client.get("rate_limit:flo") == b"50"
+
+
+async def test_a_burst_shares_a_bounded_pool_of_connections(
+    cache: Cache, redis_client: Redis
+) -> None:
+    own_id = await redis_client.client_id()
+    decisions = await asyncio.gather(
+        *(cache.hit_rate_limit("fern", 100) for _ in range(200)),
+        *(cache.get_query_result("fern", f"q{n}") for n in range(100)),
+    )
+
+    clients = [c for c in await redis_client.client_list() if int(c["id"]) != own_id]
+    assert 1 <= len(clients) <= MAX_CONNECTIONS
+    assert sorted(d.count for d in decisions[:200]) == list(range(1, 201))
+    assert await redis_client.get("rate_limit:fern") == b"200"
+    assert cache.stats.errors == 0
 
 
 async def test_rate_limit_window_expires(cache: Cache, redis_client: Redis) -> None:

@@ -19,8 +19,16 @@ logger = logging.getLogger("app.adapters.cache")
 
 T = TypeVar("T")
 
-CONNECT_TIMEOUT_S = 0.25
+# A connect may wait for this process's own event loop as much as for Redis: under CPU load a
+# burst of connects at 0.25 s timed out against a healthy server, and the rate limit failed open.
+# Connections are few and kept (MAX_CONNECTIONS), so a connect is rare; a blackholed Redis costs
+# one request this long per breaker interval.
+CONNECT_TIMEOUT_S = 1.0
 OP_TIMEOUT_S = 0.5
+# One process needs few: each command holds a connection for one round trip. A burst waits for
+# a free connection (up to POOL_WAIT_S, then counts as "down") instead of opening one per request.
+MAX_CONNECTIONS = 8
+POOL_WAIT_S = 1.0
 # What "Redis is down" looks like; anything else (e.g. ResponseError) is a bug and propagates.
 REDIS_DOWN: tuple[type[BaseException], ...] = (
     redis.exceptions.ConnectionError,
