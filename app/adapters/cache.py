@@ -17,7 +17,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable
 
-from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
@@ -25,7 +25,6 @@ from app.adapters.redis.breaker import (
     CONNECT_TIMEOUT_S,
     MAX_CONNECTIONS,
     OP_TIMEOUT_S,
-    POOL_WAIT_S,
     REDIS_DOWN,
     CacheStats,
     CacheUnavailableError,
@@ -85,16 +84,15 @@ class Cache(EmbeddingCache, SessionCache, RateLimiter, QueryResultCache):
         if url:
             # No client-side retries: the circuit breaker decides when to try again, and a
             # retry would double the time a dead Redis costs a request. A bounded pool: a burst
-            # of requests shares a few warm connections instead of opening one each.
-            pool = BlockingConnectionPool.from_url(
+            # of requests shares a few warm connections instead of opening one each (the
+            # calls wait for one of MAX_CONNECTIONS slots, breaker.GuardedRedis).
+            client = Redis.from_url(
                 url,
                 max_connections=MAX_CONNECTIONS,
-                timeout=POOL_WAIT_S,
                 socket_connect_timeout=CONNECT_TIMEOUT_S,
                 socket_timeout=OP_TIMEOUT_S,
                 retry=Retry(NoBackoff(), 0),
             )
-            client = Redis.from_pool(pool)
         return cls(
             client,
             warn_interval_s=warn_interval_s,
@@ -123,7 +121,7 @@ class Cache(EmbeddingCache, SessionCache, RateLimiter, QueryResultCache):
         if self._redis is None:
             return 0
         try:
-            deleted = await self._purge(self._redis, user_id)
+            deleted = await self._in_slot(lambda r: self._purge(r, user_id), self._redis)
         except REDIS_DOWN as exc:
             self._record_failure("delete_user", exc)
             raise CacheUnavailableError(
