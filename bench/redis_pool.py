@@ -27,7 +27,8 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated
 
@@ -88,8 +89,9 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-async def burst_admitted(url: str, make: Callable[[str], Cache], user: str) -> int:
-    """Admitted of 50 hits (limit 10) from a cold cache while two threads spin."""
+@contextmanager
+def cpu_bound_threads(count: int = 2) -> Iterator[None]:
+    """`count` Python threads that hold the GIL and a core until the block ends."""
     stop = threading.Event()
 
     def spin() -> None:
@@ -97,16 +99,24 @@ async def burst_admitted(url: str, make: Callable[[str], Cache], user: str) -> i
         while not stop.is_set():
             total += sum(i * i for i in range(1000))
 
-    spinners = [threading.Thread(target=spin, daemon=True) for _ in range(2)]
+    spinners = [threading.Thread(target=spin, daemon=True) for _ in range(count)]
     for spinner in spinners:
         spinner.start()
-    cache = make(url)
     try:
-        decisions = await asyncio.gather(*(cache.hit_rate_limit(user, 10) for _ in range(50)))
+        yield
     finally:
         stop.set()
         for spinner in spinners:
             spinner.join()
+
+
+async def burst_admitted(url: str, make: Callable[[str], Cache], user: str) -> int:
+    """Admitted of 50 hits (limit 10) from a cold cache while two threads spin."""
+    cache = make(url)
+    try:
+        with cpu_bound_threads():
+            decisions = await asyncio.gather(*(cache.hit_rate_limit(user, 10) for _ in range(50)))
+    finally:
         await cache.aclose()
     return sum(d.allowed for d in decisions)
 

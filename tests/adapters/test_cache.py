@@ -6,7 +6,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -19,6 +18,7 @@ from redis.asyncio import Redis
 
 from app.adapters.cache import Cache, CacheUnavailableError, RateDecision, SessionState
 from app.adapters.redis.breaker import MAX_CONNECTIONS
+from bench.redis_pool import cpu_bound_threads
 from tests.redis_server import RedisServer
 
 LOGGER = "app.adapters.cache"
@@ -255,22 +255,8 @@ async def test_rate_limit_holds_while_other_threads_hold_the_cpu(
     cache: Cache, redis_client: Redis
 ) -> None:
     """CI once saw 24 of 50 admitted: cold connects starved of the GIL timed out and failed open."""
-    stop = threading.Event()
-
-    def spin() -> None:
-        total = 0
-        while not stop.is_set():
-            total += sum(i * i for i in range(1000))
-
-    spinners = [threading.Thread(target=spin, daemon=True) for _ in range(2)]
-    for spinner in spinners:
-        spinner.start()
-    try:
+    with cpu_bound_threads(2):
         decisions = await asyncio.gather(*(cache.hit_rate_limit("flo", 10) for _ in range(50)))
-    finally:
-        stop.set()
-        for spinner in spinners:
-            spinner.join()
 
     assert sum(d.allowed for d in decisions) == 10
     assert cache.stats.errors == 0
