@@ -1,6 +1,7 @@
 """The Redis client's connections: the bounded pool against one connection per concurrent call.
 
-`python -m bench.redis_pool`: a redis-server on a unix socket in a temp dir, and two caches on it:
+`python -m bench.redis_pool`: a redis-server on a unix socket in a temp dir (the tests' own,
+tests/redis_server.py), and two caches on it:
 
 - `bounded`: `Cache.from_url`, what the service runs (at most MAX_CONNECTIONS calls at once,
   connect timeout CONNECT_TIMEOUT_S; app/adapters/redis/breaker.py);
@@ -22,8 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import shutil
-import subprocess
 import tempfile
 import threading
 import time
@@ -40,6 +39,7 @@ from redis.backoff import NoBackoff
 from app.adapters.cache import Cache
 from app.adapters.redis.breaker import OP_TIMEOUT_S
 from bench.drive import percentiles
+from tests.redis_server import RedisServer  # no pytest dependency
 
 OLD_CONNECT_TIMEOUT_S = 0.25
 
@@ -61,32 +61,6 @@ def unbounded(url: str) -> Cache:
 
 
 VARIANTS: dict[str, Callable[[str], Cache]] = {"bounded": bounded, "unbounded": unbounded}
-
-
-class RedisServer:
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="pgr-bench-redis-"))
-        self.socket = self.dir / "redis.sock"
-        binary = shutil.which("redis-server")
-        if binary is None:
-            raise typer.BadParameter("redis-server is not installed (Debian package redis-server)")
-        argv = [binary, "--port", "0", "--unixsocket", str(self.socket)]
-        argv += ["--save", "", "--appendonly", "no"]  # nothing on disk
-        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
-        deadline = time.monotonic() + 10
-        while not self.socket.exists():
-            if time.monotonic() > deadline:
-                raise RuntimeError("redis-server did not start")
-            time.sleep(0.02)
-
-    @property
-    def url(self) -> str:
-        return f"unix://{self.socket}"
-
-    def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(10)
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 @contextmanager
@@ -155,8 +129,10 @@ async def round_trips(
 
 async def run(bursts: int, requests: int) -> None:
     logging.getLogger("app.adapters.cache").setLevel(logging.ERROR)  # the failing-open warnings
-    server = RedisServer()
-    try:
+    with (
+        tempfile.TemporaryDirectory(prefix="pgr-bench-redis-") as directory,
+        RedisServer(Path(directory)) as server,
+    ):
         typer.echo(f"1. {bursts} cold bursts of 50 hits, limit 10, two CPU-bound threads beside")
         typer.echo("| variant | admitted per burst | bursts admitting exactly 10 |")
         typer.echo("|---|---|---:|")
@@ -178,8 +154,6 @@ async def run(bursts: int, requests: int) -> None:
                     f"| {concurrency} | {name} | {r['rps']:.0f} | {r['p50']:.3f} | {r['p99']:.3f}"
                     f" | {r['connections']:.0f} | {r['errors']:.0f} |"
                 )
-    finally:
-        server.stop()
 
 
 def main(

@@ -16,6 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from app.embedded import EmbeddedPostgres
 from app.migrate import alembic_config, head_revision, upgrade_head
+from app.vectors import vector_literal
+from tests.helpers import as_stored
 from tests.servers import temporary_postgres
 
 VECTOR_ZERO = "[" + ",".join(["0.1"] * 384) + "]"
@@ -579,7 +581,7 @@ async def test_halfvec_migration_down_and_up_keeps_vectors_indexes_and_notes(
     rng = np.random.default_rng(17)
     values = rng.standard_normal(384).astype(np.float32)
     values /= np.linalg.norm(values)
-    literal = "[" + ",".join(f"{v:.9g}" for v in values) + "]"
+    literal = vector_literal(values)
     conversation, message = uuid.uuid4(), uuid.uuid4()
     user_index = "idx_messages_embedding_u_test17"
     try:
@@ -634,7 +636,7 @@ async def test_halfvec_migration_down_and_up_keeps_vectors_indexes_and_notes(
             vector = [float(x) for x in stored.strip("[]").split(",")]
             return kind, definition, note, vector, names, int(once)
 
-        half = values.astype(np.float16).astype(np.float32)
+        half = as_stored(values)
         kind, definition, note, vector, names, once = await state()
         assert kind == "halfvec(384)" and "halfvec_cosine_ops" in definition
         assert note == "built on 1 rows" and once > 0

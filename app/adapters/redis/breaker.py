@@ -72,7 +72,7 @@ class GuardedRedis:
     ) -> None:
         self._redis = client
         # A semaphore rather than redis-py's BlockingConnectionPool: an uncontended acquire does
-        # not suspend, where the pool's condition and timer cost about a tenth of a round trip.
+        # not suspend, where the pool takes a condition and starts a timer on every call.
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
         self.enabled = client is not None
         self.available = False  # nothing has succeeded yet
