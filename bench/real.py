@@ -86,6 +86,7 @@ from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService, Priority
 from app.services.query import QueryRequest, ann_probes, time_preference
+from app.services.reindex import own_index_floor
 from app.vectors import vector_literal
 from bench.drive import BenchQuery, percentiles, run_level, timing_breakdown
 from bench.fresh import import_conversation
@@ -299,10 +300,11 @@ async def settle(dsn: str) -> None:
 _VISIBLE_MEMORY = _memory_visible(None).replace("m.", "t.") + _memory_valid("t", NO_TIME_FILTER)
 
 
-def floor_sql(exact: bool, rescore: bool = False) -> str:
+def floor_sql(exact: bool, rescore: bool = False, indexed: bool = False) -> str:
     """Both arms, the neighbours of every message candidate and every candidate's content, in
     one statement (the default preset: no type or time filter, no PRF). rescore: the messages
-    branch as the service runs it for a user of few turns and many passages."""
+    branch as the service runs it for a user of few turns and many passages; indexed (exact
+    path): the messages branch read through the user's own index, as the service reads it."""
     bm25 = _BM25_SQL.format(
         source_filter=_source_filter(True, True, None, NO_TIME_FILTER),
         expansion="",
@@ -316,7 +318,9 @@ vm AS (
     WHERE {_VISIBLE_MEMORY} AND t.embedding_model = :model ORDER BY {order} LIMIT :limit
 ), vmsg AS (
     -- The service's own messages branch: each turn's cosine mixed with its best passage's.
-    SELECT pm.id, pm.cosine FROM {_passage_messages_sql(exact, "", rescore=rescore)} AS pm
+    SELECT pm.id, pm.cosine FROM {
+        _passage_messages_sql(exact and not indexed, "", rescore=rescore and not indexed)
+    } AS pm
 ), message_keys AS (
     SELECT item_id AS id FROM kw WHERE source = 1 UNION SELECT id FROM vmsg
 ), nb AS (
@@ -363,6 +367,7 @@ async def floor_query(
     exact: bool,
     limit: int = 10,
     rescore: bool = False,
+    indexed: bool = False,
 ) -> tuple[list[str], float, float]:
     """Top ids the service's ranking gives over one statement's rows; (ids, embed ms, total ms)."""
     preset = get_preset("default")
@@ -385,7 +390,7 @@ async def floor_query(
         "w": preset.passage_weight,
         "names": " ".join(query_names(query)),
     }
-    sql, names = positional(floor_sql(exact, rescore))  # the service's own :name -> $n
+    sql, names = positional(floor_sql(exact, rescore, indexed))  # the service's :name -> $n
     rows = await conn.fetch(sql, *[values[name] for name in names])
     scores: dict[tuple[Source, Any], float] = {}
     plain: dict[tuple[Source, Any], float] = {}
@@ -478,17 +483,24 @@ async def ann_recall(
     k: int = 10,
     limit: int = 50,
 ) -> dict[str, Any]:
-    """The messages vector arm as the service runs it for big users (ANN) vs exact, top k."""
+    """The messages vector arm as the service runs it for big users (ANN, or the user's own
+    HNSW index under the threshold) vs exact, top k; and the index the first statement read."""
     recalls, short = [], 0
+    read: str | None = None
     for q in qs:
         vec = vector_literal((await asyncio.to_thread(embedder.embed_sync, [q.text]))[0])
         base = (
             "SELECT t.id, t.embedding <=> CAST($2 AS halfvec) AS d FROM messages AS t "
             "WHERE t.user_id = $1 AND t.embedding IS NOT NULL ORDER BY {o} LIMIT $3"
         )
-        ann = await conn.fetch(
-            base.format(o="t.embedding <=> CAST($2 AS halfvec)"), q.user_id, vec, limit
-        )
+        ann_sql = base.format(o="t.embedding <=> CAST($2 AS halfvec)")
+        if read is None:
+            plan = "\n".join(
+                r[0] for r in await conn.fetch("EXPLAIN " + ann_sql, q.user_id, vec, limit)
+            )
+            used = re.search(r"Index (?:Only )?Scan using (\S+)", plan)
+            read = used.group(1) if used else "none (exact plan)"
+        ann = await conn.fetch(ann_sql, q.user_id, vec, limit)
         exact = await conn.fetch(
             base.format(o="(t.embedding <=> CAST($2 AS halfvec)) + 0"), q.user_id, vec, limit
         )
@@ -500,6 +512,7 @@ async def ann_recall(
         "queries": len(qs),
         "recall_at_10": round(float(np.mean(recalls)), 3) if recalls else None,
         "short_result_sets": short,
+        "index": read,
     }
 
 
@@ -625,19 +638,32 @@ async def run(
                     scored = sizes[user_id] + passages.get(user_id, 0)
                     return scored > cfg.exact_search_max_items
 
+                # Users under the threshold whose messages `pgrecall reindex` gave an HNSW
+                # index of their own (bench.run.user_indexes above): the service reads it.
+                own_floor = own_index_floor(
+                    enabled=cfg.user_vector_indexes,
+                    exact_max_items=cfg.exact_search_max_items,
+                    hnsw_min_items=cfg.user_hnsw_min_items,
+                )
+
+                def indexed(user_id: str) -> bool:
+                    return own_floor < sizes[user_id] <= cfg.exact_search_max_items
+
                 try:
                     service_ms, floor_ms, floor_embed, same = [], [], [], 0
                     compared = qs[:samples]
                     for q in compared:
                         ids, ms = await _service_ids(client, q)
                         exact = sizes[q.user_id] <= cfg.exact_search_max_items
+                        own = indexed(q.user_id)
                         fids, emb, fms = await floor_query(
-                            conn if exact else ann_conn,
+                            conn if exact and not own else ann_conn,
                             embedder,
                             q.user_id,
                             q.text,
                             exact,
-                            rescore=exact and rescored(q.user_id),
+                            rescore=exact and not own and rescored(q.user_id),
+                            indexed=own,
                         )
                         service_ms.append(ms)
                         floor_ms.append(fms)
@@ -654,8 +680,12 @@ async def run(
                     big = [q for q in qs if q.big][:100]
                     result["ann"] = (
                         await ann_recall(ann_conn, embedder, users, big, sizes)
-                        if big and big_size > cfg.exact_search_max_items
-                        else {"note": "no user above exact_search_max_items: exact path only"}
+                        if big
+                        and (big_size > cfg.exact_search_max_items or indexed(big[0].user_id))
+                        else {
+                            "note": "no big user above exact_search_max_items or with an own "
+                            "index: exact path only"
+                        }
                     )
                 finally:
                     await conn.close()

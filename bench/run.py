@@ -22,7 +22,7 @@ from app.db import create_engine, create_sessionmaker
 from app.repositories.maintenance import Table
 from app.retrieval.presets import get_preset
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
-from app.services.reindex import reindex_users
+from app.services.reindex import own_index_floor, reindex_users
 from bench.drive import make_queries, run_level, timing_breakdown
 from bench.recall import VectorSearch, measure_recall
 from bench.report import result_path, write_result
@@ -141,7 +141,8 @@ async def user_indexes(
     url: str, settings: Settings, tables: tuple[Table, ...] = ("memory_items",)
 ) -> dict[str, int]:
     """What `pgrecall reindex --if-stale` does to the users' own indexes under these settings
-    (built for users above exact_search_max_items; all dropped with user_vector_indexes off)."""
+    (ivfflat for users above exact_search_max_items, HNSW for those under it with more than
+    user_hnsw_min_items; all dropped with user_vector_indexes off)."""
     engine = create_engine(url, pool_size=1, statement_timeout_ms=3_600_000)
     out = {"users": 0, "built": 0, "fresh": 0, "dropped": 0}
     try:
@@ -150,9 +151,12 @@ async def user_indexes(
                 done = await reindex_users(
                     session,
                     table,
-                    more_than=settings.exact_search_max_items
-                    if settings.user_vector_indexes
-                    else 2**62,
+                    more_than=own_index_floor(
+                        enabled=settings.user_vector_indexes,
+                        exact_max_items=settings.exact_search_max_items,
+                        hnsw_min_items=settings.user_hnsw_min_items,
+                    ),
+                    hnsw_up_to=settings.exact_search_max_items,
                     only_if_stale=True,
                 )
             for key in out:

@@ -34,7 +34,13 @@ from app.services.purge import PurgeIncompleteError, PurgeReport, count_user_row
 from app.services.purge import purge_user as run_purge
 from app.services.reembed import ReembedError, ReembedReport
 from app.services.reembed import reembed as run_reembed
-from app.services.reindex import TABLES, ReindexResult, UserIndexResult, reindex_users
+from app.services.reindex import (
+    TABLES,
+    ReindexResult,
+    UserIndexResult,
+    own_index_floor,
+    reindex_users,
+)
 from app.services.reindex import reindex as rebuild_index
 from app.services.seed import SeedOptions, SeedReport, seed_file
 from app.services.seed_file import SeedFileError
@@ -118,8 +124,9 @@ def reindex(
     ] = False,
 ) -> None:
     """Rebuild the vector indexes as PGRECALL_VECTOR_INDEX says (ivfflat with lists sized to the
-    data, or HNSW), and the per-user indexes of the users above PGRECALL_EXACT_SEARCH_MAX_ITEMS
-    (PGRECALL_USER_VECTOR_INDEXES); locks each table while it builds."""
+    data, or HNSW), and the per-user indexes (PGRECALL_USER_VECTOR_INDEXES): ivfflat for the
+    users above PGRECALL_EXACT_SEARCH_MAX_ITEMS, HNSW for those under it with more than
+    PGRECALL_USER_HNSW_MIN_ITEMS vectors; locks each table while it builds."""
 
     async def work(rt: Runtime) -> tuple[list[ReindexResult], list[UserIndexResult]]:
         results, per_user = [], []
@@ -138,10 +145,12 @@ def reindex(
                     await reindex_users(
                         session,
                         table,
-                        # Off: every per-user index is dropped (no user is "more than" that).
-                        more_than=rt.settings.exact_search_max_items
-                        if rt.settings.user_vector_indexes
-                        else 2**62,
+                        more_than=own_index_floor(
+                            enabled=rt.settings.user_vector_indexes,
+                            exact_max_items=rt.settings.exact_search_max_items,
+                            hnsw_min_items=rt.settings.user_hnsw_min_items,
+                        ),
+                        hnsw_up_to=rt.settings.exact_search_max_items,
                         only_if_stale=if_stale,
                     )
                 )

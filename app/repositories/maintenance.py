@@ -167,24 +167,38 @@ class MaintenanceRepository:
             out[row.relname] = _index_state(row)
         return out
 
-    async def build_user_index(self, table: Table, user_id: str, lists: int, rows: int) -> str:
-        """An ivfflat index over one user's vectors only (a partial index, `WHERE user_id =
-        <the user>`): the planner uses it for that user's ANN statement (the query path plans
-        it with the user id as a constant), so every probe reads that user's rows only."""
+    async def build_user_index(
+        self,
+        table: Table,
+        user_id: str,
+        lists: int,
+        rows: int,
+        method: VectorIndex = "ivfflat",
+    ) -> str:
+        """An index over one user's vectors only (a partial index, `WHERE user_id = <the
+        user>`): the planner uses it for that user's vector statement (the query path plans it
+        with the user id as a constant), so the search reads that user's rows only. ivfflat
+        with `lists` (users above the exact threshold), or HNSW (the users under it whose
+        exact scan it replaces; `lists` unused; app/services/reindex.py)."""
         name = user_index_name(table, user_id)
         await self.session.execute(text("SET LOCAL lock_timeout = '30s'"))
         await self.session.execute(text("SET LOCAL statement_timeout = 0"))
         await self.session.execute(text(f"DROP INDEX IF EXISTS {name}"))
+        using = (
+            f"hnsw (embedding halfvec_cosine_ops) WITH (m = {HNSW_M}, "
+            f"ef_construction = {HNSW_EF_CONSTRUCTION})"
+            if method == "hnsw"
+            else f"ivfflat (embedding halfvec_cosine_ops) WITH (lists = {int(lists)})"
+        )
         # DDL takes no bind parameters: the server quotes the user id (format's %L).
         ddl = (
             await self.session.execute(
                 text(
-                    "SELECT format('CREATE INDEX %I ON %I USING ivfflat (embedding "
-                    "halfvec_cosine_ops) WITH (lists = %s) WHERE user_id = %L', "
-                    "CAST(:name AS text), CAST(:table AS text), CAST(:lists AS int), "
+                    "SELECT format('CREATE INDEX %I ON %I USING %s WHERE user_id = %L', "
+                    "CAST(:name AS text), CAST(:table AS text), CAST(:using AS text), "
                     "CAST(:user_id AS text))"
                 ),
-                {"name": name, "table": table, "lists": int(lists), "user_id": user_id},
+                {"name": name, "table": table, "using": using, "user_id": user_id},
             )
         ).scalar_one()
         await self.session.execute(text(ddl))

@@ -92,20 +92,35 @@ class UserIndexResult:
     dropped: int
 
 
+def own_index_floor(*, enabled: bool, exact_max_items: int, hnsw_min_items: int) -> int:
+    """`more_than` of reindex_users under the settings (PGRECALL_USER_VECTOR_INDEXES,
+    PGRECALL_EXACT_SEARCH_MAX_ITEMS, PGRECALL_USER_HNSW_MIN_ITEMS): the users above the exact
+    threshold, and those under it with more than the HNSW floor; no one when disabled."""
+    if not enabled:
+        return 2**62  # every per-user index is dropped (no user is "more than" that)
+    return min(hnsw_min_items, exact_max_items)
+
+
 async def reindex_users(
     session: AsyncSession,
     table: Table,
     *,
     more_than: int | None,
+    hnsw_up_to: int = 0,
     only_if_stale: bool = False,
 ) -> UserIndexResult:
-    """Per-user ivfflat indexes: one for every user with more than `more_than` vectors (the
-    users on the ANN path), lists sized to the user's rows (user_lists_for); indexes of users no
-    longer above it are dropped. `more_than` None rebuilds the existing set (e.g. after a
-    re-embed) without adding or dropping any. A shared index's probes read every user's rows, so
-    a user holding 5% of a 1M-row table needs a tenth of its lists probed for recall 0.95; in an
-    index of its own, every probe reads that user's rows only (docs/performance.md, "Big
-    users")."""
+    """Per-user indexes: one for every user with more than `more_than` vectors in the table;
+    indexes of users no longer above it are dropped. `more_than` None rebuilds the existing set
+    (e.g. after a re-embed) with their methods, without adding or dropping any.
+
+    Users above `hnsw_up_to` vectors (the exact threshold: the users on the ANN path) get an
+    ivfflat index, lists sized to their rows (user_lists_for). A shared index's probes read
+    every user's rows, so a user holding 5% of a 1M-row table needs a tenth of its lists
+    probed for recall 0.95; in an index of its own, every probe reads that user's rows only
+    (docs/performance.md, "Big users"). Users at or under it get an HNSW index: their queries
+    read it instead of scoring every vector exactly (pipeline.SearchPath; a 5,520-turn user's
+    statement, docs/performance.md, "An HNSW index of their own"). A user who crosses the
+    threshold either way gets the other method at the next run (is_stale)."""
     repo = MaintenanceRepository(session)
     existing = await repo.user_index_states(table)
     if more_than is None:
@@ -120,16 +135,19 @@ async def reindex_users(
         name = user_index_name(table, user_id)
         keep.add(name)
         state = existing.get(name)
+        method: VectorIndex = "hnsw" if rows <= hnsw_up_to else "ivfflat"
+        if more_than is None and state is not None:  # a re-embed keeps the method
+            method = "hnsw" if state.method == "hnsw" else "ivfflat"
         # An index built under another lists rule (an older pgrecall) counts as stale too.
         if (
             only_if_stale
             and state is not None
-            and not is_stale(state, rows, "ivfflat")
-            and state.lists == user_lists_for(state.built_rows or 0)
+            and not is_stale(state, rows, method)
+            and (method == "hnsw" or state.lists == user_lists_for(state.built_rows or 0))
         ):
             fresh += 1
             continue
-        await repo.build_user_index(table, user_id, user_lists_for(rows), rows)
+        await repo.build_user_index(table, user_id, user_lists_for(rows), rows, method)
         built += 1
     if more_than is not None:
         for name in sorted(set(existing) - keep):

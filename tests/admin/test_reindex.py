@@ -20,7 +20,7 @@ from app.repositories.maintenance import (
 )
 from app.services.embedding import EmbeddingService
 from app.services.memory import MemoryInput, MemoryService
-from app.services.reindex import is_stale, reindex, reindex_users
+from app.services.reindex import is_stale, own_index_floor, reindex, reindex_users
 from tests.admin.fakes import FakeEmbedder
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -211,3 +211,53 @@ async def test_per_user_indexes_follow_the_users_above_the_threshold(
         async with private_sessions() as s:
             await MaintenanceRepository(s).drop_user_index("memory_items", "idx_memory_items_pk")
     await asyncio.to_thread(command.check, alembic_config(private_db))
+
+
+async def test_users_under_the_exact_threshold_get_an_hnsw_index_above_its_floor(
+    private_sessions: Sessions,
+) -> None:
+    """own_index_floor and hnsw_up_to (PGRECALL_USER_HNSW_MIN_ITEMS, the exact threshold): HNSW
+    for a user between the two, ivfflat above the threshold, none under the floor; a user who
+    crosses the threshold gets the other method at the next --if-stale run."""
+    band, above, under = "hnsw-band", "hnsw-above", "hnsw-under"
+    await _add(private_sessions, band, 320)
+    await _add(private_sessions, above, 370)
+    await _add(private_sessions, under, 20)
+    assert own_index_floor(enabled=True, exact_max_items=360, hnsw_min_items=300) == 300
+    # A floor at or over the threshold: only the users above it (no HNSW band).
+    assert own_index_floor(enabled=True, exact_max_items=360, hnsw_min_items=400) == 360
+    assert own_index_floor(enabled=False, exact_max_items=360, hnsw_min_items=300) == 2**62
+
+    async def states() -> dict[str, IndexState | None]:
+        async with private_sessions() as s:
+            found = await MaintenanceRepository(s).user_index_states("memory_items")
+        return {u: found.get(user_index_name("memory_items", u)) for u in (band, above, under)}
+
+    async with private_sessions() as session, session.begin():
+        await reindex_users(session, "memory_items", more_than=300, hnsw_up_to=360)
+    assert await states() == {
+        band: IndexState(None, 320, "hnsw"),
+        above: IndexState(10, 370, "ivfflat"),
+        under: None,
+    }
+    definition, valid = await _indexdef(private_sessions, user_index_name("memory_items", band))
+    assert valid and "USING hnsw (embedding halfvec_cosine_ops) WITH (m='16'" in definition
+    assert "WHERE ((user_id)::text = 'hnsw-band'::text)" in definition
+
+    # Nothing changed: both are fresh. The band user grows past the threshold: ivfflat.
+    async with private_sessions() as session, session.begin():
+        same = await reindex_users(
+            session, "memory_items", more_than=300, hnsw_up_to=360, only_if_stale=True
+        )
+    assert same.built == 0
+    await _add(private_sessions, band, 60, start=320)
+    async with private_sessions() as session, session.begin():
+        grown = await reindex_users(
+            session, "memory_items", more_than=300, hnsw_up_to=360, only_if_stale=True
+        )
+    assert grown.built == 1
+    assert (await states())[band] == IndexState(10, 380, "ivfflat")
+    # A re-embed (more_than None) keeps each index's method.
+    async with private_sessions() as session, session.begin():
+        await reindex_users(session, "memory_items", more_than=None, hnsw_up_to=400)
+    assert (await states())[band] == IndexState(10, 380, "ivfflat")

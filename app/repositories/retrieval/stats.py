@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from app.repositories.maintenance import user_index_name
 from app.repositories.retrieval.common import SessionBound
+from app.repositories.search_index import Source
 
 
 @dataclass(frozen=True)
@@ -14,6 +16,9 @@ class SearchSize:
     items: int  # indexed items (memories + messages): sizes the ANN probes
     passages: int  # the user's message passages, counted up to the caller's cap (search_size)
     generic_plans: bool = False  # the transaction's later statements run on generic plans
+    # The sources whose table holds an index of this user's own (`pgrecall reindex`): the
+    # vector statement reads it instead of scoring each of the user's vectors.
+    indexed: frozenset[Source] = field(default_factory=frozenset)
 
 
 class Stats(SessionBound):
@@ -39,22 +44,35 @@ class Stats(SessionBound):
         on the values), a bigger one on plans made for its values (`set_config(..., true)`
         lasts until the end of the transaction, as the scope's SET LOCAL). Never on a server
         with Citus loaded: its coordinator refused the generic plans of the read path's
-        statements ("could not create distributed plan"; docs/scaling.md)."""
+        statements ("could not create distributed plan"; docs/scaling.md).
+
+        And which of the user's tables have an index of the user's own (`to_regclass` of its
+        name: a catalog lookup, no scan)."""
         (row,) = await self._rows(
             "SELECT s.items, (SELECT count(*) FROM (SELECT 1 FROM message_passages AS p "
             "WHERE p.user_id = :user_id LIMIT CASE WHEN s.items * 4 > :up_to "
             "THEN greatest(:up_to - s.items, 0) ELSE 0 END) AS c) AS passages, "
             "set_config('plan_cache_mode', CASE WHEN s.items <= :generic_max AND "
             "current_setting('citus.propagate_set_commands', true) IS NULL "
-            "THEN 'force_generic_plan' ELSE 'force_custom_plan' END, true) AS plans "
+            "THEN 'force_generic_plan' ELSE 'force_custom_plan' END, true) AS plans, "
+            "to_regclass(:memories_index) IS NOT NULL AS memories_index, "
+            "to_regclass(:messages_index) IS NOT NULL AS messages_index "
             "FROM (SELECT coalesce((SELECT doc_count FROM search_stats "
             "WHERE user_id = :user_id), 0) AS items) AS s",
             {
                 "user_id": user_id,
                 "up_to": max(int(up_to), 0),
                 "generic_max": int(generic_max) if generic_max > 0 else -1,
+                "memories_index": user_index_name("memory_items", user_id),
+                "messages_index": user_index_name("messages", user_id),
             },
         )
+        indexed = {Source.MEMORY} if row["memories_index"] else set()
+        if row["messages_index"]:
+            indexed.add(Source.MESSAGE)
         return SearchSize(
-            int(row["items"]), int(row["passages"]), row["plans"] == "force_generic_plan"
+            int(row["items"]),
+            int(row["passages"]),
+            row["plans"] == "force_generic_plan",
+            frozenset(indexed),
         )

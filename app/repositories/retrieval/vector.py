@@ -4,7 +4,7 @@ ivfflat/HNSW index), and the planner settings of the ANN path's transaction."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from app.db import SET_LOCAL, set_local_params
@@ -59,6 +59,7 @@ def vector_search_settings(
     max_scan_tuples: int = 20_000,
     random_page_cost: float = ANN_RANDOM_PAGE_COST,
     rescore_passages: bool = False,
+    indexed: bool = False,
 ) -> dict[str, str]:
     """The planner settings of a transaction's vector statement. The scan settings of both
     index methods are set, so the statement is the same on an ivfflat or an HNSW index
@@ -81,9 +82,21 @@ def vector_search_settings(
     16,990 rows, estimated 1,812) got a scan of the whole table, 12.4 ms of Postgres CPU instead
     of 3.4 (docs/performance.md, "Half the CPU per query"), and the bitmap heap scan above on
     another store: neither is considered. The other statements of the transaction read through
-    indexes anyway (the keyword arm's postings ranges, the fetch's primary keys)."""
+    indexes anyway (the keyword arm's postings ranges, the fetch's primary keys).
+
+    indexed (exact path): a branch of the statement reads the user's own index (`vector`'s
+    `indexed`), so the ANN settings apply too: custom plans (the partial index's predicate is
+    proven from the user id as a constant), the scan settings."""
     if exact:
         settings = {"random_page_cost": str(float(random_page_cost))}
+        if indexed:
+            settings = ann_settings(
+                probes=probes,
+                max_probes=max_probes,
+                ef_search=ef_search,
+                max_scan_tuples=max_scan_tuples,
+                random_page_cost=random_page_cost,
+            )
         if rescore_passages:
             settings |= {"enable_seqscan": "off", "enable_bitmapscan": "off"}
         return settings
@@ -118,6 +131,7 @@ class VectorArm(SessionBound):
         passage_weight: float = 0.0,
         tags: TagFilter | None = None,
         rescore_passages: bool = False,
+        indexed: Collection[Source] = (),
     ) -> dict[tuple[Source, uuid.UUID], float]:
         """Top items by cosine similarity, per source.
 
@@ -133,12 +147,17 @@ class VectorArm(SessionBound):
         re-score them (a passage alone cannot bring a message in; docs/retrieval.md).
         rescore_passages (exact only): the messages found exactly by their own vectors, their
         passages re-score them as on the ANN path (a user of few turns and many passages).
+        indexed (exact only): the sources whose table holds an index of the user's own
+        (`pgrecall reindex`'s HNSW for users under the threshold): their branch reads it, as
+        on the ANN path, instead of scoring every vector of the user.
         """
-        order = (
-            "(t.embedding <=> CAST(:q AS halfvec)) + 0"
-            if exact
-            else "t.embedding <=> CAST(:q AS halfvec)"
-        )
+
+        def order(source: Source) -> str:
+            if exact and source not in indexed:
+                return "(t.embedding <=> CAST(:q AS halfvec)) + 0"
+            return "t.embedding <=> CAST(:q AS halfvec)"
+
+        exact_messages = exact and Source.MESSAGE not in indexed
         results: dict[tuple[Source, uuid.UUID], float] = {}
         params: dict[str, Any] = {
             "user_id": user_id,
@@ -163,7 +182,9 @@ class VectorArm(SessionBound):
         messages_sql: str | None = None
         if messages and passage_weight > 0:
             params["w"] = float(passage_weight)
-            messages_sql = _passage_messages_sql(exact, when.sql("t"), rescore=rescore_passages)
+            messages_sql = _passage_messages_sql(
+                exact_messages, when.sql("t"), rescore=rescore_passages and exact_messages
+            )
         elif messages:
             statements.append(
                 (
@@ -180,7 +201,8 @@ class VectorArm(SessionBound):
         # same order as from one statement per source; Append returns the branches in turn.
         branches = [
             f"(SELECT {int(source)} AS source, id, 1 - (embedding <=> CAST(:q AS halfvec)) "
-            f"AS cosine FROM ({base} ORDER BY {order} LIMIT :limit) AS c ORDER BY cosine DESC)"
+            f"AS cosine FROM ({base} ORDER BY {order(source)} LIMIT :limit) AS c "
+            "ORDER BY cosine DESC)"
             for source, base in statements
         ]
         if messages_sql is not None:

@@ -176,27 +176,44 @@ class SearchPath:
     """How a user of this size is searched (arms says why)."""
 
     items: int
-    exact: bool  # exact vector search on the request's connection, else ANN on its own
-    rescore: bool  # on the exact path: passages re-score the messages found
+    # At most the threshold: the vector statement runs on the request's connection and scores
+    # every vector of the user, but for the sources in `indexed`. Above it: ANN on its own.
+    exact: bool
+    rescore: bool  # on the exact path: passages re-score the messages found exactly
+    # On the exact path: the sources whose table holds an index of the user's own (an HNSW
+    # index `pgrecall reindex` built for a user of several thousand items): read through it.
+    indexed: frozenset[Source] = frozenset()
 
     @classmethod
     def of(cls, size: SearchSize, threshold: int) -> SearchPath:
-        return cls(size.items, size.items <= threshold, size.items + size.passages > threshold)
+        exact = size.items <= threshold
+        indexed = size.indexed if exact else frozenset()
+        rescore = size.items + size.passages > threshold and Source.MESSAGE not in indexed
+        return cls(size.items, exact, rescore, indexed)
+
+
+def path_settings(path: SearchPath, config: QueryConfig) -> dict[str, str]:
+    """The vector statement's planner settings on this path (vector_search_settings)."""
+    return vector_search_settings(
+        exact=path.exact,
+        probes=ann_probes(path.items, config.ivfflat_probes, config.ivfflat_probe_share),
+        max_probes=config.ivfflat_max_probes,
+        ef_search=config.hnsw_ef_search,
+        max_scan_tuples=config.hnsw_max_scan_tuples,
+        rescore_passages=path.rescore,
+        indexed=bool(path.indexed),
+    )
 
 
 def planned_settings(known: SearchSize, vectors: Vectors) -> dict[str, str]:
     """The settings the request's transaction starts with for a user of a known size: its
-    generic plans (search_size) and, on the exact path, the vector statement's."""
+    generic plans (search_size) and, on the exact path, the vector statement's (custom plans
+    when it reads the user's own index: they override the generic ones)."""
     config = vectors.config
     path = SearchPath.of(known, config.exact_search_max_items)
     settings = {"plan_cache_mode": "force_generic_plan"} if known.generic_plans else {}
     if path.exact:
-        settings |= vector_search_settings(
-            exact=True,
-            probes=config.ivfflat_probes,
-            max_probes=config.ivfflat_max_probes,
-            rescore_passages=path.rescore,
-        )
+        settings |= path_settings(path, config)
     return settings
 
 
@@ -220,6 +237,11 @@ async def arms(
     search of the messages, and their passages re-score the messages found, as on the ANN path
     (4 ms; docs/performance.md, "Half the CPU per query").
 
+    Own indexes: a user under the threshold whose messages (or memories) have an HNSW index of
+    their own (`pgrecall reindex`, users of more than user_hnsw_min_items vectors) reads it on
+    this connection instead of scoring each vector; the passages re-score the messages found
+    (docs/performance.md, "An HNSW index of their own").
+
     `known`: the user's size from a query a few seconds ago (sizes.py), whose settings this
     transaction started with (planned_settings); else it is read now."""
     path = SearchPath(0, False, False)
@@ -236,16 +258,7 @@ async def arms(
     if path.exact:
         assert embedding is not None
         hits = await keyword
-        cosines = await nearest(
-            repo,
-            s,
-            embedding,
-            vectors,
-            result,
-            exact=True,
-            rescore_passages=path.rescore,
-            planned=known is not None,
-        )
+        cosines = await nearest(repo, s, embedding, vectors, result, path, known is not None)
     else:
         hits, cosines = await asyncio.gather(
             keyword, vector_arm(s, embedding, vectors, result, path.items)
@@ -290,18 +303,10 @@ async def vector_arm(
     while the query is still being embedded, so only the vector statement waits for it."""
     if embedding is None:
         return {}
-    config = vectors.config
-    settings = vector_search_settings(
-        exact=False,
-        probes=ann_probes(items, config.ivfflat_probes, config.ivfflat_probe_share),
-        max_probes=config.ivfflat_max_probes,
-        ef_search=config.hnsw_ef_search,
-        max_scan_tuples=config.hnsw_max_scan_tuples,
-    )
+    path = SearchPath(items, exact=False, rescore=False)
+    settings = path_settings(path, vectors.config)
     async with read_transaction(vectors.engine, s.request.user_id, settings) as reads:
-        return await nearest(
-            RetrievalRepository(reads), s, embedding, vectors, result, exact=False, planned=True
-        )
+        return await nearest(RetrievalRepository(reads), s, embedding, vectors, result, path, True)
 
 
 async def nearest(
@@ -310,26 +315,14 @@ async def nearest(
     embedding: Embedding,
     vectors: Vectors,
     result: QueryResult,
-    *,
-    exact: bool,
-    rescore_passages: bool = False,
+    path: SearchPath,
     planned: bool = False,
 ) -> dict[Key, float]:
     """The vector search on `repo`'s connection, once the query vector is there (stage 1 ends
     here: its degraded flag and time go to `result`). `planned`: the transaction started with
-    the statement's settings (vector_search_settings), else they are made here."""
-    config = vectors.config
+    the statement's settings (path_settings), else they are made here."""
     if not planned:
-        await repo.set_vector_search(
-            vector_search_settings(
-                exact=exact,
-                probes=config.ivfflat_probes,
-                max_probes=config.ivfflat_max_probes,
-                ef_search=config.hnsw_ef_search,
-                max_scan_tuples=config.hnsw_max_scan_tuples,
-                rescore_passages=rescore_passages,
-            )
-        )
+        await repo.set_vector_search(path_settings(path, vectors.config))
     vector, result.degraded, result.query_embedding_ms = await embedding
     if vector is None:
         return {}
@@ -341,11 +334,12 @@ async def nearest(
         messages=s.messages,
         types=s.request.types,
         tags=s.request.tag_filter,
-        exact=exact,
+        exact=path.exact,
         model=vectors.model,
         when=s.request.when,
         passage_weight=s.preset.passage_weight,
-        rescore_passages=rescore_passages,
+        rescore_passages=path.rescore,
+        indexed=path.indexed,
     )
 
 
