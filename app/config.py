@@ -120,8 +120,9 @@ class Settings(BaseSettings):
     user_vector_indexes: bool = True
     # ... and every user with more than this many vectors in a table, up to
     # exact_search_max_items, an HNSW index of their own: their queries read it instead of
-    # scoring each vector (a 5,520-turn user's vector statement: 1.5 -> 0.5 ms of Postgres CPU,
-    # recall@10 0.99; docs/performance.md). At or over exact_search_max_items: none.
+    # scoring each vector (the real 10k bench's 5,520-turn user: its vector statement 3.4 -> 2.0
+    # ms of Postgres CPU, recall@10 0.998; docs/performance.md). At or over
+    # exact_search_max_items: no HNSW band.
     user_hnsw_min_items: Annotated[int, Field(ge=0)] = 4_000
     hnsw_ef_search: Annotated[int, Field(ge=1, le=1000)] = 100
     hnsw_max_scan_tuples: Annotated[int, Field(ge=1, le=10_000_000)] = 20_000

@@ -61,6 +61,26 @@ def count_tokens(text: str, encoding: Encoding | None = None) -> int:
     return len((encoding or cl100k()).encode(text))
 
 
+# Texts up to this long have their cl100k count remembered (the same memories and turns come
+# back query after query): at most 4,096 of them, so at most 8 MB of keys.
+_REMEMBERED_CHARS = 2_000
+
+
+@lru_cache(maxsize=4_096)
+def _remembered_count(text: str) -> int:
+    return len(cl100k().encode(text))
+
+
+def _fits(text: str, room: int, encoding: Encoding | None) -> int | None:
+    """The text's token count when it fits in `room`, else None: from the remembered counts
+    for the default encoding and a short text, else by encoding it."""
+    if encoding is None and len(text) <= _REMEMBERED_CHARS:
+        count = _remembered_count(text)
+    else:
+        count = len((encoding or cl100k()).encode(text))
+    return count if count <= room else None
+
+
 def pack(texts: Sequence[str], budget: int, encoding: Encoding | None = None) -> PackResult:
     """Keep texts in rank order while they fit; cut the first one that does not.
 
@@ -71,13 +91,13 @@ def pack(texts: Sequence[str], budget: int, encoding: Encoding | None = None) ->
     items: list[Packed] = []
     used = 0
     for index, text in enumerate(texts):
-        tokens = enc.encode(text)
         room = budget - used
-        if len(tokens) <= room:
-            items.append(Packed(index, text, len(tokens), cut=False))
-            used += len(tokens)
+        count = _fits(text, room, encoding)
+        if count is not None:
+            items.append(Packed(index, text, count, cut=False))
+            used += count
             continue
-        partial = _cut(text, tokens, room, enc)
+        partial = _cut(text, enc.encode(text), room, enc)
         if partial is not None:
             items.append(partial._replace_index(index))
             used += partial.tokens

@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.config import Settings
+from app.db import user_session
 from app.repositories.maintenance import MaintenanceRepository, user_index_name
 from app.repositories.retrieval import RetrievalRepository, SearchSize
 from app.repositories.search_index import Source
@@ -34,6 +35,11 @@ TURNS = [
         ("repaired the", "old bicycle with new brakes"),
     )
 ]
+# Four sentences of at least three words, 20+ words: four passages (app/retrieval/passages.py).
+LONG_TURN = (
+    "We moved to Lisbon in May this year. The kids started at the new school right away. "
+    "My wife found a job at the harbour office. Our greyhound Pixel loves the long beach walks."
+)
 QUESTION = "Who has a new pet animal at home?"
 OWN = "idx_messages_embedding_u_"
 
@@ -87,14 +93,23 @@ async def test_a_user_with_an_hnsw_index_of_its_own_reads_it(
     # own index makes its vector statement read it, on custom plans.
     async with make_client(
         exact_search_max_items=1_000, generic_plan_max_items=1_000, search_size_ttl_s=0.0
-    ) as (client, _):
-        await add_messages(client, user_id, TURNS)
-        await add_messages(client, other_user_id, TURNS)
+    ) as (client, app):
+        await add_messages(client, user_id, [*TURNS, LONG_TURN])
+        await add_messages(client, other_user_id, [*TURNS, LONG_TURN])
         async with AsyncSession(db_engine) as session, session.begin():
             await MaintenanceRepository(session).build_user_index(
-                "messages", user_id, 10, len(TURNS), "hnsw"
+                "messages", user_id, 10, len(TURNS) + 1, "hnsw"
             )
         try:
+            sessionmaker = app.state.resources.sessionmaker
+            for uid, expected in (
+                (user_id, SearchSize(25, 0, indexed=frozenset({Source.MESSAGE}))),
+                # No own index: its passages are counted (4), as the exact path needs them.
+                (other_user_id, SearchSize(25, 4)),
+            ):
+                async with user_session(sessionmaker, uid) as session, session.begin():
+                    size = await RetrievalRepository(session).search_size(uid, up_to=60)
+                assert size == expected
             answers = {}
             for uid in (user_id, other_user_id):
                 response = await client.post(
@@ -113,7 +128,7 @@ async def test_a_user_with_an_hnsw_index_of_its_own_reads_it(
     assert before is not None and after is not None and after > before  # the index was read
     # The other user has no index (nothing to scan) and keeps the exact path.
     assert seen[1][:2] == (other_user_id, frozenset()) and seen[1][3] is None
-    # On 24 turns the graph's search finds what the exact scan finds.
+    # On 25 turns the graph's search finds what the exact scan finds.
     assert answers[user_id] == answers[other_user_id]
     assert any("cat" in a for a in answers[user_id][:3])
     async with db_engine.connect() as conn:

@@ -47,10 +47,12 @@ class Stats(SessionBound):
         statements ("could not create distributed plan"; docs/scaling.md).
 
         And which of the user's tables have an index of the user's own (`to_regclass` of its
-        name: a catalog lookup, no scan)."""
+        name: a catalog lookup, no scan). A user whose messages have one reads no passages:
+        the index finds the messages and their passages re-score them, whatever their number."""
         (row,) = await self._rows(
             "SELECT s.items, (SELECT count(*) FROM (SELECT 1 FROM message_passages AS p "
             "WHERE p.user_id = :user_id LIMIT CASE WHEN s.items * 4 > :up_to "
+            "AND to_regclass(:messages_index) IS NULL "
             "THEN greatest(:up_to - s.items, 0) ELSE 0 END) AS c) AS passages, "
             "set_config('plan_cache_mode', CASE WHEN s.items <= :generic_max AND "
             "current_setting('citus.propagate_set_commands', true) IS NULL "
