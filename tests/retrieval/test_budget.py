@@ -13,6 +13,7 @@ from app.retrieval.budget import (
     MIN_PARTIAL_TOKENS,
     TRUNCATION_MARK,
     PackResult,
+    _remembered_count,
     count_tokens,
     pack,
 )
@@ -159,3 +160,15 @@ def memory_text(draw: st.DrawFn) -> str:
 @example(texts=["0\ud800" * 50], budget=10)  # found by hypothesis: cut text was not a prefix
 def test_pack_never_exceeds_the_budget(texts: list[str], budget: int) -> None:
     check_pack(texts, budget, pack(texts, budget))
+
+
+def test_short_texts_token_counts_are_remembered_and_long_ones_encoded() -> None:
+    """The default encoding's counts of texts up to 2,000 characters come from a cache (the
+    same memories come back query after query); the packed result is the same either way."""
+    short, long = "Remembered once, counted from memory after.", "word " * 500
+    first = pack([short, long], 10_000)
+    hits = _remembered_count.cache_info().hits
+    again = pack([short, long], 10_000)
+    assert again == first
+    assert [p.tokens for p in again.items] == [count_tokens(short), count_tokens(long)]
+    assert _remembered_count.cache_info().hits == hits + 1  # the short one only
