@@ -7,7 +7,8 @@ per interval. The only exception is `delete_user`: a purge must not report succe
 may remain, so it raises `CacheUnavailableError`.
 
 Each concern is a module of app/adapters/redis/ (breaker, embeddings, sessions, rate_limit,
-query_results); `Cache` composes them into the one object the services hold, and owns what
+query_results, and admission: a query's first round trip over three of them); `Cache` composes
+them into the one object the services hold, and owns what
 spans them: construction, closing and the GDPR purge of every key of a user.
 """
 
@@ -21,6 +22,7 @@ from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+from app.adapters.redis.admission import ADMIT_QUERY_LUA, Admission, QueryAdmission
 from app.adapters.redis.breaker import (
     CONNECT_TIMEOUT_S,
     MAX_CONNECTIONS,
@@ -29,13 +31,19 @@ from app.adapters.redis.breaker import (
     CacheStats,
     CacheUnavailableError,
 )
-from app.adapters.redis.embeddings import EmbeddingCache
-from app.adapters.redis.query_results import QUERY_KEY_TAIL, QueryResultCache
-from app.adapters.redis.rate_limit import RATE_BUCKETS, RATE_LIMIT_LUA, RateDecision, RateLimiter
+from app.adapters.redis.query_results import QUERY_KEY_TAIL
+from app.adapters.redis.rate_limit import RATE_BUCKETS, RATE_LIMIT_LUA, RateDecision
 from app.adapters.redis.sessions import SET_GOAL_LUA, SessionCache, SessionState
 
 # The types callers name with the cache (the services import them from here).
-__all__ = ["Cache", "CacheStats", "CacheUnavailableError", "RateDecision", "SessionState"]
+__all__ = [
+    "Admission",
+    "Cache",
+    "CacheStats",
+    "CacheUnavailableError",
+    "RateDecision",
+    "SessionState",
+]
 
 _SCAN_BATCH = 500
 _GLOB_SPECIAL = re.compile(r"([*?\[\]\\])")
@@ -46,7 +54,7 @@ def _glob_escape(value: str) -> str:
     return _GLOB_SPECIAL.sub(r"\\\1", value)
 
 
-class Cache(EmbeddingCache, SessionCache, RateLimiter, QueryResultCache):
+class Cache(SessionCache, QueryAdmission):
     """Async Redis cache; every method degrades to a default when Redis is off or down."""
 
     def __init__(
@@ -66,6 +74,7 @@ class Cache(EmbeddingCache, SessionCache, RateLimiter, QueryResultCache):
         self._generation_memo = OrderedDict()
         self._pending_invalidations = set()
         self._rate_limit_script = client.register_script(RATE_LIMIT_LUA) if client else None
+        self._admit_script = client.register_script(ADMIT_QUERY_LUA) if client else None
         self._set_goal_script = client.register_script(SET_GOAL_LUA) if client else None
 
     @classmethod

@@ -47,18 +47,24 @@ class EmbeddingService:
         return list(await self.cache.get_embeddings(self.model, texts))
 
     async def embed(
-        self, texts: Sequence[str], *, priority: Priority, cached: bool = True
+        self,
+        texts: Sequence[str],
+        *,
+        priority: Priority,
+        cached: bool = True,
+        read_cache: bool = True,
     ) -> Vectors:
         """Unit vectors for `texts`, from the cache where possible; raises EmbeddingError.
 
         cached=False neither reads nor writes the cache: for derived texts (a message's
-        passages) that no purge would know to remove from Redis.
+        passages) that no purge would know to remove from Redis. read_cache=False skips the
+        read only: the caller has looked the texts up already and missed (Cache.admit_query).
         """
         if not texts:
             return np.zeros((0, self.dimension), dtype=np.float32)
         if not cached:
             return await self.scheduler.embed(list(texts), priority)
-        found = await self._cached(texts)
+        found = await self._cached(texts) if read_cache else [None] * len(texts)
         missing = [i for i, vec in enumerate(found) if vec is None]
         result = np.empty((len(texts), self.dimension), dtype=np.float32)
         for i, vec in enumerate(found):

@@ -339,6 +339,57 @@ async def test_query_cache_hit_and_invalidation(cache: Cache, redis_client: Redi
     assert (cache.stats.query_hits, cache.stats.query_misses) == (2, 3)
 
 
+async def test_admit_query_is_the_three_lookups_in_one_round_trip(
+    cache: Cache, redis_client: Redis
+) -> None:
+    """admit_query counts the query (RATE_LIMIT_LUA's counter), reads the cached answer under
+    the user's generation and the query vector's key, as hit_rate_limit, get_query_result and
+    get_embeddings would, in one script call."""
+    vector = np.arange(4, dtype=np.float32) / 10
+    await cache.set_embeddings("m", ["what do I like?"], vector[None, :])
+    await cache.set_query_result("lea", "k", b"answer-0")
+    calls: list[str] = []
+    guarded = cache._guarded
+
+    async def counted(op: str, *a: Any, **kw: Any) -> Any:
+        calls.append(op)
+        return await guarded(op, *a, **kw)
+
+    cache._guarded = counted  # type: ignore[method-assign]
+    first = await cache.admit_query("lea", 2, "k", "m", "what do I like?")
+    assert calls == ["admit_query"]
+    assert first.decision == RateDecision(allowed=True, count=1, limit=2, reset_s=60)
+    assert first.answer == b"answer-0" and first.looked_up
+    assert first.vector is not None and np.array_equal(first.vector, vector)
+    assert_ttl_near(await redis_client.ttl("rate_limit:lea"), 60)
+
+    await cache.invalidate_user("lea")  # the answer is now unreachable; a new one is stored
+    second = await cache.admit_query("lea", 2, "k", "m", "something else")
+    assert (second.answer, second.vector, second.decision.count) == (None, None, 2)
+    await cache.set_query_result("lea", "k", b"answer-1")  # under the generation it saw
+    assert await redis_client.get(f"query_cache:lea:1:{sha('k')}") == b"answer-1"
+    third = await cache.admit_query("lea", 2, "k", "m", "what do I like?")
+    assert not third.decision.allowed and third.answer == b"answer-1"
+    # No limit: nothing counted; the lookups still happen.
+    free = await cache.admit_query("lea", 0, "k", "m", "what do I like?")
+    assert free.decision == RateDecision(allowed=True, count=0, limit=0, reset_s=0)
+    assert free.answer == b"answer-1"
+    assert await redis_client.get("rate_limit:lea") == b"3"
+    assert (cache.stats.query_hits, cache.stats.embedding_hits) == (3, 3)
+
+
+async def test_admit_query_fails_open_and_disabled(redis_client: Redis) -> None:
+    disabled = Cache(None)
+    admitted = await disabled.admit_query("u", 1, "k", "m", "t")
+    assert admitted.decision.allowed and admitted.answer is None and not admitted.looked_up
+    down = Cache.from_url("redis://127.0.0.1:1/0", retry_after_s=30.0)  # nothing listens
+    try:
+        admitted = await down.admit_query("u", 1, "k", "m", "t")
+        assert admitted.decision.allowed and admitted.answer is None and not admitted.looked_up
+    finally:
+        await down.aclose()
+
+
 async def test_query_result_computed_before_invalidation_stays_hidden(cache: Cache) -> None:
     assert await cache.get_query_result("kate", "q") is None  # request starts, misses
     await cache.invalidate_user("kate")  # a write lands while it computes

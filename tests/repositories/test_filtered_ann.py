@@ -27,6 +27,8 @@ from app.embedded import EmbeddedPostgres
 from app.repositories.maintenance import MaintenanceRepository, user_index_name
 from app.repositories.retrieval import RetrievalRepository, vector_search_settings
 from app.repositories.search_index import Source
+from app.runtime.query import query_config
+from app.services.query.pipeline import SearchPath, path_settings
 from app.services.reindex import reindex_users
 
 DIM = 384
@@ -204,7 +206,13 @@ async def _search(
 
 
 async def _memory_ids(
-    session: AsyncSession, user: str, query: np.ndarray, *, exact: bool, scans: TextClause
+    session: AsyncSession,
+    user: str,
+    query: np.ndarray,
+    *,
+    exact: bool,
+    scans: TextClause,
+    indexed: frozenset[Source] = frozenset(),
 ) -> tuple[list[str], bool]:
     """The service's vector statement for the user's memories: ids best first, and whether it
     scanned the index `scans` counts (this transaction's own index statistics)."""
@@ -218,6 +226,7 @@ async def _memory_ids(
         types=None,
         exact=exact,
         model=MODEL,
+        indexed=indexed,
     )
     used = int(await session.scalar(scans) or 0) > before
     assert all(source is Source.MEMORY for source, _ in found)
@@ -389,6 +398,43 @@ async def test_users_above_the_threshold_search_an_index_of_their_own(
     print(report)
     assert own.ivfflat_share == 1.0 and shared.ivfflat_share == 1.0, report
     assert not own.short and own.recall >= 0.95, report
+
+
+async def test_users_under_the_threshold_read_an_hnsw_index_of_their_own(
+    store: Store, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    """PGRECALL_USER_HNSW_MIN_ITEMS: `pgrecall reindex` gives the users between the floor and
+    the exact threshold an HNSW index of their own; the exact path's statement for such a user
+    (pipeline.SearchPath `indexed`, with its path_settings and nothing forced) reads it, returns
+    full k rows and recall@10 >= 0.95 against the exact top 10. Rolled back."""
+    band = [u for u in store.users if len(store.ids[u]) > 1000]
+    queries = [q for q in _queries(store, 56) if q[0] in band]
+    assert len(band) == 10 and queries
+    config = query_config(Settings())
+    memories = frozenset({Source.MEMORY})
+    rows = []
+    async with sessions() as session:
+        await session.begin()
+        try:
+            result = await reindex_users(session, "memory_items", more_than=1000, hnsw_up_to=2000)
+            assert (result.users, result.built, result.dropped) == (10, 10, 0)
+            states = await MaintenanceRepository(session).user_index_states("memory_items")
+            assert {states[user_index_name("memory_items", u)].method for u in band} == {"hnsw"}
+            for user, query, topical in queries:
+                path = SearchPath(len(store.ids[user]), True, False, memories)
+                await RetrievalRepository(session).set_vector_search(path_settings(path, config))
+                name = user_index_name("memory_items", user)
+                scans = text(f"SELECT pg_stat_get_xact_numscans('{name}'::regclass)")
+                ids, used = await _memory_ids(
+                    session, user, query, exact=True, scans=scans, indexed=memories
+                )
+                rows.append((user, query, topical, ids, used))
+        finally:
+            await session.rollback()
+    own = _summarize(store, rows)
+    print(f"own HNSW indexes under the threshold: {own.describe()}")
+    assert own.ivfflat_share == 1.0, own.describe()  # (here: the share that read its HNSW)
+    assert not own.short and own.recall >= 0.95, own.describe()
 
 
 async def _measure_in(

@@ -34,7 +34,7 @@ from app.services.query.pipeline import Vectors, answer, item, retrieve, scope
 from app.services.query.sizes import SearchSizes
 
 if TYPE_CHECKING:
-    from app.adapters.cache import Cache
+    from app.adapters.cache import Admission, Cache
     from app.services.usage import UsageRecorder
 
 # The package's name: operators (and tests) filter the query's warnings by it.
@@ -93,22 +93,26 @@ class QueryService:
         preset = self.config.preset
         key = _cache_key(request, preset, budget)
 
-        decision = await self.cache.hit_rate_limit(
-            request.user_id, self.config.rate_limit_per_minute
+        # One round trip: the rate limit, a cached answer, a cached vector of the query.
+        admission = await self.cache.admit_query(
+            request.user_id,
+            self.config.rate_limit_per_minute,
+            key,
+            self.embeddings.model,
+            query_text,
         )
-        if not decision.allowed:
-            cached = await self.cache.get_query_result(request.user_id, key)
+        cached = admission.answer
+        if not admission.decision.allowed:
             result = QueryResult.from_json(cached) if cached else QueryResult()
             result.rate_limited, result.cached = True, cached is not None
             return self._finish(request, result, started, correlation_id)
 
-        cached = await self.cache.get_query_result(request.user_id, key)
         if cached is not None:
             result = QueryResult.from_json(cached)
             result.cached = True
             return self._finish(request, result, started, correlation_id)
 
-        result = await self._search(request, query_text, budget, preset)
+        result = await self._search(request, query_text, budget, preset, admission=admission)
         result.query_truncated = query_cut
         if result.error is None and result.degraded is None:
             await self.cache.set_query_result(request.user_id, key, result.to_json())
@@ -127,14 +131,22 @@ class QueryService:
         result.query_truncated = len(request.query) > MAX_QUERY_CHARS
         return self._finish(request, result, started, "console"), trace
 
-    async def _embed(self, query: str) -> tuple[Any | None, str | None, int]:
-        """(vector, degraded flag, ms). EmbeddingService.embed asks the Redis cache before the
-        embedder, so a cached query vector is used even when the embedder is down."""
+    async def _embed(
+        self, query: str, admission: Admission | None = None
+    ) -> tuple[Any | None, str | None, int]:
+        """(vector, degraded flag, ms). A vector the admission found in the Redis cache is used
+        as it is (EmbeddingService.embed asks the cache otherwise), so a cached query vector is
+        used even when the embedder is down; after a miss the embedder's vector is cached."""
         t0 = time.perf_counter()
+        if admission is not None and admission.vector is not None:
+            return admission.vector, None, 0
+        looked_up = admission is not None and admission.looked_up
         try:
             # Half of the query's time budget at most: the keyword fallback needs the rest.
             vectors = await asyncio.wait_for(
-                self.embeddings.embed([query], priority=Priority.INTERACTIVE),
+                self.embeddings.embed(
+                    [query], priority=Priority.INTERACTIVE, read_cache=not looked_up
+                ),
                 self.config.timeout_s / 2,
             )
             return vectors[0], None, int((time.perf_counter() - t0) * 1000)
@@ -149,13 +161,17 @@ class QueryService:
         budget: int,
         preset: RetrievalPreset,
         trace: QueryTrace | None = None,
+        *,
+        admission: Admission | None = None,
     ) -> QueryResult:
         """The pipeline's stages (pipeline.py), in order, failing closed."""
         result = QueryResult()
         s = scope(request, query, preset, self.relevance)
         # 1. The query is embedded (in a worker thread) while the keyword arm runs in Postgres:
         # for a large store that hides most of the embedding time (docs/performance.md).
-        embedding = asyncio.create_task(self._embed(query)) if preset.use_vector else None
+        embedding = (
+            asyncio.create_task(self._embed(query, admission)) if preset.use_vector else None
+        )
         vectors = Vectors(self.engine, self.config, self.embeddings.model, self.sizes)
         t0 = time.perf_counter()
         try:
