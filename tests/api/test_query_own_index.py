@@ -67,6 +67,8 @@ def test_the_path_reads_the_users_own_indexes_under_the_threshold(
     assert ("plan_cache_mode" in settings) == (not exact or bool(indexed))
     assert ("hnsw.ef_search" in settings) == (not exact or bool(indexed))
     assert (settings.get("enable_seqscan") == "off") == (rescore and exact)
+    # No sort where the own index gives the order (row-level security misleads the estimate).
+    assert (settings.get("enable_sort") == "off") == (exact and bool(indexed))
 
 
 async def test_a_user_with_an_hnsw_index_of_its_own_reads_it(

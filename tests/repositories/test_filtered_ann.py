@@ -22,7 +22,7 @@ from sqlalchemy import TextClause, text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.config import Settings
-from app.db import create_engine, create_sessionmaker
+from app.db import create_engine, create_sessionmaker, user_session
 from app.embedded import EmbeddedPostgres
 from app.repositories.maintenance import MaintenanceRepository, user_index_name
 from app.repositories.retrieval import RetrievalRepository, vector_search_settings
@@ -30,6 +30,7 @@ from app.repositories.search_index import Source
 from app.runtime.query import query_config
 from app.services.query.pipeline import SearchPath, path_settings
 from app.services.reindex import reindex_users
+from tests.servers import service_url
 
 DIM = 384
 MODEL = "synthetic-ann"
@@ -401,26 +402,33 @@ async def test_users_above_the_threshold_search_an_index_of_their_own(
 
 
 async def test_users_under_the_threshold_read_an_hnsw_index_of_their_own(
-    store: Store, sessions: async_sessionmaker[AsyncSession]
+    store: Store, sessions: async_sessionmaker[AsyncSession], pg: EmbeddedPostgres
 ) -> None:
     """PGRECALL_USER_HNSW_MIN_ITEMS: `pgrecall reindex` gives the users between the floor and
     the exact threshold an HNSW index of their own; the exact path's statement for such a user
-    (pipeline.SearchPath `indexed`, with its path_settings and nothing forced) reads it, returns
-    full k rows and recall@10 >= 0.95 against the exact top 10. Rolled back."""
+    (pipeline.SearchPath `indexed`, with its path_settings), run as the service runs it (the
+    service role, under row-level security, in the user's session), reads it, returns full k
+    rows and recall@10 >= 0.95 against the exact top 10. Row-level security is the hard case:
+    its policy's condition cut the planner's row estimate 40-fold, and without path_settings'
+    `enable_sort = off` it scanned every vector of the user instead (docs/performance.md)."""
     band = [u for u in store.users if len(store.ids[u]) > 1000]
     queries = [q for q in _queries(store, 56) if q[0] in band]
     assert len(band) == 10 and queries
     config = query_config(Settings())
     memories = frozenset({Source.MEMORY})
+    names = [user_index_name("memory_items", u) for u in band]
+    async with sessions() as session, session.begin():
+        repo = MaintenanceRepository(session)
+        for user in band:
+            await repo.build_user_index("memory_items", user, 10, len(store.ids[user]), "hnsw")
+    service = create_engine(service_url(pg), pool_size=1, statement_timeout_ms=30_000)
     rows = []
-    async with sessions() as session:
-        await session.begin()
-        try:
-            result = await reindex_users(session, "memory_items", more_than=1000, hnsw_up_to=2000)
-            assert (result.users, result.built, result.dropped) == (10, 10, 0)
-            states = await MaintenanceRepository(session).user_index_states("memory_items")
-            assert {states[user_index_name("memory_items", u)].method for u in band} == {"hnsw"}
-            for user, query, topical in queries:
+    try:
+        for user, query, topical in queries:
+            async with (
+                user_session(create_sessionmaker(service), user, custom_plans=True) as session,
+                session.begin(),
+            ):
                 path = SearchPath(len(store.ids[user]), True, False, memories)
                 await RetrievalRepository(session).set_vector_search(path_settings(path, config))
                 name = user_index_name("memory_items", user)
@@ -428,11 +436,14 @@ async def test_users_under_the_threshold_read_an_hnsw_index_of_their_own(
                 ids, used = await _memory_ids(
                     session, user, query, exact=True, scans=scans, indexed=memories
                 )
-                rows.append((user, query, topical, ids, used))
-        finally:
-            await session.rollback()
+            rows.append((user, query, topical, ids, used))
+    finally:
+        await service.dispose()
+        async with sessions() as session, session.begin():
+            for name in names:
+                await MaintenanceRepository(session).drop_user_index("memory_items", name)
     own = _summarize(store, rows)
-    print(f"own HNSW indexes under the threshold: {own.describe()}")
+    print(f"own HNSW indexes under the threshold, as the service role: {own.describe()}")
     assert own.ivfflat_share == 1.0, own.describe()  # (here: the share that read its HNSW)
     assert not own.short and own.recall >= 0.95, own.describe()
 

@@ -86,7 +86,12 @@ def vector_search_settings(
 
     indexed (exact path): a branch of the statement reads the user's own index (`vector`'s
     `indexed`), so the ANN settings apply too: custom plans (the partial index's predicate is
-    proven from the user id as a constant), the scan settings."""
+    proven from the user id as a constant), the scan settings; and no sort where an index can
+    give the order. Row-level security's policy, a condition the planner cannot estimate, cut
+    a 5,520-turn user's estimated rows to 137, and at that size it priced the scan of all its
+    vectors plus a sort under the HNSW index and took it (docs/performance.md). The statement's
+    other sorts (the re-ranked branches, a branch without an own index) have no alternative
+    and stay."""
     if exact:
         settings = {"random_page_cost": str(float(random_page_cost))}
         if indexed:
@@ -96,7 +101,7 @@ def vector_search_settings(
                 ef_search=ef_search,
                 max_scan_tuples=max_scan_tuples,
                 random_page_cost=random_page_cost,
-            )
+            ) | {"enable_sort": "off"}
         if rescore_passages:
             settings |= {"enable_seqscan": "off", "enable_bitmapscan": "off"}
         return settings
