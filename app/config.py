@@ -120,7 +120,7 @@ class Settings(BaseSettings):
     user_vector_indexes: bool = True
     # ... and every user with more than this many vectors in a table, up to
     # exact_search_max_items, an HNSW index of their own: their queries read it instead of
-    # scoring each vector (the real 10k bench's 5,520-turn user: its vector statement 3.4 -> 2.0
+    # scoring each vector (the real 10k bench's 5,520-turn user: its vector statement 2.9 -> 1.9
     # ms of Postgres CPU, recall@10 0.998; docs/performance.md). At or over
     # exact_search_max_items: no HNSW band.
     user_hnsw_min_items: Annotated[int, Field(ge=0)] = 4_000
