@@ -58,6 +58,7 @@ from app.db import (
 )
 from app.migrate import upgrade_head
 from app.observability import configure_logging
+from app.repositories.maintenance import user_index_name
 from app.repositories.retrieval import (
     _BM25_SQL,
     NO_TIME_FILTER,
@@ -86,7 +87,6 @@ from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService, Priority
 from app.services.query import QueryRequest, ann_probes, time_preference
-from app.services.reindex import own_index_floor
 from app.vectors import vector_literal
 from bench.drive import BenchQuery, percentiles, run_level, timing_breakdown
 from bench.fresh import import_conversation
@@ -638,16 +638,17 @@ async def run(
                     scored = sizes[user_id] + passages.get(user_id, 0)
                     return scored > cfg.exact_search_max_items
 
-                # Users under the threshold whose messages `pgrecall reindex` gave an HNSW
-                # index of their own (bench.run.user_indexes above): the service reads it.
-                own_floor = own_index_floor(
-                    enabled=cfg.user_vector_indexes,
-                    exact_max_items=cfg.exact_search_max_items,
-                    hnsw_min_items=cfg.user_hnsw_min_items,
-                )
+                # Users under the threshold whose messages have an index of their own
+                # (bench.run.user_indexes above), found as the service finds them: the service
+                # reads it, and so does the floor.
+                with_index: set[str] = set()
+                for user in sizes:
+                    name = user_index_name("messages", user)
+                    if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", name):
+                        with_index.add(user)
 
                 def indexed(user_id: str) -> bool:
-                    return own_floor < sizes[user_id] <= cfg.exact_search_max_items
+                    return user_id in with_index and sizes[user_id] <= cfg.exact_search_max_items
 
                 try:
                     service_ms, floor_ms, floor_embed, same = [], [], [], 0

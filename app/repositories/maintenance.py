@@ -74,6 +74,16 @@ def user_lists_for(rows: int) -> int:
     return min(4000, max(10, round(rows / USER_INDEX_ROWS_PER_LIST)))
 
 
+def _using(method: VectorIndex, lists: int) -> str:
+    """The USING clause of a vector index: HNSW with its build parameters, or ivfflat."""
+    if method == "hnsw":
+        return (
+            f"hnsw (embedding halfvec_cosine_ops) WITH (m = {HNSW_M}, "
+            f"ef_construction = {HNSW_EF_CONSTRUCTION})"
+        )
+    return f"ivfflat (embedding halfvec_cosine_ops) WITH (lists = {int(lists)})"
+
+
 def _index_state(row: Any) -> IndexState:
     """An index's lists (ivfflat option), the row count noted when built, and its method, from
     a pg_class row with reloptions, note (its comment) and amname."""
@@ -123,16 +133,12 @@ class MaintenanceRepository:
             # The graph is built fastest when it fits in maintenance_work_mem: each vector
             # plus its neighbour lists (about 1.9 GB at 1M 384-d rows); capped at 2 GB.
             need_mb = min(2048, math.ceil(rows * (dimension * 4 + 8 * HNSW_M * 3 + 96) / 2**20))
-            using = (
-                f"hnsw (embedding halfvec_cosine_ops) WITH (m = {HNSW_M}, "
-                f"ef_construction = {HNSW_EF_CONSTRUCTION})"
-            )
         else:
             # k-means samples up to 50 vectors per list and keeps them in maintenance_work_mem,
             # with one float per sample and list for its distances (273 MB at 1M rows).
             samples = min(rows, lists * 50)
             need_mb = math.ceil(samples * (dimension * 4 + 64 + lists * 4) / 2**20)
-            using = f"ivfflat (embedding halfvec_cosine_ops) WITH (lists = {int(lists)})"
+        using = _using(method, lists)
         await self.session.execute(text("SET LOCAL lock_timeout = '30s'"))
         await self.session.execute(text("SET LOCAL statement_timeout = 0"))
         current = (await self.session.execute(text("SHOW maintenance_work_mem"))).scalar_one()
@@ -184,12 +190,7 @@ class MaintenanceRepository:
         await self.session.execute(text("SET LOCAL lock_timeout = '30s'"))
         await self.session.execute(text("SET LOCAL statement_timeout = 0"))
         await self.session.execute(text(f"DROP INDEX IF EXISTS {name}"))
-        using = (
-            f"hnsw (embedding halfvec_cosine_ops) WITH (m = {HNSW_M}, "
-            f"ef_construction = {HNSW_EF_CONSTRUCTION})"
-            if method == "hnsw"
-            else f"ivfflat (embedding halfvec_cosine_ops) WITH (lists = {int(lists)})"
-        )
+        using = _using(method, lists)
         # DDL takes no bind parameters: the server quotes the user id (format's %L).
         ddl = (
             await self.session.execute(

@@ -378,16 +378,23 @@ async def test_admit_query_is_the_three_lookups_in_one_round_trip(
     assert (cache.stats.query_hits, cache.stats.embedding_hits) == (3, 3)
 
 
-async def test_admit_query_fails_open_and_disabled(redis_client: Redis) -> None:
+async def test_admit_query_fails_open_when_redis_stops_and_when_disabled(
+    own_redis_server: RedisServer,
+) -> None:
     disabled = Cache(None)
     admitted = await disabled.admit_query("u", 1, "k", "m", "t")
     assert admitted.decision.allowed and admitted.answer is None and not admitted.looked_up
-    down = Cache.from_url("redis://127.0.0.1:1/0", retry_after_s=30.0)  # nothing listens
+    cache = Cache.from_url(own_redis_server.url, retry_after_s=30.0)
     try:
-        admitted = await down.admit_query("u", 1, "k", "m", "t")
+        await cache.set_query_result("u", "k", b"answer")
+        assert (await cache.admit_query("u", 1, "k", "m", "t")).answer == b"answer"
+        own_redis_server.stop()
+        # Over the limit of 1 had Redis counted it, and a cached answer: neither is reachable.
+        admitted = await cache.admit_query("u", 1, "k", "m", "t")
         assert admitted.decision.allowed and admitted.answer is None and not admitted.looked_up
+        assert cache.stats.errors == 1
     finally:
-        await down.aclose()
+        await cache.aclose()
 
 
 async def test_query_result_computed_before_invalidation_stays_hidden(cache: Cache) -> None:

@@ -1,6 +1,6 @@
 """A user under the exact threshold with an HNSW index of its own (`pgrecall reindex` builds one
-for users of more than PGRECALL_USER_HNSW_MIN_ITEMS vectors) has its vector statement ordered
-for that index on the request's connection instead of scoring every vector
+for users of more than PGRECALL_USER_HNSW_MIN_ITEMS vectors) has its vector statement read
+that index on the request's connection instead of scoring every vector
 (app/services/query/pipeline.py SearchPath), with custom plans (the partial index's predicate
 is proven from the user id), reads no passage count, and gets the same items as the exact scan
 on a small store."""
@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from app.config import Settings
@@ -42,7 +41,6 @@ LONG_TURN = (
     "My wife found a job at the harbour office. Our greyhound Pixel loves the long beach walks."
 )
 QUESTION = "Who has a new pet animal at home?"
-OWN = "idx_messages_embedding_u_"
 
 
 @pytest.mark.parametrize(
@@ -126,18 +124,12 @@ async def test_a_user_with_an_hnsw_index_of_its_own_reads_it(
             async with AsyncSession(db_engine) as session, session.begin():
                 name = user_index_name("messages", user_id)
                 await MaintenanceRepository(session).drop_user_index("messages", name)
-    # The messages branch is ordered for the index, on custom plans. Whether the planner reads
-    # it for 25 rows is its own call (it does for 1,300: tests/repositories/test_filtered_ann.py).
+    # The messages branch read the user's index, on custom plans, under row-level security.
     assert seen[0][:3] == (user_id, frozenset({Source.MESSAGE}), "force_custom_plan")
-    assert seen[0][3] is not None  # the index exists while the query runs
+    before, after = seen[0][3], seen[0][4]
+    assert before is not None and after is not None and after > before
     # The other user has no index (nothing to scan) and keeps the exact path.
     assert seen[1][:2] == (other_user_id, frozenset()) and seen[1][3] is None
     # On 25 turns the graph's search finds what the exact scan finds.
     assert answers[user_id] == answers[other_user_id]
     assert any("cat" in a for a in answers[user_id][:3])
-    async with db_engine.connect() as conn:
-        left = await conn.scalar(
-            text("SELECT count(*) FROM pg_class WHERE relname = :n"),
-            {"n": user_index_name("messages", user_id)},
-        )
-    assert left == 0 and user_index_name("messages", user_id).startswith(OWN)

@@ -3,7 +3,6 @@ vector in one script, where three calls took four round trips (docs/redis.md).""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from redis.commands.core import AsyncScript
@@ -11,29 +10,19 @@ from redis.commands.core import AsyncScript
 from app.adapters.redis.breaker import sha256_hex
 from app.adapters.redis.embeddings import EmbeddingCache, Vector, _decode_vector
 from app.adapters.redis.query_results import QueryResultCache
-from app.adapters.redis.rate_limit import RateDecision, RateLimiter
+from app.adapters.redis.rate_limit import COUNT_HIT_LUA, RateDecision, RateLimiter
 
 # KEYS: the rate counter, the user's query generation, the query vector's key. ARGV: the window
 # (s), "1" when the request counts against the limit, the user's query-key prefix, the digest.
 # The counter is RATE_LIMIT_LUA's; the answer is read under the generation read here, as
 # get_query_result reads it. Returns {count, pttl, generation, answer or nil, vector or nil}.
-ADMIT_QUERY_LUA = """
-local count, pttl = 0, 0
-if ARGV[2] == '1' then
-  count = redis.call('INCR', KEYS[1])
-  if count == 1 then
-    redis.call('EXPIRE', KEYS[1], ARGV[1])
-  end
-  pttl = redis.call('PTTL', KEYS[1])
-  if pttl < 0 then
-    redis.call('EXPIRE', KEYS[1], ARGV[1])
-    pttl = tonumber(ARGV[1]) * 1000
-  end
-end
-local generation = redis.call('GET', KEYS[2]) or '0'
-local answer = redis.call('GET', ARGV[3] .. generation .. ':' .. ARGV[4])
-return {count, pttl, generation, answer, redis.call('GET', KEYS[3])}
-"""
+ADMIT_QUERY_LUA = (
+    "local count, pttl = 0, 0\n"
+    "if ARGV[2] == '1' then\n" + COUNT_HIT_LUA + "end\n"
+    "local generation = redis.call('GET', KEYS[2]) or '0'\n"
+    "local answer = redis.call('GET', ARGV[3] .. generation .. ':' .. ARGV[4])\n"
+    "return {count, pttl, generation, answer, redis.call('GET', KEYS[3])}\n"
+)
 
 
 @dataclass(frozen=True)
@@ -74,7 +63,7 @@ class QueryAdmission(EmbeddingCache, RateLimiter, QueryResultCache):
         digest = sha256_hex(key)
         counting = limit > 0
         keys = [f"rate_limit:{user_id}", f"query_gen:{user_id}", self.embedding_key(model, text)]
-        args = [window_s, "1" if counting else "0", f"query_cache:{user_id}:", digest]
+        args = [window_s, "1" if counting else "0", self._query_prefix(user_id), digest]
         reply = await self._guarded(
             "admit_query", lambda r: script(keys=keys, args=args, client=r), None
         )
@@ -92,12 +81,5 @@ class QueryAdmission(EmbeddingCache, RateLimiter, QueryResultCache):
             self.stats.embedding_misses += 1
         else:
             self.stats.embedding_hits += 1
-        decision = allowed
-        if counting:
-            decision = RateDecision(
-                allowed=int(count) <= limit,
-                count=int(count),
-                limit=limit,
-                reset_s=max(0, math.ceil(int(pttl) / 1000)),
-            )
+        decision = RateDecision.counted(int(count), int(pttl), limit) if counting else allowed
         return Admission(decision, answer, vector, looked_up=True)

@@ -28,8 +28,13 @@ class QueryResultCache(GuardedRedis):
         return int(raw) if raw is not None else 0
 
     @staticmethod
-    def _query_key(user_id: str, generation: int, digest: str) -> str:
-        return f"query_cache:{user_id}:{generation}:{digest}"
+    def _query_prefix(user_id: str) -> str:
+        """The user's query keys start so; the generation and the digest follow."""
+        return f"query_cache:{user_id}:"
+
+    @classmethod
+    def _query_key(cls, user_id: str, generation: int, digest: str) -> str:
+        return f"{cls._query_prefix(user_id)}{generation}:{digest}"
 
     def _remember_generation(self, user_id: str, digest: str, generation: int) -> None:
         memo = self._generation_memo

@@ -12,20 +12,22 @@ from app.adapters.redis.breaker import GuardedRedis
 # Separate fixed-window counters per user: tool queries, and agent writes (save/forget/rate).
 RATE_BUCKETS = ("rate_limit", "write_limit")
 
-# INCR, start the window on the first hit, and repair a counter that somehow lost its TTL
-# (it would otherwise block the user forever). Returns {count, pttl}.
-RATE_LIMIT_LUA = """
-local count = redis.call('INCR', KEYS[1])
+# INCR the counter KEYS[1], start the window (ARGV[1] seconds) on the first hit, and repair a
+# counter that somehow lost its TTL (it would otherwise block the user forever); sets the
+# locals count and pttl. Shared with admission.ADMIT_QUERY_LUA.
+COUNT_HIT_LUA = """
+count = redis.call('INCR', KEYS[1])
 if count == 1 then
   redis.call('EXPIRE', KEYS[1], ARGV[1])
 end
-local pttl = redis.call('PTTL', KEYS[1])
+pttl = redis.call('PTTL', KEYS[1])
 if pttl < 0 then
   redis.call('EXPIRE', KEYS[1], ARGV[1])
   pttl = tonumber(ARGV[1]) * 1000
 end
-return {count, pttl}
 """
+# Returns {count, pttl}.
+RATE_LIMIT_LUA = "local count, pttl\n" + COUNT_HIT_LUA + "return {count, pttl}\n"
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,16 @@ class RateDecision:
     count: int  # hits in the current window including this one (0 when Redis is not used)
     limit: int
     reset_s: int  # seconds until the window ends (0 when unknown)
+
+    @classmethod
+    def counted(cls, count: int, pttl_ms: int, limit: int) -> RateDecision:
+        """The decision for a hit that made the counter `count`, its window ending in `pttl_ms`."""
+        return cls(
+            allowed=count <= limit,
+            count=count,
+            limit=limit,
+            reset_s=max(0, math.ceil(pttl_ms / 1000)),
+        )
 
 
 class RateLimiter(GuardedRedis):
@@ -64,10 +76,4 @@ class RateLimiter(GuardedRedis):
         )
         if reply is None:
             return allowed
-        count, pttl = int(reply[0]), int(reply[1])
-        return RateDecision(
-            allowed=count <= limit,
-            count=count,
-            limit=limit,
-            reset_s=max(0, math.ceil(pttl / 1000)),
-        )
+        return RateDecision.counted(int(reply[0]), int(reply[1]), limit)

@@ -52,15 +52,16 @@ class Stats(SessionBound):
         (row,) = await self._rows(
             "SELECT s.items, (SELECT count(*) FROM (SELECT 1 FROM message_passages AS p "
             "WHERE p.user_id = :user_id LIMIT CASE WHEN s.items * 4 > :up_to "
-            "AND to_regclass(:messages_index) IS NULL "
+            "AND NOT s.messages_index "
             "THEN greatest(:up_to - s.items, 0) ELSE 0 END) AS c) AS passages, "
             "set_config('plan_cache_mode', CASE WHEN s.items <= :generic_max AND "
             "current_setting('citus.propagate_set_commands', true) IS NULL "
             "THEN 'force_generic_plan' ELSE 'force_custom_plan' END, true) AS plans, "
-            "to_regclass(:memories_index) IS NOT NULL AS memories_index, "
-            "to_regclass(:messages_index) IS NOT NULL AS messages_index "
+            "s.memories_index, s.messages_index "
             "FROM (SELECT coalesce((SELECT doc_count FROM search_stats "
-            "WHERE user_id = :user_id), 0) AS items) AS s",
+            "WHERE user_id = :user_id), 0) AS items, "
+            "to_regclass(:memories_index) IS NOT NULL AS memories_index, "
+            "to_regclass(:messages_index) IS NOT NULL AS messages_index) AS s",
             {
                 "user_id": user_id,
                 "up_to": max(int(up_to), 0),
@@ -69,12 +70,14 @@ class Stats(SessionBound):
                 "messages_index": user_index_name("messages", user_id),
             },
         )
-        indexed = {Source.MEMORY} if row["memories_index"] else set()
-        if row["messages_index"]:
-            indexed.add(Source.MESSAGE)
+        indexed = frozenset(
+            source
+            for source, column in (
+                (Source.MEMORY, "memories_index"),
+                (Source.MESSAGE, "messages_index"),
+            )
+            if row[column]
+        )
         return SearchSize(
-            int(row["items"]),
-            int(row["passages"]),
-            row["plans"] == "force_generic_plan",
-            frozenset(indexed),
+            int(row["items"]), int(row["passages"]), row["plans"] == "force_generic_plan", indexed
         )
