@@ -18,9 +18,19 @@ from pgrecall import types as t
 from pgrecall._base import DEFAULT_TIMEOUT, Base, pool
 from pgrecall._calls import Ident, Item, TimeFilters
 from pgrecall._core import Call, RetryPolicy, retry_delay
+from pgrecall._transport import StreamTransport
 from pgrecall.console import AsyncConsole
 
 T = TypeVar("T")
+
+
+def transport(base_url: str, sizing: dict[str, Any]) -> dict[str, Any]:
+    """httpx.AsyncClient's arguments for the connection pool: StreamTransport for a plain
+    `http://` service (a millisecond less of the client's CPU per request than httpx's own;
+    pgrecall/_transport.py), sized by `sizing`'s limits; httpx's own transport for `https://`."""
+    if not base_url.lower().startswith("http://"):
+        return sizing
+    return {"transport": StreamTransport(sizing.get("limits"))}
 
 
 class AsyncClient(Base):
@@ -42,7 +52,7 @@ class AsyncClient(Base):
         super().__init__(base_url, user_id, api_key, admin_key, retry)
         self._owns_http = http is None
         sizing = pool(max_connections, http)
-        self._http = http or httpx.AsyncClient(timeout=timeout, **sizing)
+        self._http = http or httpx.AsyncClient(timeout=timeout, **transport(base_url, sizing))
         self._sleep = sleep
         self._timeout = timeout
         self._max_connections = max_connections
