@@ -727,16 +727,17 @@ def report(result: dict[str, Any]) -> str:
         f"real workload: {result['stored_turns']:,} LoCoMo-derived turns, {result['users']} users"
         f" (big: {result['big_users']})",
         "",
-        "| conc | p50 | p95 | p99 | small p95 | big p95 | req/s | CPU ms/req | load |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| conc | p50 | p95 | p99 | small p95 | big p95 | req/s | CPU ms/req | client CPU ms/req "
+        "| load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for lvl in result["levels"]:
-        lat = lvl["latency_ms"]
+        lat, cpu = lvl["latency_ms"], lvl["cpu_ms_per_request"]
         lines.append(
             f"| {lvl['concurrency']} | {lat['p50']} | {lat['p95']} | {lat['p99']} "
             f"| {lvl['small_user_latency_ms'].get('p95', '-')} "
             f"| {lvl['big_user_latency_ms'].get('p95', '-')} | {lvl['throughput_rps']} "
-            f"| {lvl['cpu_ms_per_request']['total']} | {lvl['loadavg_1m_before']} |"
+            f"| {cpu['total']} | {cpu.get('load_generator', '-')} | {lvl['loadavg_1m_before']} |"
         )
     b = result["breakdown_c1"]
     j = result["just_imported"]
