@@ -86,7 +86,7 @@ from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
 from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService, Priority
-from app.services.query import QueryRequest, ann_probes, time_preference
+from app.services.query import QueryRequest, ann_probes, informative, time_preference
 from app.vectors import vector_literal
 from bench.drive import BenchQuery, percentiles, run_level, timing_breakdown
 from bench.fresh import import_conversation
@@ -451,7 +451,7 @@ async def floor_query(
     }
     ranked = propagate(
         ranked,
-        neighbours,
+        informative(neighbours, content),
         next_weight=preset.next_turn_weight,
         previous_weight=preset.previous_turn_weight,
     )

@@ -120,3 +120,37 @@ def test_an_answer_is_the_other_speakers_next_turn_after_a_question() -> None:
     neighbours = {"q": (None, "a"), "s": (None, "t"), "n": (None, "r"), "a": ("q", None)}
     # "s" is followed by its own speaker, "n" asks nothing, "a" has no next turn.
     assert answer_pairs(neighbours, turns) == {"q": "a"}
+
+
+ACKNOWLEDGED = [
+    ("user", "Our plumber is coming on Thursday to fix the boiler"),
+    ("assistant", "Noted."),
+    ("user", "How long have you been keeping bees?"),
+    ("assistant", "Since March."),
+    ("user", "My daughter's dance recital is on the 14th"),
+    ("assistant", "How lovely, congratulations!"),
+]
+
+
+async def test_an_acknowledgement_inherits_nothing_from_the_fact_before_it(
+    make_client: Callable[..., Any], user_id: str
+) -> None:
+    """The turn after a matching turn inherits part of its score, unless it only acknowledges
+    it (app/retrieval/phatic.py): the agent gets the fact, not "Noted." beside it. A short
+    answer that places something in time still inherits."""
+
+    async def tool(client: httpx.AsyncClient, question: str) -> list[str]:
+        response = await client.post(
+            "/v1/tools/query_memory", json={"query": question}, headers=headers(user_id)
+        )
+        assert response.status_code == 200, response.text
+        return [m["content"] for m in response.json()["memories"]]
+
+    async with make_client() as (client, _):
+        await post_turns(client, user_id, ACKNOWLEDGED)
+        plumber = await tool(client, "When is the plumber coming?")
+        recital = await tool(client, "when is my daughter's dance recital")
+        bees = await ranked_contents(client, user_id, "How long have I been keeping bees?")
+    assert plumber == [ACKNOWLEDGED[0][1]]
+    assert recital == [ACKNOWLEDGED[4][1]]
+    assert "Since March." in bees[:2]  # the answer keeps inheriting

@@ -15,7 +15,7 @@ from app.services.query.model import (
     ann_probes,
     query_hash,
 )
-from app.services.query.pipeline import time_preference
+from app.services.query.pipeline import informative, time_preference
 from app.services.query.service import QueryService
 
 __all__ = [
@@ -29,6 +29,7 @@ __all__ = [
     "Source",
     "SourceName",
     "ann_probes",
+    "informative",
     "query_hash",
     "time_preference",
 ]

@@ -36,6 +36,7 @@ from app.repositories.search_index import Source
 from app.retrieval.budget import PackResult, pack
 from app.retrieval.dates import TimeWindow, parse_time_expression
 from app.retrieval.names import query_names
+from app.retrieval.phatic import is_phatic
 from app.retrieval.presets import RetrievalPreset
 from app.retrieval.relevance import RelevanceModel, features
 from app.retrieval.rerank import rerank
@@ -384,12 +385,25 @@ async def context(repo: RetrievalRepository, s: Scope, ranked: list[Ranked[Key]]
         }
         ranked = propagate(
             ranked,
-            neighbours,
+            informative(neighbours, fetched),
             next_weight=preset.next_turn_weight,
             previous_weight=preset.previous_turn_weight,
         )
     keep = [r.key for r in ranked[:depth]]
     return Rows(ranked, {k: fetched[k] for k in keep if k in fetched}, neighbours)
+
+
+def informative(
+    neighbours: dict[Key, tuple[Any, Any]], rows: dict[Key, Candidate]
+) -> dict[Key, tuple[Any, Any]]:
+    """The neighbours that may inherit a seed's score: not an acknowledgement ("Noted.",
+    app/retrieval/phatic.py), which would only repeat the seed's evidence."""
+
+    def keep(key: Key | None) -> Key | None:
+        row = rows.get(key) if key is not None else None
+        return None if row is not None and is_phatic(row.content) else key
+
+    return {seed: (keep(p), keep(n)) for seed, (p, n) in neighbours.items()}
 
 
 # -- 5. rerank ----------------------------------------------------------------------------------
