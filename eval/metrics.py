@@ -263,9 +263,10 @@ def check_thresholds(summary: Summary, thresholds: Sequence[Threshold]) -> list[
 
 
 MEMORY_THRESHOLDS: tuple[Threshold, ...] = (
-    # issue 29: the learned default measured 0.952 / 0.907 (docs/retrieval.md), less a margin
+    # issue 29: the learned default measured 0.949 / 0.916 (docs/retrieval.md): recall less a
+    # margin, precision at the issue's target (met since acknowledgements inherit nothing)
     Threshold("recall@5", minimum=0.93),
-    Threshold("precision@5", minimum=0.88),
+    Threshold("precision@5", minimum=0.90),
     Threshold("token_compliance", minimum=1.0),
     Threshold("cross_user_safety", minimum=1.0),
     Threshold("latency_p95_ms", maximum=200.0, blocking=False),

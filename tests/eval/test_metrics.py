@@ -273,7 +273,7 @@ def test_memory_thresholds_definition() -> None:
         "latency_p95_ms",
     }
     assert by_metric["recall@5"] == Threshold("recall@5", minimum=0.93)
-    assert by_metric["precision@5"] == Threshold("precision@5", minimum=0.88)
+    assert by_metric["precision@5"] == Threshold("precision@5", minimum=0.90)
     assert by_metric["token_compliance"] == Threshold("token_compliance", minimum=1.0)
     assert by_metric["cross_user_safety"] == Threshold("cross_user_safety", minimum=1.0)
     assert by_metric["latency_p95_ms"] == Threshold("latency_p95_ms", maximum=200, blocking=False)
