@@ -96,10 +96,12 @@ class StreamTransport(httpx.AsyncBaseTransport):
 
     async def aclose(self) -> None:
         self._closed = True
-        for idle in self._idle.values():
-            for conn in idle:
-                conn.close()
+        idle = [conn for conns in self._idle.values() for conn in conns]
         self._idle.clear()
+        for conn in idle:
+            conn.close()
+        # Wait for the sockets to close: a loop that ends right after would leave them open.
+        await asyncio.gather(*(c.writer.wait_closed() for c in idle), return_exceptions=True)
 
     # -- one request on one connection ---------------------------------------------------------
 

@@ -9,6 +9,7 @@ an informational response, gzip, a server that never answers or hangs up).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gzip
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -74,12 +75,32 @@ async def test_https_and_an_injected_client_keep_httpx_transports() -> None:
 
 @asynccontextmanager
 async def raw_server(handler: Handler) -> AsyncIterator[str]:
-    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    """A server on a free port; on exit every connection it accepted is closed and every
+    handler ended (Python 3.11's Server.close leaves accepted connections open)."""
+    handlers: set[asyncio.Task[object]] = set()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        handlers.add(task)
+        try:
+            await handler(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    server = await asyncio.start_server(serve, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
         server.close()
+        for task in handlers:
+            task.cancel()
+        await asyncio.gather(*handlers, return_exceptions=True)
         await server.wait_closed()
 
 
