@@ -47,12 +47,17 @@ def content_words(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower()) if len(w) > 1 and w not in STOP_WORDS]
 
 
+def asks(text: str) -> bool:
+    """Whether a turn asks something (ends with '?'): the other speaker's next turn is its
+    answer (app/retrieval/rerank.answer_pairs), however short."""
+    return text.rstrip().endswith("?")
+
+
 def acknowledges(said: str, said_role: str | None, reply: str, reply_role: str | None) -> bool:
     """Whether `reply` only acknowledges `said`: the other speaker's phatic turn after a
     statement. The same speaker's next turn goes on with what they were saying ("Pixel is a
-    greyhound"), and the turn after a question is its answer however short it is (the answer
-    stage's rule, app/retrieval/rerank.answer_pairs)."""
-    return reply_role != said_role and not said.rstrip().endswith("?") and is_phatic(reply)
+    greyhound"), and the turn after a question is its answer (`asks`)."""
+    return reply_role != said_role and not asks(said) and is_phatic(reply)
 
 
 def is_phatic(text: str) -> bool:

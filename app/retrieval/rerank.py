@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 from app.retrieval.dates import TimeWindow, asks_when, tells_time
+from app.retrieval.phatic import asks
 from app.retrieval.presets import RetrievalPreset
 from app.retrieval.scoring import (
     Ranked,
@@ -52,7 +53,7 @@ def answer_pairs(
             asked is not None
             and answer is not None
             and following is not None
-            and asked.content.rstrip().endswith("?")
+            and asks(asked.content)
             and asked.role != answer.role
         ):
             out[seed] = following

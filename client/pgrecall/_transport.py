@@ -1,14 +1,15 @@
 """HTTP/1.1 over asyncio streams: the async client's transport for `http://` services.
 
-httpx's default transport (httpcore over anyio) spends about a millisecond of the client's CPU
-per request on this project's machines (docs/performance.md, "The client's own cost"); for a
-memory service answering in about ten, that is a tenth of what an agent waits. This transport
-does what the client needs and no more: one request at a time per connection, kept alive and
-reused, bodies delimited by Content-Length or chunked encoding (or the connection's end), the
-request's connect, read, write and pool timeouts, and httpx's exceptions, so the client's retry
-rule and error mapping see what they would see from httpx's own transport. Responses are read
-whole (the client streams nothing). TLS and proxies stay with httpx: `https://` services use
-its transport, and proxies from the environment are mounted by httpx in front of this one.
+httpx's default transport (httpcore over anyio) cost the client 0.5-0.7 ms more CPU per request
+than this one on this project's 2-core machine (`bench.real`'s load generator,
+docs/performance.md, "The client's own cost"), beside a service answering in about ten
+milliseconds. This transport does what the client needs and no more: one request at a time per
+connection, kept alive and reused, bodies delimited by Content-Length or chunked encoding (or
+the connection's end), the request's connect, read, write and pool timeouts, and httpx's
+exceptions, so the client's retry rule and error mapping see what they would see from httpx's
+own transport. Responses are read whole (the client streams nothing). TLS and proxies stay with
+httpx: `https://` services use its transport, and proxies from the environment are mounted by
+httpx in front of this one.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ class StreamTransport(httpx.AsyncBaseTransport):
         if self._slots is None:
             return await self._exchange(request, timeouts)
         try:
-            await asyncio.wait_for(self._slots.acquire(), timeouts.get("pool"))
+            async with asyncio.timeout(timeouts.get("pool")):  # no task per request
+                await self._slots.acquire()
         except TimeoutError as exc:
             raise httpx.PoolTimeout("no connection free in time", request=request) from exc
         try:
@@ -147,9 +149,8 @@ class StreamTransport(httpx.AsyncBaseTransport):
         self, origin: tuple[str, int], request: httpx.Request, timeouts: dict[str, float]
     ) -> _Connection:
         try:
-            reader, writer = await asyncio.wait_for(
-                asyncio.open_connection(*origin, limit=MAX_HEAD_BYTES), timeouts.get("connect")
-            )
+            async with asyncio.timeout(timeouts.get("connect")):
+                reader, writer = await asyncio.open_connection(*origin, limit=MAX_HEAD_BYTES)
         except TimeoutError as exc:
             raise httpx.ConnectTimeout(f"connect to {origin} timed out", request=request) from exc
         except OSError as exc:

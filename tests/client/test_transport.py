@@ -65,6 +65,9 @@ async def test_the_client_reuses_one_connection_and_answers_as_httpx_does(served
 async def test_https_and_an_injected_client_keep_httpx_transports() -> None:
     async with AsyncClient("https://memory.example") as secure:
         assert isinstance(secure._http._transport, httpx.AsyncHTTPTransport)  # type: ignore[attr-defined]
+    async with httpx.AsyncClient() as own, AsyncClient("http://127.0.0.1:9", http=own) as given:
+        assert given._http._transport is own._transport  # type: ignore[attr-defined]
+        assert isinstance(own._transport, httpx.AsyncHTTPTransport)
     async with AsyncClient("HTTP://127.0.0.1:9", max_connections=3) as plain:
         assert transport_of(plain)._slots is not None
         assert transport_of(plain)._max_idle == 3
