@@ -22,7 +22,7 @@ from app.db import create_engine, create_sessionmaker
 from app.repositories.maintenance import Table
 from app.retrieval.presets import get_preset
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
-from app.services.reindex import own_index_floor, reindex_users
+from app.services.reindex import OwnIndexBands, reindex_users
 from bench.drive import make_queries, run_level, timing_breakdown
 from bench.recall import VectorSearch, measure_recall
 from bench.report import result_path, write_result
@@ -151,12 +151,11 @@ async def user_indexes(
                 done = await reindex_users(
                     session,
                     table,
-                    more_than=own_index_floor(
+                    **OwnIndexBands.of(
                         enabled=settings.user_vector_indexes,
                         exact_max_items=settings.exact_search_max_items,
                         hnsw_min_items=settings.user_hnsw_min_items,
-                    ),
-                    hnsw_up_to=settings.exact_search_max_items,
+                    )._asdict(),
                     only_if_stale=True,
                 )
             for key in out:

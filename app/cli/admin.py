@@ -36,9 +36,9 @@ from app.services.reembed import ReembedError, ReembedReport
 from app.services.reembed import reembed as run_reembed
 from app.services.reindex import (
     TABLES,
+    OwnIndexBands,
     ReindexResult,
     UserIndexResult,
-    own_index_floor,
     reindex_users,
 )
 from app.services.reindex import reindex as rebuild_index
@@ -145,12 +145,11 @@ def reindex(
                     await reindex_users(
                         session,
                         table,
-                        more_than=own_index_floor(
+                        **OwnIndexBands.of(
                             enabled=rt.settings.user_vector_indexes,
                             exact_max_items=rt.settings.exact_search_max_items,
                             hnsw_min_items=rt.settings.user_hnsw_min_items,
-                        ),
-                        hnsw_up_to=rt.settings.exact_search_max_items,
+                        )._asdict(),
                         only_if_stale=if_stale,
                     )
                 )

@@ -13,6 +13,7 @@ is rebuilt.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -92,13 +93,21 @@ class UserIndexResult:
     dropped: int
 
 
-def own_index_floor(*, enabled: bool, exact_max_items: int, hnsw_min_items: int) -> int:
-    """`more_than` of reindex_users under the settings (PGRECALL_USER_VECTOR_INDEXES,
-    PGRECALL_EXACT_SEARCH_MAX_ITEMS, PGRECALL_USER_HNSW_MIN_ITEMS): the users above the exact
-    threshold, and those under it with more than the HNSW floor; no one when disabled."""
-    if not enabled:
-        return 2**62  # every per-user index is dropped (no user is "more than" that)
-    return min(hnsw_min_items, exact_max_items)
+class OwnIndexBands(NamedTuple):
+    """reindex_users' bands under the settings (PGRECALL_USER_VECTOR_INDEXES,
+    PGRECALL_EXACT_SEARCH_MAX_ITEMS, PGRECALL_USER_HNSW_MIN_ITEMS): an index of their own for
+    the users with more than `more_than` vectors, HNSW up to `hnsw_up_to` (the exact
+    threshold), ivfflat above it."""
+
+    more_than: int
+    hnsw_up_to: int
+
+    @classmethod
+    def of(cls, *, enabled: bool, exact_max_items: int, hnsw_min_items: int) -> OwnIndexBands:
+        if not enabled:
+            # Every per-user index is dropped (no user is "more than" that).
+            return cls(2**62, exact_max_items)
+        return cls(min(hnsw_min_items, exact_max_items), exact_max_items)
 
 
 async def reindex_users(

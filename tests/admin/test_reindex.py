@@ -20,7 +20,7 @@ from app.repositories.maintenance import (
 )
 from app.services.embedding import EmbeddingService
 from app.services.memory import MemoryInput, MemoryService
-from app.services.reindex import is_stale, own_index_floor, reindex, reindex_users
+from app.services.reindex import OwnIndexBands, is_stale, reindex, reindex_users
 from tests.admin.fakes import FakeEmbedder
 
 Sessions = async_sessionmaker[AsyncSession]
@@ -216,17 +216,18 @@ async def test_per_user_indexes_follow_the_users_above_the_threshold(
 async def test_users_under_the_exact_threshold_get_an_hnsw_index_above_its_floor(
     private_sessions: Sessions,
 ) -> None:
-    """own_index_floor and hnsw_up_to (PGRECALL_USER_HNSW_MIN_ITEMS, the exact threshold): HNSW
+    """OwnIndexBands (PGRECALL_USER_HNSW_MIN_ITEMS, the exact threshold): HNSW
     for a user between the two, ivfflat above the threshold, none under the floor; a user who
     crosses the threshold gets the other method at the next --if-stale run."""
     band, above, under = "hnsw-band", "hnsw-above", "hnsw-under"
     await _add(private_sessions, band, 320)
     await _add(private_sessions, above, 370)
     await _add(private_sessions, under, 20)
-    assert own_index_floor(enabled=True, exact_max_items=360, hnsw_min_items=300) == 300
+    assert OwnIndexBands.of(enabled=True, exact_max_items=360, hnsw_min_items=300) == (300, 360)
     # A floor at or over the threshold: only the users above it (no HNSW band).
-    assert own_index_floor(enabled=True, exact_max_items=360, hnsw_min_items=400) == 360
-    assert own_index_floor(enabled=False, exact_max_items=360, hnsw_min_items=300) == 2**62
+    assert OwnIndexBands.of(enabled=True, exact_max_items=360, hnsw_min_items=400) == (360, 360)
+    off = OwnIndexBands.of(enabled=False, exact_max_items=360, hnsw_min_items=300)
+    assert off.more_than == 2**62
 
     async def states() -> dict[str, IndexState | None]:
         async with private_sessions() as s:
