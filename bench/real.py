@@ -63,6 +63,7 @@ from app.repositories.retrieval import (
     _BM25_SQL,
     NO_TIME_FILTER,
     Candidate,
+    SearchSize,
     Source,
     _memory_valid,
     _memory_visible,
@@ -87,6 +88,7 @@ from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService, Priority
 from app.services.query import QueryRequest, ann_probes, informative, time_preference
+from app.services.query.pipeline import SearchPath
 from app.vectors import vector_literal
 from bench.drive import BenchQuery, percentiles, run_level, timing_breakdown
 from bench.fresh import import_conversation
@@ -630,41 +632,36 @@ async def run(
                         max_scan_tuples=cfg.hnsw_max_scan_tuples,
                     ),
                 )
-                # The service re-scores passages on the exact path for a user whose turns and
-                # passages exceed the exact threshold (pipeline.arms); the floor does the same.
+                # The path the service takes for each user (pipeline.SearchPath, from what
+                # search_size reads): the exact or ANN statement, passages re-scoring the turns
+                # found, the user's own index (bench.run.user_indexes above, found by name as
+                # the service finds it). The floor takes the same one.
                 passages = await passage_counts(db.dsn)
-
-                def rescored(user_id: str) -> bool:
-                    scored = sizes[user_id] + passages.get(user_id, 0)
-                    return scored > cfg.exact_search_max_items
-
-                # Users under the threshold whose messages have an index of their own
-                # (bench.run.user_indexes above), found as the service finds them: the service
-                # reads it, and so does the floor.
                 with_index: set[str] = set()
                 for user in sizes:
                     name = user_index_name("messages", user)
                     if await conn.fetchval("SELECT to_regclass($1) IS NOT NULL", name):
                         with_index.add(user)
 
-                def indexed(user_id: str) -> bool:
-                    return user_id in with_index and sizes[user_id] <= cfg.exact_search_max_items
+                def path(user_id: str) -> SearchPath:
+                    own = frozenset({Source.MESSAGE}) if user_id in with_index else frozenset()
+                    size = SearchSize(sizes[user_id], passages.get(user_id, 0), indexed=own)
+                    return SearchPath.of(size, cfg.exact_search_max_items)
 
                 try:
                     service_ms, floor_ms, floor_embed, same = [], [], [], 0
                     compared = qs[:samples]
                     for q in compared:
                         ids, ms = await _service_ids(client, q)
-                        exact = sizes[q.user_id] <= cfg.exact_search_max_items
-                        own = indexed(q.user_id)
+                        taken = path(q.user_id)
                         fids, emb, fms = await floor_query(
-                            conn if exact and not own else ann_conn,
+                            conn if taken.exact and not taken.indexed else ann_conn,
                             embedder,
                             q.user_id,
                             q.text,
-                            exact,
-                            rescore=exact and not own and rescored(q.user_id),
-                            indexed=own,
+                            taken.exact,
+                            rescore=taken.rescore,
+                            indexed=bool(taken.indexed),
                         )
                         service_ms.append(ms)
                         floor_ms.append(fms)
@@ -682,7 +679,7 @@ async def run(
                     result["ann"] = (
                         await ann_recall(ann_conn, embedder, users, big, sizes)
                         if big
-                        and (big_size > cfg.exact_search_max_items or indexed(big[0].user_id))
+                        and (big_size > cfg.exact_search_max_items or path(big[0].user_id).indexed)
                         else {
                             "note": "no big user above exact_search_max_items or with an own "
                             "index: exact path only"
