@@ -1,7 +1,10 @@
 """Pure figures of the curated development set (eval/curated_dev.json), per question shape.
 
 Each question is asked twice: through the agent tool (what an agent gets, after the floor and
-the cut) and through the plain ranking (/v1/memory/query, min_score 0, top 10). An `Answer` is
+the cut) and through the plain ranking (/v1/memory/query, min_score 0, top 10). Beside them
+stands the embedding model's own ordering (`cosine`: the question's cosine to each of the
+user's memories, nothing else), the ceiling a paraphrase that shares no word with its answer
+meets when only the embedder can find it. An `Answer` is
 what one endpoint returned, as memory keys best first; the functions below turn answers into
 the shares the issue's acceptance names (see GATE_METRICS) and a few diagnostics.
 
@@ -15,11 +18,15 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+import numpy.typing as npt
+
 __all__ = [
     "RANKING_DEPTH",
     "Answer",
     "Judged",
     "all_present",
+    "by_cosine",
     "figures",
     "first",
     "newer_first",
@@ -58,10 +65,24 @@ class Judged:
     stale: tuple[str, ...]
     tool: Answer
     ranking: Answer
+    cosine: Answer | None = None  # the embedder's cosine alone (`by_cosine`); None: not run
 
     @property
     def answerable(self) -> bool:
         return bool(self.answers)
+
+
+def by_cosine(
+    question: npt.NDArray[np.float32],
+    memories: npt.NDArray[np.float32],
+    keys: Sequence[str],
+    depth: int = RANKING_DEPTH,
+) -> Answer:
+    """The first `depth` of `keys` by the cosine of their unit vectors (`memories`, one row
+    per key) to the question's unit vector, best first: the embedder's ranking alone."""
+    cosines = memories @ question
+    order = np.argsort(-cosines, kind="stable")[:depth]
+    return Answer(tuple(keys[i] for i in order), tuple(float(cosines[i]) for i in order))
 
 
 # --------------------------------------------------------------------------- one question
@@ -163,8 +184,24 @@ def figures(judged: Sequence[Judged]) -> dict[str, float]:
         "ranking_newer_wins_newer_first": _share(
             newer, lambda q: newer_first(q.ranking.keys, q.answers[0], q.stale)
         ),
+        **_cosine_figures(judged),
         "tool_errors": float(sum(1 for q in judged if q.tool.error is not None)),
         "ranking_errors": float(sum(1 for q in judged if q.ranking.error is not None)),
+    }
+
+
+def _cosine_figures(judged: Sequence[Judged]) -> dict[str, float]:
+    """The embedder's ceiling (`cosine_`), when the run computed it for every question."""
+    if not judged or any(q.cosine is None for q in judged):
+        return {}
+
+    def cosine_first(q: Judged) -> bool:
+        return q.cosine is not None and first(q.cosine.keys, q.answers)
+
+    answerable = [q for q in judged if q.answerable]
+    return {
+        "cosine_paraphrase_first": _share(_of(judged, "paraphrase"), cosine_first),
+        "cosine_answerable_first": _share(answerable, cosine_first),
     }
 
 
@@ -182,7 +219,9 @@ def shape_rows(
     judged: Sequence[Judged], shapes: Sequence[str]
 ) -> list[tuple[str, dict[str, float]]]:
     """One row per shape (answerable and unanswerable name traps apart): count, the answerable
-    columns (NaN for unanswerable rows), the share the tool answered, mean items returned."""
+    columns (NaN for unanswerable rows; "cosine first" when the run has the embedder's ranking),
+    the share the tool answered, mean items returned."""
+    with_cosine = bool(judged) and all(q.cosine is not None for q in judged)
     groups: list[tuple[str, list[Judged]]] = []
     for shape in shapes:
         members = _of(judged, shape)
@@ -197,6 +236,10 @@ def shape_rows(
         row: dict[str, float] = {"questions": float(len(members))}
         for heading, test in _ANSWERABLE_COLUMNS:
             row[heading] = _share(answerable, test)
+        if with_cosine:
+            row["cosine first"] = _share(
+                answerable, lambda q: q.cosine is not None and first(q.cosine.keys, q.answers)
+            )
         row["tool answered"] = _share(members, lambda q: not q.tool.empty)
         row["returned"] = _mean([float(len(q.tool.keys)) for q in members])
         rows.append((name, row))

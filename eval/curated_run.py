@@ -28,12 +28,14 @@ from tqdm import tqdm
 
 from app.config import Settings
 from app.retrieval.presets import RetrievalPreset
+from app.services.embedding import Priority
 from app.services.memory import MemoryInput
 from eval.curated_metrics import (
     RANKING_DEPTH,
     Answer,
     Judged,
     all_present,
+    by_cosine,
     figures,
     first,
     newer_first,
@@ -266,6 +268,27 @@ async def _ranking(harness: Harness, who: Seeded, query: str) -> tuple[Answer, l
     return answer, [str(i["id"]) for i in items]
 
 
+async def cosine_answers(harness: Harness, seeded: Sequence[Seeded]) -> dict[str, Answer]:
+    """question id -> the service's embedder's ranking of the user's memories by cosine alone
+    (`by_cosine`), computed in-process on the texts as written: the ceiling beside the tool."""
+    embeddings = harness.resources.embeddings
+    out: dict[str, Answer] = {}
+    for who in seeded:
+        memories, questions = who.user.memories, who.user.questions
+        if not questions:
+            continue
+        vectors = await embeddings.embed(
+            [m.content for m in memories], priority=Priority.BULK, cached=False
+        )
+        asked = await embeddings.embed(
+            [q.query for q in questions], priority=Priority.BULK, cached=False
+        )
+        keys = [m.key for m in memories]
+        for question, vector in zip(questions, asked, strict=True):
+            out[question.id] = by_cosine(vector, vectors, keys)
+    return out
+
+
 async def run_questions(
     harness: Harness,
     dataset: CuratedDataset,
@@ -276,6 +299,7 @@ async def run_questions(
     """Seed the set, then ask its (first `limit`) questions one after another."""
     seeded = await seed(harness, dataset, time_shift(dataset.reference_now))
     asked = [(s, q) for s in seeded for q in s.user.questions][:limit]
+    ceiling = await cosine_answers(harness, seeded)
     # One untimed query first: the first request pays one-off costs (embedder session,
     # connection pool, statement preparation) that are not what latency should measure.
     await harness.tool_query(seeded[0].user_id, "warm-up")
@@ -292,6 +316,7 @@ async def run_questions(
             stale=question.stale,
             tool=tool,
             ranking=ranking,
+            cosine=ceiling.get(question.id),
         )
         # The user owns only its seeded memories: any other id is someone else's.
         leak = any(i not in who.keys for i in [*tool_ids, *ranking_ids])
@@ -335,8 +360,8 @@ def render_shapes(judged: Sequence[Judged]) -> str:
     rows = shape_rows(judged, SHAPES)
     headings = list(rows[0][1])
     title = (
-        f"Curated set by shape: agent tool ({TOOL_PATH}) and plain ranking "
-        f"({RANKING_PATH}, min_score 0, top {RANKING_LIMIT})"
+        f"Curated set by shape: agent tool ({TOOL_PATH}), plain ranking "
+        f"({RANKING_PATH}, min_score 0, top {RANKING_LIMIT}) and the embedder's cosine alone"
     )
     lines = [
         title,
@@ -386,6 +411,8 @@ CSV_COLUMNS = (
     "ranking_present@10",
     "ranking_first",
     "ranking_top_relevance",
+    "cosine_keys",
+    "cosine_first",
     "tool_latency_ms",
     "ranking_latency_ms",
     "tool_error",
@@ -417,6 +444,8 @@ def _csv_row(q: Judged) -> dict[str, object]:
         ),
         "ranking_first": flag(first(q.ranking.keys, q.answers)) if answerable else "",
         "ranking_top_relevance": f"{max(q.ranking.relevances, default=0.0):.4f}",
+        "cosine_keys": _keys_text(q.cosine) if q.cosine else "",
+        "cosine_first": (flag(first(q.cosine.keys, q.answers)) if q.cosine and answerable else ""),
         "tool_latency_ms": f"{q.tool.latency_ms:.1f}",
         "ranking_latency_ms": f"{q.ranking.latency_ms:.1f}",
         "tool_error": q.tool.error or "",

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from eval.curated_metrics import (
     Answer,
     Judged,
     all_present,
+    by_cosine,
     figures,
     first,
     newer_first,
@@ -59,6 +62,14 @@ def test_present_first_and_all_present() -> None:
 )
 def test_newer_first(keys: tuple[str, ...], expected: bool) -> None:
     assert newer_first(keys, "new", ["old"]) is expected
+
+
+def test_by_cosine_orders_the_keys_by_their_cosine_to_the_question() -> None:
+    question = np.array([1.0, 0.0], dtype=np.float32)
+    memories = np.array([[0.6, 0.8], [1.0, 0.0], [0.0, 1.0]], dtype=np.float32)
+    answer = by_cosine(question, memories, ["m1", "m2", "m3"], depth=2)
+    assert answer.keys == ("m2", "m1")
+    assert answer.relevances == pytest.approx((1.0, 0.6))
 
 
 # --------------------------------------------------------------------------- aggregates
@@ -135,3 +146,17 @@ def test_threshold_sweep_trades_presence_for_abstention() -> None:
     other = [_q("no_answer", (), _answer(), _answer("x", relevances=(0.5,)))]
     ((floor, kept, answered),) = threshold_sweep(other, [0.4])
     assert floor == 0.4 and math.isnan(kept) and answered == 1.0
+
+
+def test_the_embedders_figures_only_when_every_question_has_its_ranking() -> None:
+    run = _run()
+    assert "cosine_paraphrase_first" not in figures(run)
+    assert "cosine first" not in dict(shape_rows(run, SHAPES))["paraphrase"]
+    ranked = [
+        replace(q, cosine=_answer("a") if q.shape == "paraphrase" else _answer("z")) for q in run
+    ]
+    f = figures(ranked)
+    assert f["cosine_paraphrase_first"] == 1.0
+    assert f["cosine_answerable_first"] == pytest.approx(4 / 8)  # the 4 paraphrases of 8
+    assert dict(shape_rows(ranked, SHAPES))["paraphrase"]["cosine first"] == 1.0
+    assert math.isnan(dict(shape_rows(ranked, SHAPES))["no_answer"]["cosine first"])

@@ -151,6 +151,9 @@ async def test_seeding_keeps_ages_and_questions_are_judged_by_key(tiny: Path) ->
         keys = {m.key for m in owner.memories}
         assert set(o.judged.tool.keys) <= keys and set(o.judged.ranking.keys) <= keys
         assert len(o.judged.ranking.keys) <= 10
+        # The embedder's ranking alone: every one of the user's memories, by cosine.
+        assert o.judged.cosine is not None and set(o.judged.cosine.keys) == keys
+        assert list(o.judged.cosine.relevances) == sorted(o.judged.cosine.relevances)[::-1]
 
 
 # --------------------------------------------------------------------------- whole runs
@@ -185,6 +188,8 @@ async def test_report_run_prints_figures_writes_artifacts_and_logs(
     assert [r["question_id"] for r in rows][:2] == ["tiny-baker-q01", "tiny-baker-q02"]
     assert rows[0]["ranking_keys"].startswith("m02:") and rows[0]["answers"] == "m02"
     assert rows[2]["tool_present"] == "" and rows[4]["newer_first"] in {"0", "1"}
+    assert rows[0]["cosine_first"] in {"0", "1"} and rows[2]["cosine_first"] == ""
+    assert "cosine_paraphrase_first" in printed and "cosine first" in printed
     assert {p.name for p in out.iterdir()} >= {
         "curated_questions.csv", "curated_shapes.png", "curated_threshold_sweep.png",
         "cases.csv", "summary.json", "report.txt",
