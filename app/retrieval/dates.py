@@ -318,7 +318,42 @@ def asks_when(question: str) -> bool:
     return _ASKS_WHEN.search(question) is not None
 
 
+# What _TELLS_TIME and _MONTH_DAY match, read word by word where that is exact: in an ASCII
+# text without a digit, where a word is a run of [a-z_] once lowered and the patterns'
+# case-insensitive match is str.lower()'s (elsewhere the long s, the Kelvin sign and the
+# dotted and dotless i fold onto ASCII letters too). These words tell a time on their own ...
+_TIME_ON_ITS_OWN = frozenset(
+    word.encode()
+    for word in (
+        "yesterday", "today", "tonight", "ago", "recently", "lately", "weekend",
+        *(calendar.day_name[d].lower() for d in range(7)),
+        *(calendar.month_name[m].lower() for m in range(1, 13) if m not in (3, 5)),
+    )
+)  # fmt: skip
+# ... these only beside another word ("last week", "in May"), and every other match holds a
+# digit: a text with none of them tells no time.
+_TIME_WORDS = _TIME_ON_ITS_OWN | {
+    word.encode()
+    for word in (
+        "night", "week", "month", "year", "summer", "winter", "spring", "fall", "autumn",
+        "march", "may",
+    )
+}  # fmt: skip
+# Lowered ASCII bytes -> words: a-z and _ kept, a digit "#", anything else a space.
+_WORD_BYTES = bytes(
+    c if 97 <= c <= 122 or c == 95 else 35 if 48 <= c <= 57 else 32 for c in range(256)
+)
+
+
 def tells_time(text: str) -> bool:
     """Whether a text places something in time: a date, a weekday, a month, "yesterday",
     "last week", "two weeks ago". A turn that does is what a "when" question needs."""
+    if text.isascii():  # the common case, read without the patterns' many alternatives
+        folded = text.lower().encode("ascii").translate(_WORD_BYTES)
+        if b"#" not in folded:
+            words = set(folded.split())
+            if not _TIME_ON_ITS_OWN.isdisjoint(words):
+                return True
+            if _TIME_WORDS.isdisjoint(words):
+                return False
     return _TELLS_TIME.search(text) is not None or _MONTH_DAY.search(text) is not None

@@ -5,8 +5,17 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from app.retrieval.dates import TimeWindow, asks_when, parse_time_expression, tells_time
+from app.retrieval.dates import (
+    _MONTH_DAY,
+    _TELLS_TIME,
+    TimeWindow,
+    asks_when,
+    parse_time_expression,
+    tells_time,
+)
 
 # A Wednesday.
 NOW = datetime(2024, 3, 13, 15, 30, tzinfo=UTC)
@@ -166,3 +175,40 @@ def test_asks_when(question: str, expected: bool) -> None:
 )
 def test_tells_time(text: str, expected: bool) -> None:
     assert tells_time(text) is expected
+
+
+def _patterns_tell_time(text: str) -> bool:
+    """tells_time by the patterns alone: what its word-by-word reading must agree with."""
+    return _TELLS_TIME.search(text) is not None or _MONTH_DAY.search(text) is not None
+
+
+_TIME_ISH = st.sampled_from(
+    [
+        "last", "this", "next", "past", "in", "early", "since", "by", "on", "until", "before",
+        "week", "weekend", "weeks", "month", "year", "years", "night", "summer", "fall", "autumn",
+        "ago", "today", "Yesterday", "TONIGHT", "recently", "lately", "Monday", "sunday's",
+        "March", "may", "maybe", "Mayday", "june", "December", "Sept", "3", "21st", "2019",
+        "1999-2000", "x2023", "_may", "may_", "march5", "\u017f", "\u212a", "\u0130", "\u0131",
+        "caf\u00e9", "day", "days", "birthday",
+    ]
+)  # fmt: skip
+_FILLER = st.text(alphabet=" .,;:!?'\"-_()\n\tabcdefghijklmnopqrstuvwxyzAMY0123456789", max_size=12)
+
+
+@settings(max_examples=1500, deadline=None)
+@given(st.lists(st.one_of(_TIME_ISH, _FILLER), max_size=12), st.sampled_from([" ", "", "  ", "-"]))
+def test_tells_time_reads_words_as_the_patterns_do(parts: list[str], glue: str) -> None:
+    text = glue.join(parts)
+    assert tells_time(text) is _patterns_tell_time(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "See you tomorrow", "a long weekend", "weekends are short", "in may", "may 3",
+        "this fall", "fall down", "the \u017fummer", "la\u017ft week",
+        "\u0130n May", "yesterday_x", "x_yesterday", "yesterday2", "two weeks ago.",
+    ],
+)  # fmt: skip
+def test_tells_time_agrees_with_its_patterns(text: str) -> None:
+    assert tells_time(text) is _patterns_tell_time(text)
