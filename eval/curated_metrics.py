@@ -27,8 +27,10 @@ __all__ = [
     "Judged",
     "all_present",
     "by_cosine",
+    "cosine_first",
     "figures",
     "first",
+    "has_cosine",
     "newer_first",
     "present",
     "shape_rows",
@@ -190,14 +192,20 @@ def figures(judged: Sequence[Judged]) -> dict[str, float]:
     }
 
 
+def has_cosine(judged: Sequence[Judged]) -> bool:
+    """Whether the run has the embedder's ranking for every question (its figures need it)."""
+    return bool(judged) and all(q.cosine is not None for q in judged)
+
+
+def cosine_first(q: Judged) -> bool:
+    """The embedder's ranking alone puts an answer first."""
+    return q.cosine is not None and first(q.cosine.keys, q.answers)
+
+
 def _cosine_figures(judged: Sequence[Judged]) -> dict[str, float]:
     """The embedder's ceiling (`cosine_`), when the run computed it for every question."""
-    if not judged or any(q.cosine is None for q in judged):
+    if not has_cosine(judged):
         return {}
-
-    def cosine_first(q: Judged) -> bool:
-        return q.cosine is not None and first(q.cosine.keys, q.answers)
-
     answerable = [q for q in judged if q.answerable]
     return {
         "cosine_paraphrase_first": _share(_of(judged, "paraphrase"), cosine_first),
@@ -221,7 +229,7 @@ def shape_rows(
     """One row per shape (answerable and unanswerable name traps apart): count, the answerable
     columns (NaN for unanswerable rows; "cosine first" when the run has the embedder's ranking),
     the share the tool answered, mean items returned."""
-    with_cosine = bool(judged) and all(q.cosine is not None for q in judged)
+    with_cosine = has_cosine(judged)
     groups: list[tuple[str, list[Judged]]] = []
     for shape in shapes:
         members = _of(judged, shape)
@@ -237,9 +245,7 @@ def shape_rows(
         for heading, test in _ANSWERABLE_COLUMNS:
             row[heading] = _share(answerable, test)
         if with_cosine:
-            row["cosine first"] = _share(
-                answerable, lambda q: q.cosine is not None and first(q.cosine.keys, q.answers)
-            )
+            row["cosine first"] = _share(answerable, cosine_first)
         row["tool answered"] = _share(members, lambda q: not q.tool.empty)
         row["returned"] = _mean([float(len(q.tool.keys)) for q in members])
         rows.append((name, row))
