@@ -89,7 +89,7 @@ from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService, Priority
 from app.services.query import QueryRequest, ann_probes, informative, time_preference
 from app.services.query.pipeline import SearchPath
-from app.vectors import vector_literal
+from app.vectors import QUERY_VECTOR, query_vector, vector_literal
 from bench.drive import BenchQuery, percentiles, run_level, timing_breakdown
 from bench.fresh import import_conversation
 from bench.options import ROOT, parse_levels, parse_settings, parse_size
@@ -312,11 +312,11 @@ def floor_sql(exact: bool, rescore: bool = False, indexed: bool = False) -> str:
         expansion="",
         terms="idf",
     )
-    order = "(t.embedding <=> CAST(:q AS halfvec))" + (" + 0" if exact else "")
+    order = f"(t.embedding <=> {QUERY_VECTOR})" + (" + 0" if exact else "")
     sql = f"""
 WITH kw AS ({bm25}),
 vm AS (
-    SELECT t.id, 1 - (t.embedding <=> CAST(:q AS halfvec)) AS cosine FROM memory_items AS t
+    SELECT t.id, 1 - (t.embedding <=> {QUERY_VECTOR}) AS cosine FROM memory_items AS t
     WHERE {_VISIBLE_MEMORY} AND t.embedding_model = :model ORDER BY {order} LIMIT :limit
 ), vmsg AS (
     -- The service's own messages branch: each turn's cosine mixed with its best passage's.
@@ -387,7 +387,7 @@ async def floor_query(
         "limit": n,
         "k1": preset.bm25_k1,
         "b": preset.bm25_b,
-        "q": vector_literal(vector),
+        "q": query_vector(vector),
         "model": LOCAL_MODEL_ID,
         "w": preset.passage_weight,
         "names": " ".join(query_names(query)),

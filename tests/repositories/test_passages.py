@@ -128,13 +128,13 @@ async def test_the_exact_statement_never_pairs_messages_with_passages(
     their passages was planned as a nested loop (every message x every passage: 50 ms instead
     of 2 for a LoCoMo user). The statement has no join to plan that way."""
     from app.repositories.retrieval import _passage_messages_sql
-    from app.vectors import vector_literal
+    from app.vectors import query_vector
 
     async with make_client() as (client, app):
         await add_messages(client, user_id, [LONG, SHORT] * 20)
         embeddings = app.state.resources.embeddings
         q = (await embeddings.embed(["the kids"], priority=Priority.INTERACTIVE))[0]
-        params = {"q": vector_literal(q), "user_id": user_id, "model": embeddings.model}
+        params = {"q": query_vector(q), "user_id": user_id, "model": embeddings.model}
         async with user_session(app.state.resources.sessionmaker, user_id) as session:
             plan = "\n".join(
                 (

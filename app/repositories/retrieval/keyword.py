@@ -39,8 +39,11 @@ WITH q AS (
     -- the lexemes of the names in the question (app/retrieval/names.py)
     SELECT DISTINCT u.lexeme FROM unnest(to_tsvector('english', :names)) AS u
 ), st AS (
+    -- k1 and b as float8 once: a numeric bind would be converted on every posting's row (a
+    -- numeric-to-float8 conversion goes through text: most of this statement's CPU).
     SELECT greatest(doc_count, 1)::float8 AS n,
-           greatest(total_length::float8 / greatest(doc_count, 1), 1.0) AS avgdl
+           greatest(total_length::float8 / greatest(doc_count, 1), 1.0) AS avgdl,
+           CAST(:k1 AS float8) AS k1, CAST(:b AS float8) AS b
     FROM search_stats WHERE user_id = :user_id
 ), df AS (
     -- Counted per query lexeme over its (user_id, lexeme) index range, whatever the statistics:
@@ -60,11 +63,11 @@ WITH q AS (
     FROM q CROSS JOIN st LEFT JOIN df ON df.lexeme = q.lexeme
 ){expansion}, scored AS (
     SELECT p.item_id, p.source,
-           sum({terms}.idf * p.tf * (:k1 + 1.0)
-               / (p.tf + :k1 * (1.0 - :b + :b * p.dl / st.avgdl))) AS score,
+           sum({terms}.idf * p.tf * (st.k1 + 1.0)
+               / (p.tf + st.k1 * (1.0 - st.b + st.b * p.dl / st.avgdl))) AS score,
            -- the same sum over the lexemes that are not names: a name alone is no evidence
-           coalesce(sum({terms}.idf * p.tf * (:k1 + 1.0)
-               / (p.tf + :k1 * (1.0 - :b + :b * p.dl / st.avgdl)))
+           coalesce(sum({terms}.idf * p.tf * (st.k1 + 1.0)
+               / (p.tf + st.k1 * (1.0 - st.b + st.b * p.dl / st.avgdl)))
                FILTER (WHERE {terms}.lexeme NOT IN (SELECT lexeme FROM nq)), 0) AS plain
     -- One index range per query lexeme. LATERAL + OFFSET 0 because the planner cannot see that
     -- idf has a handful of rows and seq-scans a big user's postings (84 ms at 50k items).
@@ -75,7 +78,7 @@ WITH q AS (
     GROUP BY p.item_id, p.source
 )
 SELECT s.item_id, s.source, s.score, s.plain,
-       (SELECT coalesce(sum(idf), 0) * (:k1 + 1.0) FROM query_idf) AS max_score
+       (SELECT coalesce(sum(idf), 0) * (CAST(:k1 AS float8) + 1.0) FROM query_idf) AS max_score
 -- Sorted before the visibility filter: LIMIT stops the EXISTS probes after the top rows.
 FROM (SELECT * FROM scored ORDER BY score DESC OFFSET 0) AS s
 WHERE {source_filter}

@@ -4,11 +4,12 @@ docs/retrieval.md): exact over all the user's messages and passages, or ANN re-s
 from __future__ import annotations
 
 from app.repositories.search_index import Source
+from app.vectors import QUERY_VECTOR
 
 # A message's passage score: its best passage's cosine, or its own where it has none (a turn of
 # one sentence). Read through the passages' primary key, one index probe per scored message.
 _BEST_PASSAGE = (
-    "coalesce((SELECT max(1 - (p.embedding <=> CAST(:q AS halfvec))) FROM message_passages AS p "
+    f"coalesce((SELECT max(1 - (p.embedding <=> {QUERY_VECTOR})) FROM message_passages AS p "
     "WHERE p.user_id = :user_id AND p.message_id = {id} AND p.embedding_model = :model), {own})"
 )
 
@@ -23,7 +24,7 @@ def _passage_messages_sql(exact: bool, when_sql: str, *, rescore: bool = False) 
     rescore (exact only): the messages are found exactly by their own vectors and their
     passages re-score them, as on the ANN path, instead of scoring every passage of the user:
     for a user of few turns and many passages (pipeline.arms)."""
-    own = "1 - (t.embedding <=> CAST(:q AS halfvec))"
+    own = f"1 - (t.embedding <=> {QUERY_VECTOR})"
     scope = (
         f"t.user_id = :user_id AND t.embedding IS NOT NULL AND t.embedding_model = :model{when_sql}"
     )
@@ -34,7 +35,7 @@ def _passage_messages_sql(exact: bool, when_sql: str, *, rescore: bool = False) 
         # HAVING drops passages of messages outside the scope (time filter, model).
         rows = (
             f"SELECT t.id, {own} AS own, NULL::float8 AS part FROM messages AS t WHERE {scope} "
-            "UNION ALL SELECT p.message_id, NULL, 1 - (p.embedding <=> CAST(:q AS halfvec)) "
+            f"UNION ALL SELECT p.message_id, NULL, 1 - (p.embedding <=> {QUERY_VECTOR}) "
             "FROM message_passages AS p "
             "WHERE p.user_id = :user_id AND p.embedding_model = :model"
         )
@@ -48,14 +49,14 @@ def _passage_messages_sql(exact: bool, when_sql: str, *, rescore: bool = False) 
         # their passages re-score them.
         found = (
             f"SELECT t.id, {own} AS own FROM messages AS t WHERE {scope} "
-            "ORDER BY t.embedding <=> CAST(:q AS halfvec) LIMIT :limit"
+            f"ORDER BY t.embedding <=> {QUERY_VECTOR} LIMIT :limit"
         )
         if exact:
             # `+ 0`: an order the ivfflat index cannot serve. The distance is computed once per
             # row and named: in the select list and the ORDER BY it would be computed twice.
             found = (
                 "SELECT f.id, 1 - f.d AS own FROM (SELECT t.id, "
-                f"(t.embedding <=> CAST(:q AS halfvec)) + 0 AS d FROM messages AS t WHERE {scope} "
+                f"(t.embedding <=> {QUERY_VECTOR}) + 0 AS d FROM messages AS t WHERE {scope} "
                 "ORDER BY d LIMIT :limit) AS f"
             )
         inner = (

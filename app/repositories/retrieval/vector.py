@@ -20,7 +20,7 @@ from app.repositories.retrieval.common import (
 )
 from app.repositories.retrieval.passages import _passage_messages_sql
 from app.repositories.search_index import Source
-from app.vectors import vector_literal
+from app.vectors import QUERY_VECTOR, query_vector
 
 # The planner's random page cost on the ANN path (see RetrievalRepository.set_vector_search).
 ANN_RANDOM_PAGE_COST = 1.1
@@ -159,14 +159,14 @@ class VectorArm(SessionBound):
 
         def order(source: Source) -> str:
             if exact and source not in indexed:
-                return "(t.embedding <=> CAST(:q AS halfvec)) + 0"
-            return "t.embedding <=> CAST(:q AS halfvec)"
+                return f"(t.embedding <=> {QUERY_VECTOR}) + 0"
+            return f"t.embedding <=> {QUERY_VECTOR}"
 
         exact_messages = exact and Source.MESSAGE not in indexed
         results: dict[tuple[Source, uuid.UUID], float] = {}
         params: dict[str, Any] = {
             "user_id": user_id,
-            "q": vector_literal(embedding),
+            "q": query_vector(embedding),
             "limit": limit,
             **when.params(),
             **_scope_params(types, tags),
@@ -205,7 +205,7 @@ class VectorArm(SessionBound):
         # scan) and its own sort by cosine, so rows of equal cosine (duplicate turns) come in the
         # same order as from one statement per source; Append returns the branches in turn.
         branches = [
-            f"(SELECT {int(source)} AS source, id, 1 - (embedding <=> CAST(:q AS halfvec)) "
+            f"(SELECT {int(source)} AS source, id, 1 - (embedding <=> {QUERY_VECTOR}) "
             f"AS cosine FROM ({base} ORDER BY {order(source)} LIMIT :limit) AS c "
             "ORDER BY cosine DESC)"
             for source, base in statements
