@@ -35,9 +35,11 @@ import numpy as np
 COVERING_MAX_DIMENSION = 1024
 
 
-# The query vector in raw SQL, bound as `query_vector(...)`. With the read path's custom plans
-# the casts are folded into one halfvec constant before execution.
-QUERY_VECTOR = "CAST(CAST(:q AS real[]) AS halfvec)"
+# The query vector in raw SQL, bound as `query_vector(...)`. A scalar subquery, so the cast is
+# made once per statement (an InitPlan) also in a generic plan, where a bare cast of the bind
+# would run on every row: 6 ms instead of 1.6 for a small user's exact statement. An index
+# scan takes the InitPlan's value as its ORDER BY operand like a bind.
+QUERY_VECTOR = "(SELECT CAST(CAST(:q AS real[]) AS halfvec))"
 
 
 def query_vector(vector: Any) -> list[float]:
