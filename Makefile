@@ -23,9 +23,12 @@ install-cli: venv
 model-mpnet: venv
 	.venv/bin/python scripts/install_local_model.py all-mpnet-base-v2
 
+# Two workers (pytest-xdist), each file on one worker: the slowest files start first
+# (tests/conftest.py). TEST_WORKERS=0 runs the suite in this process, in file order.
+TEST_WORKERS ?= 2
 test: venv
 	@scripts/ensure-test-deps.sh
-	.venv/bin/python -m pytest
+	.venv/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 # The golden set gates (eval/metrics.py): Recall@5 0.93 (measured 0.960, less a margin) and
 # Precision@5 at issue 29's 0.90 (measured 0.911). So does the curated set (issue 29): at its

@@ -124,6 +124,19 @@ async def run_level(
     }
 
 
+async def run_alternately(
+    client: AsyncClient, first: list[BenchQuery], second: list[BenchQuery], *, requests: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`requests` calls of each list at concurrency 1, one of `first` then one of `second` in
+    turn: both see the same machine and the same background work (an import's autovacuum),
+    which two levels run one after the other do not. Latency percentiles of each list."""
+    latencies: tuple[list[float], list[float]] = ([], [])
+    for i in range(requests):
+        for queries, out in zip((first, second), latencies, strict=True):
+            out.append((await _one(client, queries[i % len(queries)])).latency_ms)
+    return percentiles(latencies[0]), percentiles(latencies[1])
+
+
 async def timing_breakdown(
     client: AsyncClient,
     queries: list[BenchQuery],

@@ -32,6 +32,25 @@ if os.environ.get("CI"):
     hypothesis_settings.load_profile("ci")
 
 
+# The files that take minutes, slowest first (`--durations`): collected first, so that with
+# `make test`'s two workers (pytest-xdist, a file per worker) they start at once instead of
+# ending the run on one worker while the other idles.
+SLOW_FIRST = (
+    "tests/test_schemathesis.py",
+    "tests/admin/test_seed_acceptance.py",
+    "tests/test_portable_build.py",
+    "tests/eval/test_runner.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return SLOW_FIRST.index(path) if path in SLOW_FIRST else len(SLOW_FIRST)
+
+    items.sort(key=rank)  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session")
 def pg() -> Iterator[EmbeddedPostgres]:
     """The embedded Postgres 18 + pgvector, migrated to head with the real Alembic scripts; or

@@ -9,11 +9,14 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -352,11 +355,23 @@ def _ready_postmaster(temp: Path) -> int | None:
     return None
 
 
-def test_interrupted_runs_stop_and_remove_their_database(tmp_path: Path) -> None:
+@pytest.fixture
+def short_tmp() -> Iterator[Path]:
+    """A temporary directory with a short path. The eval's Postgres makes its Unix socket
+    under TMPDIR, and a socket's path holds at most 107 bytes: pytest-xdist's tmp_path (a
+    directory per worker) made it 111 here."""
+    base = Path(tempfile.mkdtemp(prefix="pgr-ev-"))
+    try:
+        yield base
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def test_interrupted_runs_stop_and_remove_their_database(short_tmp: Path) -> None:
     """Ctrl-C or SIGTERM mid-run: a distinct exit code, no server or data dir left behind."""
     runs = {
-        signal.SIGINT: (130, *_start_eval(tmp_path, "int")),
-        signal.SIGTERM: (143, *_start_eval(tmp_path, "term")),
+        signal.SIGINT: (130, *_start_eval(short_tmp, "int")),
+        signal.SIGTERM: (143, *_start_eval(short_tmp, "term")),
     }  # both at once: each mostly waits on imports and the database start
     try:
         postmasters: dict[signal.Signals, int] = {}
@@ -368,7 +383,8 @@ def test_interrupted_runs_stop_and_remove_their_database(tmp_path: Path) -> None
                     pid = _ready_postmaster(temp)
                     if pid is not None:
                         postmasters[sig] = pid
-        assert len(postmasters) == len(runs), "a run never started its database"
+        ended = [p.communicate()[1][-2000:] for _, p, _ in runs.values() if p.poll() is not None]
+        assert len(postmasters) == len(runs), f"a run never started its database: {ended}"
         time.sleep(1.0)  # into the run
         for sig, (_, process, _) in runs.items():
             process.send_signal(sig)
