@@ -112,14 +112,17 @@ async def start_server(
     *,
     workers: int = 1,
     timeout_s: float = 120.0,
+    checkout: Path = ROOT,
 ) -> Server:
-    """Start the service on a free port and wait until /health answers."""
+    """Start the service on a free port and wait until /health answers. `checkout`: the
+    working tree whose code serves, with its own .venv (bench.compare's other side)."""
     port = free_port()
+    python = sys.executable if checkout == ROOT else str(checkout / ".venv/bin/python")
     if workers == 1:
-        command = [sys.executable, "-m", "app.cli", "serve", "--port", str(port)]
+        command = [python, "-m", "app.cli", "serve", "--port", str(port)]
     else:
         command = [
-            sys.executable,
+            python,
             "-m",
             "uvicorn",
             "--factory",
@@ -140,7 +143,7 @@ async def start_server(
     # Popen returns at once; the server outlives this coroutine and is stopped synchronously.
     process = subprocess.Popen(  # noqa: ASYNC220
         command,
-        cwd=ROOT,
+        cwd=checkout,
         env=server_env(database_url, port, settings),
         stdout=log,
         stderr=subprocess.STDOUT,

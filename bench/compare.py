@@ -1,0 +1,169 @@
+"""`python -m bench.compare --other CHECKOUT --other-out DIR`: this checkout's service beside
+another checkout's, on the real workload, in one run.
+
+Both stores must exist (`python -m bench.real --messages 10k --out DIR` in each checkout: the
+same users and turns). Both servers run at once, each on its own store and embedded Postgres,
+the other with its checkout's code and .venv. One load generator (this checkout's client) sends
+each level in alternating bursts: a burst to this service, a burst to the other, and so on.
+A VM whose speed drifts by a fifth within a minute then slows both sides alike, which two
+benchmark runs one after the other do not. Per level and side: requests per second (completed
+requests over the bursts' summed wall time) and CPU per request (the server's processes and its
+Postgres backends, from /proc), then this side over the other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from app.embedded import EmbeddedPostgres
+from app.observability import configure_logging
+from app.roles import DEFAULT_APP_ROLE, with_user
+from bench.drive import BenchQuery, run_level
+from bench.options import ROOT, parse_levels, parse_settings, parse_size
+from bench.real import LOCOMO, make_users, questions
+from bench.run import _cpu, _cpu_per_request
+from bench.server import Server, start_server
+from bench.store import database
+from eval.datasets.locomo import load_locomo
+from pgrecall.client import NO_RETRY, AsyncClient
+
+log = logging.getLogger("bench")
+SIDES = ("this", "other")
+
+
+async def _burst(
+    client: AsyncClient, server: Server, dsn: str, qs: list[BenchQuery], c: int, n: int, at: int
+) -> dict[str, Any]:
+    before = await _cpu(server, dsn)
+    level = await run_level(client, qs, concurrency=c, requests=n, time_cap_s=120, offset=at)
+    cpu = _cpu_per_request(before, await _cpu(server, dsn), level["completed"])
+    return {"completed": level["completed"], "wall_s": level["wall_s"], "cpu": cpu["total"]}
+
+
+async def compare(
+    other: Path,
+    stores: dict[str, Path],
+    items: int,
+    levels: list[tuple[int, int]],
+    rounds: int,
+    settings: dict[str, str],
+    seed: int = 42,
+) -> dict[str, Any]:
+    users = make_users(load_locomo(LOCOMO), items, 5_000 if items <= 10_000 else 50_000, seed)
+    qs = questions(users, 2000, 0.2, seed)
+    pgs = {side: EmbeddedPostgres(stores[side] / "pg") for side in SIDES}
+    servers: dict[str, Server] = {}
+    dsns: dict[str, str] = {}
+    try:
+        for side in SIDES:
+            db = database(await asyncio.to_thread(pgs[side].start), f"bench_real_{items}")
+            dsns[side] = db.dsn
+            servers[side] = await start_server(
+                with_user(db.url, DEFAULT_APP_ROLE),
+                stores[side] / f"server-compare-{items}.log",
+                settings,
+                checkout=ROOT if side == "this" else other,
+            )
+        clients = {
+            side: AsyncClient(servers[side].base_url, timeout=30.0, retry=NO_RETRY)
+            for side in SIDES
+        }
+        result: dict[str, Any] = {"items": items, "rounds": rounds, "levels": []}
+        try:
+            for side in SIDES:  # warm-up: connections, plans, the sizes cache
+                await run_level(clients[side], qs, concurrency=1, requests=30, time_cap_s=60)
+            for concurrency, requests in levels:
+                bursts: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
+                for r in range(rounds):
+                    order = SIDES if r % 2 == 0 else SIDES[::-1]
+                    for side in order:
+                        bursts[side].append(
+                            await _burst(
+                                clients[side], servers[side], dsns[side], qs,
+                                concurrency, requests, r * requests,
+                            )
+                        )  # fmt: skip
+                row: dict[str, Any] = {"concurrency": concurrency, "load": os.getloadavg()[0]}
+                for side in SIDES:
+                    done = sum(b["completed"] for b in bursts[side])
+                    row[side] = {
+                        "requests": done,
+                        "rps": round(done / sum(b["wall_s"] for b in bursts[side]), 1),
+                        "cpu_ms": round(
+                            sum(b["cpu"] * b["completed"] for b in bursts[side]) / done, 2
+                        ),
+                        "bursts_cpu_ms": [b["cpu"] for b in bursts[side]],
+                    }
+                row["cpu_ratio"] = round(row["this"]["cpu_ms"] / row["other"]["cpu_ms"], 3)
+                row["rps_ratio"] = round(row["this"]["rps"] / row["other"]["rps"], 3)
+                row["burst_cpu_ratios"] = [
+                    round(a["cpu"] / b["cpu"], 3)
+                    for a, b in zip(bursts["this"], bursts["other"], strict=True)
+                ]
+                result["levels"].append(row)
+                log.info("compare c=%d %s", concurrency, row)
+        finally:
+            for client in clients.values():
+                await client.aclose()
+    finally:
+        for server in servers.values():
+            server.stop()
+        for pg in pgs.values():
+            await asyncio.to_thread(pg.stop)
+    return result
+
+
+def report(result: dict[str, Any], other: Path) -> str:
+    lines = [
+        f"real workload, {result['items']:,} turns: this checkout beside {other}, "
+        f"{result['rounds']} alternating bursts per side and level",
+        "",
+        "| conc | this req/s | other req/s | req/s ratio | this CPU ms/req | other CPU ms/req "
+        "| CPU ratio | CPU ratio per burst pair | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+    ]
+    for row in result["levels"]:
+        t, o = row["this"], row["other"]
+        lines.append(
+            f"| {row['concurrency']} | {t['rps']} | {o['rps']} | {row['rps_ratio']} "
+            f"| {t['cpu_ms']} | {o['cpu_ms']} | {row['cpu_ratio']} "
+            f"| {', '.join(str(x) for x in row['burst_cpu_ratios'])} | {row['load']:.2f} |"
+        )
+    return "\n".join(lines)
+
+
+cli = typer.Typer(add_completion=False, help=__doc__)
+
+
+@cli.command()
+def main(
+    other: Annotated[Path, typer.Option(help="the other checkout (with its .venv)")],
+    other_out: Annotated[Path, typer.Option(help="the other checkout's bench store")],
+    out: Annotated[Path, typer.Option(help="this checkout's bench store")] = ROOT / "bench/out",
+    messages: Annotated[str, typer.Option(help="stored turns: 10k, 50k, 100k")] = "10k",
+    levels: Annotated[str, typer.Option(help="concurrency:requests per burst")] = "1:100,8:200",
+    rounds: Annotated[int, typer.Option(help="bursts per side and level")] = 6,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE setting")] = None,
+) -> None:
+    configure_logging("INFO", "text")
+    result = asyncio.run(
+        compare(
+            other.resolve(),
+            {"this": out, "other": other_out},
+            parse_size(messages),
+            parse_levels(levels),
+            rounds,
+            parse_settings(set_ or []),
+        )
+    )
+    typer.echo(report(result, other))
+
+
+if __name__ == "__main__":
+    cli()
