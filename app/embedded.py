@@ -159,11 +159,13 @@ class EmbeddedPostgres:
     # -- paths -----------------------------------------------------------------------------
     @property
     def socket_dir(self) -> Path:
-        """The socket lives in the data dir when the path is short enough, else in /tmp."""
+        """The socket lives in the data dir when the path is short enough, else in the temp
+        directory (TMPDIR), else, when TMPDIR is itself too long, in /tmp."""
         if len(str(self.pgdata)) <= _MAX_SOCKET_DIR:
             return self.pgdata
-        digest = hashlib.sha256(str(self.pgdata).encode()).hexdigest()[:16]
-        return Path(tempfile.gettempdir()) / f"pgrecall-{digest}"
+        name = "pgrecall-" + hashlib.sha256(str(self.pgdata).encode()).hexdigest()[:16]
+        in_temp = Path(tempfile.gettempdir()) / name
+        return in_temp if len(str(in_temp)) <= _MAX_SOCKET_DIR else Path("/tmp") / name
 
     @property
     def url(self) -> str:

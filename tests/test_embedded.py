@@ -146,6 +146,25 @@ async def test_stale_handle_pids_are_pruned(data_dir: Path) -> None:
     assert await _execute(server, "SELECT 1 AS one")
 
 
+def test_a_long_temp_directory_too_puts_the_socket_in_tmp(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TMPDIR longer than a socket path allows (a test runner's per-worker directory, a deep
+    CI workspace): the socket goes to /tmp, and the server starts and answers there."""
+    long_temp = tmp_path / ("t" * 80)
+    long_temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(long_temp))
+    server = EmbeddedPostgres(long_temp / "data")
+    assert len(str(server.pgdata)) > 90
+    assert server.socket_dir.parent == Path("/tmp")
+    assert len(str(server.socket_dir / ".s.PGSQL.5432")) < 107
+    try:
+        server.start()
+        assert server.is_running()
+    finally:
+        server.stop()
+
+
 def test_long_data_dir_puts_socket_in_tmp() -> None:
     base = Path(tempfile.mkdtemp(prefix="pgr-long-"))
     try:

@@ -9,14 +9,11 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -355,23 +352,13 @@ def _ready_postmaster(temp: Path) -> int | None:
     return None
 
 
-@pytest.fixture
-def short_tmp() -> Iterator[Path]:
-    """A temporary directory with a short path. The eval's Postgres makes its Unix socket
-    under TMPDIR, and a socket's path holds at most 107 bytes: pytest-xdist's tmp_path (a
-    directory per worker) made it 111 here."""
-    base = Path(tempfile.mkdtemp(prefix="pgr-ev-"))
-    try:
-        yield base
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
-
-
-def test_interrupted_runs_stop_and_remove_their_database(short_tmp: Path) -> None:
-    """Ctrl-C or SIGTERM mid-run: a distinct exit code, no server or data dir left behind."""
+def test_interrupted_runs_stop_and_remove_their_database(tmp_path: Path) -> None:
+    """Ctrl-C or SIGTERM mid-run: a distinct exit code, no server or data dir left behind.
+    TMPDIR is the test's tmp_path, too long for a socket path under pytest-xdist (a directory
+    per worker): the database puts its socket in /tmp (EmbeddedPostgres.socket_dir)."""
     runs = {
-        signal.SIGINT: (130, *_start_eval(short_tmp, "int")),
-        signal.SIGTERM: (143, *_start_eval(short_tmp, "term")),
+        signal.SIGINT: (130, *_start_eval(tmp_path, "int")),
+        signal.SIGTERM: (143, *_start_eval(tmp_path, "term")),
     }  # both at once: each mostly waits on imports and the database start
     try:
         postmasters: dict[signal.Signals, int] = {}
