@@ -10,9 +10,9 @@ buffers they occupy.
 The query path sends the query vector as a `real[]` bind (`query_vector`, cast with
 `QUERY_VECTOR`: Postgres rounds each value to half precision): asyncpg encodes the array in
 binary, about 9 µs against 160 µs for the text form. Other raw SQL sends vectors as text
-(`vector_literal`, cast with `CAST(:v AS halfvec)`), and COPY sends halfvec's binary form
-(`encode_halfvec`). Python keeps float32 arrays throughout: the ORM's
-column type (app/models/base.py, `HalfVec`) reads a stored vector back as one.
+(`vector_literal`, arrays of them unnested and cast to halfvec), and COPY sends halfvec's
+binary form (`encode_halfvec`). Python keeps float32 arrays throughout: the ORM's column type
+(app/models/base.py, `HalfVec`) reads a stored vector back as one.
 
 Up to COVERING_MAX_DIMENSION the migration also gives messages and passages a covering index,
 `(user_id, embedding_model) INCLUDE (id, embedding)`: the exact path scores a user's vectors

@@ -19,15 +19,16 @@ import os
 from pathlib import Path
 from typing import Annotated, Any
 
+import numpy as np
 import typer
 
 from app.embedded import EmbeddedPostgres
 from app.observability import configure_logging
 from app.roles import DEFAULT_APP_ROLE, with_user
-from bench.drive import BenchQuery, run_level
-from bench.options import ROOT, parse_levels, parse_settings, parse_size
-from bench.real import LOCOMO, make_users, questions
-from bench.run import _cpu, _cpu_per_request
+from bench.drive import run_level
+from bench.options import ROOT, MessagesOption, SetOption, parse_levels, parse_settings, parse_size
+from bench.real import LOCOMO, default_big_size, workload
+from bench.run import measured_level
 from bench.server import Server, start_server
 from bench.store import database
 from eval.datasets.locomo import load_locomo
@@ -35,15 +36,6 @@ from pgrecall.client import NO_RETRY, AsyncClient
 
 log = logging.getLogger("bench")
 SIDES = ("this", "other")
-
-
-async def _burst(
-    client: AsyncClient, server: Server, dsn: str, qs: list[BenchQuery], c: int, n: int, at: int
-) -> dict[str, Any]:
-    before = await _cpu(server, dsn)
-    level = await run_level(client, qs, concurrency=c, requests=n, time_cap_s=120, offset=at)
-    cpu = _cpu_per_request(before, await _cpu(server, dsn), level["completed"])
-    return {"completed": level["completed"], "wall_s": level["wall_s"], "cpu": cpu["total"]}
 
 
 async def compare(
@@ -55,8 +47,7 @@ async def compare(
     settings: dict[str, str],
     seed: int = 42,
 ) -> dict[str, Any]:
-    users = make_users(load_locomo(LOCOMO), items, 5_000 if items <= 10_000 else 50_000, seed)
-    qs = questions(users, 2000, 0.2, seed)
+    _, qs = workload(load_locomo(LOCOMO), items, default_big_size(items), seed)
     pgs = {side: EmbeddedPostgres(stores[side] / "pg") for side in SIDES}
     servers: dict[str, Server] = {}
     dsns: dict[str, str] = {}
@@ -81,30 +72,28 @@ async def compare(
             for concurrency, requests in levels:
                 bursts: dict[str, list[dict[str, Any]]] = {side: [] for side in SIDES}
                 for r in range(rounds):
-                    order = SIDES if r % 2 == 0 else SIDES[::-1]
-                    for side in order:
+                    for side in SIDES if r % 2 == 0 else SIDES[::-1]:
                         bursts[side].append(
-                            await _burst(
+                            await measured_level(
                                 clients[side], servers[side], dsns[side], qs,
-                                concurrency, requests, r * requests,
+                                concurrency=concurrency, requests=requests, time_cap_s=120,
+                                offset=r * requests,
                             )
                         )  # fmt: skip
                 row: dict[str, Any] = {"concurrency": concurrency, "load": os.getloadavg()[0]}
+                cpu = {s: [b["cpu_ms_per_request"]["total"] for b in bursts[s]] for s in SIDES}
                 for side in SIDES:
-                    done = sum(b["completed"] for b in bursts[side])
+                    done = [b["completed"] for b in bursts[side]]
                     row[side] = {
-                        "requests": done,
-                        "rps": round(done / sum(b["wall_s"] for b in bursts[side]), 1),
-                        "cpu_ms": round(
-                            sum(b["cpu"] * b["completed"] for b in bursts[side]) / done, 2
-                        ),
-                        "bursts_cpu_ms": [b["cpu"] for b in bursts[side]],
+                        "requests": sum(done),
+                        "rps": round(sum(done) / sum(b["wall_s"] for b in bursts[side]), 1),
+                        "cpu_ms": round(float(np.average(cpu[side], weights=done)), 2),
+                        "bursts_cpu_ms": cpu[side],
                     }
                 row["cpu_ratio"] = round(row["this"]["cpu_ms"] / row["other"]["cpu_ms"], 3)
                 row["rps_ratio"] = round(row["this"]["rps"] / row["other"]["rps"], 3)
                 row["burst_cpu_ratios"] = [
-                    round(a["cpu"] / b["cpu"], 3)
-                    for a, b in zip(bursts["this"], bursts["other"], strict=True)
+                    round(a / b, 3) for a, b in zip(cpu["this"], cpu["other"], strict=True)
                 ]
                 result["levels"].append(row)
                 log.info("compare c=%d %s", concurrency, row)
@@ -146,10 +135,10 @@ def main(
     other: Annotated[Path, typer.Option(help="the other checkout (with its .venv)")],
     other_out: Annotated[Path, typer.Option(help="the other checkout's bench store")],
     out: Annotated[Path, typer.Option(help="this checkout's bench store")] = ROOT / "bench/out",
-    messages: Annotated[str, typer.Option(help="stored turns: 10k, 50k, 100k")] = "10k",
+    messages: MessagesOption = "10k",
     levels: Annotated[str, typer.Option(help="concurrency:requests per burst")] = "1:100,8:200",
     rounds: Annotated[int, typer.Option(help="bursts per side and level")] = 6,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE setting")] = None,
+    set_: SetOption = None,
 ) -> None:
     configure_logging("INFO", "text")
     result = asyncio.run(

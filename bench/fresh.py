@@ -28,7 +28,7 @@ import typer
 from app.migrate import upgrade_head
 from app.observability import configure_logging
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
-from bench.options import ROOT
+from bench.options import ROOT, SetOption
 from bench.server import start_server
 from bench.store import create_database, database
 from eval.datasets.locomo import Conversation, load_locomo
@@ -256,7 +256,7 @@ def main(
     questions: Annotated[int, typer.Option(help="questions asked per user and pass")] = 80,
     out: Annotated[Path, typer.Option()] = ROOT / "bench/out",
     tag: Annotated[str, typer.Option(help="results file suffix")] = "",
-    set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE setting")] = None,
+    set_: SetOption = None,
 ) -> None:
     configure_logging("INFO", "text")
     settings = dict(s.split("=", 1) for s in set_ or [])

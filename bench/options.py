@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Annotated
 
 import typer
 
 ROOT = Path(__file__).resolve().parents[1]
 _SIZE = re.compile(r"^(\d+)([km]?)$", re.IGNORECASE)
+
+# Options several commands take, declared once (`parse_settings`, `parse_size` read them).
+SetOption = Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE setting")]
+MessagesOption = Annotated[str, typer.Option(help="stored turns: 10k, 50k, 100k")]
 
 
 def parse_size(text: str) -> int:

@@ -92,8 +92,8 @@ from app.services.query.pipeline import SearchPath
 from app.vectors import QUERY_VECTOR, query_vector, vector_literal
 from bench.drive import BenchQuery, percentiles, run_alternately, run_level, timing_breakdown
 from bench.fresh import import_conversation
-from bench.options import ROOT, parse_levels, parse_settings, parse_size
-from bench.run import _cpu, _cpu_per_request
+from bench.options import ROOT, MessagesOption, SetOption, parse_levels, parse_settings, parse_size
+from bench.run import measured_level
 from bench.server import start_server
 from bench.store import _schema_fingerprint, create_database, database
 from bench.vocabulary import PEOPLE
@@ -219,6 +219,20 @@ def questions(users: list[User], count: int, big_share: float, seed: int) -> lis
         question = rng.choice(copy.conv.questions)
         out.append(BenchQuery(user.user_id, copy.text(question.question), user.big))
     return out
+
+
+def default_big_size(items: int) -> int:
+    """Turns of the big user when --big-size is not given."""
+    return 5_000 if items <= 10_000 else 50_000
+
+
+def workload(
+    conversations: list[Conversation], items: int, big_size: int, seed: int
+) -> tuple[list[User], list[BenchQuery]]:
+    """The store's users and the questions asked of them: the same for the same arguments, so
+    two stores built with them (bench.compare's two checkouts) hold the same turns."""
+    users = make_users(conversations, items, big_size, seed)
+    return users, questions(users, 2000, 0.2, seed)
 
 
 # ---------------------------------------------------------------- load
@@ -540,10 +554,9 @@ async def run(
 
     conversations = load_locomo(LOCOMO)
     vectors = base_vectors(conversations, out / "cache")
-    big_size = big_size or (5_000 if items <= 10_000 else 50_000)
-    users = make_users(conversations, items, big_size, seed)
+    big_size = big_size or default_big_size(items)
+    users, qs = workload(conversations, items, big_size, seed)
     sizes = {u.user_id: u.size for u in users}
-    qs = questions(users, 2000, 0.2, seed)
     cfg = load_settings(**settings)
     pg = EmbeddedPostgres(out / "pg")
     server_url = await asyncio.to_thread(pg.start)
@@ -609,13 +622,10 @@ async def run(
                 result["levels"] = []
                 for concurrency, requests in levels:
                     load = os.getloadavg()[0]
-                    before = await _cpu(server, db.dsn)
-                    level = await run_level(
-                        client, qs, concurrency=concurrency, requests=requests, time_cap_s=120
-                    )
-                    level["cpu_ms_per_request"] = _cpu_per_request(
-                        before, await _cpu(server, db.dsn), level["completed"]
-                    )
+                    level = await measured_level(
+                        client, server, db.dsn, qs,
+                        concurrency=concurrency, requests=requests, time_cap_s=120,
+                    )  # fmt: skip
                     level["loadavg_1m_before"] = round(load, 2)
                     result["levels"].append(level)
                     log.info("real %d c=%d %s", items, concurrency, level["latency_ms"])
@@ -782,11 +792,11 @@ cli = typer.Typer(add_completion=False, help=__doc__)
 
 @cli.command()
 def main(
-    messages: Annotated[str, typer.Option(help="stored turns: 10k, 50k, 100k")] = "10k",
+    messages: MessagesOption = "10k",
     levels: Annotated[str, typer.Option(help="concurrency:requests")] = "1:300,8:600",
     samples: Annotated[int, typer.Option(help="queries for the split and the floor")] = 100,
     out: Annotated[Path, typer.Option()] = ROOT / "bench/out",
-    set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE setting")] = None,
+    set_: SetOption = None,
     big_size: Annotated[int | None, typer.Option(help="turns of the big user")] = None,
 ) -> None:
     configure_logging("INFO", "text")

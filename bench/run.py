@@ -23,7 +23,7 @@ from app.repositories.maintenance import Table
 from app.retrieval.presets import get_preset
 from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
 from app.services.reindex import OwnIndexBands, reindex_users
-from bench.drive import make_queries, run_level, timing_breakdown
+from bench.drive import BenchQuery, make_queries, run_level, timing_breakdown
 from bench.recall import VectorSearch, measure_recall
 from bench.report import result_path, write_result
 from bench.server import Server, cpu_seconds, start_server
@@ -137,6 +137,34 @@ def _cpu_per_request(before: _Cpu, after: _Cpu, requests: int) -> dict[str, floa
     return out
 
 
+async def measured_level(
+    client: AsyncClient,
+    server: Server,
+    dsn: str,
+    queries: list[BenchQuery],
+    *,
+    concurrency: int,
+    requests: int,
+    time_cap_s: float,
+    offset: int = 0,
+) -> dict[str, Any]:
+    """`run_level`'s figures and the level's CPU per request (`cpu_ms_per_request`: the
+    service's processes, its Postgres backends on `dsn`, the load generator)."""
+    before = await _cpu(server, dsn)
+    level = await run_level(
+        client,
+        queries,
+        concurrency=concurrency,
+        requests=requests,
+        time_cap_s=time_cap_s,
+        offset=offset,
+    )
+    level["cpu_ms_per_request"] = _cpu_per_request(
+        before, await _cpu(server, dsn), level["completed"]
+    )
+    return level
+
+
 async def user_indexes(
     url: str, settings: Settings, tables: tuple[Table, ...] = ("memory_items",)
 ) -> dict[str, int]:
@@ -215,16 +243,14 @@ async def run_size(server_url: str, items: int, embed: Embed, cfg: BenchConfig) 
             for concurrency, requests in cfg.levels:
                 load = os.getloadavg()[0]
                 server.peak_rss = 0
-                cpu_before = await _cpu(server, store.db.dsn)
-                level = await run_level(
+                level = await measured_level(
                     client,
+                    server,
+                    store.db.dsn,
                     queries,
                     concurrency=concurrency,
                     requests=requests,
                     time_cap_s=cfg.time_cap_s,
-                )
-                level["cpu_ms_per_request"] = _cpu_per_request(
-                    cpu_before, await _cpu(server, store.db.dsn), level["completed"]
                 )
                 level["rss_mb_peak"] = round(max(server.peak_rss, server.rss()) / _MB)
                 level["loadavg_1m_before"] = round(load, 2)

@@ -35,7 +35,7 @@ from app.runtime.query import query_config
 from app.services.query import QueryRequest, QueryResult
 from app.services.query.pipeline import Vectors, retrieve, scope
 from app.services.query.sizes import SearchSizes
-from bench.options import ROOT, parse_settings, parse_size
+from bench.options import ROOT, SetOption, parse_settings, parse_size
 from bench.real import LOCOMO, make_users, questions
 from bench.store import database
 from eval.datasets.locomo import load_locomo
@@ -218,7 +218,7 @@ def main(
     messages: Annotated[str, typer.Option(help="the bench.real store: 10k, 100k")] = "10k",
     out: Annotated[Path, typer.Option()] = ROOT / "bench/out",
     queries: Annotated[int, typer.Option(help="questions per pass")] = 200,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="KEY=VALUE setting")] = None,
+    set_: SetOption = None,
     explain: Annotated[
         bool, typer.Option(help="log the plans of one small and one big user's query instead")
     ] = False,

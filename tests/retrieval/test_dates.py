@@ -9,12 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from app.retrieval.dates import (
-    _MONTH_DAY,
-    _TELLS_TIME,
     TimeWindow,
     asks_when,
     parse_time_expression,
     tells_time,
+    tells_time_by_patterns,
 )
 
 # A Wednesday.
@@ -177,11 +176,6 @@ def test_tells_time(text: str, expected: bool) -> None:
     assert tells_time(text) is expected
 
 
-def _patterns_tell_time(text: str) -> bool:
-    """tells_time by the patterns alone: what its word-by-word reading must agree with."""
-    return _TELLS_TIME.search(text) is not None or _MONTH_DAY.search(text) is not None
-
-
 _TIME_ISH = st.sampled_from(
     [
         "last", "this", "next", "past", "in", "early", "since", "by", "on", "until", "before",
@@ -199,7 +193,7 @@ _FILLER = st.text(alphabet=" .,;:!?'\"-_()\n\tabcdefghijklmnopqrstuvwxyzAMY01234
 @given(st.lists(st.one_of(_TIME_ISH, _FILLER), max_size=12), st.sampled_from([" ", "", "  ", "-"]))
 def test_tells_time_reads_words_as_the_patterns_do(parts: list[str], glue: str) -> None:
     text = glue.join(parts)
-    assert tells_time(text) is _patterns_tell_time(text)
+    assert tells_time(text) is tells_time_by_patterns(text)
 
 
 @pytest.mark.parametrize(
@@ -211,4 +205,4 @@ def test_tells_time_reads_words_as_the_patterns_do(parts: list[str], glue: str) 
     ],
 )  # fmt: skip
 def test_tells_time_agrees_with_its_patterns(text: str) -> None:
-    assert tells_time(text) is _patterns_tell_time(text)
+    assert tells_time(text) is tells_time_by_patterns(text)
