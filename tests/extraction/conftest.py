@@ -112,19 +112,25 @@ def upstream() -> Iterator[Upstream]:
 def make_env(
     make_client: Callable[..., Any], upstream: Upstream, db_engine: AsyncEngine
 ) -> Callable[..., Any]:
-    """`async with make_env(**overrides) as env:` the app on the scripted model. Jobs the test
-    left unfinished are removed afterwards, so no later test's worker picks them up."""
+    """`async with make_env(**overrides) as env:` the app on the scripted model, on a job queue
+    of its own: unfinished jobs are removed before the test (another test file on this worker's
+    database may have queued some, or left retries that fall due later: `drain()` would claim
+    them) and after it, so no later test's worker picks up this one's."""
+
+    async def clear_unfinished_jobs() -> None:
+        async with db_engine.begin() as conn:
+            await conn.execute(
+                text("DELETE FROM extraction_jobs WHERE state IN ('queued', 'running')")
+            )
 
     @asynccontextmanager
     async def factory(**overrides: Any) -> AsyncIterator[Env]:
         settings = {**FAST, "extraction_base_url": upstream.base, **overrides}
+        await clear_unfinished_jobs()
         async with make_client(**settings) as (client, app):
             try:
                 yield Env(client, app, upstream)
             finally:
-                async with db_engine.begin() as conn:
-                    await conn.execute(
-                        text("DELETE FROM extraction_jobs WHERE state IN ('queued', 'running')")
-                    )
+                await clear_unfinished_jobs()
 
     return factory
