@@ -25,6 +25,7 @@ __all__ = [
     "DEFAULT_PATH",
     "MEMORY_TYPES",
     "SHAPES",
+    "SPLITS",
     "CuratedDataset",
     "CuratedMemory",
     "CuratedQuestion",
@@ -42,6 +43,8 @@ SHAPES = (
     "newer_wins",  # the answer replaced an older memory (no link): it must rank first
     "two_memories",  # needs every answer key
 )
+# A corpus person's split (eval/corpus); "" in a development file without splits.
+SPLITS = frozenset({"", "train", "validation", "test"})
 # Shapes whose questions always have an answer; name_trap may or may not.
 ANSWERABLE_SHAPES = frozenset({"paraphrase", "shared_word", "newer_wins", "two_memories"})
 
@@ -79,6 +82,10 @@ class CuratedUser:
     persona: str
     memories: tuple[CuratedMemory, ...]
     questions: tuple[CuratedQuestion, ...]
+    # The person's own name, as memories written in the third person use it ("" where none
+    # does), and the corpus split the person belongs to (eval/corpus: train, validation, test).
+    name: str = ""
+    split: str = ""
 
     def memory(self, key: str) -> CuratedMemory:
         return next(m for m in self.memories if m.key == key)
@@ -190,11 +197,16 @@ def _user(raw: Mapping[str, Any], where: str) -> CuratedUser:
         _question(q, by_key, f"{where} question {i}")
         for i, q in enumerate(_field(raw, "questions", list, where))
     ]
+    split = str(raw.get("split", ""))
+    if split not in SPLITS:
+        raise ValueError(f"{where}: split {split!r} is not one of {sorted(SPLITS)}")
     return CuratedUser(
         id=user_id,
         persona=_field(raw, "persona", str, where),
         memories=tuple(memories),
         questions=tuple(questions),
+        name=str(raw.get("name", "")),
+        split=split,
     )
 
 
