@@ -49,6 +49,8 @@ class Answer:
     relevances: tuple[float, ...]
     error: str | None = None
     latency_ms: float = 0.0
+    # The answer's `metadata.confidence` (the agent tool's; 0 where none was reported).
+    confidence: float = 0.0
 
     @property
     def empty(self) -> bool:
@@ -186,10 +188,22 @@ def figures(judged: Sequence[Judged]) -> dict[str, float]:
         "ranking_newer_wins_newer_first": _share(
             newer, lambda q: newer_first(q.ranking.keys, q.answers[0], q.stale)
         ),
+        "confidence_auc": auc(
+            [q.tool.confidence for q in answerable], [q.tool.confidence for q in unanswerable]
+        ),
         **_cosine_figures(judged),
         "tool_errors": float(sum(1 for q in judged if q.tool.error is not None)),
         "ranking_errors": float(sum(1 for q in judged if q.ranking.error is not None)),
     }
+
+
+def auc(positives: Sequence[float], negatives: Sequence[float]) -> float:
+    """The probability that a positive scores above a negative (ties count half): how well a
+    score such as the tool's confidence tells answerable questions from those with no answer."""
+    if not positives or not negatives:
+        return math.nan
+    wins = sum(1.0 if p > n else 0.5 if p == n else 0.0 for p in positives for n in negatives)
+    return wins / (len(positives) * len(negatives))
 
 
 def has_cosine(judged: Sequence[Judged]) -> bool:

@@ -19,7 +19,7 @@ import math
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -97,6 +97,8 @@ class CuratedGate:
     first: float = 0.70  # paraphrase: the right memory first
     empty: float = 0.08  # answerable questions the tool answered with nothing, at most
     abstain: float = 0.30  # questions nothing answers that the tool answered anyway, at most
+    newer: float = 0.0  # newer_wins: the newer memory before the stale one, at least (0: off)
+    auc: float = 0.0  # the tool's confidence, answerable vs no-answer questions, at least
     blocking: bool = True  # False: print WARN instead of failing the run
 
     def thresholds(self) -> tuple[Threshold, ...]:
@@ -105,6 +107,16 @@ class CuratedGate:
             Threshold("paraphrase_first", minimum=self.first, blocking=self.blocking),
             Threshold("answerable_empty", maximum=self.empty, blocking=self.blocking),
             Threshold("unanswerable_answered", maximum=self.abstain, blocking=self.blocking),
+            *(
+                [Threshold("newer_wins_newer_first", minimum=self.newer, blocking=self.blocking)]
+                if self.newer > 0.0
+                else []
+            ),
+            *(
+                [Threshold("confidence_auc", minimum=self.auc, blocking=self.blocking)]
+                if self.auc > 0.0
+                else []
+            ),
             # A run with errors or a leak measured something else: blocking even as a report.
             Threshold("tool_errors", maximum=0.0),
             Threshold("ranking_errors", maximum=0.0),
@@ -119,7 +131,15 @@ def _share_arg(text: str) -> float:
     return value
 
 
-GATE_OPTIONS = ("gate_present", "gate_first", "gate_empty", "gate_abstain", "report_only")
+GATE_OPTIONS = (
+    "gate_present",
+    "gate_first",
+    "gate_empty",
+    "gate_abstain",
+    "gate_newer",
+    "gate_auc",
+    "report_only",
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -151,6 +171,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"questions with no answer that the tool answered, at most (default {gate.abstain})",
     )
     group.add_argument(
+        "--gate-newer",
+        type=_share_arg,
+        metavar="SHARE",
+        help="newer_wins: the newer memory returned before the stale one, at least (default off)",
+    )
+    group.add_argument(
+        "--gate-auc",
+        type=_share_arg,
+        metavar="SHARE",
+        help="AUC of the tool's confidence, answerable vs no-answer questions (default off)",
+    )
+    group.add_argument(
         "--report-only",
         action="store_true",
         help="missed targets warn instead of failing (errors still fail)",
@@ -165,6 +197,8 @@ def gate_from(args: argparse.Namespace) -> CuratedGate:
         first=gate.first if args.gate_first is None else args.gate_first,
         empty=gate.empty if args.gate_empty is None else args.gate_empty,
         abstain=gate.abstain if args.gate_abstain is None else args.gate_abstain,
+        newer=gate.newer if args.gate_newer is None else args.gate_newer,
+        auc=gate.auc if args.gate_auc is None else args.gate_auc,
         blocking=not args.report_only,
     )
 
@@ -255,6 +289,7 @@ async def _tool(harness: Harness, who: Seeded, query: str) -> tuple[Answer, list
     latency = (time.perf_counter() - started) * 1000
     items = body["memories"]
     answer = _answer(items, "relevance", who.keys, _error_of(body["metadata"]), latency)
+    answer = replace(answer, confidence=float(body["metadata"].get("confidence") or 0.0))
     return answer, [str(i["id"]) for i in items], int(body["metadata"]["token_count"])
 
 
@@ -558,10 +593,12 @@ async def run_dataset(
     gate: CuratedGate,
     limit: int | None = None,
     progress: bool = True,
+    split: str = "",
 ) -> DatasetRun:
     """The whole run for `python -m eval --dataset curated`: a throwaway service, the set's
-    questions, the house cases (shape = category) and the set's own figures and artifacts."""
-    dataset = load_curated(path)
+    questions, the house cases (shape = category) and the set's own figures and artifacts.
+    `path` may be a corpus directory; `split` keeps the people of one split."""
+    dataset = load_curated(path, split)
     async with running_service(settings) as harness:
         harness.use_preset(preset)
         outcomes = await run_questions(harness, dataset, limit=limit, progress=progress)
@@ -571,6 +608,7 @@ async def run_dataset(
         thresholds=gate.thresholds(),
         params={
             "dataset_version": dataset.version,
+            "split": split or "all",
             "cases": len(outcomes),
             "endpoint": TOOL_PATH,
             "token_budget": settings.token_budget,

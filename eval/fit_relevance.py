@@ -26,8 +26,8 @@ import json
 import random
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from app.retrieval.relevance import (
     RelevanceModel,
     model_file,
 )
+from eval.datasets.curated import CuratedDataset, load_curated
 
 DEFAULT_LOCOMO = Path("../shared/datasets/locomo/locomo-dev.json")
 DEFAULT_CURATED = Path("eval/curated_dev.json")
@@ -81,7 +82,7 @@ def logits(model: RelevanceModel, q: Question) -> np.ndarray:
 
 
 async def collect(
-    locomo: Path | None, curated: dict[str, Any] | None, samples: Sequence[str]
+    locomo: Path | None, curated: CuratedDataset | None, samples: Sequence[str]
 ) -> list[Question]:
     from eval import locomo_run
     from eval.harness import running_service
@@ -90,7 +91,8 @@ async def collect(
     questions: list[Question] = []
     async with running_service(eval_settings(None)) as harness:
         if curated is not None:
-            questions += await _collect_curated(harness, curated)
+            kept = tuple(u for u in curated.users if u.split != "test")
+            questions += await _collect_curated(harness, replace(curated, users=kept))
         if locomo is not None:
             conversations = locomo_run.load(locomo)
             if samples:
@@ -138,42 +140,45 @@ def _memories(keys: Sequence[Any]) -> np.ndarray:
     return np.array([k[0] is Source.MEMORY for k in keys], dtype=float)
 
 
-async def _collect_curated(harness: Any, data: dict[str, Any]) -> list[Question]:
+async def _collect_curated(harness: Any, data: CuratedDataset) -> list[Question]:
+    """Every question of the set's people, as the service ranks it. A corpus person's split
+    names the question's set: "curated" (train, or a file without splits) is fitted on,
+    "validation" only chooses; the test split is never read (`collect` drops it)."""
     from app.services.memory import MemoryInput
 
     now = datetime.now(UTC)
     out: list[Question] = []
-    for user in data["users"]:
-        user_id = f"fit-{user['id']}"
-        memories = user["memories"]
+    for user in data.users:
+        user_id = f"fit-{user.id}"
         ids = await harness.add_memories(
             [
                 MemoryInput(
                     user_id=user_id,
-                    content=m["content"],
-                    type=m["type"],
-                    importance=float(m.get("importance", 0.5)),
-                    created_at=now - timedelta(days=float(m.get("age_days", 0))),
+                    content=m.content,
+                    type=m.type,
+                    importance=m.importance,
+                    created_at=m.created_at(now),
                     source="curated-dev",
                 )
-                for m in memories
+                for m in user.memories
             ]
         )
-        key_of = {str(i): m["key"] for i, m in zip(ids, memories, strict=True)}
-        for q in user["questions"]:
-            feats = await _explain(harness, user_id, q["query"])
+        key_of = {str(i): m.key for i, m in zip(ids, user.memories, strict=True)}
+        dataset = "validation" if user.split == "validation" else "curated"
+        for q in user.questions:
+            feats = await _explain(harness, user_id, q.query)
             keys = list(feats)
-            answers = set(q.get("answers", []))
+            answers = set(q.answers)
             out.append(
                 Question(
-                    "curated",
-                    user["id"],
-                    q["id"],
-                    q["shape"],
+                    dataset,
+                    user.id,
+                    q.id,
+                    q.shape,
                     np.array([feats[k] for k in keys], dtype=float).reshape(-1, len(FEATURES)),
                     np.array([key_of.get(str(k[1])) in answers for k in keys], dtype=float),
                     tuple(key_of.get(str(k[1]), "") for k in keys),
-                    q["query"],
+                    q.query,
                     _memories(keys),
                 )
             )
@@ -683,16 +688,35 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.from_dump:
         questions = [q for path in args.from_dump for q in load(path, embedder)]
     else:
-        curated = json.loads(args.curated.read_text()) if args.curated.exists() else None
+        curated = load_curated(args.curated) if args.curated.exists() else None
         locomo = None if args.no_locomo else args.locomo
         questions = asyncio.run(collect(locomo, curated, args.samples))
         if args.dump:
             save(questions, args.dump, embedder)
     thresholds = [round(0.01 * i, 2) for i in range(1, 60)]
+    # A corpus with a validation split: fit on the rest, choose the operating point on it.
+    validation = [q for q in questions if q.dataset == "validation"]
+    questions = [q for q in questions if q.dataset != "validation"]
     model = fit(questions, args.l2, args.objective, args.query_features, args.memory_l2)
-    held_out, rescored = cross_validate(
-        questions, args.l2, thresholds, args.objective, args.query_features, args.memory_l2
-    )
+    if validation:
+        rescored = [  # as cross_validate scores: what the service drops has p ~ 0
+            Question(
+                q.dataset,
+                q.group,
+                q.qid,
+                q.shape,
+                np.where(evidence(q.x), logits(model, q), -50.0)[:, None],
+                q.y,
+            )
+            for q in validation
+            if len(q.y)
+        ]
+        held_out = evaluate(RelevanceModel("validation", (1.0,), 0.0), rescored, thresholds)
+        held_out["curated"] = held_out["validation"]  # the floor is chosen on it (below)
+    else:
+        held_out, rescored = cross_validate(
+            questions, args.l2, thresholds, args.objective, args.query_features, args.memory_l2
+        )
     if args.plot:
         support = support_held_out(model, questions, args.l2)
         tradeoff_plot(questions, rescored, args.plot, support)

@@ -77,6 +77,7 @@ class Options:
     samples: tuple[str, ...] = ()  # LoCoMo: only these conversations (sample ids); () = all
     locomo_import: str = "sessions"  # LoCoMo: eval.locomo_run.IMPORTS
     curated_gate: CuratedGate = field(default_factory=CuratedGate)  # the curated set's targets
+    split: str = ""  # curated: only the people of this corpus split ("" = all)
 
 
 def _positive_int(text: str) -> int:
@@ -111,7 +112,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--path",
         type=Path,
         help="dataset file (memory default: eval/memory_golden_dataset.json, "
-        "curated default: eval/curated_dev.json)",
+        "curated default: eval/curated_dev.json; curated also takes a directory of such "
+        "files, e.g. the corpus eval/corpus)",
+    )
+    parser.add_argument(
+        "--split",
+        choices=("train", "validation", "test"),
+        default="",
+        help="curated only: the people of this corpus split (eval/corpus: split by person)",
     )
     parser.add_argument(
         "--preset",
@@ -193,11 +201,13 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         )
     default = curated_run.DEFAULT_PATH if args.dataset == "curated" else golden_run.DEFAULT_PATH
     path = args.path or default
-    if not path.is_file():
+    if args.dataset != "curated" and args.split:
+        parser.error("--split applies to --dataset curated only")
+    if not (path.is_file() or (args.dataset == "curated" and path.is_dir())):
         parser.error(f"dataset file not found: {path}")
     if args.dataset == "curated":
         try:
-            load_curated(path)
+            load_curated(path, args.split)
         except ValueError as exc:
             parser.error(f"{path}: {exc}")
     if args.samples:
@@ -223,6 +233,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         samples=tuple(args.samples),
         locomo_import=args.locomo_import,
         curated_gate=curated_run.gate_from(args),
+        split=args.split,
     )
 
 
@@ -330,6 +341,7 @@ async def run_curated(options: Options, settings: Settings) -> DatasetRun:
         gate=options.curated_gate,
         limit=options.limit,
         progress=options.progress,
+        split=options.split,
     )
 
 

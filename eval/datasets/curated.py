@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 __all__ = [
     "ANSWERABLE_SHAPES",
+    "CORPUS_PATH",
     "DEFAULT_PATH",
     "MEMORY_TYPES",
     "SHAPES",
@@ -34,6 +35,8 @@ __all__ = [
 ]
 
 DEFAULT_PATH = Path(__file__).resolve().parents[1] / "curated_dev.json"
+# The training and evaluation corpus (issue 45): persona files split by person.
+CORPUS_PATH = Path(__file__).resolve().parents[1] / "corpus"
 MEMORY_TYPES = frozenset({"fact", "preference", "decision", "note"})
 SHAPES = (
     "paraphrase",  # answered by a memory it shares no stem with
@@ -210,8 +213,45 @@ def _user(raw: Mapping[str, Any], where: str) -> CuratedUser:
     )
 
 
-def load_curated(path: Path = DEFAULT_PATH) -> CuratedDataset:
-    """The set at `path`, checked; ValueError names the first bad entry."""
+def load_curated(path: Path = DEFAULT_PATH, split: str = "") -> CuratedDataset:
+    """The set at `path`, checked; ValueError names the first bad entry.
+
+    A directory is a corpus (eval/corpus): every `*.json` in it, one set of their users (their
+    reference dates must agree). `split` keeps only the people of that split ("" keeps all)."""
+    if path.is_dir():
+        parts = [_load_file(p) for p in sorted(path.glob("*.json"))]
+        if not parts:
+            raise ValueError(f"{path}: no *.json file")
+        if len({d.reference_date for d in parts}) != 1:
+            raise ValueError(f"{path}: the files' reference dates differ")
+        dataset = CuratedDataset(
+            version="+".join(sorted({d.version for d in parts})),
+            description=f"{len(parts)} files of {path.name}",
+            reference_date=parts[0].reference_date,
+            users=tuple(u for d in parts for u in d.users),
+        )
+        _unique(list(dataset.users))
+    else:
+        dataset = _load_file(path)
+    if split:
+        if split not in SPLITS:
+            raise ValueError(f"split {split!r} is not one of {sorted(SPLITS - {''})}")
+        dataset = replace(dataset, users=tuple(u for u in dataset.users if u.split == split))
+        if not dataset.users:
+            raise ValueError(f"{path}: nobody in split {split!r}")
+    return dataset
+
+
+def _unique(users: list[CuratedUser]) -> None:
+    ids = [u.id for u in users]
+    if len(set(ids)) != len(ids):
+        raise ValueError("dataset: user ids repeat")
+    question_ids = [q.id for u in users for q in u.questions]
+    if len(set(question_ids)) != len(question_ids):
+        raise ValueError("dataset: question ids repeat")
+
+
+def _load_file(path: Path) -> CuratedDataset:
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:
@@ -219,12 +259,7 @@ def load_curated(path: Path = DEFAULT_PATH) -> CuratedDataset:
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: the top level must be an object")
     users = [_user(u, f"user {i}") for i, u in enumerate(_field(raw, "users", list, "dataset"))]
-    ids = [u.id for u in users]
-    if len(set(ids)) != len(ids):
-        raise ValueError("dataset: user ids repeat")
-    question_ids = [q.id for u in users for q in u.questions]
-    if len(set(question_ids)) != len(question_ids):
-        raise ValueError("dataset: question ids repeat")
+    _unique(users)
     try:
         reference = date.fromisoformat(_field(raw, "reference_date", str, "dataset"))
     except ValueError as exc:
