@@ -105,6 +105,12 @@ class RetrievalPreset:
     # 0 = off. A tie-break, not a preference: at 0.1 an item 150 days older than a competitor
     # of today needs 1/1.1 of the competitor's odds to stay ahead.
     recency_odds: float = 0.0
+    # Newer wins on one topic (app/retrieval/topics.py): two memories among the first
+    # `topic_depth` memories of the ranking whose stored vectors have a cosine at or over
+    # `topic_link` (and that name the same people) are one topic; the newer ranks at least
+    # where the older stood, and the older is reported as possibly outdated (0 = off).
+    topic_link: float = 0.0
+    topic_depth: int = 8
 
     def as_params(self) -> dict[str, object]:
         """Flat name -> value, for logs and MLflow."""

@@ -89,6 +89,26 @@ class ContextReads(SessionBound):
                 out[(Source.MESSAGE, r["id"])] = _message_candidate(r)
         return out
 
+    async def memory_similarities(
+        self, user_id: str, ids: Sequence[uuid.UUID]
+    ) -> dict[tuple[tuple[Source, uuid.UUID], tuple[Source, uuid.UUID]], float]:
+        """The cosine between the stored vectors of every two of these memories of the user
+        (same embedding model only): one statement over at most a few ids, both sides pinned
+        to the user (app/retrieval/topics.py)."""
+        if len(ids) < 2:
+            return {}
+        rows = await self._rows(
+            "SELECT a.id AS a, b.id AS b, 1 - (a.embedding <=> b.embedding) AS cosine "
+            "FROM memory_items AS a JOIN memory_items AS b "
+            "ON b.user_id = a.user_id AND b.embedding_model = a.embedding_model AND a.id < b.id "
+            "WHERE a.user_id = :user_id AND b.user_id = :user_id "
+            "AND a.id = ANY(CAST(:ids AS uuid[])) AND b.id = ANY(CAST(:ids AS uuid[]))",
+            {"user_id": user_id, "ids": list(ids)},
+        )
+        return {
+            ((Source.MEMORY, r["a"]), (Source.MEMORY, r["b"])): float(r["cosine"]) for r in rows
+        }
+
     async def _memory_rows(
         self, user_id: str, ids: Sequence[uuid.UUID], when: TimeFilter
     ) -> Sequence[Row]:

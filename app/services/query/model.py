@@ -98,6 +98,8 @@ class QueryItem:
     conversation_id: str | None
     tokens: int
     cut: bool
+    # A newer memory on the same topic (app/retrieval/topics.py): this one may be outdated.
+    newer_id: str | None = None
 
 
 @dataclass

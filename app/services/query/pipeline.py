@@ -7,7 +7,9 @@
       4. context     the rows of the first `depth` items and the turns around the seed
                      messages; neighbours raised (propagate)
       5. rerank      the stages that read the rows (app/retrieval/rerank.py)
-      6. calibrate   relevance and recency (app/retrieval/scoring.finalise)
+      6. calibrate   relevance and recency (app/retrieval/scoring.finalise); then newer wins
+                     on one topic (app/retrieval/topics.py: the pair cosines of the first
+                     memories are read with the context)
     answer:
       7. floor_and_cut  the score floor and relative cutoff, then the request's limit
       8. pack_items     the token budget (app/retrieval/budget.pack)
@@ -41,6 +43,7 @@ from app.retrieval.presets import RetrievalPreset
 from app.retrieval.relevance import RelevanceModel, features
 from app.retrieval.rerank import rerank
 from app.retrieval.scoring import Ranked, apply_thresholds, finalise, propagate, rank
+from app.retrieval.topics import Linked, link_topics
 from app.services.query.model import (
     QueryConfig,
     QueryItem,
@@ -100,6 +103,16 @@ class Rows:
 
 
 @dataclass(frozen=True)
+class Retrieved:
+    """What `retrieve` hands the answer: the rows, the calibrated ranking, and for each
+    possibly outdated memory the newer memory of its topic (app/retrieval/topics.py)."""
+
+    candidates: dict[Key, Candidate]
+    ranked: list[Ranked[Key]]
+    newer: dict[Key, Key]
+
+
+@dataclass(frozen=True)
 class Cut:
     kept: list[Ranked[Key]]  # passed both thresholds (and still has a row)
     top: list[Ranked[Key]]  # the first `limit` of them
@@ -127,8 +140,8 @@ async def retrieve(
     slots: asyncio.Semaphore,
     result: QueryResult,
     trace: QueryTrace | None = None,
-) -> tuple[dict[Key, Candidate], list[Ranked[Key]]]:
-    """Stages 2 to 6: (rows, calibrated ranking)."""
+) -> Retrieved:
+    """Stages 2 to 6: the rows and the calibrated ranking."""
     user_id = s.request.user_id
     # A size seen a few seconds ago skips search_size: its plans and the vector statement's
     # settings are made with the user, at the transaction's start.
@@ -141,6 +154,7 @@ async def retrieve(
         hits = await arms(repo, s, embedding, vectors, result, known)
         ranked = fuse(s, hits)
         rows = await context(repo, s, ranked)
+        pairs = await topic_pairs(repo, s, rows)
         if trace is not None:
             trace.bm25, trace.cosine = hits.keyword.scores, hits.cosines
             trace.features = features(
@@ -151,8 +165,9 @@ async def retrieve(
                 bool(query_names(s.query)),
                 s.relevance.neutral_cosine_z,
             )
-    ranked = rerank_rows(s, rows)
-    return rows.candidates, calibrate(s, ranked, rows.candidates)
+    ranked = calibrate(s, rerank_rows(s, rows), rows.candidates)
+    linked = newer_wins(s, ranked, rows.candidates, pairs)
+    return Retrieved(rows.candidates, linked.ranked, linked.newer)
 
 
 def answer(
@@ -442,6 +457,41 @@ def calibrate(
     return finalise(ranked, s.preset, ages, weight, s.relevance)
 
 
+def topic_memories(s: Scope, ranked: list[Ranked[Key]]) -> list[Any]:
+    """The ids of the first `topic_depth` memories of the ranking (newer_wins links them)."""
+    if s.preset.topic_link <= 0.0 or not s.memories:
+        return []
+    keys = (r.key for r in ranked if r.key[0] is Source.MEMORY)
+    return [k[1] for _, k in zip(range(s.preset.topic_depth), keys, strict=False)]
+
+
+async def topic_pairs(
+    repo: RetrievalRepository, s: Scope, rows: Rows
+) -> dict[tuple[Key, Key], float]:
+    """The cosines between the stored vectors of the ranking's first memories (none when the
+    preset does not link topics)."""
+    ids = topic_memories(s, rows.ranked)
+    return await repo.memory_similarities(s.request.user_id, ids) if len(ids) > 1 else {}
+
+
+def newer_wins(
+    s: Scope,
+    ranked: list[Ranked[Key]],
+    candidates: dict[Key, Candidate],
+    pairs: dict[tuple[Key, Key], float],
+) -> Linked[Key]:
+    """Two memories of one topic: the newer ranks at least where the older stood, and the
+    older is marked possibly outdated (app/retrieval/topics.py)."""
+    linked_keys = {k for pair in pairs for k in pair}
+    return link_topics(
+        ranked,
+        {k: candidates[k].created_at for k in linked_keys if k in candidates},
+        {k: frozenset(query_names(candidates[k].content)) for k in linked_keys if k in candidates},
+        pairs,
+        s.preset.topic_link,
+    )
+
+
 # -- 7. floor and cut ---------------------------------------------------------------------------
 
 
@@ -461,8 +511,11 @@ def pack_items(cut: Cut, candidates: dict[Key, Candidate], budget: int) -> PackR
     return pack([candidates[r.key].content for r in cut.top], budget)
 
 
-def item(c: Candidate, r: Ranked[Key], text: str, tokens: int, cut: bool) -> QueryItem:
-    """One packed item as the agent gets it (scores rounded to 4 places)."""
+def item(
+    c: Candidate, r: Ranked[Key], text: str, tokens: int, cut: bool, newer: Key | None = None
+) -> QueryItem:
+    """One packed item as the agent gets it (scores rounded to 4 places); `newer`: the newer
+    memory of its topic, when it may be outdated."""
     return QueryItem(
         id=str(c.id),
         source_kind="memory" if c.source is Source.MEMORY else "message",
@@ -478,4 +531,5 @@ def item(c: Candidate, r: Ranked[Key], text: str, tokens: int, cut: bool) -> Que
         conversation_id=str(c.conversation_id) if c.conversation_id else None,
         tokens=tokens,
         cut=cut,
+        newer_id=str(newer[1]) if newer is not None else None,
     )

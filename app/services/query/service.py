@@ -175,7 +175,7 @@ class QueryService:
         vectors = Vectors(self.engine, self.config, self.embeddings.model, self.sizes)
         t0 = time.perf_counter()
         try:
-            candidates, ranked = await asyncio.wait_for(
+            retrieved = await asyncio.wait_for(
                 retrieve(s, embedding, vectors, self.slots, result, trace),
                 self.config.timeout_s,
             )
@@ -190,6 +190,7 @@ class QueryService:
                 with contextlib.suppress(asyncio.CancelledError):
                     await embedding
         result.retrieval_ms = int((time.perf_counter() - t0) * 1000)
+        candidates, ranked = retrieved.candidates, retrieved.ranked
         result.confidence = round(max((r.relevance for r in ranked), default=0.0), 4)
 
         cut, packed = answer(s, ranked, candidates, budget)
@@ -200,7 +201,8 @@ class QueryService:
             trace.packed = {cut.top[p.index].key: p for p in packed.items}
         for p in packed.items:
             r = cut.top[p.index]
-            result.items.append(item(candidates[r.key], r, p.text, p.tokens, p.cut))
+            newer = retrieved.newer.get(r.key)
+            result.items.append(item(candidates[r.key], r, p.text, p.tokens, p.cut, newer))
         result.token_count = packed.token_count
         result.truncated = packed.truncated or len(cut.kept) > request.limit
         return result

@@ -1,0 +1,80 @@
+"""Newer wins on one topic: two memories about the same thing, the newer one first.
+
+People change their minds without saying which memory they take back ("staying on pens for
+now", months later "switching to an insulin pump"): nothing links the two memories, and a
+ranking that compares each with the question alone puts whichever shares more words first.
+Here two memories among the first places of a ranking are one topic when their own vectors are
+close (cosine at or over a threshold, measured between the stored vectors in Postgres) and they
+name the same people (no "Rory's birthday" against "Elsie's birthday"). Of a linked pair:
+
+- the newer one ranks at least where the older one did (it takes the older one's score and
+  relevance when those are higher: what answered the question then answers it now);
+- the older one is reported as possibly outdated, naming the newer one.
+
+Pure: keys, scores, creation times, names and the pair cosines in; a new ranking and the links
+out. What a threshold links wrongly is measured on the corpus (docs/retrieval.md, "Newer wins").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Generic, TypeVar
+
+from app.retrieval.scoring import Ranked
+
+K = TypeVar("K", bound=Hashable)
+
+
+@dataclass(frozen=True)
+class Linked(Generic[K]):
+    """The ranking after linking, and for each possibly outdated item the newer item of its
+    topic."""
+
+    ranked: list[Ranked[K]]
+    newer: dict[K, K]
+
+
+def link_topics(
+    ranked: Sequence[Ranked[K]],
+    created: Mapping[K, datetime],
+    names: Mapping[K, frozenset[str]],
+    similarity: Mapping[tuple[K, K], float],
+    threshold: float,
+) -> Linked[K]:
+    """Link the pairs of `similarity` (cosine between two items' vectors, either order of the
+    keys) at or over `threshold` whose items name the same people, and rank each pair's newer
+    item at least where its older one stands (see the module). Items without a creation time
+    are never linked; `threshold` <= 0 links nothing."""
+    if threshold <= 0.0 or not similarity:
+        return Linked(list(ranked), {})
+    newer: dict[K, K] = {}
+    for (a, b), cosine in similarity.items():
+        if cosine < threshold or a == b or a not in created or b not in created:
+            continue
+        if names.get(a, frozenset()) != names.get(b, frozenset()):
+            continue
+        old, new = (a, b) if created[a] < created[b] else (b, a)
+        if created[old] == created[new]:
+            continue  # written together: two parts of one account, not a change of mind
+        # The newest memory of the topic is what the older ones point to.
+        if old not in newer or created[new] > created[newer[old]]:
+            newer[old] = new
+    if not newer:
+        return Linked(list(ranked), {})
+    by_key = {r.key: r for r in ranked}
+    lifted = dict(by_key)
+    for old, new in newer.items():
+        if old not in by_key or new not in by_key:
+            continue
+        was, now = by_key[old], lifted[new]
+        if (was.fused, was.relevance) > (now.fused, now.relevance):
+            lifted[new] = replace(now, fused=was.fused, relevance=max(was.relevance, now.relevance))
+    position = {r.key: n for n, r in enumerate(ranked)}
+    out = sorted(
+        lifted.values(),
+        # Equal scores: the current one first, then the ranking's own order.
+        key=lambda r: (-r.fused, -r.relevance, r.key in newer, position[r.key]),
+    )
+    return Linked(out, {o: n for o, n in newer.items() if o in by_key and n in by_key})
