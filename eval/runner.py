@@ -272,7 +272,12 @@ def git_dirty() -> str:
 
 
 def _file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+    """The dataset's sha256 (a directory's: of its *.json files in name order)."""
+    files = sorted(path.glob("*.json")) if path.is_dir() else [path]
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def run_preset(options: Options, settings: Settings) -> RetrievalPreset:
