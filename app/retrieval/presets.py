@@ -111,6 +111,10 @@ class RetrievalPreset:
     # where the older stood, and the older is reported as possibly outdated (0 = off).
     topic_link: float = 0.0
     topic_depth: int = 8
+    # A past turn that asks a question ("What is my dog's name?") is where a fact was wanted,
+    # not where it was told: its odds (learned fusion's ranking score, and so its relevance)
+    # are multiplied by this, after its answer inherited from it (1 = off).
+    question_odds: float = 1.0
 
     def as_params(self) -> dict[str, object]:
         """Flat name -> value, for logs and MLflow."""

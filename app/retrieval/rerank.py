@@ -80,6 +80,12 @@ def rerank(
             next_weight=preset.answer_weight,
             previous_weight=0.0,
         )
+    if preset.question_odds < 1.0:
+        # After the answers inherited: a turn that asks is where a fact was wanted, not told.
+        asking = {
+            r.key for r in ranked if rows[r.key].role is not None and asks(rows[r.key].content)
+        }
+        ranked = boost(ranked, asking, preset.question_odds - 1.0, lower=True)
     ranked = prefer_window(
         ranked, {k: r.created_at for k, r in rows.items()}, window, preset.time_boost
     )

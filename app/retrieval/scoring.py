@@ -386,10 +386,13 @@ def prefer_window(
     return out
 
 
-def boost(ranked: list[Ranked[K]], chosen: Collection[K], factor: float) -> list[Ranked[K]]:
+def boost(
+    ranked: list[Ranked[K]], chosen: Collection[K], factor: float, *, lower: bool = False
+) -> list[Ranked[K]]:
     """The chosen items get fused x (1 + factor) and the ranking is re-sorted; relevance (what
-    thresholds compare) does not change, and an item that matched nothing gains nothing."""
-    if factor <= 0.0 or not chosen:
+    thresholds compare) does not change, and an item that matched nothing gains nothing.
+    `lower`: a factor in (-1, 0) lowers them instead (0 = off either way)."""
+    if not chosen or factor == 0.0 or (factor < 0.0 and not lower) or factor <= -1.0:
         return ranked
     out = [
         Ranked(r.key, r.fused * (1.0 + factor), r.relevance, r.keyword, r.semantic)

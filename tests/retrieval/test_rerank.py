@@ -192,3 +192,37 @@ def test_rerank_drops_rowless_items_and_runs_the_stages_the_preset_turns_on() ->
     assert {r.key: r.relevance for r in staged}["a"] == pytest.approx(0.9)
     named = rerank(ranked, rows, neighbours, "What did Ben say?", None, PRESETS["convex"])
     assert [r.key for r in named][:2] == ["a", "x"]  # Ben's turns first
+
+
+@dataclass(frozen=True)
+class Turn:
+    content: str
+    role: str | None
+    created_at: datetime = datetime(2026, 11, 1, tzinfo=UTC)
+    speaker: str | None = None
+    conversation_id: object = None
+
+
+def test_a_past_question_steps_aside_for_the_memory_that_tells_the_fact() -> None:
+    """The chat proxy's case: "What is my dog's name?" asked before is closer to "Remind me
+    what my dog is called?" than the memory that answers it; the question's odds are lowered,
+    the memory and turns that tell something are not."""
+    preset = PRESETS["default"].with_(question_odds=0.2, answer_relevance=0.0, answer_weight=0.0)
+    rows = {
+        "asked": Turn("What is my dog's name?", "user"),
+        "memory": Turn("The user's dog is named Biscuit.", None),
+        "told": Turn("We walk the dog every morning.", "user"),
+    }
+    ranked = [r("asked", 3.0), r("memory", 2.0), r("told", 1.0)]
+    out = rerank(ranked, rows, {}, "Remind me what my dog is called?", None, preset)
+    assert [x.key for x in out] == ["memory", "told", "asked"]
+    assert out[2].fused == pytest.approx(0.6)
+    off = rerank(ranked, rows, {}, "x", None, preset.with_(question_odds=1.0))
+    assert [x.key for x in off] == ["asked", "memory", "told"]
+
+
+def test_boost_lowers_only_when_asked_to() -> None:
+    ranked = [r("a", 1.0), r("b", 0.8)]
+    assert boost(ranked, {"a"}, -0.5) == ranked  # a negative factor is off by default
+    assert [x.key for x in boost(ranked, {"a"}, -0.5, lower=True)] == ["b", "a"]
+    assert boost(ranked, {"a"}, -1.0, lower=True) == ranked  # never to zero or below
