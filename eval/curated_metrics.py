@@ -51,6 +51,8 @@ class Answer:
     latency_ms: float = 0.0
     # The answer's `metadata.confidence` (the agent tool's; 0 where none was reported).
     confidence: float = 0.0
+    # The keys the tool marked possibly outdated (a newer memory on the same topic).
+    outdated: tuple[str | None, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -187,6 +189,15 @@ def figures(judged: Sequence[Judged]) -> dict[str, float]:
         "ranking_answerable_first": _share(answerable, ranking_first),
         "ranking_newer_wins_newer_first": _share(
             newer, lambda q: newer_first(q.ranking.keys, q.answers[0], q.stale)
+        ),
+        # Of the memories the tool marked possibly outdated: those the set names stale for
+        # the question (right), and the others (links the set does not know: false links at
+        # most), per question asked.
+        "outdated_marked_stale": _share(
+            newer, lambda q: any(k in q.stale for k in q.tool.outdated)
+        ),
+        "false_links_per_question": _mean(
+            [float(sum(1 for k in q.tool.outdated if k not in q.stale)) for q in judged]
         ),
         "confidence_auc": auc(
             [q.tool.confidence for q in answerable], [q.tool.confidence for q in unanswerable]

@@ -289,7 +289,13 @@ async def _tool(harness: Harness, who: Seeded, query: str) -> tuple[Answer, list
     latency = (time.perf_counter() - started) * 1000
     items = body["memories"]
     answer = _answer(items, "relevance", who.keys, _error_of(body["metadata"]), latency)
-    answer = replace(answer, confidence=float(body["metadata"].get("confidence") or 0.0))
+    answer = replace(
+        answer,
+        confidence=float(body["metadata"].get("confidence") or 0.0),
+        outdated=tuple(
+            who.keys.get(str(i["id"])) for i in items if "possibly outdated" in i["context"]
+        ),
+    )
     return answer, [str(i["id"]) for i in items], int(body["metadata"]["token_count"])
 
 

@@ -107,7 +107,7 @@ class RetrievalPreset:
     recency_odds: float = 0.0
     # Newer wins on one topic (app/retrieval/topics.py): two memories among the first
     # `topic_depth` memories of the ranking whose stored vectors have a cosine at or over
-    # `topic_link` (and that name the same people) are one topic; the newer ranks at least
+    # `topic_link` are one topic; the newer ranks at least
     # where the older stood, and the older is reported as possibly outdated (0 = off).
     topic_link: float = 0.0
     topic_depth: int = 8

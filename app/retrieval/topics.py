@@ -3,15 +3,18 @@
 People change their minds without saying which memory they take back ("staying on pens for
 now", months later "switching to an insulin pump"): nothing links the two memories, and a
 ranking that compares each with the question alone puts whichever shares more words first.
-Here two memories among the first places of a ranking are one topic when their own vectors are
-close (cosine at or over a threshold, measured between the stored vectors in Postgres) and they
-name the same people (no "Rory's birthday" against "Elsie's birthday"). Of a linked pair:
+Here two memories among the first places of the ranking for a question are one topic when
+their own vectors are close (cosine at or over a threshold, measured between the stored vectors
+in Postgres): the question says what the topic is, the pair's cosine that they are about the
+same thing. Names do not keep two memories apart: a change of mind usually swaps one named
+thing for another ("a radial extractor from Lega", later "the electric one from Lyson"). Of a
+linked pair:
 
 - the newer one ranks at least where the older one did (it takes the older one's score and
   relevance when those are higher: what answered the question then answers it now);
 - the older one is reported as possibly outdated, naming the newer one.
 
-Pure: keys, scores, creation times, names and the pair cosines in; a new ranking and the links
+Pure: keys, scores, creation times and the pair cosines in; a new ranking and the links
 out. What a threshold links wrongly is measured on the corpus (docs/retrieval.md, "Newer wins").
 """
 
@@ -39,12 +42,11 @@ class Linked(Generic[K]):
 def link_topics(
     ranked: Sequence[Ranked[K]],
     created: Mapping[K, datetime],
-    names: Mapping[K, frozenset[str]],
     similarity: Mapping[tuple[K, K], float],
     threshold: float,
 ) -> Linked[K]:
     """Link the pairs of `similarity` (cosine between two items' vectors, either order of the
-    keys) at or over `threshold` whose items name the same people, and rank each pair's newer
+    keys) at or over `threshold`, and rank each pair's newer
     item at least where its older one stands (see the module). Items without a creation time
     are never linked; `threshold` <= 0 links nothing."""
     if threshold <= 0.0 or not similarity:
@@ -52,8 +54,6 @@ def link_topics(
     newer: dict[K, K] = {}
     for (a, b), cosine in similarity.items():
         if cosine < threshold or a == b or a not in created or b not in created:
-            continue
-        if names.get(a, frozenset()) != names.get(b, frozenset()):
             continue
         old, new = (a, b) if created[a] < created[b] else (b, a)
         if created[old] == created[new]:

@@ -483,13 +483,8 @@ def newer_wins(
     """Two memories of one topic: the newer ranks at least where the older stood, and the
     older is marked possibly outdated (app/retrieval/topics.py)."""
     linked_keys = {k for pair in pairs for k in pair}
-    return link_topics(
-        ranked,
-        {k: candidates[k].created_at for k in linked_keys if k in candidates},
-        {k: frozenset(query_names(candidates[k].content)) for k in linked_keys if k in candidates},
-        pairs,
-        s.preset.topic_link,
-    )
+    created = {k: candidates[k].created_at for k in linked_keys if k in candidates}
+    return link_topics(ranked, created, pairs, s.preset.topic_link)
 
 
 # -- 7. floor and cut ---------------------------------------------------------------------------
