@@ -47,6 +47,9 @@ DEFAULT_CURATED = Path("eval/curated_dev.json")
 SEED = 29
 FOLDS = 5
 CALIBRATION_DEPTH = 5
+# What a dump holds per candidate: the relevance model's features, then the answer head's logit
+# (the pipeline's `answer` stage adds it, weighted by RelevanceModel.head_weight).
+COLUMNS = (*FEATURES, "answer_head")
 L2 = 1.0  # on the summed (weighted) log-loss of a set of unit total weight per set
 # The memory-specific weights (RelevanceModel.memory_weights) are penalised MEMORY_L2 times as
 # much as the shared ones: they stay near the shared weights unless the curated set insists
@@ -71,8 +74,12 @@ class Question:
 
 
 def logits(model: RelevanceModel, q: Question) -> np.ndarray:
-    """The model's logit of every candidate of `q` (RelevanceModel.logit, vectorised)."""
-    z = q.x @ np.array(model.weights) + model.bias
+    """The model's logit of every candidate of `q` (RelevanceModel.logit, vectorised, with the
+    answer head's column when the model weighs it)."""
+    width = len(model.weights)
+    z = q.x[:, :width] @ np.array(model.weights) + model.bias
+    if model.head_weight and q.x.shape[1] > width:
+        z = z + model.head_weight * q.x[:, width]
     if model.memory_weights:
         z = z + q.memories() * (q.x[:, : len(ITEM_FEATURES)] @ np.array(model.memory_weights))
     return np.asarray(z)
@@ -110,7 +117,7 @@ async def collect(
                             f"{conv.sample_id}-q{q.qa_index}",
                             str(q.category),
                             np.array([feats[k] for k in keys], dtype=float).reshape(
-                                -1, len(FEATURES)
+                                -1, len(COLUMNS)
                             ),
                             np.array(
                                 [mapping.get(str(k[1])) in q.evidence for k in keys], dtype=float
@@ -131,7 +138,10 @@ async def _explain(harness: Any, user_id: str, query: str) -> dict[Any, tuple[fl
     _, trace = await service.explain(
         QueryRequest(user_id=user_id, query=query, limit=50, min_score=0.0)
     )
-    return trace.features
+    # The answer head's logit as the last column: a candidate it did not score counts as the
+    # lowest logit it gave (as the pipeline's with_answer_head), 0 when it scored none.
+    floor = min(trace.head.values(), default=0.0)
+    return {k: (*f, trace.head.get(k, floor)) for k, f in trace.features.items()}
 
 
 def _memories(keys: Sequence[Any]) -> np.ndarray:
@@ -175,7 +185,7 @@ async def _collect_curated(harness: Any, data: CuratedDataset) -> list[Question]
                     user.id,
                     q.id,
                     q.shape,
-                    np.array([feats[k] for k in keys], dtype=float).reshape(-1, len(FEATURES)),
+                    np.array([feats[k] for k in keys], dtype=float).reshape(-1, len(COLUMNS)),
                     np.array([key_of.get(str(k[1])) in answers for k in keys], dtype=float),
                     tuple(key_of.get(str(k[1]), "") for k in keys),
                     q.query,
@@ -200,7 +210,8 @@ def save(questions: Sequence[Question], path: Path, embedder: str) -> None:
         }
         for q in questions
     ]
-    body = {"features": list(FEATURES), "embedder": embedder, "questions": rows}
+    width = questions[0].x.shape[1] if questions else len(COLUMNS)
+    body = {"features": list(COLUMNS[:width]), "embedder": embedder, "questions": rows}
     path.write_text(json.dumps(body))
 
 
@@ -208,10 +219,11 @@ def load(path: Path, embedder: str) -> list[Question]:
     """The questions of a dump collected with `embedder` (a dump that records none, from before
     dumps did, is taken to be)."""
     body = json.loads(path.read_text())
-    if body["features"] != list(FEATURES) or any("memory" not in r for r in body["questions"]):
+    known = (list(FEATURES), list(COLUMNS))  # without and with the answer head's column
+    if body["features"] not in known or any("memory" not in r for r in body["questions"]):
         raise SystemExit(
             f"{path}: collected by older code (features {body['features']}, this code's "
-            f"{list(FEATURES)}, and each candidate's kind): collect again"
+            f"{list(COLUMNS)}, and each candidate's kind): collect again"
         )
     if body.get("embedder", embedder) != embedder:
         raise SystemExit(
@@ -224,7 +236,7 @@ def load(path: Path, embedder: str) -> list[Question]:
             r["group"],
             r["qid"],
             r["shape"],
-            np.array(r["x"], dtype=float).reshape(-1, len(FEATURES)),
+            np.array(r["x"], dtype=float).reshape(-1, len(body["features"])),
             np.array(r["y"], dtype=float),
             tuple(r.get("keys", ())),
             r.get("query", ""),
@@ -274,7 +286,16 @@ def fit(
     (the shared ones plus `memory_weights`, penalised `memory_l2` times as much); the
     calibration is shared, so both kinds land on one probability scale."""
     if objective == "pointwise":
-        return _pointwise(questions, l2)
+        model = _pointwise(questions, l2)
+        if questions and questions[0].x.shape[1] > len(FEATURES):  # the head's column
+            return RelevanceModel(
+                model.version,
+                model.weights[: len(FEATURES)],
+                model.bias,
+                head_weight=model.weights[len(FEATURES)],
+            )
+        return model
+    questions = [_without_head(q) for q in questions]
     n = len(ITEM_FEATURES)
     kinds = memory_l2 > 0.0
     expanded = [_with_memory(q) for q in questions] if kinds else list(questions)
@@ -301,6 +322,22 @@ def fit(
     return RelevanceModel(
         "fitted", tuple(float(v) for v in weights), platt.bias, memory_weights=memory
     )
+
+
+def _top(q: Question, scores: np.ndarray, depth: int) -> Question:
+    """`q` with only its `depth` best-scored candidates."""
+    keep = np.sort(np.argsort(-scores, kind="stable")[:depth])
+    memory = q.memory[keep] if q.memory is not None else None
+    keys = tuple(q.keys[i] for i in keep) if q.keys else ()
+    return Question(q.dataset, q.group, q.qid, q.shape, q.x[keep], q.y[keep], keys, q.query, memory)
+
+
+def _without_head(q: Question) -> Question:
+    """`q` without the answer head's column (the listwise fit does not weigh it)."""
+    return Question(
+        q.dataset, q.group, q.qid, q.shape, q.x[:, : len(FEATURES)], q.y, q.keys, q.query,
+        q.memory,
+    )  # fmt: skip
 
 
 def _with_memory(q: Question) -> Question:
@@ -676,6 +713,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="calibrate on the question's features too (best cosine, cosine_z; off: fit.__doc__)",
     )
+    parser.add_argument(
+        "--variant",
+        default="",
+        help="write the model as this variant of the embedder's (e.g. answers: the pointwise "
+        "model the answers preset reads; relevance.model_file)",
+    )
+    parser.add_argument(
+        "--depth",
+        type=int,
+        default=0,
+        help="pointwise: fit on each question's first N candidates by a first fit (0: all)",
+    )
     parser.add_argument("--plot", type=Path, help="presence/abstention vs threshold (PNG)")
     parser.add_argument(
         "--write", action="store_true", help="write the model file of this run's embedder"
@@ -693,10 +742,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         questions = asyncio.run(collect(locomo, curated, args.samples))
         if args.dump:
             save(questions, args.dump, embedder)
-    thresholds = [round(0.01 * i, 2) for i in range(1, 60)]
+    thresholds = [round(0.01 * i, 2) for i in range(1, 96)]
     # A corpus with a validation split: fit on the rest, choose the operating point on it.
     validation = [q for q in questions if q.dataset == "validation"]
     questions = [q for q in questions if q.dataset != "validation"]
+    if args.objective == "pointwise" and args.depth > 0:
+        # Fitted where the tool decides: each question's first candidates (by a first fit),
+        # so the probability is "this one of the top candidates answers", not diluted by the
+        # hundredth candidate of both arms.
+        first = fit(questions, args.l2, args.objective, args.query_features, args.memory_l2)
+        questions = [_top(q, logits(first, q), args.depth) for q in questions]
+        validation = [_top(q, logits(first, q), args.depth) for q in validation]
     model = fit(questions, args.l2, args.objective, args.query_features, args.memory_l2)
     if validation:
         rescored = [  # as cross_validate scores: what the service drops has p ~ 0
@@ -723,6 +779,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(support_report(questions, support))
     report = {
         "weights": dict(zip(FEATURES, model.weights, strict=True)),
+        "head_weight": model.head_weight,
         "memory_weights": dict(zip(ITEM_FEATURES, model.memory_weights, strict=False)),
         "bias": model.bias,
         "held_out": held_out,
@@ -744,14 +801,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             floor,
             neutral_z,
             model.memory_weights,
+            model.head_weight,
         )
-        path = model_file(embedder)
+        path = model_file(embedder, variant=args.variant)
         path.parent.mkdir(exist_ok=True)
         path.write_text(
             final.to_json(
                 {
                     "fitted_by": "python -m eval.fit_relevance --write",
                     "embedder": embedder,
+                    **({"variant": args.variant} if args.variant else {}),
                     "l2": args.l2,
                     "memory_l2": args.memory_l2,
                     "objective": args.objective,

@@ -115,6 +115,13 @@ class RetrievalPreset:
     # not where it was told: its odds (learned fusion's ranking score, and so its relevance)
     # are multiplied by this, after its answer inherited from it (1 = off).
     question_odds: float = 1.0
+    # The answer head (app/retrieval/answer_head.py) scores the first this many candidates of
+    # the ranking from their stored vectors; its logit joins the relevance model's (learned
+    # fusion with a model that has a head weight; 0 = off).
+    answer_depth: int = 0
+    # Which relevance model of the embedder the learned fusion reads (relevance.model_file):
+    # "" its plain (listwise) one, "answers" the pointwise one with the answer head's weight.
+    relevance_model: str = ""
 
     def as_params(self) -> dict[str, object]:
         """Flat name -> value, for logs and MLflow."""
@@ -145,12 +152,23 @@ LEARNED = CONVEX.with_(
     relative_exponent=0.2,
     recency_odds=0.1,
 )
+# Issue 45: an absolute relevance. The relevance model is fitted pointwise (with the
+# question's own features and questions nothing answers in its data), the answer head's logit
+# joins it for the first `answer_depth` candidates, and the reported relevance is the model's
+# own scale (no relative exponent); a past question steps aside and newer wins on one topic.
+ANSWERS = LEARNED.with_(
+    name="answers",
+    relevance_model="answers",
+    relative_exponent=0.0,
+    answer_depth=20,
+)
 DEFAULT = LEARNED.with_(name="default")
 
 PRESETS: dict[str, RetrievalPreset] = {
     "default": DEFAULT,
     "convex": CONVEX,
     "learned": LEARNED,
+    "answers": ANSWERS,
     "keyword_only": DEFAULT.with_(name="keyword_only", use_vector=False),
     "vector_only": DEFAULT.with_(name="vector_only", use_keyword=False),
     # The ranking without the time preference (what a caller who wants no date reading gets).

@@ -86,6 +86,9 @@ class RelevanceModel:
     # (equal features with no evidence of difference, e.g. the best cosine and no keyword, give
     # the same probability).
     memory_weights: tuple[float, ...] = ()
+    # The weight of the answer head's logit (app/retrieval/answer_head.py) in the logit: the
+    # query pipeline adds head_weight x logit to the candidates the head scored (0: no head).
+    head_weight: float = 0.0
 
     @cached_property
     def gamma(self) -> float:
@@ -146,6 +149,7 @@ class RelevanceModel:
                 if self.memory_weights
                 else {}
             ),
+            **({"head_weight": round(self.head_weight, 6)} if self.head_weight else {}),
             **(extra or {}),
         }
         return json.dumps(body, indent=2) + "\n"
@@ -167,6 +171,7 @@ def parse_model(text: str) -> RelevanceModel:
         floor_probability=float(body.get("floor_probability", SPEC_FLOOR)),
         neutral_cosine_z=float(body.get("neutral_cosine_z", 0.0)),
         memory_weights=tuple(float(memory[name]) for name in ITEM_FEATURES) if memory else (),
+        head_weight=float(body.get("head_weight", 0.0)),
     )
 
 
@@ -180,21 +185,35 @@ def _read(path: Path) -> RelevanceModel:
     return parse_model(path.read_text())
 
 
-def model_file(embedder: str, directory: Path = MODELS_DIR) -> Path:
+def model_file(embedder: str, directory: Path = MODELS_DIR, variant: str = "") -> Path:
     """Where the model fitted on `embedder`'s cosines lives (whether or not it exists):
     MODEL_PATH for DEFAULT_EMBEDDER, else `directory/<embedder>.json` (a character outside
-    letters, digits, `.`, `_` and `-`, e.g. the `/` of a hub name, written `_`)."""
+    letters, digits, `.`, `_` and `-`, e.g. the `/` of a hub name, written `_`). A preset's
+    `relevance_model` variant ("answers": the pointwise model with the answer head's weight)
+    lives in `directory/<embedder>.<variant>.json`, for every embedder."""
+    name = re.sub(r"[^A-Za-z0-9._-]", "_", embedder)
+    if variant:
+        return directory / f"{name}.{variant}.json"
     if embedder == DEFAULT_EMBEDDER:
         return MODEL_PATH
-    return directory / (re.sub(r"[^A-Za-z0-9._-]", "_", embedder) + ".json")
+    return directory / (name + ".json")
 
 
 @cache
-def model_for(embedder: str, directory: Path = MODELS_DIR) -> RelevanceModel:
-    """The relevance model of `embedder` (read once per process and embedder). An embedder
-    without a model of its own gets the default's, fitted on another scale of cosines: said
-    once, as a warning, because its relevance and its floor are then uncalibrated."""
-    path = model_file(embedder, directory)
+def model_for(embedder: str, directory: Path = MODELS_DIR, variant: str = "") -> RelevanceModel:
+    """The relevance model of `embedder` (read once per process, embedder and variant). An
+    embedder without a model of its own gets the default's, fitted on another scale of
+    cosines: said once, as a warning, because its relevance and its floor are then
+    uncalibrated. A variant the embedder lacks falls back to its plain model, likewise."""
+    path = model_file(embedder, directory, variant)
+    if variant and not path.exists():
+        log.warning(
+            "no %s relevance model for embedder %s (%s): using its plain one",
+            variant,
+            embedder,
+            path.name,
+        )
+        return model_for(embedder, directory)
     if not path.exists():
         log.warning(
             "no relevance model for embedder %s (%s): using %s, fitted on %s's cosines",

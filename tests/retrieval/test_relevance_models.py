@@ -83,7 +83,7 @@ def test_a_hub_name_maps_to_one_file_name(tmp_path: Path) -> None:
 @pytest.mark.parametrize("path", sorted(MODELS_DIR.glob("*.json")), ids=lambda p: p.name)
 def test_every_committed_model_parses_and_is_named_for_its_embedder(path: Path) -> None:
     body: dict[str, Any] = json.loads(path.read_text())
-    assert model_file(body["embedder"]) == path
+    assert model_file(body["embedder"], variant=body.get("variant", "")) == path
     assert parse_model(path.read_text()) != load_model()
 
 

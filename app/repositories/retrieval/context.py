@@ -6,6 +6,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 
+import numpy as np
+import numpy.typing as npt
+
 from app.repositories.retrieval.common import (
     NO_TIME_FILTER,
     Candidate,
@@ -89,24 +92,28 @@ class ContextReads(SessionBound):
                 out[(Source.MESSAGE, r["id"])] = _message_candidate(r)
         return out
 
-    async def memory_similarities(
-        self, user_id: str, ids: Sequence[uuid.UUID]
-    ) -> dict[tuple[tuple[Source, uuid.UUID], tuple[Source, uuid.UUID]], float]:
-        """The cosine between the stored vectors of every two of these memories of the user
-        (same embedding model only): one statement over at most a few ids, both sides pinned
-        to the user (app/retrieval/topics.py)."""
-        if len(ids) < 2:
+    async def vectors(
+        self, user_id: str, keys: Sequence[tuple[Source, uuid.UUID]]
+    ) -> dict[tuple[Source, uuid.UUID], npt.NDArray[np.float32]]:
+        """The stored vectors of these items of the user (float32), in one statement: the
+        answer head and the topic links read them (app/services/query/pipeline.py). `real[]`
+        crosses the wire in binary and decodes in the driver, with no text parsing."""
+        memory_ids = [i for s, i in keys if s is Source.MEMORY]
+        message_ids = [i for s, i in keys if s is Source.MESSAGE]
+        if not keys:
             return {}
         rows = await self._rows(
-            "SELECT a.id AS a, b.id AS b, 1 - (a.embedding <=> b.embedding) AS cosine "
-            "FROM memory_items AS a JOIN memory_items AS b "
-            "ON b.user_id = a.user_id AND b.embedding_model = a.embedding_model AND a.id < b.id "
-            "WHERE a.user_id = :user_id AND b.user_id = :user_id "
-            "AND a.id = ANY(CAST(:ids AS uuid[])) AND b.id = ANY(CAST(:ids AS uuid[]))",
-            {"user_id": user_id, "ids": list(ids)},
+            "SELECT 0 AS source, id, CAST(embedding AS real[]) AS v FROM memory_items "
+            "WHERE user_id = :user_id AND id = ANY(CAST(:memories AS uuid[])) "
+            "UNION ALL "
+            "SELECT 1, id, CAST(embedding AS real[]) FROM messages "
+            "WHERE user_id = :user_id AND id = ANY(CAST(:messages AS uuid[]))",
+            {"user_id": user_id, "memories": memory_ids, "messages": message_ids},
         )
         return {
-            ((Source.MEMORY, r["a"]), (Source.MEMORY, r["b"])): float(r["cosine"]) for r in rows
+            (Source(r["source"]), r["id"]): np.asarray(r["v"], dtype=np.float32)
+            for r in rows
+            if r["v"] is not None
         }
 
     async def _memory_rows(

@@ -154,6 +154,8 @@ class QueryTrace:
     ranked: list[Ranked[tuple[Source, Any]]] = field(default_factory=list)  # before thresholds
     # the relevance model's inputs per candidate (app/retrieval/relevance.FEATURES)
     features: dict[tuple[Source, Any], tuple[float, ...]] = field(default_factory=dict)
+    # the answer head's logit per scored candidate (app/retrieval/answer_head.py)
+    head: dict[tuple[Source, Any], float] = field(default_factory=dict)
     kept: list[tuple[Source, Any]] = field(default_factory=list)  # passed both thresholds
     candidates: dict[tuple[Source, Any], Candidate] = field(default_factory=dict)
     packed: dict[tuple[Source, Any], Packed] = field(default_factory=dict)  # what the budget let in

@@ -22,9 +22,12 @@ failures into degraded or empty answers.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from app.db import read_transaction
 from app.repositories.retrieval import (
@@ -35,6 +38,7 @@ from app.repositories.retrieval import (
     vector_search_settings,
 )
 from app.repositories.search_index import Source
+from app.retrieval.answer_head import AnswerHead
 from app.retrieval.budget import PackResult, pack
 from app.retrieval.dates import TimeWindow, parse_time_expression
 from app.retrieval.names import query_names
@@ -73,6 +77,8 @@ class Scope:
     n: int  # candidates per arm
     memories: bool
     messages: bool
+    # The answer head of the service's embedder (answer_head.head_for; None: it has none).
+    head: AnswerHead | None = None
 
 
 @dataclass(frozen=True)
@@ -119,7 +125,11 @@ class Cut:
 
 
 def scope(
-    request: QueryRequest, query: str, preset: RetrievalPreset, relevance: RelevanceModel
+    request: QueryRequest,
+    query: str,
+    preset: RetrievalPreset,
+    relevance: RelevanceModel,
+    head: AnswerHead | None = None,
 ) -> Scope:
     return Scope(
         request,
@@ -130,6 +140,7 @@ def scope(
         memories="memory" in request.sources,
         # Messages carry no memory type nor tags: either filter restricts results to memories.
         messages="message" in request.sources and not request.types and not request.tags,
+        head=head,
     )
 
 
@@ -154,7 +165,7 @@ async def retrieve(
         hits = await arms(repo, s, embedding, vectors, result, known)
         ranked = fuse(s, hits)
         rows = await context(repo, s, ranked)
-        pairs = await topic_pairs(repo, s, rows)
+        stored = await item_vectors(repo, s, rows, embedding)
         if trace is not None:
             trace.bm25, trace.cosine = hits.keyword.scores, hits.cosines
             trace.features = features(
@@ -165,8 +176,12 @@ async def retrieve(
                 bool(query_names(s.query)),
                 s.relevance.neutral_cosine_z,
             )
+    head = answer_logits(s, stored)
+    if trace is not None:
+        trace.head = head
+    rows = replace(rows, ranked=with_answer_head(s, rows.ranked, head))
     ranked = calibrate(s, rerank_rows(s, rows), rows.candidates)
-    linked = newer_wins(s, ranked, rows.candidates, pairs)
+    linked = newer_wins(s, ranked, rows.candidates, topic_pairs(s, ranked, stored.items))
     return Retrieved(rows.candidates, linked.ranked, linked.newer)
 
 
@@ -457,21 +472,78 @@ def calibrate(
     return finalise(ranked, s.preset, ages, weight, s.relevance)
 
 
-def topic_memories(s: Scope, ranked: list[Ranked[Key]]) -> list[Any]:
-    """The ids of the first `topic_depth` memories of the ranking (newer_wins links them)."""
-    if s.preset.topic_link <= 0.0 or not s.memories:
-        return []
-    keys = (r.key for r in ranked if r.key[0] is Source.MEMORY)
-    return [k[1] for _, k in zip(range(s.preset.topic_depth), keys, strict=False)]
+@dataclass(frozen=True)
+class Stored:
+    """The query vector and the stored vectors of the first candidates (`item_vectors`)."""
+
+    query: Any | None
+    items: dict[Key, Any]
+    scored: list[Key]  # the candidates the answer head scores, in ranking order
 
 
-async def topic_pairs(
-    repo: RetrievalRepository, s: Scope, rows: Rows
+async def item_vectors(
+    repo: RetrievalRepository, s: Scope, rows: Rows, embedding: Embedding | None
+) -> Stored:
+    """The stored vectors of the ranking's first `answer_depth` candidates with a row (the
+    answer head's input) and of its first `topic_depth` memories (the topic links'), in one
+    statement; nothing when neither stage is on or the query has no vector (keyword only)."""
+    query = None
+    if embedding is not None and embedding.done() and not embedding.cancelled():
+        query = embedding.result()[0]
+    preset = s.preset
+    wanted: list[Key] = []
+    if s.head is not None and preset.answer_depth > 0 and query is not None:
+        wanted = [r.key for r in rows.ranked if r.key in rows.candidates][: preset.answer_depth]
+    scored = list(wanted)
+    if preset.topic_link > 0.0 and s.memories:
+        memories = [r.key for r in rows.ranked if r.key[0] is Source.MEMORY]
+        wanted += [k for k in memories[: preset.topic_depth] if k not in wanted]
+    if not wanted:
+        return Stored(query, {}, [])
+    return Stored(query, await repo.vectors(s.request.user_id, wanted), scored)
+
+
+def answer_logits(s: Scope, stored: Stored) -> dict[Key, float]:
+    """The answer head's logit of each of the first candidates (app/retrieval/answer_head.py)."""
+    if s.head is None or stored.query is None or s.preset.answer_depth <= 0:
+        return {}
+    keys = [k for k in stored.scored if k in stored.items]
+    if not keys:
+        return {}
+    items = np.stack([stored.items[k] for k in keys])
+    logits = s.head.logits(np.asarray(stored.query, dtype=np.float32), items)
+    return {k: float(v) for k, v in zip(keys, logits, strict=True)}
+
+
+def with_answer_head(
+    s: Scope, ranked: list[Ranked[Key]], head: dict[Key, float]
+) -> list[Ranked[Key]]:
+    """Learned fusion: each candidate's odds x exp(head_weight x its head logit), the second
+    half of the relevance model's logit (RelevanceModel.head_weight); a candidate past the
+    head's depth counts as the lowest logit it gave. The ranking is re-sorted."""
+    weight = s.relevance.head_weight
+    if not head or weight == 0.0 or s.preset.fusion != "learned":
+        return ranked
+    floor = min(head.values())
+    out = [replace(r, fused=r.fused * math.exp(weight * head.get(r.key, floor))) for r in ranked]
+    out.sort(key=lambda r: (-r.fused, -r.relevance))
+    return out
+
+
+def topic_pairs(
+    s: Scope, ranked: list[Ranked[Key]], vectors: dict[Key, Any]
 ) -> dict[tuple[Key, Key], float]:
-    """The cosines between the stored vectors of the ranking's first memories (none when the
-    preset does not link topics)."""
-    ids = topic_memories(s, rows.ranked)
-    return await repo.memory_similarities(s.request.user_id, ids) if len(ids) > 1 else {}
+    """The cosines between the stored vectors of the ranking's first `topic_depth` memories
+    (none when the preset does not link topics)."""
+    if s.preset.topic_link <= 0.0 or not s.memories:
+        return {}
+    keys = [r.key for r in ranked if r.key[0] is Source.MEMORY and r.key in vectors]
+    keys = keys[: s.preset.topic_depth]
+    return {
+        (a, b): float(np.dot(vectors[a], vectors[b]))
+        for i, a in enumerate(keys)
+        for b in keys[i + 1 :]
+    }
 
 
 def newer_wins(

@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import EmbeddingError
+from app.retrieval.answer_head import head_for
 from app.retrieval.presets import RetrievalPreset
 from app.retrieval.relevance import model_for
 from app.services.embedding import EmbeddingService, Priority
@@ -66,7 +67,10 @@ class QueryService:
         self.usage = usage
         # The relevance model fitted on this embedder's cosines (the default's when it has none:
         # model_for warns once).
-        self.relevance = model_for(embeddings.model)
+        variant = config.preset.relevance_model if config is not None else ""
+        self.relevance = model_for(embeddings.model, variant=variant)
+        # The answer head trained on this embedder's vectors (None: it has none).
+        self.head = head_for(embeddings.model)
         # Users' sizes from their last seconds of queries (sizes.py): the process's, shared by
         # every request's service, else this service's own.
         self.sizes = sizes if sizes is not None else SearchSizes(config.search_size_ttl_s)
@@ -166,7 +170,7 @@ class QueryService:
     ) -> QueryResult:
         """The pipeline's stages (pipeline.py), in order, failing closed."""
         result = QueryResult()
-        s = scope(request, query, preset, self.relevance)
+        s = scope(request, query, preset, self.relevance, self.head)
         # 1. The query is embedded (in a worker thread) while the keyword arm runs in Postgres:
         # for a large store that hides most of the embedding time (docs/performance.md).
         embedding = (
