@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 from functools import lru_cache
 from pathlib import Path
@@ -44,9 +45,23 @@ class ExtractionMode(StrEnum):
     LLM = "llm"
 
 
+class JudgeMode(StrEnum):
+    OFF = "off"
+    LLM = "llm"
+
+
 class LogFormat(StrEnum):
     TEXT = "text"
     JSON = "json"
+
+
+@dataclass(frozen=True)
+class LLMEndpoint:
+    """An OpenAI-compatible chat endpoint: base URL (None: the openai client's), key, model."""
+
+    base_url: str | None
+    api_key: str | None
+    model: str
 
 
 class Settings(BaseSettings):
@@ -209,6 +224,30 @@ class Settings(BaseSettings):
         "tokens at most (one more model call per extraction batch); 0 = no summaries",
     )
 
+    # The optional LLM judge of query_memory (docs/retrieval.md, "An LLM judge"); off by
+    # default. Unset endpoint settings reuse the extractor's (then the chat proxy's upstream).
+    judge: JudgeMode = JudgeMode.OFF
+    judge_base_url: str | None = Field(
+        default=None,
+        description="OpenAI-compatible base URL; with it and PGRECALL_JUDGE_API_KEY unset, the "
+        "extractor's endpoint (URL and key), else the chat proxy's upstream",
+    )
+    judge_model: str | None = Field(default=None, description="unset = PGRECALL_EXTRACTION_MODEL")
+    judge_api_key: SecretStr | None = Field(
+        default=None, description="the key for PGRECALL_JUDGE_BASE_URL (or the openai default)"
+    )
+    judge_timeout_s: Annotated[float, Field(gt=0, le=30)] = Field(
+        default=0.8,
+        description="one deadline for the whole judge call (connect, headers, body); at most "
+        "half of PGRECALL_QUERY_TIMEOUT_S",
+    )
+    judge_candidates: Annotated[int, Field(ge=1, le=20)] = Field(
+        default=5, description="the first this many ranked items are judged"
+    )
+    judge_cache_ttl_s: Annotated[int, Field(ge=0, le=30 * 86_400)] = Field(
+        default=86_400, description="a (question, item) verdict is kept in Redis this long"
+    )
+
     db_pool_size: Annotated[int, Field(ge=1, le=200)] = 10
     max_body_bytes: Annotated[int, Field(ge=1024)] = 5 * 1024 * 1024
     log_level: str = "INFO"
@@ -279,6 +318,38 @@ class Settings(BaseSettings):
             )
         return self
 
+    @field_validator("judge_base_url")
+    @classmethod
+    def _check_judge_url(cls, value: str | None) -> str | None:
+        if value is None or value == "":
+            return None
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value.rstrip("/")
+
+    @field_validator("judge_model", "judge_api_key", mode="before")
+    @classmethod
+    def _blank_judge_setting(cls, value: object) -> object:
+        raw = value.get_secret_value() if isinstance(value, SecretStr) else value
+        return None if isinstance(raw, str) and not raw.strip() else value
+
+    @model_validator(mode="after")
+    def _check_judge(self) -> Settings:
+        if self.judge != JudgeMode.LLM:
+            return self
+        if self.judge_timeout_s > self.query_timeout_s / 2:
+            raise ValueError(
+                "PGRECALL_JUDGE_TIMEOUT_S: at most half of PGRECALL_QUERY_TIMEOUT_S "
+                f"({self.query_timeout_s / 2:g})"
+            )
+        endpoint = self.judge_endpoint
+        if endpoint.api_key is None and endpoint.base_url is None:
+            raise ValueError(
+                "PGRECALL_JUDGE=llm needs an endpoint: PGRECALL_JUDGE_BASE_URL or "
+                "PGRECALL_JUDGE_API_KEY (or the extractor's, or the chat proxy's upstream)"
+            )
+        return self
+
     @field_validator("chat_upstream_url")
     @classmethod
     def _check_upstream(cls, value: str | None) -> str | None:
@@ -328,6 +399,23 @@ class Settings(BaseSettings):
         if value not in PRESETS:
             raise ValueError(f"unknown preset; known: {', '.join(sorted(PRESETS))}")
         return value
+
+    @property
+    def judge_endpoint(self) -> LLMEndpoint:
+        """The judge's endpoint: its own URL and key when either is set, else the extractor's,
+        else the chat proxy's upstream (a key only ever goes with its own URL); its own model,
+        else the extractor's."""
+        pairs = (
+            (self.judge_base_url, self.judge_api_key),
+            (self.extraction_base_url, self.extraction_api_key),
+            (self.chat_upstream_url, self.chat_upstream_key),
+        )
+        base_url, key = next(((u, k) for u, k in pairs if u or k), (None, None))
+        return LLMEndpoint(
+            base_url=base_url,
+            api_key=key.get_secret_value() if key else None,
+            model=self.judge_model or self.extraction_model,
+        )
 
     @property
     def auth_enabled(self) -> bool:

@@ -1,4 +1,5 @@
-"""Redis cache: embeddings, session state, rate limits and query results, all optional.
+"""Redis cache: embeddings, session state, rate limits, query results and the LLM judge's
+verdicts, all optional.
 
 Redis is never required. Without a URL the cache is disabled and every method is a cheap
 no-op; when Redis is down every method returns the "miss"/"allowed" default, a small circuit
@@ -7,9 +8,9 @@ per interval. The only exception is `delete_user`: a purge must not report succe
 may remain, so it raises `CacheUnavailableError`.
 
 Each concern is a module of app/adapters/redis/ (breaker, embeddings, sessions, rate_limit,
-query_results, and admission: a query's first round trip over three of them); `Cache` composes
-them into the one object the services hold, and owns what
-spans them: construction, closing and the GDPR purge of every key of a user.
+query_results, verdicts, and admission: a query's first round trip over three of them); `Cache`
+composes them into the one object the services hold, and owns what spans them: construction,
+closing and the GDPR purge of every key of a user.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from app.adapters.redis.breaker import (
 from app.adapters.redis.query_results import QUERY_KEY_TAIL
 from app.adapters.redis.rate_limit import RATE_BUCKETS, RATE_LIMIT_LUA, RateDecision
 from app.adapters.redis.sessions import SET_GOAL_LUA, SessionCache, SessionState
+from app.adapters.redis.verdicts import VERDICT_KEY_TAIL, VerdictCache
 
 # The types callers name with the cache (the services import them from here).
 __all__ = [
@@ -54,7 +56,7 @@ def _glob_escape(value: str) -> str:
     return _GLOB_SPECIAL.sub(r"\\\1", value)
 
 
-class Cache(SessionCache, QueryAdmission):
+class Cache(SessionCache, QueryAdmission, VerdictCache):
     """Async Redis cache; every method degrades to a default when Redis is off or down."""
 
     def __init__(
@@ -144,6 +146,7 @@ class Cache(SessionCache, QueryAdmission):
         escaped = _glob_escape(user_id)
         session_prefix = f"session:{user_id}:".encode()
         query_prefix = f"query_cache:{user_id}:".encode()
+        verdict_prefix = f"judge:{user_id}:".encode()
 
         def own_session(key: bytes) -> bool:
             # Skip "session:alice:x:<conv>" (user "alice:x") when purging "alice".
@@ -152,8 +155,12 @@ class Cache(SessionCache, QueryAdmission):
         def own_query(key: bytes) -> bool:
             return QUERY_KEY_TAIL.fullmatch(key[len(query_prefix) :]) is not None
 
+        def own_verdict(key: bytes) -> bool:
+            return VERDICT_KEY_TAIL.fullmatch(key[len(verdict_prefix) :]) is not None
+
         deleted = await self._delete_matching(r, f"session:{escaped}:*", own_session)
         deleted += await self._delete_matching(r, f"query_cache:{escaped}:*", own_query)
+        deleted += await self._delete_matching(r, f"judge:{escaped}:*", own_verdict)
         deleted += await r.delete(
             *(f"{bucket}:{user_id}" for bucket in RATE_BUCKETS), f"query_gen:{user_id}"
         )

@@ -42,4 +42,6 @@ async def serve_stdio(resources: Resources, token: str) -> Caller:
     finally:
         if resources.usage is not None:
             await resources.usage.drain()  # before the CLI disposes of the engine
+        if resources.judge is not None:
+            await resources.judge.aclose()
     return caller

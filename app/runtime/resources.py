@@ -14,14 +14,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from app.adapters.cache import Cache
 from app.adapters.embedder import Embedder, build_embedder
+from app.adapters.judge import JudgeLLM
 from app.adapters.local_models import OPTIONAL_LOCAL_MODELS, OnnxSentenceEmbedder
-from app.config import EmbeddingProvider, ExtractionMode, Settings
+from app.config import EmbeddingProvider, ExtractionMode, JudgeMode, Settings
 from app.db import create_engine, create_sessionmaker
 from app.roles import database_urls, prepare_database, warn_unless_rls_binds
 from app.runtime.query import query_config
 from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig, QueryService
+from app.services.query.judge import QueryJudge
 from app.services.query.sizes import SearchSizes
 from app.services.reembed import other_models
 from app.services.usage import UsageRecorder
@@ -65,6 +67,8 @@ class Resources:
     summary_tokens: int = 0
     # PGRECALL_MESSAGE_PASSAGES: the write paths embed messages' sentences too.
     message_passages: bool = True
+    # PGRECALL_JUDGE=llm: the LLM judge of query_memory (its client closes with the resources).
+    judge: QueryJudge | None = None
 
     @property
     def extraction_default(self) -> bool | None:
@@ -82,6 +86,7 @@ def query_service(resources: Resources) -> QueryService:
         slots=resources.query_slots,
         usage=resources.usage,
         sizes=resources.search_sizes,
+        judge=resources.judge,
     )
 
 
@@ -98,6 +103,26 @@ def embedder_from_settings(settings: Settings) -> Embedder:
         api_key=settings.openai_api_key.get_secret_value() if settings.openai_api_key else None,
         timeout_s=settings.embedding_timeout_s,
         threads=settings.embedding_threads,
+    )
+
+
+def judge_from_settings(settings: Settings, cache: Cache) -> QueryJudge | None:
+    """The LLM judge (PGRECALL_JUDGE=llm) on its endpoint (Settings.judge_endpoint), else None."""
+    if settings.judge != JudgeMode.LLM:
+        return None
+    endpoint = settings.judge_endpoint
+    llm = JudgeLLM(
+        model=endpoint.model,
+        base_url=endpoint.base_url,
+        api_key=endpoint.api_key,
+        timeout_s=settings.judge_timeout_s,
+    )
+    return QueryJudge(
+        llm,
+        cache,
+        candidates=settings.judge_candidates,
+        floor=settings.min_relevance,
+        ttl_s=settings.judge_cache_ttl_s,
     )
 
 
@@ -134,6 +159,7 @@ def resources_from(
             settings.extraction_summary_tokens if settings.extraction == ExtractionMode.LLM else 0
         ),
         message_passages=settings.message_passages,
+        judge=judge_from_settings(settings, cache),
     )
 
 
@@ -192,6 +218,8 @@ async def open_resources(
     finally:
         if resources is not None and resources.usage is not None:
             await resources.usage.drain()  # the usage data of answers already given
+        if resources is not None and resources.judge is not None:
+            await resources.judge.aclose()
         await cache.aclose()
         close = getattr(the_embedder, "aclose", None)
         if close is not None and embedder is None:

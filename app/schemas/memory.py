@@ -121,6 +121,9 @@ class ToolMetadata(BaseModel):
     error: str | None = None
     degraded: str | None = None
     rate_limited: bool = False
+    # The LLM judge (PGRECALL_JUDGE=llm): "llm" it re-scored the first memories, "fallback" it
+    # failed and the local ranking stands; null: off or nothing to judge.
+    judge: Literal["llm", "fallback"] | None = None
 
 
 class QueryMemoryResult(BaseModel):

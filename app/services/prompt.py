@@ -83,6 +83,7 @@ def tool_answer(result: QueryResult, floor: float) -> QueryMemoryResult:
             rate_limited=result.rate_limited,
             confidence=result.confidence,
             supported=bool(memories) and result.confidence >= floor,
+            judge=result.judge,
         ),
         formatted=format_for_prompt(result.items),
     )

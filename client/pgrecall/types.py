@@ -162,6 +162,7 @@ class ToolMetadata(BaseModel):
     error: str | None = None
     degraded: str | None = None
     rate_limited: bool = False
+    judge: Literal["llm", "fallback"] | None = None  # the LLM judge's part; null: off
 
 
 class QueryMemoryResult(BaseModel):

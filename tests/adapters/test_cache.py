@@ -423,6 +423,7 @@ async def populate_user(cache: Cache, user: str) -> set[str]:
     await cache.set_query_result(user, "q", b"v0")
     await cache.invalidate_user(user)
     await cache.set_query_result(user, "q", b"v1")
+    await cache.set_verdicts(user, {sha("v"): True}, 60)
     return {
         f"session:{user}:{CONV}",
         f"rate_limit:{user}",
@@ -430,7 +431,22 @@ async def populate_user(cache: Cache, user: str) -> set[str]:
         f"query_gen:{user}",
         f"query_cache:{user}:0:{sha('q')}",
         f"query_cache:{user}:1:{sha('q')}",
+        f"judge:{user}:{sha('v')}",
     }
+
+
+async def test_verdicts_round_trip_per_user_with_their_ttl(
+    cache: Cache, redis_client: Redis
+) -> None:
+    digest = cache.verdict_digest("judge", "What does  Alice eat?", "Alice is vegetarian")
+    assert digest == cache.verdict_digest("judge", "what does alice eat?", "Alice is vegetarian")
+    assert digest != cache.verdict_digest("other", "what does alice eat?", "Alice is vegetarian")
+    await cache.set_verdicts("alice", {digest: True, sha("no"): False}, 60)
+    assert await cache.get_verdicts("alice", [digest, sha("no"), sha("x")]) == [True, False, None]
+    assert await cache.get_verdicts("bob", [digest]) == [None]
+    assert 0 < await redis_client.ttl(f"judge:alice:{digest}") <= 60
+    await cache.set_verdicts("bob", {digest: True}, 0)  # a TTL of 0 stores nothing
+    assert await cache.get_verdicts("bob", [digest]) == [None]
 
 
 async def test_delete_user_removes_only_that_users_keys(cache: Cache, redis_client: Redis) -> None:
@@ -442,11 +458,11 @@ async def test_delete_user_removes_only_that_users_keys(cache: Cache, redis_clie
     everything = set().union(*keys.values()) | {"embedding_cache:" + sha("m:alice")}
     assert await all_keys(redis_client) == everything
 
-    assert await cache.delete_user("alice") == 7
+    assert await cache.delete_user("alice") == 8
     assert await all_keys(redis_client) == everything - keys["alice"]
 
-    assert await cache.delete_user("a*b") == 6
-    assert await cache.delete_user("a[b]") == 6
+    assert await cache.delete_user("a*b") == 7
+    assert await cache.delete_user("a[b]") == 7
     assert await all_keys(redis_client) == everything - keys["alice"] - keys["a*b"] - keys["a[b]"]
 
     assert await cache.delete_user("nobody") == 0
@@ -471,6 +487,8 @@ async def test_disabled_cache_is_a_noop(redis_client: Redis) -> None:
     await cache.set_query_result("u", "q", b"v")
     assert await cache.get_query_result("u", "q") is None
     await cache.invalidate_user("u")
+    await cache.set_verdicts("u", {sha("v"): False}, 60)
+    assert await cache.get_verdicts("u", [sha("v")]) == [None]  # a miss: judged uncached
     assert await cache.delete_user("u") == 0
     await cache.aclose()
     assert cache.stats.errors == 0
@@ -500,6 +518,8 @@ DEFAULTS: list[tuple[str, Call, Any]] = [
     ("set_query_result", lambda c: c.set_query_result("u", "q", b"v"), None),
     ("get_query_result", lambda c: c.get_query_result("u", "q"), None),
     ("invalidate_user", lambda c: c.invalidate_user("u"), None),
+    ("set_verdicts", lambda c: c.set_verdicts("u", {"d": True}, 60), None),
+    ("get_verdicts", lambda c: c.get_verdicts("u", ["d"]), None),  # down: not a miss
 ]
 
 

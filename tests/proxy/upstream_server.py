@@ -2,7 +2,8 @@
 
 Each request takes the next scripted `Answer` and is recorded (headers and JSON body), so a
 test can see exactly what pgrecall sent upstream. tests/extraction uses it too: answers built
-from the request (`reply`), token usage, and a delay (timeouts).
+from the request (`reply`), token usage, a delay (timeouts), and a body dripped a byte at a time
+(a deadline for the whole call, not per read).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ class Answer:
     raw: bytes | None = None  # a 200 with exactly this body (garbage: not a completion)
     hang_up: bool = False  # close the connection without answering
     stall_s: float = 0.0  # streams: pause this long after the first chunk (a hung upstream)
+    drip_s: float = 0.0  # plain answers: headers at once, then the body a byte per drip_s
 
 
 @dataclass
@@ -110,7 +112,7 @@ class Upstream:
                     self._json(answer.status, answer.error or {}, answer.headers)
                 elif answer.stream_pieces is None:
                     reply = completion(body["model"], text, answer.usage)
-                    self._json(200, reply, answer.headers)
+                    self._json(200, reply, answer.headers, answer.drip_s)
                 else:
                     self._stream(body["model"], answer)
 
@@ -121,7 +123,13 @@ class Upstream:
                 self.end_headers()
                 self.wfile.write(data)
 
-            def _json(self, status: int, payload: dict[str, Any], extra: dict[str, str]) -> None:
+            def _json(
+                self,
+                status: int,
+                payload: dict[str, Any],
+                extra: dict[str, str],
+                drip_s: float = 0.0,
+            ) -> None:
                 data = json.dumps(payload).encode()
                 self.send_response(status)
                 self.send_header("content-type", "application/json")
@@ -129,7 +137,14 @@ class Upstream:
                 for name, value in extra.items():
                     self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(data)
+                if not drip_s:
+                    self.wfile.write(data)
+                    return
+                self.wfile.flush()
+                for n in range(len(data)):  # a slow body: every read gets a byte in time
+                    self.wfile.write(data[n : n + 1])
+                    self.wfile.flush()
+                    time.sleep(drip_s)
 
             def _send_chunk(self, data: bytes) -> None:
                 self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")

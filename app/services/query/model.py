@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
 MAX_QUERY_CHARS = 8192
 SourceName = Literal["memory", "message"]
+JudgeOutcome = Literal["llm", "fallback"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,10 @@ class QueryResult:
     # The best relevance of any candidate, kept or not (0: nothing matched at all): how sure
     # the service is that the store holds an answer.
     confidence: float = 0.0
+    # The LLM judge's part (PGRECALL_JUDGE=llm, judge.py): "llm" its verdicts re-scored the
+    # first items, "fallback" it failed and the local ranking stands; None: off or nothing to
+    # judge.
+    judge: JudgeOutcome | None = None
 
     def to_json(self) -> bytes:
         # Field by field, not dataclasses.asdict: asdict deep-copies every value (about 1 ms

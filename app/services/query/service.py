@@ -36,6 +36,7 @@ from app.services.query.sizes import SearchSizes
 
 if TYPE_CHECKING:
     from app.adapters.cache import Admission, Cache
+    from app.services.query.judge import QueryJudge
     from app.services.usage import UsageRecorder
 
 # The package's name: operators (and tests) filter the query's warnings by it.
@@ -55,6 +56,7 @@ class QueryService:
         slots: asyncio.Semaphore | None = None,
         usage: UsageRecorder | None = None,
         sizes: SearchSizes | None = None,
+        judge: QueryJudge | None = None,
     ) -> None:
         # Its pool serves the query's read transactions (app/db.py, read_transaction).
         self.engine = engine
@@ -74,6 +76,8 @@ class QueryService:
         # Users' sizes from their last seconds of queries (sizes.py): the process's, shared by
         # every request's service, else this service's own.
         self.sizes = sizes if sizes is not None else SearchSizes(config.search_size_ttl_s)
+        # The optional LLM judge (judge.py; PGRECALL_JUDGE=llm), else None.
+        self.judge = judge
 
     async def query(self, request: QueryRequest, *, correlation_id: str = "-") -> QueryResult:
         """Answer one query; never raises for database, Redis or embedder failures. The
@@ -96,6 +100,8 @@ class QueryService:
         budget = request.token_budget or self.config.token_budget
         preset = self.config.preset
         key = _cache_key(request, preset, budget)
+        if self.judge is not None:  # a judged answer is not the local ranking's
+            key += ":judged"
 
         # One round trip: the rate limit, a cached answer, a cached vector of the query.
         admission = await self.cache.admit_query(
@@ -118,7 +124,8 @@ class QueryService:
 
         result = await self._search(request, query_text, budget, preset, admission=admission)
         result.query_truncated = query_cut
-        if result.error is None and result.degraded is None:
+        # Not a fallback answer either: the next identical query asks the judge again.
+        if result.error is None and result.degraded is None and result.judge != "fallback":
             await self.cache.set_query_result(request.user_id, key, result.to_json())
         return self._finish(request, result, started, correlation_id)
 
@@ -195,6 +202,10 @@ class QueryService:
                     await embedding
         result.retrieval_ms = int((time.perf_counter() - t0) * 1000)
         candidates, ranked = retrieved.candidates, retrieved.ranked
+        # The optional LLM judge (judge.py): may lower or raise the first items' relevance;
+        # falls back to this ranking on any failure, within its own deadline.
+        if self.judge is not None:
+            ranked = await self.judge.review(request, query, ranked, candidates, result)
         result.confidence = round(max((r.relevance for r in ranked), default=0.0), 4)
 
         cut, packed = answer(s, ranked, candidates, budget)
