@@ -43,6 +43,9 @@ BATCH = 256
 LEARNING_RATE = 1e-3
 WEIGHT_DECAY = 1e-4
 LOCOMO_NEGATIVES = 20
+# The pipeline scores the first 20 candidates of a ranking (preset answer_depth): the head is
+# trained and chosen on each question's closest items, not the easy rest of the store.
+DEPTH = 20
 
 
 @dataclass
@@ -132,6 +135,28 @@ def _gelu(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     value = 0.5 * x * (1.0 + t)
     grad = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t**2) * c * (1.0 + 3 * 0.044715 * x**2)
     return value, grad
+
+
+def hardest(vectors: np.ndarray, pairs: Pairs, depth: int) -> Pairs:
+    """Each question's answers and its `depth` items of highest cosine: what the head sees in
+    the service (the first candidates of a ranking), without the easy rest."""
+    if depth <= 0:
+        return pairs
+    cosine = (vectors[np.array(pairs.q)] * vectors[np.array(pairs.m)]).sum(axis=1)
+    rows: dict[str, list[int]] = {}
+    for i, g in enumerate(pairs.group):
+        rows.setdefault(g, []).append(i)
+    keep: list[int] = []
+    for members in rows.values():
+        ranked = sorted(members, key=lambda i: -cosine[i])
+        keep += sorted(set(ranked[:depth]) | {i for i in members if pairs.y[i] > 0})
+    return Pairs(
+        [pairs.q[i] for i in keep],
+        [pairs.m[i] for i in keep],
+        [pairs.y[i] for i in keep],
+        [pairs.group[i] for i in keep],
+        [pairs.shape[i] for i in keep],
+    )
 
 
 def features(vectors: np.ndarray, pairs: Pairs) -> np.ndarray:
@@ -244,6 +269,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--locomo", type=Path, default=DEFAULT_LOCOMO)
     parser.add_argument("--no-locomo", action="store_true")
     parser.add_argument("--epochs", type=int, default=EPOCHS)
+    parser.add_argument(
+        "--depth",
+        type=int,
+        default=DEPTH,
+        help="train and validate on each question's answers and N closest items (0: all)",
+    )
     parser.add_argument("--write", action="store_true", help="write the embedder's head file")
     args = parser.parse_args(argv)
     from app.adapters.embedder import LocalEmbedder
@@ -262,7 +293,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         (_new(), _new()) if args.no_locomo else locomo_pairs(texts, args.locomo, vectors_of)
     )
     vectors = texts.embed(embedder)
-    train_pairs = _concat(corpus_train, locomo_train)
+    train_pairs = hardest(vectors, _concat(corpus_train, locomo_train), args.depth)
+    corpus_validation = hardest(vectors, corpus_validation, args.depth)
     x, y = features(vectors, train_pairs), np.asarray(train_pairs.y, np.float32)
     checks = {"validation": (features(vectors, corpus_validation), corpus_validation)}
     if locomo_held.q:

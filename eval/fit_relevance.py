@@ -285,6 +285,8 @@ def fit(
     `memory_l2` > 0 (listwise only): a curated memory's item features get weights of their own
     (the shared ones plus `memory_weights`, penalised `memory_l2` times as much); the
     calibration is shared, so both kinds land on one probability scale."""
+    if objective == "absolute":
+        return _absolute_fit(questions, l2)
     if objective == "pointwise":
         model = _pointwise(questions, l2)
         if questions and questions[0].x.shape[1] > len(FEATURES):  # the head's column
@@ -330,6 +332,36 @@ def _top(q: Question, scores: np.ndarray, depth: int) -> Question:
     memory = q.memory[keep] if q.memory is not None else None
     keys = tuple(q.keys[i] for i in keep) if q.keys else ()
     return Question(q.dataset, q.group, q.qid, q.shape, q.x[keep], q.y[keep], keys, q.query, memory)
+
+
+# What the "absolute" objective reads of a candidate: only the pair's own evidence, nothing
+# that depends on the question's other candidates (its cosine, not its gap to the best one),
+# so the probability of a (question, item) pair is the same whatever else the store holds.
+ABSOLUTE = ("cosine", "keyword", "plain", "name_only", "name_missing")
+
+
+def _absolute_fit(questions: Sequence[Question], l2: float) -> RelevanceModel:
+    """Pointwise over ABSOLUTE (and the head's column), written back as a RelevanceModel:
+    the cosine's weight on both cosine_gap and best_cosine (their sum is the cosine), 0 on
+    what depends on the other candidates (cosine_z, keyword_top)."""
+    col = {name: i for i, name in enumerate(FEATURES)}
+
+    def columns(q: Question) -> Question:
+        x = q.x
+        picked = [x[:, col["cosine_gap"]] + x[:, col["best_cosine"]]]
+        picked += [x[:, col[name]] for name in ABSOLUTE[1:]]
+        if x.shape[1] > len(FEATURES):
+            picked.append(x[:, len(FEATURES)])
+        return Question(q.dataset, q.group, q.qid, q.shape, np.column_stack(picked), q.y)
+
+    fitted = _pointwise([columns(q) for q in questions if len(q.y)], l2)
+    w = fitted.weights
+    weights = [0.0] * len(FEATURES)
+    weights[col["cosine_gap"]] = weights[col["best_cosine"]] = w[0]
+    for i, name in enumerate(ABSOLUTE[1:], start=1):
+        weights[col[name]] = w[i]
+    head = w[len(ABSOLUTE)] if len(w) > len(ABSOLUTE) else 0.0
+    return RelevanceModel(fitted.version, tuple(weights), fitted.bias, head_weight=head)
 
 
 def _without_head(q: Question) -> Question:
@@ -707,7 +739,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         default=MEMORY_L2,
         help="penalty factor of the memory-specific weights (0: one weight vector for all kinds)",
     )
-    parser.add_argument("--objective", choices=("listwise", "pointwise"), default="listwise")
+    parser.add_argument(
+        "--objective", choices=("listwise", "pointwise", "absolute"), default="listwise"
+    )
     parser.add_argument(
         "--query-features",
         action="store_true",
@@ -746,7 +780,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # A corpus with a validation split: fit on the rest, choose the operating point on it.
     validation = [q for q in questions if q.dataset == "validation"]
     questions = [q for q in questions if q.dataset != "validation"]
-    if args.objective == "pointwise" and args.depth > 0:
+    if args.objective in ("pointwise", "absolute") and args.depth > 0:
         # Fitted where the tool decides: each question's first candidates (by a first fit),
         # so the probability is "this one of the top candidates answers", not diluted by the
         # hundredth candidate of both arms.

@@ -161,6 +161,9 @@ ANSWERS = LEARNED.with_(
     relevance_model="answers",
     relative_exponent=0.0,
     answer_depth=20,
+    relative_cutoff=0.3,
+    topic_link=0.55,
+    question_odds=0.3,
 )
 DEFAULT = LEARNED.with_(name="default")
 
