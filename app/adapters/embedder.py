@@ -32,9 +32,16 @@ Vectors = npt.NDArray[np.float32]
 # from one to the other with `pgrecall reembed`.
 LOCAL_MODEL_ID = "all-MiniLM-L6-v2-onnx-dq8"
 FLOAT_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
-LOCAL_MODELS = (LOCAL_MODEL_ID, FLOAT_MODEL_ID)
+# MiniLM fine-tuned here so that a question's cosine to a memory that answers it stands out
+# (issue 45; `make train-embedder`, scripts/train_embedder.py): the same tokenizer, pooling and
+# int8 recipe as the default, its graph committed in the package (app/adapters/models/, with a
+# manifest of how it was made). Opt-in by name; its vectors are not the default's, so a store
+# moves to it with `pgrecall reembed`.
+TRAINED_MODEL_ID = "pgrecall-minilm-answers-v1"
+LOCAL_MODELS = (LOCAL_MODEL_ID, FLOAT_MODEL_ID, TRAINED_MODEL_ID)
 LOCAL_DIMENSION = 384
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+TRAINED_MODEL_SHA256 = "6e538b8567b9a81224e669b1165ea2979045f5c8e76c9e9a86dc0f352795df10"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 # sentence-transformers' max_seq_length for this model; longer text is truncated.
 MAX_TOKENS = 256
@@ -78,6 +85,11 @@ def local_model_files() -> tuple[Path, Path]:
         )
     )
     return model, tokenizer
+
+
+def trained_model_file() -> Path:
+    """The committed graph of TRAINED_MODEL_ID (dynamically quantised, like the default's)."""
+    return Path(__file__).resolve().parent / "models" / TRAINED_MODEL_ID / "model-int8.onnx"
 
 
 def _lower_this_threads_priority() -> None:
@@ -179,10 +191,11 @@ class InProcessEmbedder:
 class LocalEmbedder(InProcessEmbedder):
     """all-MiniLM-L6-v2 on ONNX Runtime: mean pooling over tokens, then L2 norm. No network.
 
-    `model` is one of LOCAL_MODELS. The int8-arithmetic graph quantises each inference's
-    activations with one scale for the whole input, so a text embedded in a batch would get a
-    slightly different vector than alone (cosine down to 0.98, measured): it embeds one text per
-    inference, which is also the cheaper way for it (no padding).
+    `model` is one of LOCAL_MODELS. The int8-arithmetic graphs (the default's, and the trained
+    model's, quantised the same way) quantise each inference's activations with one scale for
+    the whole input, so a text embedded in a batch would get a slightly different vector than
+    alone (cosine down to 0.98, measured): they embed one text per inference, which is also the
+    cheaper way for them (no padding).
     """
 
     model: str = LOCAL_MODEL_ID  # the default; an instance's own model is set in __init__
@@ -195,7 +208,12 @@ class LocalEmbedder(InProcessEmbedder):
             raise EmbeddingError(f"unknown local model {model!r}: one of {', '.join(LOCAL_MODELS)}")
         self.model = model
         model_path, tokenizer_path = local_model_files()
-        for path, expected in ((model_path, MODEL_SHA256), (tokenizer_path, TOKENIZER_SHA256)):
+        model_sha256 = MODEL_SHA256
+        if model == TRAINED_MODEL_ID:
+            model_path, model_sha256 = trained_model_file(), TRAINED_MODEL_SHA256
+            if not model_path.is_file():
+                raise EmbeddingError(f"{model_path} is missing (`make train-embedder` makes it)")
+        for path, expected in ((model_path, model_sha256), (tokenizer_path, TOKENIZER_SHA256)):
             actual = file_sha256(path)
             if actual != expected:
                 raise EmbeddingError(f"{path.name}: sha256 {actual} does not match {expected}")
@@ -204,6 +222,7 @@ class LocalEmbedder(InProcessEmbedder):
             from app.adapters.quantized_model import dynamic_int8_model
 
             graph = dynamic_int8_model(model_path)
+        if model in (LOCAL_MODEL_ID, TRAINED_MODEL_ID):
             self._batch = 1  # one text per inference (the class docstring)
         self._tokenizer = Tokenizer.from_file(str(tokenizer_path))
         self._tokenizer.enable_truncation(max_length=MAX_TOKENS)
