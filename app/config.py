@@ -159,7 +159,9 @@ class Settings(BaseSettings):
         default=10, description="open GET /mcp streams at most per API key (429 over)"
     )
     mcp_stream_idle_s: Annotated[float, Field(gt=0, le=86_400)] = Field(
-        default=300.0, description="a GET /mcp stream that sent nothing this long is closed"
+        default=300.0,
+        description="a GET /mcp stream idle this long (no client bytes, nothing sent "
+        "but keep-alive pings) is closed",
     )
 
     mlflow_tracking_uri: str | None = Field(
