@@ -191,8 +191,10 @@ class Settings(BaseSettings):
     extraction_user_daily_token_cap: Annotated[int, Field(ge=1)] = Field(
         default=200_000, description="tokens extraction may spend per user per UTC day"
     )
+    # More than one: a batch whose model call runs to its deadline holds one task, and the
+    # other users' batches go on beside it (issue 44: one task left the next job 43.6 s waiting).
     extraction_workers: Annotated[int, Field(ge=0, le=64)] = Field(
-        default=1, description="worker tasks in `pgrecall serve`; 0 = serve only queues jobs"
+        default=4, description="worker tasks in `pgrecall serve`; 0 = serve only queues jobs"
     )
     extraction_poll_interval_s: Annotated[float, Field(gt=0, le=3600)] = 2.0
     extraction_batch_messages: Annotated[int, Field(ge=1, le=200)] = 20
