@@ -174,7 +174,9 @@ class Settings(BaseSettings):
         default=10, description="open GET /mcp streams at most per API key (429 over)"
     )
     mcp_stream_idle_s: Annotated[float, Field(gt=0, le=86_400)] = Field(
-        default=300.0, description="a GET /mcp stream that sent nothing this long is closed"
+        default=300.0,
+        description="a GET /mcp stream idle this long (no client bytes, nothing sent "
+        "but keep-alive pings) is closed",
     )
 
     mlflow_tracking_uri: str | None = Field(
@@ -204,8 +206,10 @@ class Settings(BaseSettings):
     extraction_user_daily_token_cap: Annotated[int, Field(ge=1)] = Field(
         default=200_000, description="tokens extraction may spend per user per UTC day"
     )
+    # More than one: a batch whose model call runs to its deadline holds one task, and the
+    # other users' batches go on beside it (issue 44: one task left the next job 43.6 s waiting).
     extraction_workers: Annotated[int, Field(ge=0, le=64)] = Field(
-        default=1, description="worker tasks in `pgrecall serve`; 0 = serve only queues jobs"
+        default=4, description="worker tasks in `pgrecall serve`; 0 = serve only queues jobs"
     )
     extraction_poll_interval_s: Annotated[float, Field(gt=0, le=3600)] = 2.0
     extraction_batch_messages: Annotated[int, Field(ge=1, le=200)] = 20

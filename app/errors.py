@@ -15,6 +15,12 @@ class ServiceError(Exception):
             self.status_code = status_code
 
 
+class RepeatedHeaderError(ServiceError):
+    """An identity or credential header sent more than once: which one counts is ambiguous."""
+
+    status_code = 400
+
+
 class NotFoundError(ServiceError):
     """The resource does not exist for this caller (never says whether it exists for another)."""
 

@@ -32,7 +32,11 @@ from app.console import install_console
 from app.extraction.runtime import build_extraction
 from app.mcp.http import McpHttp
 from app.mcp.streams import StreamLimits
-from app.middleware import BodySizeLimitMiddleware, CorrelationIdMiddleware
+from app.middleware import (
+    BodySizeLimitMiddleware,
+    CorrelationIdMiddleware,
+    SingleIdentityHeaderMiddleware,
+)
 from app.proxy import routes as chat_proxy
 from app.proxy.upstream import ChatUpstream
 from app.runtime import open_resources
@@ -117,5 +121,6 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
         "/mcp", mcp_door, methods=["GET", "POST", "DELETE"], include_in_schema=False
     )
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(SingleIdentityHeaderMiddleware)  # before any door reads who is calling
     app.add_middleware(CorrelationIdMiddleware)
     return app

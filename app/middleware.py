@@ -1,4 +1,4 @@
-"""Pure ASGI middleware: correlation ids and request size limits."""
+"""Pure ASGI middleware: correlation ids, one value per identity header, request size limits."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.encoding import check_body, check_query, refusal
-from app.errors import ServiceError
+from app.errors import RepeatedHeaderError, ServiceError
 from app.observability import correlation_id_var
 
 HEADER = b"x-correlation-id"
@@ -75,6 +75,55 @@ class CorrelationIdMiddleware:
             await self.app(scope, receive, send_with_header)
         finally:
             correlation_id_var.reset(token)
+
+
+# Every header a door reads to learn who the caller is or what it may do (app/api/deps.py,
+# app/proxy/auth.py, app/mcp/http.py, the console's session cookie), and those the proxy passes
+# on to the upstream as the caller's account: lower case as ASGI gives them, and as spelt.
+IDENTITY_HEADERS = {
+    b"authorization": "Authorization",
+    b"x-user-id": "X-User-Id",
+    b"x-pgrecall-key": "X-Pgrecall-Key",
+    b"cookie": "Cookie",
+    b"openai-organization": "OpenAI-Organization",
+    b"openai-project": "OpenAI-Project",
+}
+
+
+def repeated_identity_header(headers: list[tuple[bytes, bytes]]) -> str | None:
+    """The first identity header that occurs more than once; None if none does."""
+    seen: set[bytes] = set()
+    for raw_name, _ in headers:
+        name = raw_name.lower()
+        if name not in IDENTITY_HEADERS:
+            continue
+        if name in seen:
+            return IDENTITY_HEADERS[name]
+        seen.add(name)
+    return None
+
+
+class SingleIdentityHeaderMiddleware:
+    """400 for a request that repeats an identity or credential header, on every door.
+
+    Starlette's `headers.get` and FastAPI's `Header()` take the first of repeated headers and
+    others might take the last: behind a gateway that appends its own `X-User-Id` to the
+    client's, the client would choose the user. A repeated one is refused before any door reads
+    it, rather than guessing which one the sender meant.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            name = repeated_identity_header(scope["headers"])
+            if name is not None:
+                error = RepeatedHeaderError(f"header {name} is sent more than once: send it once")
+                body = {"error": type(error).__name__, "detail": error.message}
+                await _send_json(send, error.status_code, body, [])
+                return
+        await self.app(scope, receive, send)
 
 
 class BodySizeLimitMiddleware:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from app.deadline import within
 from app.errors import EmbeddingError
 
 if TYPE_CHECKING:
@@ -241,7 +242,9 @@ class LocalEmbedder(InProcessEmbedder):
 
 
 class OpenAIEmbedder:
-    """Any OpenAI-compatible embeddings endpoint through the openai SDK."""
+    """Any OpenAI-compatible embeddings endpoint through the openai SDK. Each request (its one
+    retry included) has one deadline of `timeout_s` over all of it (app/deadline.py): the SDK's
+    timeout bounds each read alone, which a drip-fed answer never trips."""
 
     def __init__(
         self,
@@ -257,6 +260,7 @@ class OpenAIEmbedder:
 
         self.model = model
         self.dimension = dimension
+        self.timeout_s = timeout_s
         self._send_dimensions = send_dimensions
         self._client = AsyncOpenAI(
             base_url=base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=1
@@ -272,9 +276,17 @@ class OpenAIEmbedder:
                 kwargs: dict[str, object] = {"model": self.model, "input": chunk}
                 if self._send_dimensions:
                     kwargs["dimensions"] = self.dimension
-                response = await self._client.embeddings.create(**kwargs)  # type: ignore[arg-type]
+                response = await within(
+                    self.timeout_s,
+                    self._client.embeddings.create(**kwargs),  # type: ignore[arg-type]
+                )
                 ordered = sorted(response.data, key=lambda d: d.index)
                 rows.extend(d.embedding for d in ordered)
+        except TimeoutError:
+            raise EmbeddingError(
+                "embedding API failed: APITimeoutError: no whole answer within "
+                f"{self.timeout_s:g} s"
+            ) from None
         except Exception as exc:
             raise EmbeddingError(f"embedding API failed: {type(exc).__name__}: {exc}") from exc
         matrix = np.asarray(rows, dtype=np.float32)

@@ -1,11 +1,13 @@
 """The extraction model: chat completions on any OpenAI-compatible endpoint (`openai` client).
 
 The client never retries by itself (max_retries=0): retries belong to the job table, where
-they are counted, backed off and dead-lettered. Errors come out as two kinds: worth retrying
-(429, timeouts, connection failures, 5xx, a 200 that is not a completion) and not (other 4xx: a
-request the endpoint refuses). The 200 body is read here, not by the client's models: those
-accept any shape and fail later with AttributeError or UnicodeDecodeError (a traceback, and a
-batch left `running` until its lease ran out).
+they are counted, backed off and dead-lettered. Each call has one deadline of
+PGRECALL_EXTRACTION_TIMEOUT_S over all of it (app/deadline.py: the SDK's timeout bounds each
+read alone, and a drip-fed answer held one attempt 120 s under a 30 s setting). Errors come out
+as two kinds: worth retrying (429, timeouts, connection failures, 5xx, a 200 that is not a
+completion) and not (other 4xx: a request the endpoint refuses). The 200 body is read here,
+not by the client's models: those accept any shape and fail later with AttributeError or
+UnicodeDecodeError (a traceback, and a batch left `running` until its lease ran out).
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from typing import Any
 
 import openai
 from openai import AsyncOpenAI
+
+from app.deadline import within
 
 
 class LLMError(Exception):
@@ -66,6 +70,7 @@ class ExtractionLLM:
     ) -> None:
         self.model = model
         self.max_output_tokens = max_output_tokens
+        self.timeout_s = timeout_s
         self._client = AsyncOpenAI(
             base_url=base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=0
         )
@@ -73,13 +78,18 @@ class ExtractionLLM:
     async def complete(self, messages: Sequence[dict[str, str]]) -> Completion:
         """The model's answer and the tokens the endpoint says it used."""
         try:
-            raw = await self._client.chat.completions.with_raw_response.create(
-                model=self.model,
-                messages=list(messages),  # type: ignore[arg-type]
-                temperature=0,
-                max_completion_tokens=self.max_output_tokens,
-                response_format={"type": "json_object"},
+            raw = await within(
+                self.timeout_s,
+                self._client.chat.completions.with_raw_response.create(
+                    model=self.model,
+                    messages=list(messages),  # type: ignore[arg-type]
+                    temperature=0,
+                    max_completion_tokens=self.max_output_tokens,
+                    response_format={"type": "json_object"},
+                ),
             )
+        except TimeoutError:
+            raise self._timed_out() from None
         except (openai.APITimeoutError, openai.APIConnectionError) as exc:
             raise LLMRetryableError(f"{type(exc).__name__}: {exc}") from exc
         except openai.APIStatusError as exc:
@@ -96,12 +106,17 @@ class ExtractionLLM:
     ) -> Completion:
         """A plain-text answer of at most `max_tokens` (the conversation summary)."""
         try:
-            raw = await self._client.chat.completions.with_raw_response.create(
-                model=self.model,
-                messages=list(messages),  # type: ignore[arg-type]
-                temperature=0,
-                max_completion_tokens=max_tokens,
+            raw = await within(
+                self.timeout_s,
+                self._client.chat.completions.with_raw_response.create(
+                    model=self.model,
+                    messages=list(messages),  # type: ignore[arg-type]
+                    temperature=0,
+                    max_completion_tokens=max_tokens,
+                ),
             )
+        except TimeoutError:
+            raise self._timed_out() from None
         except (openai.APITimeoutError, openai.APIConnectionError) as exc:
             raise LLMRetryableError(f"{type(exc).__name__}: {exc}") from exc
         except openai.APIStatusError as exc:
@@ -109,6 +124,12 @@ class ExtractionLLM:
         except openai.OpenAIError as exc:
             raise LLMRetryableError(f"{type(exc).__name__}: {exc}") from exc
         return read_completion(raw.content)
+
+    def _timed_out(self) -> LLMRetryableError:
+        return LLMRetryableError(
+            f"APITimeoutError: no whole answer within {self.timeout_s:g} s "
+            "(PGRECALL_EXTRACTION_TIMEOUT_S)"
+        )
 
     async def aclose(self) -> None:
         await self._client.close()

@@ -24,8 +24,10 @@ from typing import Any
 
 import httpx
 
+from app.deadline import Deadline
 from app.errors import ServiceError, UpstreamError
-from app.proxy.stream import DROPPED_EVENT, NO_ANSWER_EVENT, OnEnd, Relay
+from app.proxy.schemas import answer_text
+from app.proxy.stream import DROPPED_EVENT, NO_ANSWER_EVENT, TIMEOUT_EVENT, OnEnd, Relay
 from app.proxy.upstream import ChatUpstream
 
 log = logging.getLogger(__name__)
@@ -113,7 +115,8 @@ class Transcript:
 @dataclass
 class Finished:
     """The last upstream answer (status, headers, JSON) and the transcript of all rounds;
-    `answered` is False when a 200 was not a chat completion (the caller's 502)."""
+    `answered` is False when a 200 was not a chat completion or said nothing (the caller's
+    502)."""
 
     response: httpx.Response
     content: bytes
@@ -127,6 +130,7 @@ async def complete(
     headers: dict[str, str],
     lookup: Lookup,
     max_rounds: int,
+    deadline: Deadline,
 ) -> Finished:
     """Run rounds until an answer without a tag (or the cap); an upstream error (raised or
     answered) or a body that is not a completion ends them, in any round."""
@@ -134,8 +138,8 @@ async def complete(
     body = with_instructions(body)
     usage: dict[str, int] = {}
     while True:
-        response = await upstream.send(body, headers)
-        content = await upstream.read(response)
+        response = await upstream.send(body, headers, deadline)
+        content = await upstream.read(response, deadline)
         if response.status_code >= 400:
             return Finished(response, content, transcript)
         try:
@@ -143,7 +147,7 @@ async def complete(
         except ValueError:
             data = None
         message = _message(data)
-        if message is None:
+        if message is None or answer_text(message) is None:
             return Finished(response, content, transcript, answered=False)
         _add_usage(usage, data.get("usage"))
         text = message.get("content")
@@ -257,8 +261,9 @@ class RecallRelay(Relay):
         max_rounds: int,
         show_tags: bool,
         on_end: OnEnd,
+        deadline: Deadline,
     ) -> None:
-        super().__init__(first, on_end)
+        super().__init__(first, on_end, deadline)
         self.upstream = upstream
         self.body = body
         self.headers = headers
@@ -284,11 +289,8 @@ class RecallRelay(Relay):
             async for piece in self._rounds():
                 if piece:
                     yield piece
-        except httpx.TransportError as exc:
-            log.warning("chat upstream dropped the stream: %s", type(exc).__name__)
-            timeout = isinstance(exc, httpx.TimeoutException)
-            self.ended = "upstream_timeout" if timeout else "upstream_dropped"
-            yield DROPPED_EVENT
+        except (httpx.TransportError, TimeoutError) as exc:
+            yield self.cut(exc)
         else:
             if self.ended is None:
                 self.ended = ""
@@ -303,7 +305,7 @@ class RecallRelay(Relay):
             finish: str | None = None
             buffer = b""
             events = 0
-            async for raw in self.response.aiter_bytes():
+            async for raw in self.deadline.chunks(self.response.aiter_bytes()):
                 payloads, buffer = _events(buffer + raw)
                 for payload in payloads:
                     try:
@@ -356,11 +358,11 @@ class RecallRelay(Relay):
             yield self._text("", tag + memo_text)
             self.body = continued(self.body, said + before + tag, memo_text)
             try:
-                response = await self.upstream.send(self.body, self.headers)
+                response = await self.upstream.send(self.body, self.headers, self.deadline)
             except UpstreamError as exc:  # unreachable or timed out: the answer so far stays
                 log.warning("chat upstream failed a recall round: %s", exc.message)
-                self.ended = "upstream_failed"
-                yield DROPPED_EVENT
+                self.ended = "upstream_timeout" if exc.reason == "timeout" else "upstream_failed"
+                yield TIMEOUT_EVENT if exc.reason == "timeout" else DROPPED_EVENT
                 return
             if response.status_code >= 400:
                 await response.aclose()

@@ -18,12 +18,13 @@ import httpx
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse, Response
 
+from app.deadline import Deadline
 from app.errors import UpstreamError
 from app.observability import correlation_id_var
 from app.proxy import recall_tags
 from app.proxy.auth import ProxyUserDep, UpstreamDep
 from app.proxy.conversation_summary import SUMMARY_HEADER, summary_block, with_summary
-from app.proxy.schemas import ChatRequest, message_text
+from app.proxy.schemas import ChatRequest, answer_text, message_text
 from app.proxy.stream import UPSTREAM_ENDINGS, OnEnd, Relay, RelayResponse
 from app.proxy.tool_rounds import tool_round
 from app.proxy.turns import IDEMPOTENCY_HEADER, Turns, answer_turn, idempotency_key, user_turn
@@ -142,18 +143,20 @@ async def chat_completions(
         summary, headers[SUMMARY_HEADER] = await summary_block(resources, user_id, conversation_id)
         forward = with_summary(forward, summary)
     upstream_headers = upstream.headers(request.headers)
+    deadline = upstream.deadline()  # one, over everything this request asks the upstream
     if body.memory and body.memory.recall_tags:
         lookup = functools.partial(_memories, resources, user_id, body)
         return await _recall_completion(
-            turns, body, upstream, forward, upstream_headers, headers, lookup
+            turns, body, upstream, forward, upstream_headers, headers, lookup, deadline
         )
 
     try:
-        response = await upstream.send(forward, upstream_headers)
+        response = await upstream.send(forward, upstream_headers, deadline)
         media_type = response.headers.get("content-type", "application/json")
         if response.status_code < 400 and body.stream:
-            return await _relay(turns, Relay(response, _end(turns, body.model)), headers)
-        content = await upstream.read(response)
+            relay = Relay(response, _end(turns, body.model), deadline)
+            return await _relay(turns, relay, headers)
+        content = await upstream.read(response, deadline)
     except UpstreamError as exc:
         return await _upstream_failed(turns, exc, headers)
     if response.status_code >= 400:
@@ -171,7 +174,8 @@ async def chat_completions(
 
 def _bad_answer() -> UpstreamError:
     return UpstreamError(
-        "the chat upstream answered 200 with a body that is not a chat completion",
+        "the chat upstream answered 200 with a body that is not a chat completion "
+        "(or one with neither content nor tool calls)",
         502,
         "bad_answer",
     )
@@ -248,17 +252,15 @@ async def _relay(turns: Turns, relay: Relay, headers: dict[str, str]) -> Respons
 
 
 def _assistant_text(content: bytes) -> str | None:
-    """The answer's text ("" for one without text, e.g. tool calls only); None when the body
-    is not a chat completion at all."""
+    """The answer's text ("" for tool calls only, the refusal for a refusal); None when the body
+    is not a chat completion or its message says nothing (`content` null and no tool call:
+    no answer, which a 200 must not pass off as one)."""
     try:
         data = json.loads(content)
         message = data["choices"][0]["message"]
     except (ValueError, KeyError, IndexError, TypeError):
         return None
-    if not isinstance(message, dict):
-        return None
-    text = message.get("content")
-    return text if isinstance(text, str) else ""
+    return answer_text(message)
 
 
 # --- recall tags (memory.recall_tags): app/proxy/recall_tags.py runs the rounds -------------
@@ -272,6 +274,7 @@ async def _recall_completion(
     upstream_headers: dict[str, str],
     headers: dict[str, str],
     lookup: recall_tags.Lookup,
+    deadline: Deadline,
 ) -> Response:
     """The request with recall tags on: one answer to the client over every round; its turns
     are kept as on the plain path, failures included."""
@@ -280,7 +283,7 @@ async def _recall_completion(
     if not body.stream:
         try:
             done = await recall_tags.complete(
-                upstream, forward, upstream_headers, lookup, options.recall_rounds
+                upstream, forward, upstream_headers, lookup, options.recall_rounds, deadline
             )
         except UpstreamError as exc:
             return await _upstream_failed(turns, exc, headers)
@@ -298,9 +301,9 @@ async def _recall_completion(
 
     with_instructions = recall_tags.with_instructions(forward)
     try:
-        response = await upstream.send(with_instructions, upstream_headers)
+        response = await upstream.send(with_instructions, upstream_headers, deadline)
         if response.status_code >= 400:
-            content = await upstream.read(response)
+            content = await upstream.read(response, deadline)
             return await _upstream_refused(turns, response, content, headers)
     except UpstreamError as exc:
         return await _upstream_failed(turns, exc, headers)
@@ -313,5 +316,6 @@ async def _recall_completion(
         options.recall_rounds,
         options.show_tags,
         _end(turns, body.model),
+        deadline,
     )
     return await _relay(turns, relay, headers)

@@ -74,3 +74,18 @@ def message_text(message: ChatMessage) -> str:
     return "\n".join(
         str(p.get("text", "")) for p in parts if p.get("type") == "text" and p.get("text")
     )
+
+
+def answer_text(message: Any) -> str | None:
+    """A completion message's text: its `content`, "" for tool calls only, the refusal for a
+    refusal; None when it says nothing (`content` null and no tool call: no answer, which a
+    200 must not pass off as one) or is not a message."""
+    if not isinstance(message, dict):
+        return None
+    text = message.get("content")
+    if isinstance(text, str):
+        return text
+    if message.get("tool_calls") or message.get("function_call"):
+        return ""
+    refusal = message.get("refusal")
+    return refusal if isinstance(refusal, str) and refusal else None

@@ -14,11 +14,19 @@ from starlette.requests import ClientDisconnect
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from app.deadline import Deadline
+
 log = logging.getLogger(__name__)
 
 DROPPED_EVENT = (
     b'data: {"error": {"message": "the chat upstream dropped the stream before it finished", '
     b'"type": "upstream_error", "code": "upstream_dropped"}}\n\n'
+)
+
+TIMEOUT_EVENT = (
+    b'data: {"error": {"message": "the chat upstream did not finish within the deadline '
+    b'(PGRECALL_CHAT_UPSTREAM_TIMEOUT_S)", "type": "upstream_error", '
+    b'"code": "upstream_timeout"}}\n\n'
 )
 
 OnEnd = Callable[[str, str | None], Awaitable[None]]
@@ -73,26 +81,34 @@ class AnswerAssembler:
 class Relay:
     """Upstream SSE bytes to the client, unchanged; `finish` stores what was assembled."""
 
-    def __init__(self, response: httpx.Response, on_end: OnEnd) -> None:
+    def __init__(self, response: httpx.Response, on_end: OnEnd, deadline: Deadline) -> None:
         self.response = response
         self.on_end = on_end
+        self.deadline = deadline
         self.answer = AnswerAssembler()
         self.ended: str | None = None  # None: still running; "" complete; else why it stopped
         self._finished = False
 
     async def chunks(self) -> AsyncIterator[bytes]:
         try:
-            async for chunk in self.response.aiter_bytes():
+            async for chunk in self.deadline.chunks(self.response.aiter_bytes()):
                 self.answer.feed(chunk)
                 yield chunk
-        except httpx.TransportError as exc:
-            log.warning("chat upstream dropped the stream: %s", type(exc).__name__)
-            timeout = isinstance(exc, httpx.TimeoutException)
-            self.ended = "upstream_timeout" if timeout else "upstream_dropped"
-            yield DROPPED_EVENT
+        except (httpx.TransportError, TimeoutError) as exc:
+            yield self.cut(exc)
         else:
             # Ended cleanly, yet without [DONE] or any text: not an answer (e.g. garbage).
             self.ended = "" if self.answer.done or self.answer.parts else "no_answer"
+
+    def cut(self, exc: Exception) -> bytes:
+        """The stream ended by the upstream's fault (dropped, or past the deadline): why, as
+        `ended`, and the error event the client gets last."""
+        log.warning("chat upstream stream cut short: %s", type(exc).__name__)
+        if isinstance(exc, TimeoutError | httpx.TimeoutException):
+            self.ended = "upstream_timeout"
+            return TIMEOUT_EVENT
+        self.ended = "upstream_dropped"
+        return DROPPED_EVENT
 
     async def finish(self) -> None:
         """Close the upstream and store the turns; runs once, also after a disconnect."""

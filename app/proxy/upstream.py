@@ -1,4 +1,9 @@
-"""The model upstream: one httpx client owned by the lifespan, and how requests reach it."""
+"""The model upstream: one httpx client owned by the lifespan, and how requests reach it.
+
+Every proxied request gets one `Deadline` of PGRECALL_CHAT_UPSTREAM_TIMEOUT_S over all it asks
+the upstream (connect, headers, every chunk of the body, every recall round): past it the
+client gets 504 (or, on a stream already under way, an error event) and the user's turn is
+kept, marked `timeout` (`upstream_timeout` on a stream)."""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from typing import Any
 import httpx
 
 from app.config import Settings
+from app.deadline import Deadline
 from app.errors import UpstreamError
 from app.services.api_keys import looks_like_key
 
@@ -20,7 +26,11 @@ class ChatUpstream:
     def __init__(self, url: str | None, key: str | None, timeout_s: float) -> None:
         self.url = url
         self.key = key
-        self.http = httpx.AsyncClient(timeout=httpx.Timeout(timeout_s, connect=10.0))
+        self.timeout_s = timeout_s
+        # Each operation's own timeout is the deadline's length too: the deadline is the bound.
+        self.http = httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
+        )
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ChatUpstream:
@@ -39,6 +49,18 @@ class ChatUpstream:
         if self.url is None:
             raise UpstreamError("chat proxy is off: set PGRECALL_CHAT_UPSTREAM_URL", 501)
 
+    def deadline(self) -> Deadline:
+        """The deadline of one proxied request, from now."""
+        return Deadline(self.timeout_s)
+
+    def timed_out(self) -> UpstreamError:
+        return UpstreamError(
+            f"chat upstream did not answer within {self.timeout_s:g} s "
+            "(PGRECALL_CHAT_UPSTREAM_TIMEOUT_S)",
+            504,
+            "timeout",
+        )
+
     def headers(self, caller: httpx.Headers | Any) -> dict[str, str]:
         """The configured key, else the caller's Authorization (it belongs to the upstream),
         unless it carries a pgrecall per-user key (app/proxy/auth.py)."""
@@ -52,15 +74,18 @@ class ChatUpstream:
                 headers[name] = caller[name]
         return headers
 
-    async def send(self, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
-        """Start the request; the body is read (or streamed) by the caller, who closes it."""
+    async def send(
+        self, body: dict[str, Any], headers: dict[str, str], deadline: Deadline
+    ) -> httpx.Response:
+        """Start the request (connected, headers read, by the deadline); the body is read (or
+        streamed, `deadline.chunks`) by the caller, who closes it."""
         request = self.http.build_request(
             "POST", f"{self.url}/chat/completions", json=body, headers=headers
         )
         try:
-            return await self.http.send(request, stream=True)
-        except httpx.TimeoutException:
-            raise UpstreamError("chat upstream timed out", 504, "timeout") from None
+            return await deadline.wait(self.http.send(request, stream=True))
+        except (TimeoutError, httpx.TimeoutException):
+            raise self.timed_out() from None
         except httpx.TransportError as exc:
             # Refused or unresolvable: unreachable; a connection closed without an answer: dropped.
             reason = "unreachable" if isinstance(exc, httpx.ConnectError) else "dropped"
@@ -68,11 +93,12 @@ class ChatUpstream:
                 f"chat upstream failed: {type(exc).__name__}", 502, reason
             ) from None
 
-    async def read(self, response: httpx.Response) -> bytes:
+    async def read(self, response: httpx.Response, deadline: Deadline) -> bytes:
+        """The whole body, by the deadline; the response is closed either way."""
         try:
-            return await response.aread()
-        except httpx.TimeoutException:
-            raise UpstreamError("chat upstream timed out", 504, "timeout") from None
+            return await deadline.wait(response.aread())
+        except (TimeoutError, httpx.TimeoutException):
+            raise self.timed_out() from None
         except httpx.TransportError as exc:
             raise UpstreamError(
                 f"chat upstream failed: {type(exc).__name__}", 502, "dropped"

@@ -148,9 +148,12 @@ def test_int8_graph_without_a_writable_cache(tmp_path: Path) -> None:
 class FakeEmbeddingsAPI:
     """What the local server does and what it saw."""
 
-    mode: str = "ok"  # ok | error | slow
+    mode: str = "ok"  # ok | error | slow | drip (headers at once, then a byte every 0.3 s)
     requests: list[dict[str, Any]] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+
+
+DRIP_S = 0.3
 
 
 def _vector(text: str, dims: int) -> list[float]:
@@ -202,7 +205,15 @@ def _handler(api: FakeEmbeddingsAPI) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
-                self.wfile.write(raw)
+                if api.mode != "drip":
+                    self.wfile.write(raw)
+                    return
+                self.wfile.flush()
+                for n in range(len(raw)):
+                    if api.stop.wait(DRIP_S):
+                        return
+                    self.wfile.write(raw[n : n + 1])
+                    self.wfile.flush()
             except (BrokenPipeError, ConnectionResetError):
                 return  # the client timed out and left; that is the point of the slow mode
 
@@ -340,3 +351,20 @@ async def test_openai_unreachable_is_embedding_error() -> None:
             await client.embed(["x"])
     finally:
         await client.aclose()
+
+
+async def test_a_drip_fed_answer_fails_at_the_deadline(
+    embeddings_api: tuple[str, FakeEmbeddingsAPI],
+) -> None:
+    """Headers at once, then a byte every 0.3 s: no read times out, the one deadline over the
+    request (its retry included) does (app/deadline.py)."""
+    base_url, api = embeddings_api
+    api.mode = "drip"
+    client = _client(base_url, timeout_s=1.5)
+    started = time.monotonic()
+    try:
+        with pytest.raises(EmbeddingError, match=r"no whole answer within 1\.5 s"):
+            await client.embed(["a slow one"])
+    finally:
+        await client.aclose()
+    assert 1.4 <= time.monotonic() - started <= 2.5

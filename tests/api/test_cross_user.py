@@ -281,19 +281,14 @@ async def test_foreign_ids_in_every_field(world: World) -> None:
         )
         assert response.status_code == 200
         assert check_own(world, user, response.json(), "query string")
-        # Two identity headers: never a mix of both users' data.
+        # Two identity headers: refused, neither user's data (app/middleware.py).
         response = await client.post(
             endpoint,
             json={"query": "My favourite colour is teal"},
             headers=[("X-User-Id", user.id), ("X-User-Id", other.id)],
         )
-        if response.status_code == 200:
-            data = response.json()
-            items = data.get("items", data.get("memories", []))
-            owners = {world.owner(i["id"]) for i in items}
-            assert len(owners) <= 1, owners
-        else:
-            assert response.status_code == 422
+        assert response.status_code == 400, response.text
+        assert response.json()["error"] == "RepeatedHeaderError"
 
 
 async def test_write_tools_never_reach_foreign_rows(world: World) -> None:

@@ -60,9 +60,9 @@ async def stems(pg: EmbeddedPostgres, texts: list[str]) -> dict[str, frozenset[s
 
 
 @pytest.fixture
-async def lexemes(pg: EmbeddedPostgres, dataset: CuratedDataset) -> AsyncIterator[
-    dict[str, frozenset[str]]
-]:
+async def lexemes(
+    pg: EmbeddedPostgres, dataset: CuratedDataset
+) -> AsyncIterator[dict[str, frozenset[str]]]:
     texts = {m.content for u in dataset.users for m in u.memories}
     texts |= {q.query for u in dataset.users for q in u.questions}
     yield await stems(pg, sorted(texts))
@@ -116,7 +116,8 @@ async def test_most_no_answer_questions_share_an_incidental_stem_with_the_store(
     # A question sharing no word with anything stored is easy to abstain on; most must not be.
     questions = [(u, q) for u, q in dataset.questions() if q.shape == "no_answer"]
     close = [
-        q.id for user, q in questions
+        q.id
+        for user, q in questions
         if any(lexemes[q.query] & lexemes[m.content] for m in user.memories)
     ]
     assert len(close) >= len(questions) // 2
@@ -201,20 +202,40 @@ def _write(tmp_path: Path, data: dict[str, Any]) -> Path:
 
 def _minimal() -> dict[str, Any]:
     return {
-        "version": "1.0.0", "description": "d", "reference_date": "2026-11-26",
-        "users": [{
-            "id": "u", "persona": "p",
-            "memories": [
-                {"key": "m01", "content": "Old plan", "type": "decision", "importance": 0.5,
-                 "age_days": 40},
-                {"key": "m02", "content": "New plan", "type": "decision", "importance": 0.5,
-                 "age_days": 4},
-            ],
-            "questions": [
-                {"id": "u-q01", "query": "Which plan?", "shape": "newer_wins",
-                 "answers": ["m02"], "stale": ["m01"]},
-            ],
-        }],
+        "version": "1.0.0",
+        "description": "d",
+        "reference_date": "2026-11-26",
+        "users": [
+            {
+                "id": "u",
+                "persona": "p",
+                "memories": [
+                    {
+                        "key": "m01",
+                        "content": "Old plan",
+                        "type": "decision",
+                        "importance": 0.5,
+                        "age_days": 40,
+                    },
+                    {
+                        "key": "m02",
+                        "content": "New plan",
+                        "type": "decision",
+                        "importance": 0.5,
+                        "age_days": 4,
+                    },
+                ],
+                "questions": [
+                    {
+                        "id": "u-q01",
+                        "query": "Which plan?",
+                        "shape": "newer_wins",
+                        "answers": ["m02"],
+                        "stale": ["m01"],
+                    },
+                ],
+            }
+        ],
     }
 
 

@@ -28,12 +28,21 @@ def _answer(*keys: str | None, relevances: tuple[float, ...] | None = None) -> A
 
 
 def _q(
-    shape: str, answers: tuple[str, ...], tool: Answer, ranking: Answer | None = None,
+    shape: str,
+    answers: tuple[str, ...],
+    tool: Answer,
+    ranking: Answer | None = None,
     stale: tuple[str, ...] = (),
 ) -> Judged:
     return Judged(
-        question_id=f"q-{shape}", user="u", shape=shape, query="?", answers=answers,
-        stale=stale, tool=tool, ranking=ranking or tool,
+        question_id=f"q-{shape}",
+        user="u",
+        shape=shape,
+        query="?",
+        answers=answers,
+        stale=stale,
+        tool=tool,
+        ranking=ranking or tool,
     )
 
 
@@ -122,8 +131,13 @@ def test_errors_are_counted_and_an_empty_run_has_no_passing_share() -> None:
 def test_shape_rows_split_name_traps_by_whether_they_have_an_answer() -> None:
     rows = dict(shape_rows(_run(), SHAPES))
     assert list(rows) == [
-        "paraphrase", "shared_word", "no_answer", "name_trap (answer)", "name_trap (none)",
-        "newer_wins", "two_memories",
+        "paraphrase",
+        "shared_word",
+        "no_answer",
+        "name_trap (answer)",
+        "name_trap (none)",
+        "newer_wins",
+        "two_memories",
     ]
     assert rows["paraphrase"]["questions"] == 4 and rows["paraphrase"]["tool empty"] == 0.25
     assert rows["paraphrase"]["tool answered"] == 0.75
@@ -139,9 +153,7 @@ def test_threshold_sweep_trades_presence_for_abstention() -> None:
         _q("no_answer", (), _answer("x", relevances=(0.5,))),
     ]
     sweep = threshold_sweep(judged, [0.0, 0.45, 0.6, 0.8], tool=True)
-    assert sweep == [
-        (0.0, 1.0, 1.0), (0.45, 0.5, 1.0), (0.6, 0.5, 0.0), (0.8, 0.0, 0.0)
-    ]
+    assert sweep == [(0.0, 1.0, 1.0), (0.45, 0.5, 1.0), (0.6, 0.5, 0.0), (0.8, 0.0, 0.0)]
     # the default reads the ranking's answer, not the tool's
     other = [_q("no_answer", (), _answer(), _answer("x", relevances=(0.5,)))]
     ((floor, kept, answered),) = threshold_sweep(other, [0.4])

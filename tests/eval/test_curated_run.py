@@ -19,49 +19,122 @@ from eval.harness import running_service
 from eval.runner import eval_settings, main, parse_args, run
 
 TINY: dict[str, Any] = {
-    "version": "0.0.1", "description": "two people for the runner's tests",
+    "version": "0.0.1",
+    "description": "two people for the runner's tests",
     "reference_date": "2026-11-26",
     "users": [
         {
-            "id": "tiny-baker", "persona": "a baker",
+            "id": "tiny-baker",
+            "persona": "a baker",
             "memories": [
-                {"key": "m01", "content": "I bake rye loaves every Tuesday at the market stall.",
-                 "type": "fact", "importance": 0.6, "age_days": 30},
-                {"key": "m02", "content": "My oven is a wood-fired Alfa Forni installed last year.",
-                 "type": "fact", "importance": 0.5, "age_days": 200},
-                {"key": "m03", "content": "Decided to sell at the Saturday farmers market.",
-                 "type": "decision", "importance": 0.5, "age_days": 90},
-                {"key": "m04", "content": "Moved the stall to the Sunday market instead.",
-                 "type": "decision", "importance": 0.6, "age_days": 5},
-                {"key": "m05", "content": "My brother Anton repairs bicycles in Leipzig.",
-                 "type": "fact", "importance": 0.4, "age_days": 60},
+                {
+                    "key": "m01",
+                    "content": "I bake rye loaves every Tuesday at the market stall.",
+                    "type": "fact",
+                    "importance": 0.6,
+                    "age_days": 30,
+                },
+                {
+                    "key": "m02",
+                    "content": "My oven is a wood-fired Alfa Forni installed last year.",
+                    "type": "fact",
+                    "importance": 0.5,
+                    "age_days": 200,
+                },
+                {
+                    "key": "m03",
+                    "content": "Decided to sell at the Saturday farmers market.",
+                    "type": "decision",
+                    "importance": 0.5,
+                    "age_days": 90,
+                },
+                {
+                    "key": "m04",
+                    "content": "Moved the stall to the Sunday market instead.",
+                    "type": "decision",
+                    "importance": 0.6,
+                    "age_days": 5,
+                },
+                {
+                    "key": "m05",
+                    "content": "My brother Anton repairs bicycles in Leipzig.",
+                    "type": "fact",
+                    "importance": 0.4,
+                    "age_days": 60,
+                },
             ],
             "questions": [
-                {"id": "tiny-baker-q01", "query": "Which oven was installed last year?",
-                 "shape": "shared_word", "answers": ["m02"], "stale": []},
-                {"id": "tiny-baker-q02", "query": "What does my sibling fix for a living?",
-                 "shape": "paraphrase", "answers": ["m05"], "stale": []},
-                {"id": "tiny-baker-q03", "query": "What's my accountant's phone number?",
-                 "shape": "no_answer", "answers": [], "stale": []},
-                {"id": "tiny-baker-q04", "query": "How old is Anton?",
-                 "shape": "name_trap", "answers": [], "stale": []},
-                {"id": "tiny-baker-q05", "query": "Which market day is my stall on now?",
-                 "shape": "newer_wins", "answers": ["m04"], "stale": ["m03"]},
-                {"id": "tiny-baker-q06", "query": "Which oven and which market stall do I have?",
-                 "shape": "two_memories", "answers": ["m02", "m04"], "stale": []},
+                {
+                    "id": "tiny-baker-q01",
+                    "query": "Which oven was installed last year?",
+                    "shape": "shared_word",
+                    "answers": ["m02"],
+                    "stale": [],
+                },
+                {
+                    "id": "tiny-baker-q02",
+                    "query": "What does my sibling fix for a living?",
+                    "shape": "paraphrase",
+                    "answers": ["m05"],
+                    "stale": [],
+                },
+                {
+                    "id": "tiny-baker-q03",
+                    "query": "What's my accountant's phone number?",
+                    "shape": "no_answer",
+                    "answers": [],
+                    "stale": [],
+                },
+                {
+                    "id": "tiny-baker-q04",
+                    "query": "How old is Anton?",
+                    "shape": "name_trap",
+                    "answers": [],
+                    "stale": [],
+                },
+                {
+                    "id": "tiny-baker-q05",
+                    "query": "Which market day is my stall on now?",
+                    "shape": "newer_wins",
+                    "answers": ["m04"],
+                    "stale": ["m03"],
+                },
+                {
+                    "id": "tiny-baker-q06",
+                    "query": "Which oven and which market stall do I have?",
+                    "shape": "two_memories",
+                    "answers": ["m02", "m04"],
+                    "stale": [],
+                },
             ],
         },
         {
-            "id": "tiny-potter", "persona": "a potter",
+            "id": "tiny-potter",
+            "persona": "a potter",
             "memories": [
-                {"key": "m01", "content": "My kiln is a Skutt electric kiln in the garage.",
-                 "type": "fact", "importance": 0.5, "age_days": 10},
-                {"key": "m02", "content": "I glaze with a celadon I mix myself.",
-                 "type": "preference", "importance": 0.5, "age_days": 400},
+                {
+                    "key": "m01",
+                    "content": "My kiln is a Skutt electric kiln in the garage.",
+                    "type": "fact",
+                    "importance": 0.5,
+                    "age_days": 10,
+                },
+                {
+                    "key": "m02",
+                    "content": "I glaze with a celadon I mix myself.",
+                    "type": "preference",
+                    "importance": 0.5,
+                    "age_days": 400,
+                },
             ],
             "questions": [
-                {"id": "tiny-potter-q01", "query": "Which kiln do I fire in?",
-                 "shape": "shared_word", "answers": ["m01"], "stale": []},
+                {
+                    "id": "tiny-potter-q01",
+                    "query": "Which kiln do I fire in?",
+                    "shape": "shared_word",
+                    "answers": ["m01"],
+                    "stale": [],
+                },
             ],
         },
     ],
@@ -131,8 +204,10 @@ async def test_seeding_keeps_ages_and_questions_are_judged_by_key(tiny: Path) ->
         baker = outcomes[0].user_id
         listed = await harness.query(baker, "oven market stall brother", limit=10, min_score=0.0)
     now = datetime.now(UTC)
-    ages = {item["content"]: (now - datetime.fromisoformat(item["created_at"])).days
-            for item in listed["items"]}
+    ages = {
+        item["content"]: (now - datetime.fromisoformat(item["created_at"])).days
+        for item in listed["items"]
+    }
     stored = {m.content: m.age_days for m in dataset.users[0].memories}
     assert ages == {content: stored[content] for content in ages} and len(ages) == 5
 
@@ -191,8 +266,12 @@ async def test_report_run_prints_figures_writes_artifacts_and_logs(
     assert rows[0]["cosine_first"] in {"0", "1"} and rows[2]["cosine_first"] == ""
     assert "cosine_paraphrase_first" in printed and "cosine first" in printed
     assert {p.name for p in out.iterdir()} >= {
-        "curated_questions.csv", "curated_shapes.png", "curated_threshold_sweep.png",
-        "cases.csv", "summary.json", "report.txt",
+        "curated_questions.csv",
+        "curated_shapes.png",
+        "curated_threshold_sweep.png",
+        "cases.csv",
+        "summary.json",
+        "report.txt",
     }
     (line,) = [x for x in printed.splitlines() if x.startswith("mlflow run: ")]
     found = MlflowClient(tracking_uri=mlflow_uri).get_run(line.removeprefix("mlflow run: "))
@@ -203,8 +282,11 @@ async def test_report_run_prints_figures_writes_artifacts_and_logs(
 
 @pytest.mark.parametrize("report_only", [False, True])
 async def test_a_ranking_that_returns_nothing_fails_the_gate_unless_reporting(
-    tiny: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str], report_only: bool,
+    tiny: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    report_only: bool,
 ) -> None:
     """Vector arm only with a floor no text reaches: the tool answers nothing."""
     broken = PRESETS["vector_only"].with_(

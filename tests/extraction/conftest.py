@@ -2,7 +2,8 @@
 
 The app runs with PGRECALL_EXTRACTION=llm pointed at the scripted server (tests/proxy/
 upstream_server.py) and no worker tasks of its own: each test drives the worker itself
-(`drain`), so what runs when is deterministic. Short timeouts and no backoff keep it fast.
+(`drain`), so what runs when is deterministic. No backoff keeps it fast; tests of timeouts
+set their own.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from tests.proxy.upstream_server import Answer, Upstream
 FAST = {
     "extraction": "llm",
     "extraction_workers": 0,
-    "extraction_timeout_s": 0.5,
+    "extraction_timeout_s": 5.0,  # one deadline per call: room for a loaded machine
     "extraction_backoff_s": 0.0,
     "extraction_max_attempts": 3,
     "extraction_max_output_tokens": 200,

@@ -19,7 +19,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_off_by_default() -> None:
     settings = load_settings()
     assert settings.extraction is ExtractionMode.OFF
-    assert settings.extraction_workers == 1 and settings.extraction_max_attempts == 5
+    assert settings.extraction_workers == 4 and settings.extraction_max_attempts == 5
 
 
 def test_llm_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

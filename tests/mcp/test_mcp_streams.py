@@ -1,8 +1,10 @@
 """GET /mcp streams are bounded: per key, in all, and in idle time (app/mcp/streams.py).
 
-Served for real (a stream is a socket held open): one server with the limits lowered and a short
-idle time (per key, in all, idle), one at the defaults that holds 1,000 streams open and refuses
-the 11th of a key and the 1,001st in all.
+Served for real (a stream is a socket held open): one server with the limits lowered and an idle
+time just above the SDK's real 15 s ping interval (per key, in all, idle: pings are no
+activity), one at the defaults that holds 1,000 streams open and refuses the 11th of a key and
+the 1,001st in all. The watchdog itself is also driven directly, around a real SSE response
+with fast pings (tests/mcp/test_stream_idleness.py).
 """
 
 from __future__ import annotations
@@ -15,13 +17,15 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
+from sse_starlette import EventSourceResponse
 
 from app.config import Settings
 from app.errors import CapacityError, RateLimitedError
 from app.mcp.streams import StreamLimits
 from tests.served import Served, serving
 
-IDLE_S = 2.0
+PING_S = EventSourceResponse.DEFAULT_PING_INTERVAL  # 15 s: the SDK's SSE responses use it
+IDLE_S = PING_S + 2.0  # above it: a ping must not count as activity
 SETTINGS = {
     "PGRECALL_MCP_MAX_STREAMS": "3",
     "PGRECALL_MCP_MAX_STREAMS_PER_KEY": "2",
@@ -91,11 +95,13 @@ async def test_streams_are_limited_per_key_and_in_all_and_end_when_idle(served: 
         assert "PGRECALL_MCP_MAX_STREAMS_PER_KEY" in over_key.json()["detail"]
         assert over_all.status_code == 503 and over_all.json()["error"] == "CapacityError"
 
-        # Nothing is ever sent on them: each ends after IDLE_S, and its place is free again.
+        # Nothing but a ping is ever sent on them: each ends after IDLE_S, and its place is free.
         for stream in (*first, third):
-            await asyncio.wait_for(stream.aread(), timeout=IDLE_S + 10)
+            body = await asyncio.wait_for(stream.aread(), timeout=IDLE_S + 10)
+            assert b": ping" in body, body  # the server's keep-alive went out, and did not count
             await stream.aclose()
-        assert time.monotonic() - opened >= IDLE_S - 0.5
+        ended = time.monotonic() - opened
+        assert IDLE_S - 0.5 <= ended <= IDLE_S + 5, ended
         await asyncio.sleep(0.2)
         again = await open_stream(client, c)
         assert again.status_code == 200

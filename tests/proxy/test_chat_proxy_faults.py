@@ -6,6 +6,8 @@ which keep turns through the same bookkeeping (app/proxy/turns.py)."""
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -16,6 +18,17 @@ from tests.proxy.upstream_server import Answer, Upstream
 
 CHAT = "/v1/chat/completions"
 TIMEOUT_S = 1.0  # PGRECALL_CHAT_UPSTREAM_TIMEOUT_S here: a hang ends in a second
+DRIP_S = 0.3  # a drip-fed answer: headers at once, then a byte every DRIP_S (never a read timeout)
+# A 200 that says nothing: no content, no tool call.
+NULL_CONTENT = json.dumps(
+    {
+        "id": "chatcmpl-null",
+        "object": "chat.completion",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": None}, "finish_reason": "stop"}
+        ],
+    }
+).encode()
 
 
 @pytest.fixture
@@ -60,6 +73,9 @@ FAULTS = [
     (Answer(raw=b"\xff\xfe<html>not json"), False, 502, "bad_answer"),
     (Answer(raw=b'{"choices": "nope"}'), False, 502, "bad_answer"),
     (Answer(raw=b"\xff\xfe<html>not json"), True, 200, "no_answer"),
+    (Answer(raw=NULL_CONTENT), False, 502, "bad_answer"),
+    (Answer(drip_s=DRIP_S), False, 504, "timeout"),
+    (Answer(stream_pieces=["Half ", "of it"], drip_s=DRIP_S), True, 200, "upstream_timeout"),
 ]
 
 
@@ -184,7 +200,8 @@ LATER_ROUND = [
     (Answer(delay_s=3 * TIMEOUT_S), False, 504, "timeout"),
     (Answer(status=500, error={"error": {"message": "boom"}}), True, 200, "upstream_failed"),
     (Answer(raw=b"\xff\xfe<html>not json"), True, 200, "no_answer"),
-    (Answer(delay_s=3 * TIMEOUT_S), True, 200, "upstream_failed"),
+    (Answer(delay_s=3 * TIMEOUT_S), True, 200, "upstream_timeout"),
+    (Answer(drip_s=DRIP_S), False, 504, "timeout"),
 ]
 
 
@@ -221,3 +238,50 @@ async def test_a_recall_round_that_fails_keeps_the_users_turn_once_marked(
         assert [(t["content"], t["metadata"]["incomplete"]) for t in answers] == [
             ("Let me see. ", failure)
         ] * 2
+
+
+DEADLINE_S = 1.5
+
+
+@PATHS
+@pytest.mark.parametrize("stream", [False, True])
+async def test_a_drip_fed_answer_ends_at_the_deadline(
+    make_client: Callable[..., Any], upstream: Upstream, user_id: str, stream: bool, recall: bool
+) -> None:
+    """Headers at once, then a byte every 0.3 s: no read ever waits past a read timeout, yet
+    the request ends at the one deadline over the whole call (app/deadline.py), 504 or an
+    error event on a stream already under way, and the user's turn is kept once, marked."""
+    upstream.answers.append(
+        Answer(text="A long answer " * 20, stream_pieces=["A long ", "answer"], drip_s=DRIP_S)
+        if stream
+        else Answer(text="A long answer " * 20, drip_s=DRIP_S)
+    )
+    settings = {"chat_upstream_url": upstream.base, "chat_upstream_timeout_s": DEADLINE_S}
+    async with make_client(**settings) as (client, _):
+        response = await client.post(
+            CHAT,
+            json=body("Slowly now", stream=stream, recall=recall),
+            headers={"X-User-Id": user_id},
+        )
+        ended = time.monotonic()
+        turns = await user_turns(client, user_id)
+    # From the upstream's receipt of the request to the client's last byte: the deadline, and
+    # the marked turn's store after it.
+    (seen,) = upstream.seen
+    assert DEADLINE_S - 0.1 <= ended - seen.at <= DEADLINE_S + 1.0, ended - seen.at
+    mine = [t for t in turns if t["role"] == "user"]
+    if stream:
+        assert response.status_code == 200
+        assert response.text.rstrip().endswith(
+            '"type": "upstream_error", "code": "upstream_timeout"}}'
+        ), response.text[-300:]
+        assert [t["metadata"]["upstream_error"] for t in mine] == ["upstream_timeout"]
+    else:
+        assert response.status_code == 504, response.text
+        assert response.json() == {
+            "error": "UpstreamError",
+            "detail": "chat upstream did not answer within 1.5 s "
+            "(PGRECALL_CHAT_UPSTREAM_TIMEOUT_S)",
+        }
+        assert [t["metadata"]["upstream_error"] for t in mine] == ["timeout"]
+    assert [t["content"] for t in mine] == ["Slowly now"]

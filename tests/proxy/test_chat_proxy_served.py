@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import openai
 import pytest
 
@@ -280,3 +281,16 @@ def test_users_never_see_each_other(served: Served, upstream: Upstream) -> None:
         "What is my locker code?",
         "4417",
     ]
+
+
+def test_a_repeated_user_header_is_refused_over_a_real_socket(
+    served: Served, upstream: Upstream, user: str
+) -> None:
+    """uvicorn hands both headers on; the first would have named the user (app/middleware.py)."""
+    before = len(upstream.seen)
+    headers = [("X-User-Id", f"client-chosen-{uuid.uuid4()}"), ("X-User-Id", user)]
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Who am I?"}]}
+    response = httpx.post(f"{served.base}/v1/chat/completions", json=body, headers=headers)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"] == "RepeatedHeaderError"
+    assert len(upstream.seen) == before

@@ -2,8 +2,7 @@
 
 Each request takes the next scripted `Answer` and is recorded (headers and JSON body), so a
 test can see exactly what pgrecall sent upstream. tests/extraction uses it too: answers built
-from the request (`reply`), token usage, a delay (timeouts), and a body dripped a byte at a time
-(a deadline for the whole call, not per read).
+from the request (`reply`), token usage, and a delay (timeouts).
 """
 
 from __future__ import annotations
@@ -36,13 +35,14 @@ class Answer:
     raw: bytes | None = None  # a 200 with exactly this body (garbage: not a completion)
     hang_up: bool = False  # close the connection without answering
     stall_s: float = 0.0  # streams: pause this long after the first chunk (a hung upstream)
-    drip_s: float = 0.0  # plain answers: headers at once, then the body a byte per drip_s
+    drip_s: float = 0.0  # headers at once, then the body one byte every drip_s (streams too)
 
 
 @dataclass
 class Seen:
     headers: dict[str, str]
     body: dict[str, Any]
+    at: float = field(default_factory=time.monotonic)  # when the request's body was read
 
 
 def completion(model: str, text: str, usage: dict[str, int] | None = None) -> dict[str, Any]:
@@ -107,7 +107,7 @@ class Upstream:
                     self.close_connection = True
                     return
                 if answer.raw is not None:
-                    self._bytes(200, answer.raw, "application/json")
+                    self._bytes(200, answer.raw, "application/json", answer.drip_s)
                 elif answer.status != 200:
                     self._json(answer.status, answer.error or {}, answer.headers)
                 elif answer.stream_pieces is None:
@@ -116,12 +116,10 @@ class Upstream:
                 else:
                     self._stream(body["model"], answer)
 
-            def _bytes(self, status: int, data: bytes, content_type: str) -> None:
-                self.send_response(status)
-                self.send_header("content-type", content_type)
-                self.send_header("content-length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+            def _bytes(
+                self, status: int, data: bytes, content_type: str, drip_s: float = 0.0
+            ) -> None:
+                self._json_bytes(status, data, {}, drip_s, content_type)
 
             def _json(
                 self,
@@ -130,9 +128,18 @@ class Upstream:
                 extra: dict[str, str],
                 drip_s: float = 0.0,
             ) -> None:
-                data = json.dumps(payload).encode()
+                self._json_bytes(status, json.dumps(payload).encode(), extra, drip_s)
+
+            def _json_bytes(
+                self,
+                status: int,
+                data: bytes,
+                extra: dict[str, str],
+                drip_s: float,
+                content_type: str = "application/json",
+            ) -> None:
                 self.send_response(status)
-                self.send_header("content-type", "application/json")
+                self.send_header("content-type", content_type)
                 self.send_header("content-length", str(len(data)))
                 for name, value in extra.items():
                     self.send_header(name, value)
@@ -141,14 +148,20 @@ class Upstream:
                     self.wfile.write(data)
                     return
                 self.wfile.flush()
-                for n in range(len(data)):  # a slow body: every read gets a byte in time
+                for n in range(len(data)):
+                    time.sleep(drip_s)
                     self.wfile.write(data[n : n + 1])
                     self.wfile.flush()
-                    time.sleep(drip_s)
 
-            def _send_chunk(self, data: bytes) -> None:
-                self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
-                self.wfile.flush()
+            def _send_chunk(self, data: bytes, drip_s: float = 0.0) -> None:
+                if not drip_s:
+                    self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+                    self.wfile.flush()
+                    return
+                for n in range(len(data)):  # each byte its own chunk, drip_s apart
+                    time.sleep(drip_s)
+                    self.wfile.write(b"1\r\n" + data[n : n + 1] + b"\r\n")
+                    self.wfile.flush()
 
             def _stream(self, model: str, answer: Answer) -> None:
                 self.send_response(200)
@@ -163,7 +176,7 @@ class Upstream:
                         self.close_connection = True
                         upstream.finished.set()
                         return  # no terminating chunk: an incomplete chunked body
-                    self._send_chunk(event)
+                    self._send_chunk(event, answer.drip_s if n > 0 else 0.0)
                     if n == 1 and answer.gate is not None:
                         answer.gate.wait(GATE_TIMEOUT_S)
                     if n == 1 and answer.stall_s:
