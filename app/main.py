@@ -25,11 +25,11 @@ from app.api import (
     store,
     tools,
 )
-from app.api.handlers import install_handlers
 from app.api.openapi import install_openapi
 from app.config import Settings
 from app.console import install_console
 from app.extraction.runtime import build_extraction
+from app.http.errors import install_handlers
 from app.mcp.http import McpHttp
 from app.mcp.streams import StreamLimits
 from app.middleware import BodySizeLimitMiddleware, CorrelationIdMiddleware

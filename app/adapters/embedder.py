@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from app.embedding_models import LOCAL_DIMENSION, LOCAL_MODEL_ID, LOCAL_MODELS
 from app.errors import EmbeddingError
 
 if TYPE_CHECKING:
@@ -26,14 +27,6 @@ if TYPE_CHECKING:
 
 Vectors = npt.NDArray[np.float32]
 
-# The default: MiniLM with int8 arithmetic (app/adapters/quantized_model.py), one text per
-# inference. The earlier default, the package's graph as it is (int8 weights, float32
-# arithmetic), stays selectable by name; vectors of the two differ a little, so a store moves
-# from one to the other with `pgrecall reembed`.
-LOCAL_MODEL_ID = "all-MiniLM-L6-v2-onnx-dq8"
-FLOAT_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
-LOCAL_MODELS = (LOCAL_MODEL_ID, FLOAT_MODEL_ID)
-LOCAL_DIMENSION = 384
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 # sentence-transformers' max_seq_length for this model; longer text is truncated.
