@@ -292,10 +292,13 @@ class AsyncClient(Base):
         times: TimeFilters | None = None,
         tags: Sequence[str] | None = None,
         tags_match: str | None = None,
+        **filters: Any,
     ) -> t.QueryMemoryResult:
         """The agent tool: relevant memories and past turns, with a prompt-ready block
-        (`tags`: only memories with any of them, or all with tags_match="all")."""
-        return await self._run(c.query_memory(query, types, sources, times, tags, tags_match))
+        (`tags`: only memories with any of them, or all with tags_match="all"; `filters`: any
+        other filter of the service's query contract, by its name, e.g. recency=0.5)."""
+        chosen = {"types": types, "sources": sources, "tags": tags, "tags_match": tags_match}
+        return await self._run(c.query_memory(query, times, chosen | filters))
 
     async def memory_query(
         self,
@@ -309,13 +312,28 @@ class AsyncClient(Base):
         times: TimeFilters | None = None,
         tags: Sequence[str] | None = None,
         tags_match: str | None = None,
+        **filters: Any,
     ) -> t.MemoryQueryResponse:
-        """The internal retrieval contract: scores, references, timings."""
-        return await self._run(
-            c.memory_query(
-                query, limit, types, sources, min_score, token_budget, times, tags, tags_match
-            )
-        )
+        """The internal retrieval contract: scores, references, timings (`filters` as in
+        query_memory)."""
+        chosen = {
+            "limit": limit,
+            "types": types,
+            "sources": sources,
+            "min_score": min_score,
+            "token_budget": token_budget,
+            "tags": tags,
+            "tags_match": tags_match,
+        }
+        return await self._run(c.memory_query(query, times, chosen | filters))
+
+    async def call_tool(
+        self, name: str, arguments: Mapping[str, Any] | None = None, *, idempotent: bool = False
+    ) -> dict[str, Any]:
+        """Any catalog tool by name (GET /v1/tools lists them), its answer as JSON: a tool the
+        service adds is callable before this client has a method for it. `idempotent` allows
+        retrying it after a 503 (a read, or a write that repeats to the same state)."""
+        return await self._run(c.call_tool(name, arguments or {}, idempotent))
 
     async def create_key(
         self, user_id: str, *, scope: str = "write", expires_in: str | None = None
