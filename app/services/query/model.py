@@ -25,7 +25,8 @@ SourceName = Literal["memory", "message"]
 
 @dataclass(frozen=True)
 class QueryConfig:
-    """Service-wide retrieval settings, built from Settings in app/main.py (defaults live there)."""
+    """Service-wide retrieval settings, built from Settings by app.runtime.query_config (the
+    defaults live in app/config.py)."""
 
     preset: RetrievalPreset
     token_budget: int
