@@ -6,7 +6,7 @@ Import it from `pgrecall.client`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cached_property
 from typing import Any, TypeVar
@@ -15,7 +15,7 @@ import httpx
 
 from pgrecall import _calls as c
 from pgrecall import types as t
-from pgrecall._base import DEFAULT_TIMEOUT, Base, pool
+from pgrecall._base import Base
 from pgrecall._calls import Ident, Item, TimeFilters
 from pgrecall._core import Call, RetryPolicy, retry_delay
 from pgrecall._transport import StreamTransport
@@ -34,28 +34,13 @@ def transport(base_url: str, sizing: dict[str, Any]) -> dict[str, Any]:
 
 
 class AsyncClient(Base):
-    """Asynchronous client; the same methods as `Client`, awaited."""
+    """Asynchronous client; the same methods as `Client`, awaited. This class is where a route
+    is written: pgrecall.client derives Client from it."""
 
-    def __init__(
-        self,
-        base_url: str = "http://127.0.0.1:8000",
-        *,
-        user_id: str | None = None,
-        api_key: str | None = None,
-        admin_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        http: httpx.AsyncClient | None = None,
-        max_connections: int | None = None,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    ) -> None:
-        super().__init__(base_url, user_id, api_key, admin_key, retry)
-        self._owns_http = http is None
-        sizing = pool(max_connections, http)
-        self._http = http or httpx.AsyncClient(timeout=timeout, **transport(base_url, sizing))
-        self._sleep = sleep
-        self._timeout = timeout
-        self._max_connections = max_connections
+    _default_sleep = staticmethod(asyncio.sleep)
+
+    def _open(self, timeout: float, sizing: dict[str, Any]) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=timeout, **transport(self.base_url, sizing))
 
     @classmethod
     def for_app(
@@ -86,18 +71,6 @@ class AsyncClient(Base):
     def console(self) -> AsyncConsole:
         """The admin console (sign in with the admin key, fetch pages, post forms)."""
         return AsyncConsole(self)
-
-    def as_user(self, user_id: str) -> AsyncClient:
-        """The same client acting for another user (shares the connection pool)."""
-        return AsyncClient(
-            self.base_url,
-            user_id=user_id,
-            api_key=self.api_key,
-            admin_key=self.admin_key,
-            retry=self.retry,
-            http=self._http,
-            sleep=self._sleep,
-        )
 
     def _sibling(self) -> AsyncClient:
         """A client with this one's settings and a connection pool of its own.

@@ -29,9 +29,9 @@ from typing import Any, Generic, TypeVar
 
 import httpx
 
-from pgrecall._base import DEFAULT_TIMEOUT, Base, pool
+from pgrecall._base import Base
 from pgrecall._calls import TimeFilters
-from pgrecall._core import NO_RETRY, Call, PgrecallError, RetryPolicy, retry_delay
+from pgrecall._core import NO_RETRY, PgrecallError, RetryPolicy
 from pgrecall.aio import AsyncClient
 from pgrecall.console import Console, ConsolePage
 
@@ -56,42 +56,15 @@ class Client(Base):
     there is a method here, with the same name, arguments and docstring.
     """
 
-    def __init__(
-        self,
-        base_url: str = "http://127.0.0.1:8000",
-        *,
-        user_id: str | None = None,
-        api_key: str | None = None,
-        admin_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        http: httpx.Client | None = None,
-        max_connections: int | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        super().__init__(base_url, user_id, api_key, admin_key, retry)
-        self._owns_http = http is None
-        sizing = pool(max_connections, http)
-        self._http = http or httpx.Client(timeout=timeout, **sizing)
-        self._sleep = sleep
+    _default_sleep = staticmethod(time.sleep)
+
+    def _open(self, timeout: float, sizing: dict[str, Any]) -> httpx.Client:
+        return httpx.Client(timeout=timeout, **sizing)
 
     @cached_property
     def console(self) -> Console:
         """The admin console (sign in with the admin key, fetch pages, post forms)."""
         return Console(self)
-
-    def as_user(self, user_id: str) -> Client:
-        """The same client acting for another user (shares the connection pool)."""
-        view = Client(
-            self.base_url,
-            user_id=user_id,
-            api_key=self.api_key,
-            admin_key=self.admin_key,
-            retry=self.retry,
-            http=self._http,
-            sleep=self._sleep,
-        )
-        return view
 
     def close(self) -> None:
         if self._owns_http:
@@ -102,22 +75,6 @@ class Client(Base):
 
     def __exit__(self, *_: object) -> None:
         self.close()
-
-    def _run(self, call: Call[T]) -> T:
-        attempt = 0
-        while True:
-            try:
-                response = self._http.send(self._request(self._http, call))
-            except httpx.TransportError as exc:
-                delay = retry_delay(call, attempt, self.retry, error=exc)
-                if delay is None:
-                    raise self._transport_error(exc) from exc
-            else:
-                delay = retry_delay(call, attempt, self.retry, response=response)
-                if delay is None:
-                    return self._result(call, response)
-            self._sleep(delay)
-            attempt += 1
 
 
 class _Ready(Generic[T]):
@@ -131,16 +88,31 @@ class _Ready(Generic[T]):
         yield  # a generator that never suspends
 
 
+class _Http:
+    """The sync client's connection pool as AsyncClient's code awaits it."""
+
+    def __init__(self, http: httpx.Client) -> None:
+        self._inner = http
+
+    def send(self, request: httpx.Request) -> _Ready[httpx.Response]:
+        return _Ready(self._inner.send(request))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
 class _Runner:
-    """The sync client as AsyncClient's methods see it: `_run` answers at once, the source's
-    other methods run on this runner too, anything else is the client's."""
+    """The sync client as AsyncClient's methods see it: its requests and sleeps answer at
+    once, the source's coroutine methods (`_run` included) run on this runner too, anything else
+    is the client's."""
 
     def __init__(self, client: Client, source: type[AsyncClient]) -> None:
         self._client = client
         self._source = source
+        self._http = _Http(client._http)
 
-    def _run(self, call: Call[T]) -> _Ready[T]:
-        return _Ready(self._client._run(call))
+    def _sleep(self, delay: float) -> _Ready[None]:
+        return _Ready(self._client._sleep(delay))
 
     def __getattr__(self, name: str) -> Any:
         member = getattr(self._source, name, None)
@@ -173,7 +145,9 @@ _OWN = {"aclose", "for_app"}
 
 
 def _derive(target: type[Client], source: type[AsyncClient]) -> None:
-    """Give Client every public method of AsyncClient (pgrecall/aio.py is the source)."""
+    """Give Client every public method of AsyncClient (pgrecall/aio.py is the source), and its
+    request loop with the retry rule (`_run`, which the console runs too)."""
+    target._run = _synchronous(source._run, source)  # type: ignore[method-assign]
     for name in dir(source):
         member = getattr(source, name)
         if not name.startswith("_") and name not in _OWN and inspect.iscoroutinefunction(member):

@@ -148,18 +148,7 @@ class KeywordArm(SessionBound):
         """Top items by BM25 (per-user document frequencies) over any of the query's lexemes;
         `names` are the participant names the query mentions (the pipeline finds them)."""
         rows = await self._bm25(
-            user_id,
-            query,
-            limit,
-            memories,
-            messages,
-            types,
-            k1,
-            b,
-            when,
-            tags,
-            names=names,
-            expansion=None,
+            user_id, query, limit, memories, messages, types, k1, b, when, tags, names, None
         )
         keys = [(SOURCES[r["source"]], r["item_id"]) for r in rows]
         scores = {k: float(r["score"]) for k, r in zip(keys, rows, strict=True)}
@@ -190,18 +179,7 @@ class KeywordArm(SessionBound):
             return {}
         expansion = {"seeds": list(seeds), "terms": terms, "min_df": min_df}
         rows = await self._bm25(
-            user_id,
-            query,
-            limit,
-            memories,
-            messages,
-            types,
-            k1,
-            b,
-            when,
-            tags,
-            names=names,
-            expansion=expansion,
+            user_id, query, limit, memories, messages, types, k1, b, when, tags, names, expansion
         )
         return {(SOURCES[r["source"]], r["item_id"]): float(r["score"]) for r in rows}
 
@@ -217,7 +195,6 @@ class KeywordArm(SessionBound):
         b: float,
         when: TimeFilter,
         tags: TagFilter | None,
-        *,
         names: Sequence[str],
         expansion: dict[str, Any] | None,
     ) -> Sequence[Row]:
