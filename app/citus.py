@@ -20,8 +20,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from app.db import SET_LOCAL, set_local_params
-from app.doctor.checks import one_line
+from app.db import SET_LOCAL, one_line, set_local_params
 from app.roles import COORDINATOR_TABLES, DISTRIBUTED_TABLES, POLICIES, policy_rewrites, user_of
 
 DISTRIBUTION_COLUMN = "user_id"

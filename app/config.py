@@ -19,8 +19,12 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from app.adapters.embedder import LOCAL_DIMENSION, LOCAL_MODEL_ID, LOCAL_MODELS
-from app.adapters.local_models import OPTIONAL_LOCAL_MODELS
+from app.embedding_models import (
+    LOCAL_DIMENSION,
+    LOCAL_MODEL_ID,
+    LOCAL_MODELS,
+    OPTIONAL_LOCAL_MODELS,
+)
 
 _ROLE_NAME = re.compile(r"[a-z_][a-z0-9_]{0,62}")
 

@@ -357,3 +357,15 @@ async def _rolled_back(driver: asyncpg.Connection) -> bool:
     except (*_DRIVER_ERRORS, OSError, TimeoutError):
         return False
     return not driver.is_in_transaction()
+
+
+def one_line(error: BaseException) -> str:
+    """An exception as one readable line: the driver's own message, not SQLAlchemy's wrapper."""
+    cause = error.orig if isinstance(error, exc.DBAPIError) and error.orig is not None else error
+    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
+    head = lines[0] if lines else type(cause).__name__
+    # A failed pg_ctl puts the server log below its own output: its FATAL line is the cause.
+    telling = [ln for ln in lines[1:] if "FATAL" in ln or "Permission denied" in ln]
+    if telling:
+        head = f"{head}; {telling[0]}"
+    return head if head.startswith(type(cause).__name__) else f"{type(cause).__name__}: {head}"

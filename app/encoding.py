@@ -60,8 +60,8 @@ def check_query(query_string: bytes) -> None:
 
 
 def refusal(error: ServiceError) -> Refusal:
-    """The body app/api/handlers.py renders for `error`, for the middleware (before routing)."""
-    body: dict[str, object] = {"error": type(error).__name__, "detail": error.message}
+    """The body app/http/errors.py renders for `error`, for the middleware (before routing)."""
+    body: dict[str, object] = {"error": error.name, "detail": error.message}
     if isinstance(error, ValidationFailedError):
         body["fields"] = [{"field": error.field or "request", "reason": error.message}]
     return Refusal(error.status_code, body)

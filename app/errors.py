@@ -14,6 +14,11 @@ class ServiceError(Exception):
         if status_code is not None:
             self.status_code = status_code
 
+    @property
+    def name(self) -> str:
+        """The error's name in every answer (`{"error": <name>}`, MCP's `<name>: <detail>`)."""
+        return type(self).__name__
+
 
 class RepeatedHeaderError(ServiceError):
     """An identity or credential header sent more than once: which one counts is ambiguous."""
@@ -48,6 +53,11 @@ class ValidationFailedError(ServiceError):
         super().__init__(message)
         # Where the bad input is ("header.X-User-Id"), reported like schema errors are.
         self.field = field
+
+    @property
+    def name(self) -> str:
+        """Named like the schema's own refusals: one name for every invalid input."""
+        return "ValidationError"
 
 
 class PayloadTooLargeError(ServiceError):

@@ -25,11 +25,11 @@ from app.api import (
     store,
     tools,
 )
-from app.api.handlers import install_handlers
 from app.api.openapi import install_openapi
 from app.config import Settings
 from app.console import install_console
 from app.extraction.runtime import build_extraction
+from app.http.errors import install_handlers
 from app.mcp.http import McpHttp
 from app.mcp.streams import StreamLimits
 from app.middleware import (
@@ -50,9 +50,8 @@ _frozen = False
 
 def freeze_start_up_objects() -> None:
     """Move what start-up created (modules, the model's session, the resources) out of the
-    garbage collector's sight: a full collection then walks only what requests allocate. At
-    concurrency 8 this cut the real 10k workload's p99 from 196-200 to 145-160 ms and its
-    passage-heavy p95 from 185-188 to 109-118 ms (docs/performance.md). Once per process: a
+    garbage collector's sight: a full collection then walks only what requests allocate (its
+    effect on the tail latencies is measured in docs/performance.md). Once per process: a
     second app in the same process (tests) leaves the first freeze as it is."""
     global _frozen
     if not _frozen:

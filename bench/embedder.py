@@ -20,8 +20,9 @@ from typing import Annotated
 import numpy as np
 import typer
 
-from app.adapters.embedder import FLOAT_MODEL_ID, LOCAL_MODEL_ID, InProcessEmbedder, LocalEmbedder
-from app.adapters.local_models import OPTIONAL_LOCAL_MODELS, OnnxSentenceEmbedder
+from app.adapters.embedder import InProcessEmbedder, LocalEmbedder
+from app.adapters.local_models import OnnxSentenceEmbedder
+from app.embedding_models import FLOAT_MODEL_ID, LOCAL_MODEL_ID, OPTIONAL_LOCAL_MODELS
 from app.errors import LocalModelMissingError
 from bench.drive import percentiles
 from bench.real import LOCOMO

@@ -114,6 +114,7 @@ _DF = re.compile(r"\), df AS \(.*?\), idf AS \(", re.DOTALL)
 async def _bm25_statement(session: Any, user_id: str, query: str) -> tuple[str, dict[str, Any]]:
     """The service's own BM25 statement and parameters for this query (captured, not run)."""
     from app.repositories.retrieval import RetrievalRepository
+    from app.retrieval.names import query_names
 
     captured: list[tuple[str, dict[str, Any]]] = []
 
@@ -128,7 +129,8 @@ async def _bm25_statement(session: Any, user_id: str, query: str) -> tuple[str, 
             return Empty()
 
     await RetrievalRepository(Capture()).keyword(  # type: ignore[arg-type]
-        user_id, query, limit=40, memories=True, messages=True, types=None, k1=1.2, b=0.75
+        user_id, query, limit=40, memories=True, messages=True, types=None, k1=1.2, b=0.75,
+        names=query_names(query),
     )
     return captured[0]
 

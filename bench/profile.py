@@ -26,6 +26,7 @@ from app.config import Settings, load_settings
 from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
 from app.repositories.retrieval import RetrievalRepository, vector_search_settings
+from app.retrieval.names import query_names
 from app.retrieval.presets import get_preset
 from app.services.query import ann_probes
 from bench.drive import BenchQuery, make_queries
@@ -55,7 +56,7 @@ class _Path:
         preset = get_preset(self.settings.retrieval_preset)
         await repo.keyword(
             query.user_id, query.text, limit=self.candidates, memories=True, messages=True,
-            types=None, k1=preset.bm25_k1, b=preset.bm25_b,
+            types=None, k1=preset.bm25_k1, b=preset.bm25_b, names=query_names(query.text),
         )  # fmt: skip
 
     async def choose_path(self, repo: RetrievalRepository, query: BenchQuery) -> bool:

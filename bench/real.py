@@ -60,16 +60,16 @@ from app.migrate import upgrade_head
 from app.observability import configure_logging
 from app.repositories.maintenance import user_index_name
 from app.repositories.retrieval import (
-    _BM25_SQL,
+    BM25_SQL,
     NO_TIME_FILTER,
     Candidate,
     SearchSize,
     Source,
-    _memory_valid,
-    _memory_visible,
-    _passage_messages_sql,
-    _source_filter,
     ann_settings,
+    memory_valid,
+    memory_visible,
+    passage_messages_sql,
+    source_filter,
 )
 from app.retrieval.names import query_names
 from app.retrieval.passages import passages
@@ -313,7 +313,7 @@ async def settle(dsn: str) -> None:
 
 
 # The service's own visibility rules (deleted, expired, superseded), on alias t.
-_VISIBLE_MEMORY = _memory_visible(None).replace("m.", "t.") + _memory_valid("t", NO_TIME_FILTER)
+_VISIBLE_MEMORY = memory_visible(None).replace("m.", "t.") + memory_valid("t", NO_TIME_FILTER)
 
 
 def floor_sql(exact: bool, rescore: bool = False, indexed: bool = False) -> str:
@@ -321,8 +321,8 @@ def floor_sql(exact: bool, rescore: bool = False, indexed: bool = False) -> str:
     one statement (the default preset: no type or time filter, no PRF). rescore: the messages
     branch as the service runs it for a user of few turns and many passages; indexed (exact
     path): the messages branch read through the user's own index, as the service reads it."""
-    bm25 = _BM25_SQL.format(
-        source_filter=_source_filter(True, True, None, NO_TIME_FILTER),
+    bm25 = BM25_SQL.format(
+        source_filter=source_filter(True, True, None, NO_TIME_FILTER),
         expansion="",
         terms="idf",
     )
@@ -335,7 +335,7 @@ vm AS (
 ), vmsg AS (
     -- The service's own messages branch: each turn's cosine mixed with its best passage's.
     SELECT pm.id, pm.cosine FROM {
-        _passage_messages_sql(exact and not indexed, "", rescore=rescore and not indexed)
+        passage_messages_sql(exact and not indexed, "", rescore=rescore and not indexed)
     } AS pm
 ), message_keys AS (
     SELECT item_id AS id FROM kw WHERE source = 1 UNION SELECT id FROM vmsg

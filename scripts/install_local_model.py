@@ -36,8 +36,8 @@ from pathlib import Path
 # Run by the project's interpreter (`make model-mpnet`): the service's own file hash, model
 # cache directory and tokenizer pin.
 from app.adapters.embedder import file_sha256
-from app.adapters.local_models import MPNET as MPNET_SPEC
 from app.adapters.quantized_model import default_cache_dir
+from app.embedding_models import MPNET as MPNET_SPEC
 
 HERE = Path(__file__).resolve().parent
 

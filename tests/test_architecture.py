@@ -5,6 +5,7 @@ TYPE_CHECKING imports included."""
 
 from __future__ import annotations
 
+import ast
 import shutil
 import subprocess
 import sys
@@ -40,7 +41,7 @@ def test_the_contracts_hold() -> None:
     ("module", "line", "broken"),
     [
         # A service reaching up into the HTTP door.
-        ("app/services/purge.py", "import app.api.deps", "Layers: doors > tools"),
+        ("app/services/purge.py", "import app.http.deps", "Layers: doors > tools"),
         # A door running SQL itself instead of through a service.
         ("app/cli/keys.py", "import app.repositories.api_keys", "Only services run SQL"),
         # One door importing another.
@@ -51,6 +52,16 @@ def test_the_contracts_hold() -> None:
         ("app/services/users.py", "import bench.options", "The product does not import"),
         # The light client importing the server.
         ("pgrecall/types.py", "import app.schemas.common", "The client imports nothing"),
+        # A door mounted on the app entering through the API's modules instead of app.http.
+        ("app/proxy/routes.py", "import app.api.tools", "enter through app.http"),
+        # A wire schema reaching into the ORM.
+        ("app/schemas/memory.py", "import app.models.base", "Wire schemas do not import"),
+        # A repository computing a ranking input.
+        ("app/repositories/retrieval/keyword.py", "import app.retrieval.names", "Repositories run"),
+        # The settings importing an adapter.
+        ("app/config.py", "import app.adapters.embedder", "Settings do not import the adapters"),
+        # The loop between folders issue 41 found (doctor -> citus -> doctor).
+        ("app/citus.py", "import app.doctor.checks", "No loop between the folders"),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(
@@ -127,3 +138,17 @@ def test_no_import_cycle_among_the_projects_modules(monkeypatch: pytest.MonkeyPa
     assert {m.split(".")[0] for m in graph.modules} == set(SOURCES)
     assert len(graph.modules) > 150  # the whole project was read
     assert import_cycles(graph) == []
+
+
+def test_the_bench_uses_public_names_only() -> None:
+    """The bench measures the service through its public names: a private one (`_x`) may change
+    without notice, and a bench that imports it pins it."""
+    private = [
+        f"{path.relative_to(ROOT)}:{node.lineno}: {alias.name}"
+        for path in sorted((ROOT / "bench").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "app"
+        for alias in node.names
+        if alias.name.startswith("_")
+    ]
+    assert private == []

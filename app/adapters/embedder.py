@@ -20,6 +20,12 @@ import numpy as np
 import numpy.typing as npt
 
 from app.deadline import within
+from app.embedding_models import (
+    LOCAL_DIMENSION,
+    LOCAL_MODEL_ID,
+    LOCAL_MODELS,
+    TRAINED_MODEL_ID,
+)
 from app.errors import EmbeddingError
 
 if TYPE_CHECKING:
@@ -27,20 +33,6 @@ if TYPE_CHECKING:
 
 Vectors = npt.NDArray[np.float32]
 
-# The default: MiniLM with int8 arithmetic (app/adapters/quantized_model.py), one text per
-# inference. The earlier default, the package's graph as it is (int8 weights, float32
-# arithmetic), stays selectable by name; vectors of the two differ a little, so a store moves
-# from one to the other with `pgrecall reembed`.
-LOCAL_MODEL_ID = "all-MiniLM-L6-v2-onnx-dq8"
-FLOAT_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
-# MiniLM fine-tuned here so that a question's cosine to a memory that answers it stands out
-# (issue 45; `make train-embedder`, scripts/train_embedder.py): the same tokenizer, pooling and
-# int8 recipe as the default, its graph committed in the package (app/adapters/models/, with a
-# manifest of how it was made). Opt-in by name; its vectors are not the default's, so a store
-# moves to it with `pgrecall reembed`.
-TRAINED_MODEL_ID = "pgrecall-minilm-answers-v1"
-LOCAL_MODELS = (LOCAL_MODEL_ID, FLOAT_MODEL_ID, TRAINED_MODEL_ID)
-LOCAL_DIMENSION = 384
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 TRAINED_MODEL_SHA256 = "6e538b8567b9a81224e669b1165ea2979045f5c8e76c9e9a86dc0f352795df10"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,48 +24,12 @@ from app.adapters.embedder import (
     onnx_session,
 )
 from app.adapters.quantized_model import default_cache_dir
+from app.embedding_models import LocalModelSpec
 from app.errors import LocalModelMissingError
 
 _BATCH = 16
 
 
-@dataclass(frozen=True)
-class LocalModelSpec:
-    """One installable model: where its files are and how to run it."""
-
-    name: str  # PGRECALL_EMBEDDING_MODEL, and the stored rows' embedding_model
-    directory: str  # under the models directory
-    graph: str  # the ONNX file in it
-    dimension: int
-    max_tokens: int  # sentence-transformers' max_seq_length
-    pad_id: int
-    pad_token: str
-    tokenizer_sha256: str
-    # A dynamically quantised graph quantises activations with one scale per input tensor, so
-    # a text's vector would depend on its batch neighbours: such graphs run one text at a time.
-    one_text_per_inference: bool
-    install: str  # the command that installs it
-
-
-_MPNET = dict(
-    directory="all-mpnet-base-v2",
-    dimension=768,
-    max_tokens=384,
-    pad_id=1,
-    pad_token="<pad>",
-    tokenizer_sha256="b8be2c30ba5dd723a6d5ee26d013da103d5408d92ddcb23747622f9e48f1d842",
-    install="make model-mpnet",
-)
-MPNET = LocalModelSpec(
-    name="all-mpnet-base-v2", graph="model.onnx", one_text_per_inference=False, **_MPNET
-)
-MPNET_INT8 = LocalModelSpec(
-    name="all-mpnet-base-v2-int8",
-    graph="model-int8.onnx",
-    one_text_per_inference=True,
-    **_MPNET,
-)
-OPTIONAL_LOCAL_MODELS: dict[str, LocalModelSpec] = {m.name: m for m in (MPNET, MPNET_INT8)}
 
 
 def not_installed(spec: LocalModelSpec, models_dir: Path) -> str | None:

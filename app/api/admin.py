@@ -9,8 +9,8 @@ from fastapi import APIRouter, Query, Response, status
 from pydantic import AfterValidator
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.deps import AdminSessionDep, ResourcesDep
-from app.models.base import MemoryType
+from app.domain import MemoryType
+from app.http.deps import AdminSessionDep, ResourcesDep
 from app.schemas.admin import (
     AdminBulkResult,
     AdminMemoryBulkCreate,

@@ -8,8 +8,8 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 from pydantic import AfterValidator
 
-from app.api.deps import AdminSessionDep, ResourcesDep
 from app.errors import ValidationFailedError
+from app.http.deps import AdminSessionDep, ResourcesDep
 from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
 from app.schemas.keys import KeyCreate, KeyCreated, KeyOut, KeyPage
 from app.services.api_keys import ApiKeyService, parse_duration

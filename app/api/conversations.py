@@ -8,14 +8,14 @@ from typing import Annotated
 from fastapi import APIRouter, Query, Response, status
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.deps import (
+from app.errors import ValidationFailedError
+from app.http.deps import (
     CorrelationDep,
     ResourcesDep,
     SessionDep,
     UserDep,
     WriteUserDep,
 )
-from app.errors import ValidationFailedError
 from app.models import Conversation
 from app.runtime import Resources
 from app.schemas.common import Seq

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from app.api.deps import document_reader
 from app.api.openapi import openapi_for
+from app.http.deps import document_reader
 
 router = APIRouter(include_in_schema=False)
 

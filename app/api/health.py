@@ -5,8 +5,8 @@ from __future__ import annotations
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
-from app.api.deps import ResourcesDep, require_service_key
 from app.extraction.stats import extraction_metrics
+from app.http.deps import ResourcesDep, require_service_key
 from app.migrate import current_revision, head_revision
 
 router = APIRouter(tags=["health"])

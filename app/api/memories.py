@@ -8,7 +8,7 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from fastapi.responses import StreamingResponse
 
-from app.api.deps import ResourcesDep, SessionDep, UserDep
+from app.http.deps import ResourcesDep, SessionDep, UserDep
 from app.schemas.agent import MemoryHistory, MemoryOut
 from app.services.portable import open_export
 from app.services.supersession import SupersessionService

@@ -83,7 +83,7 @@ def _statuses(path: str, method: str, operation: dict[str, Any], auth_routes: bo
     return statuses
 
 
-# The two credentials that name the user (app/api/deps.py::current_caller).
+# The two credentials that name the user (app/http/deps.py::current_caller).
 _SECURITY_SCHEMES = {
     "serviceKey": {
         "type": "http",

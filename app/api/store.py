@@ -10,7 +10,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.api.deps import ResourcesDep, SessionDep, UserDep, WriteUserDep
+from app.http.deps import ResourcesDep, SessionDep, UserDep, WriteUserDep
 from app.models import MemoryItem
 from app.schemas.store import (
     NamespaceList,

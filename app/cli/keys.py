@@ -120,6 +120,28 @@ class Server:
         raise fail(f"{self.base}: {response.status} {detail or raw[:200].decode(errors='replace')}")
 
 
+def _local_database(remote: Server) -> None:
+    """Say which database the command works on now that no service answered; refuse an
+    embedded one that does not exist yet (run outside the service's directory, the command would
+    otherwise create a new ./.data database and print a token the running service never
+    learns)."""
+    settings = settings_or_exit(quiet=True)
+    if settings.database_url is not None:
+        from sqlalchemy.engine import make_url
+
+        where = make_url(settings.database_url).render_as_string(hide_password=True)
+    else:
+        data_dir = settings.data_dir.expanduser().resolve()
+        if not (data_dir / "pg" / "PG_VERSION").exists():
+            raise fail(
+                f"no service answered at {remote.base}, and there is no database in {data_dir} "
+                "(PGRECALL_DATA_DIR): run this where the service runs, set PGRECALL_DATA_DIR or "
+                "PGRECALL_DATABASE_URL to its database, or pass --server"
+            )
+        where = f"the embedded database in {data_dir}"
+    typer.echo(f"no service answered at {remote.base}: using {where}", err=True)
+
+
 def _server(override: str | None) -> Server:
     """The service to ask first; logging stays at WARNING so success prints only the result."""
     return Server.from_settings(settings_or_exit(quiet=True), override)
@@ -203,6 +225,7 @@ def keys_create(
         answer = remote.call("POST", "/v1/admin/keys", body)
         token, key = answer["token"], KeyRow.from_json(answer["key"])
     except Unreachable:
+        _local_database(remote)
         token, key = _create_in_database(user_id, scope, expires)
     typer.echo(token)
     typer.echo(
@@ -220,9 +243,11 @@ def keys_list(
 ) -> None:
     """List keys (never the tokens), newest first."""
     user_id = checked_user(user) if user is not None else None
+    remote = _server(server)
     try:
-        keys = _list_remote(_server(server), user_id)
+        keys = _list_remote(remote, user_id)
     except Unreachable:
+        _local_database(remote)
         keys = _list_in_database(user_id)
     for key in keys:
         typer.echo(
@@ -239,9 +264,11 @@ def keys_revoke(
     server: ServerOption = None,
 ) -> None:
     """Revoke a key for good; a running service refuses it within PGRECALL_KEY_CACHE_TTL_S."""
+    remote = _server(server)
     try:
-        key = KeyRow.from_json(_server(server).call("POST", f"/v1/admin/keys/{key_id}/revoke"))
+        key = KeyRow.from_json(remote.call("POST", f"/v1/admin/keys/{key_id}/revoke"))
     except Unreachable:
+        _local_database(remote)
         key = _revoke_in_database(key_id)
     typer.echo(f"revoked {key.id} (user {key.user_id}) at {_when(key.revoked_at)}")
 

@@ -25,10 +25,12 @@ def mcp_stdio(
     """Serve MCP over stdin/stdout for the user of KEY (for local MCP clients)."""
     # Lazy: the MCP SDK and the tool server take about 2 s to import; only this command uses
     # them, and every other command (and `pgrecall --help`) should not wait for them.
-    from app.mcp.stdio import serve_stdio, stdio_resources
+    from app.mcp.stdio import refuse_over_stdio, serve_stdio, stdio_resources
 
     if not looks_like_key(key.strip()):
-        raise fail("--key must be a per-user API key (pgr_...; pgrecall keys create)", 2)
+        reason = "--key must be a per-user API key (pgr_...; pgrecall keys create)"
+        refuse_over_stdio(reason)
+        raise fail(reason, 2)
 
     async def work(rt: Runtime) -> None:
         assert rt.embeddings is not None
@@ -38,4 +40,5 @@ def mcp_stdio(
     try:
         run(work, embedder=True)
     except ServiceError as exc:
+        refuse_over_stdio(f"{exc.name}: {exc.message}; not serving")
         raise fail(f"{exc.message}; not serving", 2) from None

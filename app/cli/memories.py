@@ -14,9 +14,9 @@ from typing import Annotated, TypeVar
 import typer
 
 from app.cli.common import Runtime, aware, checked_user, fail, run
+from app.domain import MEMORY_TYPES
 from app.errors import ServiceError
 from app.models import MemoryItem
-from app.models.base import MEMORY_TYPES
 from app.runtime import user_transaction
 from app.schemas.admin import AdminMemoryOut
 from app.services.admin import AdminMemoryService, MemoryFilter

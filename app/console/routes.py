@@ -14,7 +14,6 @@ from app.console.web import (
     ConfigDep,
     ConsoleRoute,
     FormDep,
-    ResourcesDep,
     SessionDep,
     read_form,
     record,
@@ -22,6 +21,7 @@ from app.console.web import (
     see_other,
     url,
 )
+from app.http.deps import ResourcesDep
 from app.runtime import admin_transaction
 from app.services.users import UserDirectoryService
 

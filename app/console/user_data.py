@@ -9,8 +9,9 @@ from fastapi.responses import StreamingResponse
 
 from app.adapters.cache import CacheUnavailableError
 from app.console.user_routes import UserParam
-from app.console.web import ConsoleRoute, FormDep, ResourcesDep, SessionDep, record, render
+from app.console.web import ConsoleRoute, FormDep, SessionDep, record, render
 from app.errors import ServiceError
+from app.http.deps import ResourcesDep
 from app.services.portable import open_export
 from app.services.purge import PurgeIncompleteError, count_user_rows, purge_user
 

@@ -21,17 +21,18 @@ from app.console.web import (
     PAGE_SIZE,
     ConsoleRoute,
     FormDep,
-    ResourcesDep,
     SessionDep,
     record,
     render,
     see_other,
     url,
 )
-from app.models.base import MEMORY_TYPES, MemoryType
+from app.domain import MEMORY_TYPES, MemoryType
+from app.http.deps import ResourcesDep
 from app.runtime import Resources, query_request, query_service, user_transaction
 from app.schemas.admin import AdminMemoryCreate, AdminMemoryUpdate
 from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
+from app.schemas.query import QueryFilters
 from app.services.admin import AdminMemoryService, MemoryFilter
 from app.services.conversation import ConversationService
 from app.services.prompt import format_for_prompt
@@ -321,13 +322,11 @@ async def ask(
             [{"loc": ("form", field), "msg": "not one of the listed values", "type": "value"}]
         )
     cfg = resources.query_config
-    query = query_request(
-        cfg,
-        user_id,
-        text,
-        types=(kind,) if kind else None,
-        sources=(source,) if source else None,  # type: ignore[arg-type]
+    filters = QueryFilters(
+        types=[kind] if kind else None,  # type: ignore[list-item]
+        sources=[source] if source else None,  # type: ignore[list-item]
     )
+    query = query_request(cfg, user_id, text, filters)
     result, trace = await query_service(resources).explain(query)
     record(session, "ask-as-user", user_id, returned=len(result.items))
     return render(

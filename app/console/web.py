@@ -19,7 +19,6 @@ from sqlalchemy import exc as sa_exc
 
 from app.console.auth import SESSION_COOKIE, ConsoleAuth, ConsoleSession
 from app.errors import ServiceError, ValidationFailedError
-from app.runtime import Resources
 from app.runtime.failures import database_error
 
 log = logging.getLogger(__name__)
@@ -77,14 +76,6 @@ async def config_of(request: Request) -> ConsoleConfig:
 
 
 ConfigDep = Annotated[ConsoleConfig, Depends(config_of)]
-
-
-async def resources_of(request: Request) -> Resources:
-    """The process's resources (app.runtime), which the app's lifespan opened."""
-    return request.app.state.resources  # type: ignore[no-any-return]
-
-
-ResourcesDep = Annotated[Resources, Depends(resources_of)]
 
 
 class SignInRequired(Exception):

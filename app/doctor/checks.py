@@ -14,9 +14,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from sqlalchemy.exc import DBAPIError
-
 from app.config import Settings, SettingsError, load_settings
+from app.db import one_line
 
 MIN_PYTHON = (3, 11)
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -32,18 +31,6 @@ class Check:
     def line(self) -> str:
         status = "skip" if self.skipped else "ok" if self.ok else "FAIL"
         return f"{status:<5} {self.name:<12} {self.message}"
-
-
-def one_line(exc: BaseException) -> str:
-    """An exception as one readable line: the driver's own message, not SQLAlchemy's wrapper."""
-    cause = exc.orig if isinstance(exc, DBAPIError) and exc.orig is not None else exc
-    lines = [line.strip() for line in str(cause).splitlines() if line.strip()]
-    head = lines[0] if lines else type(cause).__name__
-    # A failed pg_ctl puts the server log below its own output: its FATAL line is the cause.
-    telling = [ln for ln in lines[1:] if "FATAL" in ln or "Permission denied" in ln]
-    if telling:
-        head = f"{head}; {telling[0]}"
-    return head if head.startswith(type(cause).__name__) else f"{type(cause).__name__}: {head}"
 
 
 # -- process and settings ---------------------------------------------------------------------
@@ -208,8 +195,9 @@ async def check_redis(url: str | None) -> Check:
 def check_local_model_installed(settings: Settings) -> Check:
     """An optional local model (`make model-mpnet`) is installed: `serve` says so in one line
     before it starts, instead of a traceback from the lifespan."""
-    from app.adapters.local_models import OPTIONAL_LOCAL_MODELS, not_installed
+    from app.adapters.local_models import not_installed
     from app.adapters.quantized_model import default_cache_dir
+    from app.embedding_models import OPTIONAL_LOCAL_MODELS
 
     spec = OPTIONAL_LOCAL_MODELS.get(settings.embedding_model)
     if settings.embedding_provider.value != "local" or spec is None:

@@ -19,12 +19,7 @@ from starlette.datastructures import Headers
 from starlette.responses import JSONResponse
 from starlette.types import Receive, Scope, Send
 
-from app.errors import (
-    AuthenticationError,
-    DatabaseUnavailableError,
-    PermissionDeniedError,
-    ServiceError,
-)
+from app.errors import AuthenticationError, DatabaseUnavailableError, ServiceError
 from app.mcp.server import (
     CALLER_SCOPE_KEY,
     CORRELATION_SCOPE_KEY,
@@ -35,7 +30,8 @@ from app.mcp.server import (
 from app.mcp.streams import StreamLimits
 from app.observability import correlation_id_var
 from app.runtime import Resources
-from app.services.api_keys import Caller, looks_like_key
+from app.runtime.identity import resolve_caller
+from app.services.api_keys import Caller
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +90,7 @@ class McpHttp:
             scope[CORRELATION_SCOPE_KEY] = correlation_id_var.get()
         except ServiceError as exc:
             challenge = {"WWW-Authenticate": "Bearer"} if exc.status_code == 401 else None
-            body = {"error": type(exc).__name__, "detail": exc.message}
+            body = {"error": exc.name, "detail": exc.message}
             await JSONResponse(body, exc.status_code, headers=challenge)(scope, receive, send)
             return
         if self._manager is None:
@@ -110,7 +106,7 @@ class McpHttp:
         try:
             self.streams.admit(key)
         except ServiceError as exc:
-            body = {"error": type(exc).__name__, "detail": exc.message}
+            body = {"error": exc.name, "detail": exc.message}
             await JSONResponse(body, exc.status_code, headers={"Retry-After": "1"})(
                 scope, receive, send
             )
@@ -121,23 +117,22 @@ class McpHttp:
             self.streams.release(key)
 
     async def _authenticate(self, headers: Headers) -> Caller:
+        """The caller of this POST or GET: a per-user key as Bearer (resolve_caller's rules)."""
         authorization = headers.get("authorization")
-        if not authorization:
-            raise AuthenticationError("missing Authorization: Bearer <per-user API key>")
-        scheme, _, token = authorization.partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
-            raise AuthenticationError("Authorization must be 'Bearer <key>'")
-        if not looks_like_key(token):
-            raise PermissionDeniedError(
-                "/mcp takes a per-user API key (pgrecall keys create --user ...)"
-            )
+        token: str | None = None
+        if authorization:
+            scheme, _, token = authorization.partition(" ")
+            token = token.strip()
+            if scheme.lower() != "bearer" or not token:
+                raise AuthenticationError("Authorization must be 'Bearer <key>'")
         try:
-            caller = await self.resources().keys.authenticate(token)
+            return await resolve_caller(
+                self.resources(),
+                token,
+                headers.get("x-user-id"),
+                missing="missing Authorization: Bearer <per-user API key>",
+                per_user_only="/mcp takes a per-user API key (pgrecall keys create --user ...)",
+            )
         except sa_exc.SQLAlchemyError as exc:
             log.warning("key lookup failed: %s", type(exc).__name__)
             raise DatabaseUnavailableError("database unavailable, retry later") from None
-        claimed = headers.get("x-user-id")
-        if claimed is not None and claimed != caller.user_id:
-            raise PermissionDeniedError("X-User-Id names another user than the API key's")
-        return caller

@@ -1,10 +1,17 @@
 """MCP over stdin/stdout for one user: `pgrecall mcp --key TOKEN` (or PGRECALL_MCP_KEY).
 
 The key is checked before serving and again on every tool call (through the key cache), so a
-revoked or expired key stops working within PGRECALL_KEY_CACHE_TTL_S seconds.
+revoked or expired key stops working within PGRECALL_KEY_CACHE_TTL_S seconds. A key refused
+before serving is also the answer to the client's first request (`refuse_over_stdio`), so an
+MCP client shows why instead of "Connection closed".
 """
 
 from __future__ import annotations
+
+import json
+import select
+import sys
+from typing import TextIO
 
 from mcp.server.stdio import stdio_server
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -45,3 +52,26 @@ async def serve_stdio(resources: Resources, token: str) -> Caller:
         if resources.judge is not None:
             await resources.judge.aclose()
     return caller
+
+
+# JSON-RPC's range for errors a server defines itself.
+REFUSED = -32000
+
+
+def refuse_over_stdio(
+    reason: str, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout, wait_s: float = 10.0
+) -> None:
+    """Answer the client's first request (its `initialize`) with `reason` as a JSON-RPC error.
+    Nothing is written when no request comes: stdin at its end or a terminal (a person reads
+    stderr), or no line within `wait_s` seconds."""
+    if stdin.isatty() or not select.select([stdin], [], [], wait_s)[0]:
+        return
+    try:
+        request = json.loads(stdin.readline())
+    except ValueError:
+        return
+    if not isinstance(request, dict) or request.get("id") is None:
+        return
+    error = {"code": REFUSED, "message": f"pgrecall mcp: {reason}"}
+    stdout.write(json.dumps({"jsonrpc": "2.0", "id": request["id"], "error": error}) + "\n")
+    stdout.flush()

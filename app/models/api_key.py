@@ -8,7 +8,8 @@ from datetime import datetime
 from sqlalchemy import CheckConstraint, DateTime, Index, String, Uuid
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.models.base import USER_ID_LENGTH, Base, CreatedAtMixin
+from app.domain import USER_ID_LENGTH
+from app.models.base import Base, CreatedAtMixin
 
 KEY_SCOPES = ("read", "write")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 from datetime import datetime
-from typing import Any, Literal, get_args
+from typing import Any
 
 import numpy as np
 from pgvector import Vector
@@ -31,19 +31,6 @@ EMBEDDING_DIMENSION = int(os.environ.get("PGRECALL_EMBEDDING_DIMENSION", "384"))
 # Migration 0017_halfvec_covering: the covering indexes of the exact path exist up to this width
 # (app/vectors.py).
 COVERING_INDEXES = EMBEDDING_DIMENSION <= COVERING_MAX_DIMENSION
-
-USER_ID_LENGTH = 255
-# The one list of memory types: schemas, services, the console, the CLI and the table's check
-# constraint all read it from here.
-MemoryType = Literal["fact", "preference", "decision", "note"]
-MEMORY_TYPES: tuple[MemoryType, ...] = get_args(MemoryType)
-MESSAGE_ROLES = ("user", "assistant", "system")
-# Tags on a memory (migration 0014_tags_usage): at most MAX_TAGS labels of 1-MAX_TAG_CHARS
-# characters each, lowercase letters, digits and `_ - . :` (the schemas validate, the table's
-# check constraint holds the count).
-MAX_TAGS = 16
-MAX_TAG_CHARS = 32
-TAG_PATTERN_TEXT = rf"^[a-z0-9][a-z0-9_.:-]{{0,{MAX_TAG_CHARS - 1}}}$"
 
 
 class Base(DeclarativeBase):

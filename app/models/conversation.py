@@ -24,14 +24,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.models.base import (
-    COVERING_INDEXES,
-    EMBEDDING_DIMENSION,
-    USER_ID_LENGTH,
-    Base,
-    CreatedAtMixin,
-    HalfVec,
-)
+from app.domain import USER_ID_LENGTH
+from app.models.base import COVERING_INDEXES, EMBEDDING_DIMENSION, Base, CreatedAtMixin, HalfVec
 
 
 # Primary keys: the tables' keys are (user_id, id) in the database (migration

@@ -24,7 +24,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.models.base import USER_ID_LENGTH, Base, CreatedAtMixin
+from app.domain import USER_ID_LENGTH
+from app.models.base import Base, CreatedAtMixin
 
 JOB_STATES = ("queued", "running", "done", "failed", "dead")
 

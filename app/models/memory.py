@@ -25,15 +25,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.models.base import (
-    EMBEDDING_DIMENSION,
-    MAX_TAGS,
-    MEMORY_TYPES,
-    USER_ID_LENGTH,
-    Base,
-    CreatedAtMixin,
-    HalfVec,
-)
+from app.domain import MAX_TAGS, MEMORY_TYPES, USER_ID_LENGTH
+from app.models.base import EMBEDDING_DIMENSION, Base, CreatedAtMixin, HalfVec
 
 
 class MemoryItem(CreatedAtMixin, Base):

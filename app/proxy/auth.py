@@ -10,25 +10,17 @@ set (the caller's Authorization does not go upstream then).
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
-from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
+from app.errors import PermissionDeniedError
+from app.http.deps import ResourcesDep
 from app.proxy.upstream import ChatUpstream
-from app.runtime import Resources
-from app.runtime.identity import validate_user_id
+from app.runtime.identity import resolve_caller
 from app.services.api_keys import looks_like_key
 
 KEY_HEADER = "X-Pgrecall-Key"
-
-
-def get_resources(request: Request) -> Resources:
-    return request.app.state.resources  # type: ignore[no-any-return]
-
-
-ResourcesDep = Annotated[Resources, Depends(get_resources)]
 
 
 async def get_upstream(request: Request) -> ChatUpstream:
@@ -59,26 +51,15 @@ async def proxy_caller(
     authorization: Annotated[str | None, Header()] = None,
 ) -> str:
     """The user the turns are stored for (the proxy writes: a read-only key is refused)."""
-    presented = pgrecall_token(upstream, x_pgrecall_key, authorization)
-    keys = [k for k in (resources.api_key, resources.admin_api_key) if k]
-    service = presented is not None and any(
-        hmac.compare_digest(presented.encode(), k.encode()) for k in keys
+    caller = await resolve_caller(
+        resources,
+        pgrecall_token(upstream, x_pgrecall_key, authorization),
+        x_user_id,
+        missing=f"missing {KEY_HEADER}: <service key or per-user key>",
     )
-    if presented is not None and not service and looks_like_key(presented):
-        caller = await resources.keys.authenticate(presented)
-        if x_user_id is not None and x_user_id != caller.user_id:
-            raise PermissionDeniedError("X-User-Id names another user than the API key's")
-        if not caller.can_write:
-            raise PermissionDeniedError("this API key is read-only (the proxy stores turns)")
-        return caller.user_id
-    if resources.api_key is not None:
-        if not presented:
-            raise AuthenticationError(f"missing {KEY_HEADER}: <service key or per-user key>")
-        if not service:
-            raise PermissionDeniedError("invalid API key")
-    if x_user_id is None:
-        raise ValidationFailedError("header.X-User-Id: Field required", field="header.X-User-Id")
-    return validate_user_id(x_user_id)
+    if not caller.can_write:
+        raise PermissionDeniedError("this API key is read-only (the proxy stores turns)")
+    return caller.user_id
 
 
 ProxyUserDep = Annotated[str, Depends(proxy_caller)]

@@ -11,15 +11,15 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import uuid
 from typing import Annotated, Any
 
 import httpx
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.deadline import Deadline
 from app.errors import UpstreamError
+from app.http.deps import CorrelationDep, ResourcesDep
 from app.observability import correlation_id_var
 from app.proxy import recall_tags
 from app.proxy.auth import ProxyUserDep, UpstreamDep
@@ -44,39 +44,22 @@ RECALL_ROUNDS_HEADER = "X-Pgrecall-Recall-Rounds"
 RECALLED_IDS_HEADER = "X-Pgrecall-Recalled-Ids"
 
 
-def get_resources(request: Request) -> Resources:
-    return request.app.state.resources  # type: ignore[no-any-return]
-
-
-ResourcesDep = Annotated[Resources, Depends(get_resources)]
-
-
-def correlation_id() -> uuid.UUID:
-    """The request's correlation id (set by the middleware)."""
-    return uuid.UUID(correlation_id_var.get())
-
-
-CorrelationDep = Annotated[uuid.UUID, Depends(correlation_id)]
-
-
 async def _memories(
     resources: Resources, user_id: str, body: ChatRequest, query: str
 ) -> tuple[str | None, list[str]]:
     options = body.memory
     if (options and options.off) or not query.strip():
         return None, []
-    result = await query_service(resources).query(
-        query_request(
-            resources.query_config,
-            user_id,
-            query,
-            limit=options.top_k if options and options.top_k else None,
-            min_score=options.min_relevance if options else None,
-            token_budget=options.token_budget if options else None,
-            recency=options.recency if options else None,
-        ),
-        correlation_id=correlation_id_var.get(),
+    request = query_request(
+        resources.query_config,
+        user_id,
+        query,
+        options,
+        limit=options.top_k if options else None,
+        min_score=options.min_relevance if options else None,
+        token_budget=options.token_budget if options else None,
     )
+    result = await query_service(resources).query(request, correlation_id=correlation_id_var.get())
     if not result.items:
         return None, []
     return format_for_prompt(result.items), [i.id for i in result.items]
@@ -184,7 +167,7 @@ def _bad_answer() -> UpstreamError:
 async def _upstream_failed(turns: Turns, exc: UpstreamError, headers: dict[str, str]) -> Response:
     """Unreachable, timed out, dropped or not a completion: the error as JSON."""
     await _keep_turn(turns, exc.reason or "failed", headers)
-    error = {"error": type(exc).__name__, "detail": exc.message}
+    error = {"error": exc.name, "detail": exc.message}
     return JSONResponse(error, exc.status_code, headers)
 
 

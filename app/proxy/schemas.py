@@ -8,15 +8,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from app.schemas.common import json_float, json_int
-from app.schemas.memory import RECENCY_DESCRIPTION, Recency
+from app.schemas.query import QueryFilters
 
 MAX_CHAT_MESSAGES = 10_000
 DEFAULT_RECALL_ROUNDS = 3
 MAX_RECALL_ROUNDS = 5
 
 
-class MemoryOptions(BaseModel):
-    """Per-request memory settings: the `memory` object of the body (`extra_body` in openai)."""
+class MemoryOptions(QueryFilters):
+    """Per-request memory settings: the `memory` object of the body (`extra_body` in openai);
+    the query's filters are those of every door (QueryFilters)."""
 
     model_config = ConfigDict(extra="forbid")
     top_k: json_int(ge=1, le=100) | None = Field(
@@ -28,7 +29,6 @@ class MemoryOptions(BaseModel):
     token_budget: json_int(ge=1, le=100_000) | None = Field(
         default=None, description="tokens of memories at most (default PGRECALL_TOKEN_BUDGET)"
     )
-    recency: Recency = Field(default=None, description=RECENCY_DESCRIPTION)
     off: StrictBool = Field(default=False, description="no lookup, no injection (turns stored)")
     conversation_id: uuid.UUID | None = Field(
         default=None, description="store the turns here; unset = a new conversation"

@@ -21,7 +21,7 @@ from app.retrieval.scoring import (
     prefer_window,
     propagate,
 )
-from app.retrieval.speakers import prefer_named
+from app.retrieval.speakers import prefer_named, usable_speaker
 
 K = TypeVar("K", bound=Hashable)
 
@@ -93,7 +93,7 @@ def rerank(
         depth = {r.key for r in ranked[: preset.rerank_depth]}
         telling = {k for k in depth if tells_time(rows[k].content)}
         ranked = boost(ranked, telling, preset.when_boost)
-    speakers = {k: r.speaker for k, r in rows.items() if r.speaker}
+    speakers = {k: name for k, r in rows.items() if (name := usable_speaker(r.speaker))}
     ranked = prefer_named(ranked, speakers, query, preset.speaker_boost)
     conversations = {k: r.conversation_id for k, r in rows.items() if r.conversation_id}
     ranked = group_vote(ranked, conversations, preset.session_vote_weight, preset.rerank_depth)

@@ -1,18 +1,16 @@
-"""The query configuration (from Settings) and the one place a door builds a query request:
-the door's arguments, the configured defaults for the rest. The query service itself comes from
-`app.runtime.resources.query_service`."""
+"""The query configuration (from Settings), the one place a door's query (its QueryFilters and
+limits) becomes the service's request, and the answers made from the service's result. The
+query service itself comes from `app.runtime.resources.query_service`."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
-from typing import Literal
+from typing import Any
 
 from app.config import Settings
 from app.retrieval.presets import get_preset
-from app.services.query import QueryConfig, QueryRequest, SourceName
-
-BOTH_SOURCES: tuple[SourceName, ...] = ("memory", "message")
+from app.schemas.memory import MemoryItemOut, MemoryQueryResponse
+from app.schemas.query import QueryFilters
+from app.services.query import QueryConfig, QueryRequest, QueryResult
 
 
 def query_config(settings: Settings) -> QueryConfig:
@@ -39,33 +37,62 @@ def query_request(
     config: QueryConfig,
     user_id: str,
     query: str,
+    filters: QueryFilters | None = None,
     *,
     limit: int | None = None,
     min_score: float | None = None,
-    types: Sequence[str] | None = None,
-    sources: Sequence[SourceName] | None = None,
     token_budget: int | None = None,
-    time_from: datetime | None = None,
-    time_to: datetime | None = None,
-    as_of: datetime | None = None,
-    tags: Sequence[str] | None = None,
-    tags_match: Literal["any", "all"] = "any",
-    recency: float | None = None,
 ) -> QueryRequest:
-    """A query request: what the caller chose, the configured defaults for what it left out
-    (limit PGRECALL_MAX_RESULTS, PGRECALL_MIN_RELEVANCE, both sources, every type)."""
+    """The service's request from a door's query: every filter the caller set (each
+    QueryFilters field is the QueryRequest field of the same name, lists as tuples), and the
+    configured defaults for what it left out (limit PGRECALL_MAX_RESULTS,
+    PGRECALL_MIN_RELEVANCE, both sources, every type)."""
+    given = (filters or QueryFilters()).model_dump(
+        include=set(QueryFilters.model_fields), exclude_none=True
+    )
+    chosen = {name: tuple(v) if isinstance(v, list) else v for name, v in given.items()}
     return QueryRequest(
         user_id=user_id,
         query=query,
         limit=config.max_results if limit is None else limit,
         min_score=config.min_relevance if min_score is None else min_score,
-        types=tuple(types) if types else None,
-        sources=tuple(sources) if sources else BOTH_SOURCES,
         token_budget=token_budget,
-        time_from=time_from,
-        time_to=time_to,
-        as_of=as_of,
-        tags=tuple(tags) if tags else None,
-        tags_match=tags_match,
-        recency=recency,
+        **chosen,
+    )
+
+
+def result_status(result: QueryResult) -> dict[str, Any]:
+    """How complete an answer is, the fields every query response carries alike."""
+    return {
+        "truncated": result.truncated,
+        "token_count": result.token_count,
+        "error": result.error,
+        "degraded": result.degraded,
+        "rate_limited": result.rate_limited,
+    }
+
+
+def memory_query_response(result: QueryResult) -> MemoryQueryResponse:
+    """POST /v1/memory/query's answer: the items with their scores and references, timings."""
+    return MemoryQueryResponse(
+        items=[
+            MemoryItemOut(
+                id=i.id,
+                content=i.content,
+                type=i.type,
+                source_kind=i.source_kind,
+                relevance_score=i.relevance_score,
+                source=i.source,
+                created_at=i.created_at,
+                importance=i.importance,
+                role=i.role,
+                conversation_id=i.conversation_id,
+                truncated=i.cut,
+            )
+            for i in result.items
+        ],
+        total_count=result.total_count,
+        query_embedding_ms=result.query_embedding_ms,
+        retrieval_ms=result.retrieval_ms,
+        **result_status(result),
     )

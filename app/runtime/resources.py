@@ -15,9 +15,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from app.adapters.cache import Cache
 from app.adapters.embedder import Embedder, build_embedder
 from app.adapters.judge import JudgeLLM
-from app.adapters.local_models import OPTIONAL_LOCAL_MODELS, OnnxSentenceEmbedder
+from app.adapters.local_models import OnnxSentenceEmbedder
 from app.config import EmbeddingProvider, ExtractionMode, JudgeMode, Settings
 from app.db import create_engine, create_sessionmaker
+from app.embedding_models import OPTIONAL_LOCAL_MODELS
 from app.roles import database_urls, prepare_database, warn_unless_rls_binds
 from app.runtime.query import query_config
 from app.services.api_keys import KeyAuthenticator

@@ -15,6 +15,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
+from app.domain import MemoryType
 from app.schemas.common import (
     USER_ID_PATTERN_TEXT,
     Content,
@@ -25,10 +26,9 @@ from app.schemas.common import (
     json_float,
     storable_text,
 )
-from app.schemas.memory import MemoryType
 
-# The same rule as app.api.deps.validate_user_id (tests/admin pin the two together); repeated
-# here because schemas sit below the API layer and must not import from it.
+# The same rule as app.runtime.identity.validate_user_id (tests/admin pin the two together);
+# repeated here because schemas sit below the API layer and must not import from it.
 MAX_BULK_MEMORIES = 1000
 MAX_SOURCE_CHARS = 500
 

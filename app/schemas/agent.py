@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from app.domain import MemoryType
 from app.schemas.common import (
     NON_BLANK_SCHEMA,
     Tags,
@@ -16,7 +17,7 @@ from app.schemas.common import (
     json_float,
     json_int,
 )
-from app.schemas.memory import MemoryType, Query
+from app.schemas.query import Query
 
 # A saved memory is a short statement, not a document: 4000 characters is ~1000 tokens, the
 # whole default answer budget of query_memory.

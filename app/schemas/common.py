@@ -16,7 +16,7 @@ from typing import Annotated, Any, Union
 from pydantic import AfterValidator, AwareDatetime, BeforeValidator, Field
 from typing_extensions import TypeAliasType
 
-from app.models.base import MAX_TAG_CHARS, MAX_TAGS, TAG_PATTERN_TEXT
+from app.domain import MAX_TAG_CHARS, MAX_TAGS, TAG_PATTERN_TEXT
 
 # Re-exported: the user-id rule lives in app/schemas/user_id.py (no model imports).
 from app.schemas.user_id import USER_ID_PATTERN as USER_ID_PATTERN

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.models.base import MemoryType
+from app.domain import MemoryType
 from app.schemas.common import Tags
 
 FORMAT = "pgrecall-export"

@@ -22,7 +22,7 @@ from app.schemas.common import (
     check_storable,
     json_int,
 )
-from app.schemas.memory import Query
+from app.schemas.query import Query
 
 MAX_LABELS = 10
 MAX_LABEL_CHARS = 100

@@ -210,7 +210,8 @@ class AgentMemoryService:
             live = [m for m in made if m.deleted_at is None]
             for item in live:
                 await self.admin.set_deleted(user_id, item.id, True)
-            return Rated(message_id, vote, "removed", removed=len(live))
+            # A repeated down finds nothing left to remove: "unchanged", as a repeated up says.
+            return Rated(message_id, vote, "removed" if live else "unchanged", removed=len(live))
         live = [m for m in made if m.deleted_at is None]
         if live:
             return Rated(message_id, vote, "unchanged", live[0])

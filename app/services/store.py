@@ -24,9 +24,9 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.adapters.cache import Cache
+from app.domain import MEMORY_TYPES
 from app.errors import NotFoundError
 from app.models import MemoryItem
-from app.models.base import MEMORY_TYPES
 from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.repositories.store import TTL, UNINDEXED, StoreRepository, expiry
 from app.services.effects import invalidate_after_commit

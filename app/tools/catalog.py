@@ -80,12 +80,13 @@ class Tool(Generic[A, R]):
         return self.args.model_validate(arguments)
 
     def admit(self, caller: Caller) -> None:
-        """A read-only key may call the reading tools only."""
+        """A read-only key may call the reading tools only. Each door admits the caller once,
+        before it reads the arguments, and only then runs the tool."""
         if self.writes and not caller.can_write:
             raise PermissionDeniedError("this API key is read-only")
 
     async def run(self, call: ToolCall, args: A) -> R:
-        self.admit(call.caller)
+        """The tool's answer for a caller the door has admitted (`admit`)."""
         return await self.handler(call, args)
 
 
@@ -209,7 +210,7 @@ def tool_failure(exc: BaseException) -> ToolFailure | None:
     mapped = exc if isinstance(exc, ServiceError) else database_error(exc)
     if mapped is None:
         return None
-    return ToolFailure(type(mapped).__name__, mapped.status_code, mapped.message)
+    return ToolFailure(mapped.name, mapped.status_code, mapped.message)
 
 
 SYSTEM_PROMPT = """\

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from app.runtime import query_request, query_service, user_transaction
+from app.runtime.query import result_status
 from app.schemas.agent import (
     ForgetMemoryArgs,
     ForgetMemoryResult,
@@ -45,24 +46,10 @@ def _agent(resources: Resources, session: AsyncSession) -> AgentMemoryService:
 
 
 async def query_memory(call: ToolCall, args: QueryMemoryArgs) -> QueryMemoryResult:
-    resources = call.resources
-    result = await query_service(resources).query(
-        query_request(
-            resources.query_config,
-            call.caller.user_id,
-            args.query,
-            types=args.types,
-            sources=args.sources,
-            time_from=args.time_from,
-            time_to=args.time_to,
-            as_of=args.as_of,
-            tags=args.tags,
-            tags_match=args.tags_match,
-            recency=args.recency,
-        ),
-        correlation_id=call.correlation_id,
-    )
-    return tool_answer(result, resources.query_config.min_relevance)
+    config = call.resources.query_config
+    request = query_request(config, call.caller.user_id, args.query, args)
+    result = await query_service(call.resources).query(request, correlation_id=call.correlation_id)
+    return tool_answer(result, config.min_relevance)
 
 
 async def save_memory(call: ToolCall, args: SaveMemoryArgs) -> SaveMemoryResult:
@@ -138,9 +125,5 @@ async def search_conversations(call: ToolCall, args: SearchConversationsArgs) ->
             )
             for i in result.items
         ],
-        truncated=result.truncated,
-        token_count=result.token_count,
-        error=result.error,
-        degraded=result.degraded,
-        rate_limited=result.rate_limited,
+        **result_status(result),
     )

@@ -143,62 +143,49 @@ def tools() -> Call[dict[str, Any]]:
     return Call("GET", "/v1/tools", as_json, idempotent=True)
 
 
-def _time_filters(filters: TimeFilters | None) -> dict[str, Any]:
-    return drop_none(
-        {"time_from": filters.time_from, "time_to": filters.time_to, "as_of": filters.as_of}
-        if filters is not None
+def _query(query: str, times: TimeFilters | None, fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A query's body: the text, the time window and every other field set (sequences as lists);
+    a filter the service adds is passed by name, unknown to this client."""
+    window = (
+        {"time_from": times.time_from, "time_to": times.time_to, "as_of": times.as_of}
+        if times is not None
         else {}
     )
+    given = {
+        k: list(v) if isinstance(v, Sequence) and not isinstance(v, str) else v
+        for k, v in {**fields, **window}.items()
+    }
+    return drop_none({"query": query, **given})
 
 
 def query_memory(
-    query: str,
-    types: Sequence[str] | None,
-    sources: Sequence[str] | None,
-    times: TimeFilters | None = None,
-    tags: Sequence[str] | None = None,
-    tags_match: str | None = None,
+    query: str, times: TimeFilters | None, filters: Mapping[str, Any]
 ) -> Call[t.QueryMemoryResult]:
-    body = drop_none(
-        {
-            "query": query,
-            "types": list(types) if types is not None else None,
-            "sources": list(sources) if sources is not None else None,
-            "tags": list(tags) if tags is not None else None,
-            "tags_match": tags_match,
-        }
-    ) | _time_filters(times)
     # A read: retrying it stores nothing twice.
     return Call(
-        "POST", "/v1/tools/query_memory", model(t.QueryMemoryResult), json=body, idempotent=True
+        "POST",
+        "/v1/tools/query_memory",
+        model(t.QueryMemoryResult),
+        json=_query(query, times, filters),
+        idempotent=True,
     )
 
 
 def memory_query(
-    query: str,
-    limit: int | None,
-    types: Sequence[str] | None,
-    sources: Sequence[str] | None,
-    min_score: float | None,
-    token_budget: int | None,
-    times: TimeFilters | None = None,
-    tags: Sequence[str] | None = None,
-    tags_match: str | None = None,
+    query: str, times: TimeFilters | None, fields: Mapping[str, Any]
 ) -> Call[t.MemoryQueryResponse]:
-    body = drop_none(
-        {
-            "query": query,
-            "limit": limit,
-            "types": list(types) if types is not None else None,
-            "sources": list(sources) if sources is not None else None,
-            "min_score": min_score,
-            "token_budget": token_budget,
-            "tags": list(tags) if tags is not None else None,
-            "tags_match": tags_match,
-        }
-    ) | _time_filters(times)
     return Call(
-        "POST", "/v1/memory/query", model(t.MemoryQueryResponse), json=body, idempotent=True
+        "POST",
+        "/v1/memory/query",
+        model(t.MemoryQueryResponse),
+        json=_query(query, times, fields),
+        idempotent=True,
+    )
+
+
+def call_tool(name: str, arguments: Mapping[str, Any], idempotent: bool) -> Call[dict[str, Any]]:
+    return Call(
+        "POST", f"/v1/tools/{name}", as_json, json=dump(arguments), idempotent=idempotent
     )
 
 

@@ -6,7 +6,7 @@ Import it from `pgrecall.client`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from functools import cached_property
 from typing import Any, TypeVar
@@ -15,7 +15,7 @@ import httpx
 
 from pgrecall import _calls as c
 from pgrecall import types as t
-from pgrecall._base import DEFAULT_TIMEOUT, Base, pool
+from pgrecall._base import Base
 from pgrecall._calls import Ident, Item, TimeFilters
 from pgrecall._core import Call, RetryPolicy, retry_delay
 from pgrecall._transport import StreamTransport
@@ -34,28 +34,13 @@ def transport(base_url: str, sizing: dict[str, Any]) -> dict[str, Any]:
 
 
 class AsyncClient(Base):
-    """Asynchronous client; the same methods as `Client`, awaited."""
+    """Asynchronous client; the same methods as `Client`, awaited. This class is where a route
+    is written: pgrecall.client derives Client from it."""
 
-    def __init__(
-        self,
-        base_url: str = "http://127.0.0.1:8000",
-        *,
-        user_id: str | None = None,
-        api_key: str | None = None,
-        admin_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        http: httpx.AsyncClient | None = None,
-        max_connections: int | None = None,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
-    ) -> None:
-        super().__init__(base_url, user_id, api_key, admin_key, retry)
-        self._owns_http = http is None
-        sizing = pool(max_connections, http)
-        self._http = http or httpx.AsyncClient(timeout=timeout, **transport(base_url, sizing))
-        self._sleep = sleep
-        self._timeout = timeout
-        self._max_connections = max_connections
+    _default_sleep = staticmethod(asyncio.sleep)
+
+    def _open(self, timeout: float, sizing: dict[str, Any]) -> httpx.AsyncClient:
+        return httpx.AsyncClient(timeout=timeout, **transport(self.base_url, sizing))
 
     @classmethod
     def for_app(
@@ -86,18 +71,6 @@ class AsyncClient(Base):
     def console(self) -> AsyncConsole:
         """The admin console (sign in with the admin key, fetch pages, post forms)."""
         return AsyncConsole(self)
-
-    def as_user(self, user_id: str) -> AsyncClient:
-        """The same client acting for another user (shares the connection pool)."""
-        return AsyncClient(
-            self.base_url,
-            user_id=user_id,
-            api_key=self.api_key,
-            admin_key=self.admin_key,
-            retry=self.retry,
-            http=self._http,
-            sleep=self._sleep,
-        )
 
     def _sibling(self) -> AsyncClient:
         """A client with this one's settings and a connection pool of its own.
@@ -292,10 +265,13 @@ class AsyncClient(Base):
         times: TimeFilters | None = None,
         tags: Sequence[str] | None = None,
         tags_match: str | None = None,
+        **filters: Any,
     ) -> t.QueryMemoryResult:
         """The agent tool: relevant memories and past turns, with a prompt-ready block
-        (`tags`: only memories with any of them, or all with tags_match="all")."""
-        return await self._run(c.query_memory(query, types, sources, times, tags, tags_match))
+        (`tags`: only memories with any of them, or all with tags_match="all"; `filters`: any
+        other filter of the service's query contract, by its name, e.g. recency=0.5)."""
+        chosen = {"types": types, "sources": sources, "tags": tags, "tags_match": tags_match}
+        return await self._run(c.query_memory(query, times, chosen | filters))
 
     async def memory_query(
         self,
@@ -309,13 +285,28 @@ class AsyncClient(Base):
         times: TimeFilters | None = None,
         tags: Sequence[str] | None = None,
         tags_match: str | None = None,
+        **filters: Any,
     ) -> t.MemoryQueryResponse:
-        """The internal retrieval contract: scores, references, timings."""
-        return await self._run(
-            c.memory_query(
-                query, limit, types, sources, min_score, token_budget, times, tags, tags_match
-            )
-        )
+        """The internal retrieval contract: scores, references, timings (`filters` as in
+        query_memory)."""
+        chosen = {
+            "limit": limit,
+            "types": types,
+            "sources": sources,
+            "min_score": min_score,
+            "token_budget": token_budget,
+            "tags": tags,
+            "tags_match": tags_match,
+        }
+        return await self._run(c.memory_query(query, times, chosen | filters))
+
+    async def call_tool(
+        self, name: str, arguments: Mapping[str, Any] | None = None, *, idempotent: bool = False
+    ) -> dict[str, Any]:
+        """Any catalog tool by name (GET /v1/tools lists them), its answer as JSON: a tool the
+        service adds is callable before this client has a method for it. `idempotent` allows
+        retrying it after a 503 (a read, or a write that repeats to the same state)."""
+        return await self._run(c.call_tool(name, arguments or {}, idempotent))
 
     async def create_key(
         self, user_id: str, *, scope: str = "write", expires_in: str | None = None

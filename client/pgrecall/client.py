@@ -20,19 +20,18 @@ pages as HTML, forms): see pgrecall/console.py.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime
+from collections.abc import Callable, Coroutine, Generator
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import httpx
 
-from pgrecall import _calls as c
-from pgrecall import types as t
-from pgrecall._base import DEFAULT_TIMEOUT, Base, pool
-from pgrecall._calls import Ident, Item, TimeFilters
-from pgrecall._core import NO_RETRY, Call, PgrecallError, RetryPolicy, retry_delay
+from pgrecall._base import Base
+from pgrecall._calls import TimeFilters
+from pgrecall._core import NO_RETRY, PgrecallError, RetryPolicy
 from pgrecall.aio import AsyncClient
 from pgrecall.console import Console, ConsolePage
 
@@ -50,44 +49,22 @@ T = TypeVar("T")
 
 
 class Client(Base):
-    """Synchronous client; `as_user` gives a view for another user on the same connections."""
+    """Synchronous client; `as_user` gives a view for another user on the same connections.
 
-    def __init__(
-        self,
-        base_url: str = "http://127.0.0.1:8000",
-        *,
-        user_id: str | None = None,
-        api_key: str | None = None,
-        admin_key: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        http: httpx.Client | None = None,
-        max_connections: int | None = None,
-        sleep: Callable[[float], None] = time.sleep,
-    ) -> None:
-        super().__init__(base_url, user_id, api_key, admin_key, retry)
-        self._owns_http = http is None
-        sizing = pool(max_connections, http)
-        self._http = http or httpx.Client(timeout=timeout, **sizing)
-        self._sleep = sleep
+    Its methods are AsyncClient's (pgrecall/aio.py, the one place a route is written), made
+    synchronous when this module is imported (`_derive`, at the end of the file): a method added
+    there is a method here, with the same name, arguments and docstring.
+    """
+
+    _default_sleep = staticmethod(time.sleep)
+
+    def _open(self, timeout: float, sizing: dict[str, Any]) -> httpx.Client:
+        return httpx.Client(timeout=timeout, **sizing)
 
     @cached_property
     def console(self) -> Console:
         """The admin console (sign in with the admin key, fetch pages, post forms)."""
         return Console(self)
-
-    def as_user(self, user_id: str) -> Client:
-        """The same client acting for another user (shares the connection pool)."""
-        view = Client(
-            self.base_url,
-            user_id=user_id,
-            api_key=self.api_key,
-            admin_key=self.admin_key,
-            retry=self.retry,
-            http=self._http,
-            sleep=self._sleep,
-        )
-        return view
 
     def close(self) -> None:
         if self._owns_http:
@@ -99,251 +76,82 @@ class Client(Base):
     def __exit__(self, *_: object) -> None:
         self.close()
 
-    def _run(self, call: Call[T]) -> T:
-        attempt = 0
-        while True:
-            try:
-                response = self._http.send(self._request(self._http, call))
-            except httpx.TransportError as exc:
-                delay = retry_delay(call, attempt, self.retry, error=exc)
-                if delay is None:
-                    raise self._transport_error(exc) from exc
-            else:
-                delay = retry_delay(call, attempt, self.retry, response=response)
-                if delay is None:
-                    return self._result(call, response)
-            self._sleep(delay)
-            attempt += 1
 
-    def create_conversation(self, title: str | None = None) -> t.Conversation:
-        """Start a conversation for the client's user."""
-        return self._run(c.create_conversation(title))
+class _Ready(Generic[T]):
+    """An answer already in hand, awaitable without suspending (what `_derive` feeds back)."""
 
-    def get_conversation(self, conversation_id: Ident) -> t.Conversation:
-        """One of the user's conversations."""
-        return self._run(c.get_conversation(conversation_id))
+    def __init__(self, value: T) -> None:
+        self.value = value
 
-    def update_conversation(self, conversation_id: Ident, **changes: Any) -> t.Conversation:
-        """Change `title` and/or `extraction` (True/False override the service's LLM
-        extraction default for this conversation, None follows it)."""
-        return self._run(c.update_conversation(conversation_id, changes))
+    def __await__(self) -> Generator[Any, None, T]:
+        return self.value
+        yield  # a generator that never suspends
 
-    def list_conversations(self, *, limit: int = 50, offset: int = 0) -> t.ConversationPage:
-        """The user's conversations, most recently updated first."""
-        return self._run(c.list_conversations(limit, offset))
 
-    def append_message(
-        self,
-        conversation_id: Ident,
-        role: str,
-        content: str,
-        *,
-        created_at: datetime | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> t.Message:
-        """Store one message (committed before this returns)."""
-        return self._run(c.append_message(conversation_id, role, content, created_at, metadata))
+class _Http:
+    """The sync client's connection pool as AsyncClient's code awaits it."""
 
-    def import_messages(self, conversation_id: Ident, messages: Sequence[Item]) -> t.MessageList:
-        """Store up to 1000 messages in order, all or nothing."""
-        return self._run(c.import_messages(conversation_id, messages))
+    def __init__(self, http: httpx.Client) -> None:
+        self._inner = http
 
-    def list_messages(
-        self, conversation_id: Ident, *, after: int | None = None, limit: int = 100
-    ) -> t.MessagePage:
-        """A page of the conversation's messages in order."""
-        return self._run(c.list_messages(conversation_id, after, limit))
+    def send(self, request: httpx.Request) -> _Ready[httpx.Response]:
+        return _Ready(self._inner.send(request))
 
-    def get_session(self, conversation_id: Ident) -> t.SessionOut:
-        """Session state: the last messages and the goal."""
-        return self._run(c.get_session(conversation_id))
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
-    def set_session_goal(self, conversation_id: Ident, goal: str | None) -> t.SessionOut:
-        """Set (or clear with None) the session's goal."""
-        return self._run(c.set_session_goal(conversation_id, goal))
 
-    def delete_last_message(self, conversation_id: Ident) -> t.Message | None:
-        """Delete the conversation's newest message and return it (None when it had none)."""
-        return self._run(c.delete_last_message(conversation_id))
+class _Runner:
+    """The sync client as AsyncClient's methods see it: its requests and sleeps answer at
+    once, the source's coroutine methods (`_run` included) run on this runner too, anything else
+    is the client's."""
 
-    def delete_messages(self, conversation_id: Ident) -> int:
-        """Delete every message of the conversation (it stays); how many there were."""
-        return self._run(c.delete_messages(conversation_id))
+    def __init__(self, client: Client, source: type[AsyncClient]) -> None:
+        self._client = client
+        self._source = source
+        self._http = _Http(client._http)
 
-    def save_memory(
-        self,
-        content: str,
-        type: str,
-        *,
-        importance: float | None = None,
-        expires_at: datetime | None = None,
-        supersedes: Ident | None = None,
-        tags: Sequence[str] | None = None,
-    ) -> t.SaveMemoryResult:
-        """The agent write tool: store a memory (a near-duplicate updates the stored one);
-        `evicted` names what the user's cap soft-deleted to make room."""
-        return self._run(c.save_memory(content, type, importance, expires_at, supersedes, tags))
+    def _sleep(self, delay: float) -> _Ready[None]:
+        return _Ready(self._client._sleep(delay))
 
-    def forget_memory(self, memory_id: Ident) -> t.ForgetMemoryResult:
-        """The agent tool: soft-delete one of the user's memories."""
-        return self._run(c.forget_memory(memory_id))
+    def __getattr__(self, name: str) -> Any:
+        member = getattr(self._source, name, None)
+        if inspect.iscoroutinefunction(member):
+            return functools.partial(member, self)
+        return getattr(self._client, name)
 
-    def rate_message(self, message_id: Ident, vote: str) -> t.RateMessageResult:
-        """The agent tool: `up` keeps a message as a note, `down` removes that note."""
-        return self._run(c.rate_message(message_id, vote))
 
-    def store_put(
-        self, namespace: Sequence[str], key: str, value: Mapping[str, Any]
-    ) -> t.StoreItem:
-        """Store a JSON value at (namespace, key), replacing what is there."""
-        return self._run(c.store_put(namespace, key, value))
+def _synchronous(
+    method: Callable[..., Coroutine[Any, Any, T]], source: type[AsyncClient]
+) -> Callable[..., T]:
+    """AsyncClient's `method` as a Client method: its coroutine is driven to the end at once,
+    each `await self._run(call)` answered by the sync client's request."""
 
-    def store_get(self, namespace: Sequence[str], key: str) -> t.StoreItem | None:
-        """The item at (namespace, key), None when there is none."""
-        return self._run(c.store_get(namespace, key))
+    @functools.wraps(method)
+    def run(self: Client, *args: Any, **kwargs: Any) -> T:
+        coroutine = method(_Runner(self, source), *args, **kwargs)
+        try:
+            coroutine.send(None)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        coroutine.close()
+        raise RuntimeError(f"AsyncClient.{method.__name__} awaits more than its calls")
 
-    def store_delete(self, namespace: Sequence[str], key: str) -> bool:
-        """Delete the item at (namespace, key); False when there was none."""
-        return self._run(c.store_delete(namespace, key))
+    return run
 
-    def store_search(
-        self,
-        namespace_prefix: Sequence[str] = (),
-        *,
-        query: str | None = None,
-        filter: Mapping[str, Any] | None = None,
-        limit: int = 10,
-        offset: int = 0,
-    ) -> list[t.StoreItem]:
-        """Items under a namespace prefix, by meaning when `query` is given, else newest first."""
-        return self._run(c.store_search(namespace_prefix, query, filter, limit, offset))
 
-    def store_namespaces(
-        self,
-        *,
-        prefix: Sequence[str] = (),
-        suffix: Sequence[str] = (),
-        max_depth: int | None = None,
-        limit: int = 100,
-        offset: int = 0,
-    ) -> list[tuple[str, ...]]:
-        """The user's store namespaces ('*' in prefix or suffix matches any label)."""
-        return self._run(c.store_namespaces(prefix, suffix, max_depth, limit, offset))
+# What the two clients do differently: the connection, closing, and running in an event loop.
+_OWN = {"aclose", "for_app"}
 
-    def health(self) -> dict[str, Any]:
-        """GET /health: the process is up (no database work)."""
-        return self._run(c.health())
 
-    def ready(self) -> dict[str, Any]:
-        """GET /ready: database reachable and migrated, Redis state (200 or 503 body)."""
-        return self._run(c.ready())
+def _derive(target: type[Client], source: type[AsyncClient]) -> None:
+    """Give Client every public method of AsyncClient (pgrecall/aio.py is the source), and its
+    request loop with the retry rule (`_run`, which the console runs too)."""
+    target._run = _synchronous(source._run, source)  # type: ignore[method-assign]
+    for name in dir(source):
+        member = getattr(source, name)
+        if not name.startswith("_") and name not in _OWN and inspect.iscoroutinefunction(member):
+            setattr(target, name, _synchronous(member, source))
 
-    def tools(self) -> dict[str, Any]:
-        """The tool definitions and the system-prompt snippet."""
-        return self._run(c.tools())
 
-    def query_memory(
-        self,
-        query: str,
-        *,
-        types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
-        times: TimeFilters | None = None,
-        tags: Sequence[str] | None = None,
-        tags_match: str | None = None,
-    ) -> t.QueryMemoryResult:
-        """The agent tool: relevant memories and past turns, with a prompt-ready block
-        (`tags`: only memories with any of them, or all with tags_match="all")."""
-        return self._run(c.query_memory(query, types, sources, times, tags, tags_match))
-
-    def memory_query(
-        self,
-        query: str,
-        *,
-        limit: int | None = None,
-        types: Sequence[str] | None = None,
-        sources: Sequence[str] | None = None,
-        min_score: float | None = None,
-        token_budget: int | None = None,
-        times: TimeFilters | None = None,
-        tags: Sequence[str] | None = None,
-        tags_match: str | None = None,
-    ) -> t.MemoryQueryResponse:
-        """The internal retrieval contract: scores, references, timings."""
-        return self._run(
-            c.memory_query(
-                query, limit, types, sources, min_score, token_budget, times, tags, tags_match
-            )
-        )
-
-    def create_key(
-        self, user_id: str, *, scope: str = "write", expires_in: str | None = None
-    ) -> t.KeyCreated:
-        """Admin: a per-user key (`expires_in` like 30d); the token is in this answer only."""
-        return self._run(c.create_key(user_id, scope, expires_in))
-
-    def list_keys(
-        self, user_id: str | None = None, *, limit: int = 100, offset: int = 0
-    ) -> t.KeyPage:
-        """Admin: keys (never tokens), newest first."""
-        return self._run(c.list_keys(user_id, limit, offset))
-
-    def revoke_key(self, key_id: Ident) -> t.Key:
-        """Admin: revoke a key for good (idempotent)."""
-        return self._run(c.revoke_key(key_id))
-
-    def create_memory(self, item: Item) -> t.Memory:
-        """Admin: one curated memory (the stored one when the user already has the text)."""
-        return self._run(c.create_memory(item))
-
-    def create_memories(self, memories: Sequence[Item]) -> t.AdminBulkResult:
-        """Admin: up to 1000 curated memories in one transaction."""
-        return self._run(c.create_memories(memories))
-
-    def list_memories(
-        self,
-        user_id: str,
-        *,
-        type: str | None = None,
-        q: str | None = None,
-        created_after: datetime | None = None,
-        created_before: datetime | None = None,
-        include_deleted: bool = False,
-        limit: int = 50,
-        offset: int = 0,
-    ) -> t.AdminMemoryPage:
-        """Admin: one user's memories, newest first."""
-        return self._run(
-            c.list_memories(
-                user_id, type, q, created_after, created_before, include_deleted, limit, offset
-            )
-        )
-
-    def get_memory(self, user_id: str, memory_id: Ident) -> t.Memory:
-        """Admin: one memory of the user."""
-        return self._run(c.get_memory(user_id, memory_id))
-
-    def update_memory(self, user_id: str, memory_id: Ident, **changes: Any) -> t.Memory:
-        """Admin: change content, type, importance or expires_at."""
-        return self._run(c.update_memory(user_id, memory_id, changes))
-
-    def delete_memory(self, user_id: str, memory_id: Ident) -> None:
-        """Admin: soft-delete a memory."""
-        return self._run(c.delete_memory(user_id, memory_id))
-
-    def restore_memory(self, user_id: str, memory_id: Ident) -> t.Memory:
-        """Admin: undo a soft delete."""
-        return self._run(c.restore_memory(user_id, memory_id))
-
-    def admin_memory_history(self, user_id: str, memory_id: Ident) -> t.AdminMemoryHistory:
-        """Admin: every version of the user's memory (deleted ones too), oldest first."""
-        return self._run(c.admin_memory_history(user_id, memory_id))
-
-    def memory_history(self, memory_id: Ident) -> t.MemoryHistory:
-        """The caller's own memory's versions, oldest first (each supersedes the one before)."""
-        return self._run(c.memory_history(memory_id))
-
-    def export(self, *, embeddings: bool = False) -> list[dict[str, Any]]:
-        """Everything the service holds about the caller, as the JSON Lines records of
-        GET /v1/export (header, conversations, messages, memories, end line with counts)."""
-        return self._run(c.export(embeddings))
+_derive(Client, AsyncClient)

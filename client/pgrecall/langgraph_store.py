@@ -10,9 +10,11 @@ never name a user, and nothing in one user's store is visible to another. Every 
 memory of that user (`/v1/store`, app/services/store.py): query_memory and the chat proxy find
 it, its type is the namespace's last label when that is a memory type (fact, preference,
 decision, note) and `note` otherwise, and its searchable text is the value's `content` or
-`text` field (else the value as JSON). Search ranks by meaning when a query is given (the
-service's embedder: no `index` configuration here), else newest first; filters are exact
-matches on top-level fields (`$eq` too; other operators are refused). No TTL support.
+`text` field (else the value as JSON). Search ranks by meaning when a query is given, with the
+service's own embedder (an `index` configuration is kept as `index_config` for code that reads
+it, but embeds nothing here), else newest first; filters are exact matches on top-level fields
+(`$eq` too; other operators are refused). TTLs are supported: `put(..., ttl=minutes)`, reads
+with `refresh_ttl`, and `sweep_ttl()` / `start_ttl_sweeper()` with a `ttl` configuration.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 from langgraph.store.base import (
     BaseStore,
     GetOp,
+    IndexConfig,
     Item,
     ListNamespacesOp,
     Op,
@@ -100,11 +103,14 @@ class PgrecallStore(BaseStore):
         client: Client | None = None,
         async_client: AsyncClient | None = None,
         ttl: TTLConfig | None = None,
+        index: IndexConfig | None = None,
     ) -> None:
         self._client = client or Client(base_url, user_id=user_id, api_key=api_key)
         self._async = async_client or AsyncClient(base_url, user_id=user_id, api_key=api_key)
         self._owns = (client is None, async_client is None)
         self.ttl_config = ttl
+        # LangGraph's stores name their index here; pgrecall's service embeds every item itself.
+        self.index_config = index
         self._sweeper: threading.Thread | None = None
         self._stop = threading.Event()
 

@@ -19,7 +19,6 @@ import pytest
 from app.adapters import embedder as embedder_module
 from app.adapters import quantized_model
 from app.adapters.embedder import (
-    FLOAT_MODEL_ID,
     LOCAL_DIMENSION,
     LOCAL_MODEL_ID,
     LocalEmbedder,
@@ -27,6 +26,7 @@ from app.adapters.embedder import (
     build_embedder,
     local_model_files,
 )
+from app.embedding_models import FLOAT_MODEL_ID
 from app.errors import EmbeddingError
 
 # -- local model ------------------------------------------------------------------------------

@@ -13,15 +13,11 @@ import numpy as np
 import pytest
 
 from app.adapters.embed_scheduler import LOCAL_SLOTS, EmbedScheduler
-from app.adapters.local_models import (
-    MPNET,
-    MPNET_INT8,
-    OPTIONAL_LOCAL_MODELS,
-    OnnxSentenceEmbedder,
-)
+from app.adapters.local_models import OnnxSentenceEmbedder
 from app.adapters.quantized_model import default_cache_dir
 from app.config import SettingsError, load_settings
 from app.doctor.checks import check_embedder, check_local_model_installed
+from app.embedding_models import MPNET, MPNET_INT8, OPTIONAL_LOCAL_MODELS
 from app.errors import EmbeddingError, LocalModelMissingError
 from app.runtime import embedder_from_settings
 

@@ -86,7 +86,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def run(private_db: str, redis_srv: RedisServer, tmp_path: Path):  # type: ignore[no-untyped-def]
     """The CLI as an operator runs it: `run("keys", "list")` or `run("scripts/x.py", ...)`."""
-    env = {
+    base: dict[str, str | None] = {
         **os.environ,
         "PGRECALL_DATABASE_URL": private_db,
         "PGRECALL_REDIS_URL": redis_srv.url,
@@ -98,7 +98,11 @@ def run(private_db: str, redis_srv: RedisServer, tmp_path: Path):  # type: ignor
         "PGRECALL_PORT": str(free_port()),
     }
 
-    def invoke(*args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
+    def invoke(
+        *args: str, stdin: str = "", env: dict[str, str | None] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """`env` changes the environment for this call (None unsets a variable)."""
+        changed = {**base, **(env or {})}
         command = (
             [sys.executable, *args]
             if args[0].endswith(".py")
@@ -107,7 +111,7 @@ def run(private_db: str, redis_srv: RedisServer, tmp_path: Path):  # type: ignor
         return subprocess.run(
             command,
             cwd=ROOT,
-            env=env,
+            env={k: v for k, v in changed.items() if v is not None},
             input=stdin,
             capture_output=True,
             text=True,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from pathlib import Path
 
 import pytest
 from sqlalchemy import text
@@ -56,3 +57,26 @@ def test_create_rejects_bad_options(run, args: tuple[str, ...]) -> None:  # type
     result = run("keys", "create", *args)
     assert result.returncode == 2
     assert result.stdout == ""
+
+
+def test_outside_the_services_directory_it_refuses_a_database_that_does_not_exist(
+    run, tmp_path: Path
+) -> None:  # type: ignore[no-untyped-def]
+    """No service answers and the embedded database is not there: the command says so and
+    creates nothing (it used to make a new ./.data and print a token no service knew)."""
+    elsewhere = tmp_path / "elsewhere"
+    result = run(
+        "keys", "create", "--user", "u",
+        env={"PGRECALL_DATABASE_URL": None, "PGRECALL_DATA_DIR": str(elsewhere)},
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    assert result.stdout == ""
+    assert f"there is no database in {elsewhere}" in result.stderr
+    assert not elsewhere.exists()
+
+
+async def test_on_the_database_it_names_the_database(run, private_db: str) -> None:  # type: ignore[no-untyped-def]
+    created = run("keys", "create", "--user", f"keys-{uuid.uuid4()}")
+    assert created.returncode == 0, created.stderr
+    assert "no service answered at http://127.0.0.1:" in created.stderr
+    assert "using postgresql" in created.stderr  # (a password would show as ***)

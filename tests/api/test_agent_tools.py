@@ -190,7 +190,8 @@ async def test_rate_message_up_and_down(
     again = await client.post(
         RATE, json={"message_id": answer, "vote": "down"}, headers=headers(user_id)
     )
-    assert again.json()["removed"] == 0
+    # Repeated, it has nothing left to remove: "unchanged", as a repeated up says (issue 41).
+    assert again.json()["action"] == "unchanged" and again.json()["removed"] == 0
     # The upvoted question's note is untouched by the answer's downvote.
     assert (await row(db_engine, plain.json()["memory"]["id"]))["deleted_at"] is None
     back = await client.post(

@@ -8,13 +8,18 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import httpx
+
 from pgrecall import _calls
+from pgrecall import client as client_module
 from pgrecall.client import AsyncClient, Client, TimeFilters
 
 
-def _public(kind: type) -> dict[str, list[str]]:
+def _public(kind: type) -> dict[str, tuple[str, str | None]]:
+    """Each public method: its signature (return annotation aside: as_user names its own class)
+    and its docstring."""
     return {
-        name: list(inspect.signature(member).parameters)
+        name: (str(inspect.signature(member).replace(return_annotation=None)), member.__doc__)
         for name, member in inspect.getmembers(kind, callable)
         # for_app: only the async client can drive an ASGI app in-process.
         if not name.startswith("_") and name not in {"close", "aclose", "for_app"}
@@ -28,6 +33,31 @@ def test_sync_and_async_clients_offer_the_same_methods() -> None:
         for n in _public(Client)
         if n != "as_user"
     )
+
+
+def test_a_method_written_in_the_async_client_reaches_the_sync_one() -> None:
+    """pgrecall/aio.py is the one place a route is written: Client is derived from it."""
+
+    class Newer(AsyncClient):
+        async def new_tool(self, note: str) -> dict[str, Any]:
+            """A tool the service added."""
+            return await self.call_tool("new_tool", {"note": note})
+
+    class NewerSync(Client):
+        pass
+
+    client_module._derive(NewerSync, Newer)
+    sent: list[tuple[str, bytes]] = []
+
+    def service(request: httpx.Request) -> httpx.Response:
+        sent.append((request.url.path, request.content))
+        return httpx.Response(200, json={"ok": True})
+
+    http = httpx.Client(transport=httpx.MockTransport(service))
+    sync = NewerSync("http://x", user_id="u", http=http)
+    assert sync.new_tool("hi") == {"ok": True}
+    assert NewerSync.new_tool.__doc__ == "A tool the service added."
+    assert sent == [("/v1/tools/new_tool", b'{"note":"hi"}')]
 
 
 def test_retry_safety_of_the_destructive_calls() -> None:

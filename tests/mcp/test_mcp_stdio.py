@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import subprocess
 import sys
@@ -118,3 +119,39 @@ async def test_stdio_refuses_a_bad_key_before_serving(
         assert done.returncode == 2, done.stderr
         assert message in done.stderr
         assert done.stdout == ""
+
+
+async def test_a_refused_key_is_the_clients_answer_not_a_closed_connection(
+    pg: EmbeddedPostgres, redis_srv: RedisServer
+) -> None:
+    """The client's `initialize` gets a JSON-RPC error that says why (issue 41: it saw only
+    "Connection closed")."""
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "0"},
+        },
+    }
+    for token, reason in (
+        ("pgr_nope", "PermissionDeniedError: invalid API key; not serving"),
+        ("not-a-key", "--key must be a per-user API key"),
+    ):
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "app.cli", "mcp", "--key", token],
+            cwd=ROOT,
+            env=server_env(pg, redis_srv),
+            input=json.dumps(initialize) + "\n",
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        (line,) = done.stdout.splitlines()
+        answer = json.loads(line)
+        assert answer["id"] == 1 and reason in answer["error"]["message"], answer

@@ -14,13 +14,13 @@ from sqlalchemy.exc import DBAPIError
 from app.db import create_sessionmaker, positional, user_session
 from app.repositories.retrieval import RetrievalRepository, Source
 from app.repositories.retrieval.common import SessionBound
-from app.repositories.retrieval.keyword import _BM25_SQL, _EXPANSION_CTE
+from app.repositories.retrieval.keyword import _EXPANSION_CTE, BM25_SQL
 from tests.helpers import add_messages
 
 STATEMENTS = [
     "SELECT :a, CAST(:b AS vector), x::int, NULL::timestamptz, :a + 1, y = ANY(CAST(:c AS uuid[]))",
-    _BM25_SQL.format(source_filter="s.source = 1", expansion="", terms="idf"),
-    _BM25_SQL.format(source_filter="s.source = 1", expansion=_EXPANSION_CTE, terms="expansion"),
+    BM25_SQL.format(source_filter="s.source = 1", expansion="", terms="idf"),
+    BM25_SQL.format(source_filter="s.source = 1", expansion=_EXPANSION_CTE, terms="expansion"),
 ]
 
 

@@ -13,10 +13,10 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from app.api.handlers import database_error
 from app.errors import DatabaseUnavailableError
 from app.repositories import search_index
 from app.repositories.search_index import Document, SearchIndexRepository, Source, _batches
+from app.runtime.failures import database_error
 
 TEXTS = [
     "hiking in the alps with my sister",

@@ -127,7 +127,7 @@ async def test_the_exact_statement_never_pairs_messages_with_passages(
     """Right after an import there are no statistics for the user, and a join of messages with
     their passages was planned as a nested loop (every message x every passage: 50 ms instead
     of 2 for a LoCoMo user). The statement has no join to plan that way."""
-    from app.repositories.retrieval import _passage_messages_sql
+    from app.repositories.retrieval import passage_messages_sql
     from app.vectors import query_vector
 
     async with make_client() as (client, app):
@@ -139,7 +139,7 @@ async def test_the_exact_statement_never_pairs_messages_with_passages(
             plan = "\n".join(
                 (
                     await session.execute(
-                        text("EXPLAIN " + _passage_messages_sql(True, "")),
+                        text("EXPLAIN " + passage_messages_sql(True, "")),
                         {**params, "w": 0.7, "limit": 10},
                     )
                 ).scalars()

@@ -13,12 +13,12 @@ from app.repositories.retrieval.common import (
     Candidate,
     TagFilter,
     TimeFilter,
-    _memory_valid,
-    _memory_visible,
+    memory_valid,
+    memory_visible,
 )
 from app.repositories.retrieval.context import ContextReads
-from app.repositories.retrieval.keyword import _BM25_SQL, KeywordArm, KeywordHits, _source_filter
-from app.repositories.retrieval.passages import _passage_messages_sql
+from app.repositories.retrieval.keyword import BM25_SQL, KeywordArm, KeywordHits, source_filter
+from app.repositories.retrieval.passages import passage_messages_sql
 from app.repositories.retrieval.stats import SearchSize, Stats
 from app.repositories.retrieval.vector import (
     ANN_RANDOM_PAGE_COST,
@@ -35,8 +35,8 @@ class RetrievalRepository(KeywordArm, VectorArm, ContextReads, Stats):
 
 __all__ = [
     "ANN_RANDOM_PAGE_COST",
+    "BM25_SQL",
     "NO_TIME_FILTER",
-    "_BM25_SQL",
     "Candidate",
     "KeywordHits",
     "RetrievalRepository",
@@ -44,10 +44,10 @@ __all__ = [
     "Source",
     "TagFilter",
     "TimeFilter",
-    "_memory_valid",
-    "_memory_visible",
-    "_passage_messages_sql",
-    "_source_filter",
     "ann_settings",
+    "memory_valid",
+    "memory_visible",
+    "passage_messages_sql",
+    "source_filter",
     "vector_search_settings",
 ]

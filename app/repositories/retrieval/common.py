@@ -49,7 +49,7 @@ class TagFilter:
         return f" AND {alias}.tags {op} CAST(:tags AS text[])"
 
 
-def _memory_visible(types: Sequence[str] | None, tags: TagFilter | None = None) -> str:
+def memory_visible(types: Sequence[str] | None, tags: TagFilter | None = None) -> str:
     return _MEMORY_VISIBLE.format(
         type_filter="AND m.type = ANY(CAST(:types AS text[]))" if types else "",
         tag_filter=tags.sql("m") if tags else "",
@@ -65,7 +65,7 @@ def _scope_params(types: Sequence[str] | None, tags: TagFilter | None) -> dict[s
     return params
 
 
-def _memory_valid(alias: str, when: TimeFilter) -> str:
+def memory_valid(alias: str, when: TimeFilter) -> str:
     """' AND ...': the memory is valid now, or (with as_of) was not yet superseded at as_of.
 
     Validity ends at valid_to, which is never in the future (app/services/supersession.py), so

@@ -15,10 +15,9 @@ from app.repositories.retrieval.common import (
     Row,
     SessionBound,
     TimeFilter,
-    _memory_valid,
+    memory_valid,
 )
 from app.repositories.search_index import Source
-from app.retrieval.speakers import usable_speaker
 
 _MESSAGE_COLUMNS = (
     "m.id, m.content, m.role, m.created_at, m.conversation_id, m.seq, "
@@ -52,7 +51,7 @@ def _message_candidate(r: Row) -> Candidate:
         f"conversation:{r['conversation_id']}#{r['seq']}",
         r["conversation_id"],
         r["role"],
-        usable_speaker(r["speaker"]),
+        r["speaker"],
     )
 
 
@@ -124,7 +123,7 @@ class ContextReads(SessionBound):
             "FROM memory_items WHERE user_id = :user_id AND id = ANY(CAST(:ids AS uuid[])) "
             "AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())"
             + when.sql("memory_items")
-            + _memory_valid("memory_items", when),
+            + memory_valid("memory_items", when),
             {"user_id": user_id, "ids": list(ids), **when.params()},
         )
 

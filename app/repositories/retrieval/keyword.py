@@ -15,12 +15,11 @@ from app.repositories.retrieval.common import (
     SessionBound,
     TagFilter,
     TimeFilter,
-    _memory_valid,
-    _memory_visible,
     _scope_params,
+    memory_valid,
+    memory_visible,
 )
 from app.repositories.search_index import Source
-from app.retrieval.names import query_names
 
 
 @dataclass(frozen=True)
@@ -32,7 +31,7 @@ class KeywordHits:
     plain: dict[tuple[Source, uuid.UUID], float] | None = None
 
 
-_BM25_SQL = """
+BM25_SQL = """
 WITH q AS (
     SELECT DISTINCT u.lexeme FROM unnest(to_tsvector('english', :query)) AS u
 ), nq AS (
@@ -105,7 +104,7 @@ _EXPANSION_CTE = """
 )"""
 
 
-def _source_filter(
+def source_filter(
     memories: bool,
     messages: bool,
     types: Sequence[str] | None,
@@ -124,8 +123,8 @@ def _source_filter(
     if memories:
         parts.append(
             "(s.source = 0 AND EXISTS (SELECT 1 FROM memory_items AS m "
-            f"WHERE m.id = s.item_id AND {_memory_visible(types, tags)}{when.sql('m')}"
-            f"{_memory_valid('m', when)}))"
+            f"WHERE m.id = s.item_id AND {memory_visible(types, tags)}{when.sql('m')}"
+            f"{memory_valid('m', when)}))"
         )
     return " OR ".join(parts) if parts else None
 
@@ -144,10 +143,12 @@ class KeywordArm(SessionBound):
         b: float,
         when: TimeFilter = NO_TIME_FILTER,
         tags: TagFilter | None = None,
+        names: Sequence[str] = (),
     ) -> KeywordHits:
-        """Top items by BM25 (per-user document frequencies) over any of the query's lexemes."""
+        """Top items by BM25 (per-user document frequencies) over any of the query's lexemes;
+        `names` are the participant names the query mentions (the pipeline finds them)."""
         rows = await self._bm25(
-            user_id, query, limit, memories, messages, types, k1, b, when, tags, expansion=None
+            user_id, query, limit, memories, messages, types, k1, b, when, tags, names, None
         )
         keys = [(SOURCES[r["source"]], r["item_id"]) for r in rows]
         scores = {k: float(r["score"]) for k, r in zip(keys, rows, strict=True)}
@@ -171,13 +172,14 @@ class KeywordArm(SessionBound):
         b: float,
         when: TimeFilter = NO_TIME_FILTER,
         tags: TagFilter | None = None,
+        names: Sequence[str] = (),
     ) -> dict[tuple[Source, uuid.UUID], float]:
         """BM25 of the items over the seeds' rarest lexemes the query lacks (one PRF round)."""
         if not seeds or terms <= 0:
             return {}
         expansion = {"seeds": list(seeds), "terms": terms, "min_df": min_df}
         rows = await self._bm25(
-            user_id, query, limit, memories, messages, types, k1, b, when, tags, expansion=expansion
+            user_id, query, limit, memories, messages, types, k1, b, when, tags, names, expansion
         )
         return {(SOURCES[r["source"]], r["item_id"]): float(r["score"]) for r in rows}
 
@@ -193,22 +195,22 @@ class KeywordArm(SessionBound):
         b: float,
         when: TimeFilter,
         tags: TagFilter | None,
-        *,
+        names: Sequence[str],
         expansion: dict[str, Any] | None,
     ) -> Sequence[Row]:
         """Run the BM25 statement over the query's lexemes, or over the expansion terms."""
-        source_filter = _source_filter(memories, messages, types, when, tags)
-        if source_filter is None:
+        visible = source_filter(memories, messages, types, when, tags)
+        if visible is None:
             return []
-        sql = _BM25_SQL.format(
-            source_filter=source_filter,
+        sql = BM25_SQL.format(
+            source_filter=visible,
             expansion=_EXPANSION_CTE if expansion else "",
             terms="expansion" if expansion else "idf",
         )
         params: dict[str, Any] = {
             "user_id": user_id,
             "query": query,
-            "names": " ".join(query_names(query)),
+            "names": " ".join(names),
             "limit": limit,
             "k1": k1,
             "b": b,

@@ -18,7 +18,7 @@ _BEST_PASSAGE = (
 _W = "CAST(:w AS float8)"
 
 
-def _passage_messages_sql(exact: bool, when_sql: str, *, rescore: bool = False) -> str:
+def passage_messages_sql(exact: bool, when_sql: str, *, rescore: bool = False) -> str:
     """The messages branch of the vector statement with passage scoring (see `vector`).
 
     rescore (exact only): the messages are found exactly by their own vectors and their

@@ -14,11 +14,11 @@ from app.repositories.retrieval.common import (
     SessionBound,
     TagFilter,
     TimeFilter,
-    _memory_valid,
-    _memory_visible,
     _scope_params,
+    memory_valid,
+    memory_visible,
 )
-from app.repositories.retrieval.passages import _passage_messages_sql
+from app.repositories.retrieval.passages import passage_messages_sql
 from app.repositories.search_index import Source
 from app.vectors import QUERY_VECTOR, query_vector
 
@@ -175,19 +175,19 @@ class VectorArm(SessionBound):
         statements: list[tuple[Source, str]] = []
         # Vectors of another model (mid re-embed) live in another space: never compare them.
         if memories:
-            visible = _memory_visible(types, tags).replace("m.", "t.")
+            visible = memory_visible(types, tags).replace("m.", "t.")
             statements.append(
                 (
                     Source.MEMORY,
                     "SELECT t.id, t.embedding FROM memory_items AS t "
                     f"WHERE {visible} AND t.embedding_model = :model{when.sql('t')}"
-                    f"{_memory_valid('t', when)}",
+                    f"{memory_valid('t', when)}",
                 )
             )
         messages_sql: str | None = None
         if messages and passage_weight > 0:
             params["w"] = float(passage_weight)
-            messages_sql = _passage_messages_sql(
+            messages_sql = passage_messages_sql(
                 exact_messages, when.sql("t"), rescore=rescore_passages and exact_messages
             )
         elif messages:

@@ -26,7 +26,8 @@ JudgeOutcome = Literal["llm", "fallback"]
 
 @dataclass(frozen=True)
 class QueryConfig:
-    """Service-wide retrieval settings, built from Settings in app/main.py (defaults live there)."""
+    """Service-wide retrieval settings, built from Settings by app.runtime.query_config (the
+    defaults live in app/config.py)."""
 
     preset: RetrievalPreset
     token_budget: int

@@ -311,6 +311,7 @@ async def keyword_arm(repo: RetrievalRepository, s: Scope) -> KeywordHits:
         "k1": preset.bm25_k1,
         "b": preset.bm25_b,
         "when": request.when,
+        "names": query_names(s.query),
     }
     hits = await repo.keyword(request.user_id, s.query, **arm)
     if preset.prf_docs <= 0 or not hits.scores:

@@ -1,9 +1,9 @@
-"""Request dependencies: resources, the per-request transaction (app.runtime's unit of work,
-committed before the response: scope="function"), identity."""
+"""The request dependencies of every HTTP door: resources, the correlation id, who the request
+acts for (app.runtime.identity.resolve_caller), and the per-request transaction (app.runtime's
+unit of work, committed before the response: scope="function")."""
 
 from __future__ import annotations
 
-import hmac
 import uuid
 from collections.abc import AsyncIterator
 from typing import Annotated
@@ -11,10 +11,10 @@ from typing import Annotated
 from fastapi import Depends, Header, Request
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
+from app.errors import AuthenticationError, PermissionDeniedError
 from app.observability import correlation_id_var
 from app.runtime import Resources, admin_transaction, user_transaction
-from app.runtime.identity import validate_user_id
+from app.runtime.identity import is_service_key, matches, resolve_caller
 from app.schemas.common import USER_ID_PATTERN_TEXT
 from app.services.api_keys import Caller, looks_like_key
 
@@ -58,8 +58,11 @@ def _bearer(authorization: str | None) -> str:
     return token.strip()
 
 
-def _matches(token: str, key: str | None) -> bool:
-    return key is not None and hmac.compare_digest(token.encode(), key.encode())
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of `Authorization: Bearer <token>`, None for any other or no header."""
+    if authorization is not None and authorization.lower().startswith("bearer "):
+        return authorization[7:].strip() or None
+    return None
 
 
 async def require_service_key(
@@ -69,8 +72,7 @@ async def require_service_key(
     """Bearer service key (or the admin key) when auth is configured (docs, metrics)."""
     if resources.api_key is None:
         return
-    token = _bearer(authorization)
-    if not (_matches(token, resources.api_key) or _matches(token, resources.admin_api_key)):
+    if not is_service_key(resources, _bearer(authorization)):
         raise PermissionDeniedError("invalid API key")
 
 
@@ -80,13 +82,8 @@ async def document_reader(
 ) -> bool:
     """Who may read the OpenAPI document: the service or admin key, or a per-user key (True:
     its holder gets the document where X-User-Id is optional). Open without auth configured."""
-    token = None
-    if authorization is not None and authorization.lower().startswith("bearer "):
-        token = authorization[7:].strip() or None
-    service = token is not None and (
-        _matches(token, resources.api_key) or _matches(token, resources.admin_api_key)
-    )
-    if token is not None and not service and looks_like_key(token):
+    token = bearer_token(authorization)
+    if token is not None and not is_service_key(resources, token) and looks_like_key(token):
         await resources.keys.authenticate(token)
         return True
     await require_service_key(resources, authorization)
@@ -103,7 +100,7 @@ async def require_admin_key(
     token = _bearer(authorization)
     if resources.admin_api_key is None:
         raise PermissionDeniedError("admin API disabled: set PGRECALL_ADMIN_API_KEY")
-    if not _matches(token, resources.admin_api_key):
+    if not matches(token, resources.admin_api_key):
         raise PermissionDeniedError("invalid admin key")
 
 
@@ -121,34 +118,17 @@ async def current_caller(
         ),
     ] = None,
 ) -> Caller:
-    """Who the request acts for.
+    """Who the request acts for (app.runtime.identity.resolve_caller).
 
     A per-user key fixes the user (X-User-Id absent or equal, else 403). The service key (or
     the admin key, or no auth configured) marks a trusted caller that names the user in
     X-User-Id.
     """
-    token: str | None = None
     if resources.api_key is not None:
-        token = _bearer(authorization)
-    elif authorization is not None and authorization.lower().startswith("bearer "):
-        token = authorization[7:].strip() or None
-    service = token is not None and (
-        _matches(token, resources.api_key) or _matches(token, resources.admin_api_key)
-    )
-    if token is not None and not service and looks_like_key(token):
-        caller = await resources.keys.authenticate(token)
-        if x_user_id is not None and x_user_id != caller.user_id:
-            raise PermissionDeniedError("X-User-Id names another user than the API key's")
-        return caller
-    if token is not None and not service and resources.api_key is not None:
-        raise PermissionDeniedError("invalid API key")
-    if x_user_id is None:
-        reason = "header.X-User-Id: Field required"
-        if token is not None and not service:
-            # A Bearer token that is not a per-user key (auth off): say why the user is missing.
-            reason += " (the Bearer token is not a per-user key 'pgr_...', so name the user)"
-        raise ValidationFailedError(reason, field="header.X-User-Id")
-    return Caller(validate_user_id(x_user_id))
+        token: str | None = _bearer(authorization)
+    else:
+        token = bearer_token(authorization)
+    return await resolve_caller(resources, token, x_user_id)
 
 
 CallerDep = Annotated[Caller, Depends(current_caller)]

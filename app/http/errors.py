@@ -20,7 +20,7 @@ log = logging.getLogger(__name__)
 
 
 def _render(error: ServiceError) -> JSONResponse:
-    content: dict[str, object] = {"error": type(error).__name__, "detail": error.message}
+    content: dict[str, object] = {"error": error.name, "detail": error.message}
     if isinstance(error, ValidationFailedError):
         # Every 422 lists its fields, whether the schema or a service rule rejected the input.
         content["fields"] = [{"field": error.field or "request", "reason": error.message}]

@@ -55,7 +55,7 @@ async def test_query_statements_run_with_the_read_paths_planner_settings(
     in_memory = (plans, "0", str(ANN_RANDOM_PAGE_COST))
     # A size read in this transaction: the exact path's settings come with its vector
     # statement, so the keyword arm before it keeps the default (a remembered size starts the
-    # transaction with them: tests/api/test_query_exact_threshold.py).
+    # transaction with them: tests/services/query/test_query_exact_threshold.py).
     assert seen["keyword"] == default
     if path == "ann":  # its own connection; the request's keeps the default
         assert seen["vector"] == ("force_custom_plan", "0", str(ANN_RANDOM_PAGE_COST))
