@@ -20,8 +20,8 @@ from pydantic import (
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from app.embedding_models import (
+    DEFAULT_MODEL_ID,
     LOCAL_DIMENSION,
-    LOCAL_MODEL_ID,
     LOCAL_MODELS,
     OPTIONAL_LOCAL_MODELS,
 )
@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     port: Annotated[int, Field(ge=1, le=65535)] = 8000
 
     embedding_provider: EmbeddingProvider = EmbeddingProvider.LOCAL
-    embedding_model: str = LOCAL_MODEL_ID
+    embedding_model: str = DEFAULT_MODEL_ID
     embedding_dimension: Annotated[int, Field(ge=8, le=4096)] = LOCAL_DIMENSION
     embedding_timeout_s: Annotated[float, Field(gt=0, le=120)] = 10.0
     # onnxruntime threads per inference (more than one never spin). 1: with the int8-arithmetic

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-# The default: MiniLM with int8 arithmetic (app/adapters/quantized_model.py), one text per
-# inference. The earlier default, the package's graph as it is (int8 weights, float32
-# arithmetic), stays selectable by name; vectors of the two differ a little, so a store moves
-# from one to the other with `pgrecall reembed`.
+# MiniLM with int8 arithmetic (app/adapters/quantized_model.py), one text per inference: the
+# default before issue 45, built from the installed package. The default before that, the
+# package's graph as it is (int8 weights, float32 arithmetic), stays selectable by name too;
+# vectors of any two models differ, so a store moves from one to another with `pgrecall
+# reembed`.
 LOCAL_MODEL_ID = "all-MiniLM-L6-v2-onnx-dq8"
 FLOAT_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 # MiniLM fine-tuned here so that a question's cosine to a memory that answers it stands out
@@ -20,6 +21,9 @@ FLOAT_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 # with `pgrecall reembed`.
 TRAINED_MODEL_ID = "pgrecall-minilm-answers-v1"
 LOCAL_MODELS = (LOCAL_MODEL_ID, FLOAT_MODEL_ID, TRAINED_MODEL_ID)
+# The service's default embedder (PGRECALL_EMBEDDING_MODEL unset): the trained MiniLM, chosen
+# on the corpus's validation people (docs/retrieval.md, "Models of our own").
+DEFAULT_MODEL_ID = TRAINED_MODEL_ID
 LOCAL_DIMENSION = 384
 
 

@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from app.deadline import within
 from app.embedding_models import (
+    DEFAULT_MODEL_ID,
     LOCAL_DIMENSION,
     LOCAL_MODEL_ID,
     LOCAL_MODELS,
@@ -191,10 +192,10 @@ class LocalEmbedder(InProcessEmbedder):
     cheaper way for them (no padding).
     """
 
-    model: str = LOCAL_MODEL_ID  # the default; an instance's own model is set in __init__
+    model: str = DEFAULT_MODEL_ID  # the default; an instance's own model is set in __init__
     dimension = LOCAL_DIMENSION
 
-    def __init__(self, threads: int = 1, model: str = LOCAL_MODEL_ID) -> None:
+    def __init__(self, threads: int = 1, model: str = DEFAULT_MODEL_ID) -> None:
         from tokenizers import Tokenizer
 
         if model not in LOCAL_MODELS:

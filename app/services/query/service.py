@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from app.errors import EmbeddingError
 from app.retrieval.answer_head import head_for
+from app.retrieval.frames import core_question
 from app.retrieval.presets import RetrievalPreset
 from app.retrieval.relevance import model_for
 from app.services.embedding import EmbeddingService, Priority
@@ -109,7 +110,7 @@ class QueryService:
             self.config.rate_limit_per_minute,
             key,
             self.embeddings.model,
-            query_text,
+            core_question(query_text),  # the text whose vector is cached (`_embed`)
         )
         cached = admission.answer
         if not admission.decision.allowed:
@@ -181,7 +182,10 @@ class QueryService:
         # 1. The query is embedded (in a worker thread) while the keyword arm runs in Postgres:
         # for a large store that hides most of the embedding time (docs/performance.md).
         embedding = (
-            asyncio.create_task(self._embed(query, admission)) if preset.use_vector else None
+            # Embedded without a frame addressed to the assistant (app/retrieval/frames.py).
+            asyncio.create_task(self._embed(core_question(query), admission))
+            if preset.use_vector
+            else None
         )
         vectors = Vectors(self.engine, self.config, self.embeddings.model, self.sizes)
         t0 = time.perf_counter()

