@@ -165,7 +165,7 @@ ANSWERS = LEARNED.with_(
     topic_link=0.55,
     question_odds=0.3,
 )
-DEFAULT = ANSWERS.with_(name="default")
+DEFAULT = LEARNED.with_(name="default")
 
 PRESETS: dict[str, RetrievalPreset] = {
     "default": DEFAULT,

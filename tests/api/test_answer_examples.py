@@ -1,18 +1,36 @@
-"""The relevance issue's own examples through the agent tool (real Postgres, Redis and the
-service's default embedder and relevance model): memories as agents write them answer the
-user's questions in the first person, a question nothing answers gets nothing, and of two
-decisions on one topic the newer comes first with the older marked."""
+"""The relevance issue's own examples through the agent tool, on issue 45's models (real
+Postgres and Redis; the trained MiniLM, its answer head and preset `answers`, opt-in by two
+settings): memories as agents write them answer the user's questions in the first person, and
+a question nothing answers gets nothing."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
+import pytest
 
+from app.adapters.embedder import LocalEmbedder
+from app.embedding_models import TRAINED_MODEL_ID
 from tests.helpers import headers
 
 SAVE = "/v1/tools/save_memory"
 QUERY = "/v1/tools/query_memory"
+
+
+@pytest.fixture(scope="module")
+def trained() -> LocalEmbedder:
+    return LocalEmbedder(model=TRAINED_MODEL_ID)
+
+
+@pytest.fixture
+async def client(
+    make_client: Callable[..., Any], trained: LocalEmbedder
+) -> AsyncIterator[httpx.AsyncClient]:
+    settings = {"embedding_model": TRAINED_MODEL_ID, "retrieval_preset": "answers"}
+    async with make_client(embedder=trained, **settings) as (c, _):
+        yield c
 
 
 async def save(client: httpx.AsyncClient, user: str, content: str, **extra: Any) -> None:
