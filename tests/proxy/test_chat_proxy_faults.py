@@ -266,9 +266,10 @@ async def test_a_drip_fed_answer_ends_at_the_deadline(
         ended = time.monotonic()
         turns = await user_turns(client, user_id)
     # From the upstream's receipt of the request to the client's last byte: the deadline, and
-    # the marked turn's store after it.
+    # the marked turn's store after it (1.07 s of it once, on this 2-core machine with an eval
+    # and two test workers beside it: the slack is 1.5 s, the deadline itself is 1.5 s).
     (seen,) = upstream.seen
-    assert DEADLINE_S - 0.1 <= ended - seen.at <= DEADLINE_S + 1.0, ended - seen.at
+    assert DEADLINE_S - 0.1 <= ended - seen.at <= DEADLINE_S + 1.5, ended - seen.at
     mine = [t for t in turns if t["role"] == "user"]
     if stream:
         assert response.status_code == 200

@@ -397,6 +397,7 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
             "fetch_around",
             retrieval.fetch_around(user, keys, [stored[1].id], time),
         )
+    await rec.call("RetrievalRepository", "vectors", retrieval.vectors(user, keys))
     await rec.call("RetrievalRepository", "item_count", retrieval.item_count(user))
     await rec.call("RetrievalRepository", "search_size", retrieval.search_size(user, up_to=5))
 
