@@ -174,12 +174,7 @@ def install(out: Path, base_checkpoint_sha: dict[str, str], inputs: list[Path]) 
             "wheel_sha256": BASE_WHEEL_SHA256,
             **base_checkpoint_sha,
         },
-        "inputs": {
-            str(path.relative_to(REPO.parent) if REPO.parent in path.parents else path): (
-                file_sha256(path)
-            )
-            for path in inputs
-        },
+        "inputs": {os.path.relpath(path, REPO): file_sha256(path) for path in inputs},
         "command": "make train-embedder (scripts/train_embedder.py)",
         "requirements": list(TRAIN_REQUIREMENTS),
         **{k: report[k] for k in ("seed", "epochs", "kept_epoch", "head", "hyper_parameters")},

@@ -30,8 +30,6 @@ from app.errors import LocalModelMissingError
 _BATCH = 16
 
 
-
-
 def not_installed(spec: LocalModelSpec, models_dir: Path) -> str | None:
     """Why the model cannot load, without reading its files (`pgrecall serve`'s preflight);
     None when its install completed (the installer writes the manifest last)."""
