@@ -137,7 +137,7 @@ class SearchPosting(Base):
     """One (user, lexeme, item) posting: the inverted index BM25 is computed from, in SQL.
 
     `source` is 0 for a memory item, 1 for a message; `tf` and `dl` are weighted counts (context
-    lexemes count CONTEXT_WEIGHT_* each, app/repositories/search_index.py).
+    lexemes count the preset's context_weights each, app.domain.ContextWeights).
     """
 
     __tablename__ = "search_postings"

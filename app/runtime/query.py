@@ -4,6 +4,7 @@ query service itself comes from `app.runtime.resources.query_service`."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
 from app.config import Settings
@@ -12,25 +13,19 @@ from app.schemas.memory import MemoryItemOut, MemoryQueryResponse
 from app.schemas.query import QueryFilters
 from app.services.query import QueryConfig, QueryRequest, QueryResult
 
+# QueryConfig's fields are the Settings fields of the same name (the defaults live in
+# app/config.py), but for these; the preset is named by PGRECALL_RETRIEVAL_PRESET.
+_SETTING_NAMES = {"timeout_s": "query_timeout_s"}
+
 
 def query_config(settings: Settings) -> QueryConfig:
     """Retrieval settings handed to the query service."""
-    return QueryConfig(
-        preset=get_preset(settings.retrieval_preset),
-        token_budget=settings.token_budget,
-        min_relevance=settings.min_relevance,
-        max_results=settings.max_results,
-        rate_limit_per_minute=settings.rate_limit_per_minute,
-        timeout_s=settings.query_timeout_s,
-        exact_search_max_items=settings.exact_search_max_items,
-        ivfflat_probes=settings.ivfflat_probes,
-        ivfflat_max_probes=settings.ivfflat_max_probes,
-        ivfflat_probe_share=settings.ivfflat_probe_share,
-        hnsw_ef_search=settings.hnsw_ef_search,
-        hnsw_max_scan_tuples=settings.hnsw_max_scan_tuples,
-        generic_plan_max_items=settings.generic_plan_max_items,
-        search_size_ttl_s=settings.search_size_ttl_s,
-    )
+    values = {
+        f.name: getattr(settings, _SETTING_NAMES.get(f.name, f.name))
+        for f in fields(QueryConfig)
+        if f.name != "preset"
+    }
+    return QueryConfig(preset=get_preset(settings.retrieval_preset), **values)
 
 
 def query_request(
