@@ -409,6 +409,16 @@ class Settings(BaseSettings):
         return value
 
     @property
+    def extraction_endpoint(self) -> LLMEndpoint:
+        """The extractor's endpoint: PGRECALL_EXTRACTION_BASE_URL, _API_KEY and _MODEL."""
+        key = self.extraction_api_key
+        return LLMEndpoint(
+            base_url=self.extraction_base_url,
+            api_key=key.get_secret_value() if key else None,
+            model=self.extraction_model,
+        )
+
+    @property
     def judge_endpoint(self) -> LLMEndpoint:
         """The judge's endpoint: its own URL and key when either is set, else the extractor's,
         else the chat proxy's upstream (a key only ever goes with its own URL); its own model,

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
+T = TypeVar("T")
+
 
 class ServiceError(Exception):
     """Base of every error the service reports to a caller."""
@@ -115,3 +119,10 @@ class RateLimitedError(ServiceError):
     """Too many writes for this user in the current window; nothing was stored."""
 
     status_code = 429
+
+
+def found(value: T | None, what: str) -> T:
+    """`value`, or NotFoundError("<what> not found") when there is none (for this caller)."""
+    if value is None:
+        raise NotFoundError(f"{what} not found")
+    return value

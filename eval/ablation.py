@@ -9,9 +9,10 @@ default index once and varies the re-ranking stages (time preference, diversific
 pseudo-relevance feedback), also asking every question through the agent tool; `--plan latency`
 times POST /v1/tools/query_memory under the default and the `baseline` preset in one run.
 
-Loads the dialogues once per keyword-index configuration (neighbour context weights are applied
-when postings are written), then asks all questions with each ranking preset through
-POST /v1/memory/query (min_score 0: the ranking itself is measured). Prints a Markdown table.
+Loads the dialogues once per keyword-index configuration (the presets' `context_weights`: the
+postings are rebuilt with them after the load, app/services/keywords.py), then asks all
+questions with each ranking preset through POST /v1/memory/query (min_score 0: the ranking
+itself is measured). Prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -24,37 +25,34 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-import app.repositories.search_index as search_index
 from app.config import Settings
+from app.domain import ContextWeights
 from app.retrieval.presets import DEFAULT, PRESETS, RetrievalPreset
+from app.services.keywords import rebuild_keywords
 from eval.harness import running_service
 from eval.locomo_run import ask_all, load, load_into
 from eval.metrics import CaseResult, percentile, summarise
 
-# (label, previous-turn weight, next-turn weight, presets to run on that index)
-PLAN: list[tuple[str, float, float, list[RetrievalPreset]]] = [
+# (label, the keyword index's context weights, presets to run on that index)
+PLAN: list[tuple[str, ContextWeights, list[RetrievalPreset]]] = [
     (
         "turn text only",
-        0.0,
-        0.0,
+        ContextWeights(previous=0.0, next=0.0),
         [PRESETS["keyword_only"].with_(next_turn_weight=0.0), DEFAULT.with_(next_turn_weight=0.0)],
     ),
     (
         "turn + previous turn (weight 1)",
-        1.0,
-        0.0,
+        ContextWeights(previous=1.0, next=0.0),
         [PRESETS["keyword_only"].with_(next_turn_weight=0.0), DEFAULT.with_(next_turn_weight=0.0)],
     ),
     (
         "turn + both neighbours (weight 1)",
-        1.0,
-        1.0,
+        ContextWeights(previous=1.0, next=1.0),
         [PRESETS["keyword_only"].with_(next_turn_weight=0.0), DEFAULT.with_(next_turn_weight=0.0)],
     ),
     (
         "turn + both neighbours (weight 0.5), the default",
-        search_index.CONTEXT_WEIGHT_PREVIOUS,
-        search_index.CONTEXT_WEIGHT_NEXT,
+        DEFAULT.context_weights,
         [
             PRESETS["keyword_only"].with_(next_turn_weight=0.0),
             PRESETS["keyword_only"],
@@ -194,12 +192,12 @@ async def run(path: Path) -> list[str]:
         "| keyword index | preset | Recall@5 | Hit@5 | Recall@10 | MRR@10 | p95 ms |",
         "|---|---|---|---|---|---|---|",
     ]
-    for label, previous, following, presets in PLAN:
-        search_index.CONTEXT_WEIGHT_PREVIOUS, search_index.CONTEXT_WEIGHT_NEXT = previous, following
+    for label, weights, presets in PLAN:
         async with running_service(Settings(rate_limit_per_minute=0)) as harness:
             logging.getLogger().setLevel(logging.WARNING)
             mapping = await load_into(harness, conversations)
-            for preset in presets:
+            await rebuild_keywords(harness.resources.sessionmaker, weights=weights)
+            for preset in (p.with_(context_weights=weights) for p in presets):
                 harness.resources.query_config = dataclasses.replace(
                     harness.resources.query_config, preset=preset
                 )

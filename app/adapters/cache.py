@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import TypedDict, Unpack
 
 from redis.asyncio import Redis
 from redis.asyncio.retry import Retry
@@ -56,6 +57,16 @@ def _glob_escape(value: str) -> str:
     return _GLOB_SPECIAL.sub(r"\\\1", value)
 
 
+class CacheOptions(TypedDict, total=False):
+    """Cache's keyword settings (its constructor has their defaults)."""
+
+    warn_interval_s: float
+    retry_after_s: float
+    embedding_ttl_s: int
+    session_ttl_s: int
+    query_ttl_s: int
+
+
 class Cache(SessionCache, QueryAdmission, VerdictCache):
     """Async Redis cache; every method degrades to a default when Redis is off or down."""
 
@@ -80,17 +91,9 @@ class Cache(SessionCache, QueryAdmission, VerdictCache):
         self._set_goal_script = client.register_script(SET_GOAL_LUA) if client else None
 
     @classmethod
-    def from_url(
-        cls,
-        url: str | None,
-        *,
-        warn_interval_s: float = 30.0,
-        retry_after_s: float = 1.0,
-        embedding_ttl_s: int = 7 * 86400,
-        session_ttl_s: int = 86400,
-        query_ttl_s: int = 60,
-    ) -> Cache:
-        """Build a cache for a redis://, rediss:// or unix:// URL; None or "" disables it."""
+    def from_url(cls, url: str | None, **options: Unpack[CacheOptions]) -> Cache:
+        """Build a cache for a redis://, rediss:// or unix:// URL; None or "" disables it.
+        `options` are the constructor's keyword settings."""
         client = None
         if url:
             # No client-side retries: the circuit breaker decides when to try again, and a
@@ -104,14 +107,7 @@ class Cache(SessionCache, QueryAdmission, VerdictCache):
                 socket_timeout=OP_TIMEOUT_S,
                 retry=Retry(NoBackoff(), 0),
             )
-        return cls(
-            client,
-            warn_interval_s=warn_interval_s,
-            retry_after_s=retry_after_s,
-            embedding_ttl_s=embedding_ttl_s,
-            session_ttl_s=session_ttl_s,
-            query_ttl_s=query_ttl_s,
-        )
+        return cls(client, **options)
 
     async def aclose(self) -> None:
         """Close the connection pool; the cache behaves as disabled afterwards."""

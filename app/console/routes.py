@@ -10,16 +10,17 @@ from fastapi import APIRouter, Query, Request, Response
 from app.console.auth import LOGIN_COOKIE, LOGIN_TTL_S, SESSION_COOKIE, SESSION_TTL_S
 from app.console.health import gather
 from app.console.web import (
-    PAGE_SIZE,
     ConfigDep,
     ConsoleRoute,
     FormDep,
     SessionDep,
+    paging,
     read_form,
     record,
     render,
     see_other,
     url,
+    window,
 )
 from app.http.deps import ResourcesDep
 from app.runtime import admin_transaction
@@ -125,19 +126,8 @@ async def users(
 ) -> Response:
     """Every user (paginated, in id order) with their conversations, messages and memories."""
     async with admin_transaction(resources.sessionmaker, "console: user directory") as db:
-        rows, total = await UserDirectoryService(db).page(
-            q.strip(), limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
-        )
-    return render(
-        request,
-        "users.html",
-        session=session,
-        rows=rows,
-        total=total,
-        q=q,
-        page=page,
-        pages=max(1, -(-total // PAGE_SIZE)),
-    )
+        rows, total = await UserDirectoryService(db).page(q.strip(), **window(page))
+    return render(request, "users.html", session=session, rows=rows, q=q, **paging(total, page))
 
 
 @router.get("/health")

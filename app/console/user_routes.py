@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Annotated, Any, Literal
 
@@ -22,10 +23,12 @@ from app.console.web import (
     ConsoleRoute,
     FormDep,
     SessionDep,
+    paging,
     record,
     render,
     see_other,
     url,
+    window,
 )
 from app.domain import MEMORY_TYPES, MemoryType
 from app.http.deps import ResourcesDep
@@ -107,18 +110,14 @@ async def user_page(
         evicted_only=deleted == "evicted",
     )
     async with _as_user(resources, user_id) as db:
-        items, total = await AdminMemoryService(db, None).list(
-            filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
-        )
+        items, total = await AdminMemoryService(db, None).list(filters, **window(page))
     return render(
         request,
         "user.html",
         session=session,
         user_id=user_id,
         items=items,
-        total=total,
-        page=page,
-        pages=max(1, -(-total // PAGE_SIZE)),
+        **paging(total, page),
         filters={"type": type_, "q": q, "deleted": deleted, "validity": validity},
         notice=notice,
     )
@@ -194,28 +193,28 @@ async def update_memory(
     return see_other(url("/memory", user=user_id, id=item.id))
 
 
-@router.post("/memory/delete")
-async def delete_memory(
-    session: SessionDep,
-    _: FormDep,
-    resources: ResourcesDep,
-    user_id: UserParam,
-    memory_id: Annotated[uuid.UUID, Query(alias="id")],
-) -> Response:
-    """Soft-delete: no longer retrieved, can be restored."""
-    return await _set_deleted(session, resources, user_id, memory_id, True)
+def _deleted_route(deleted: bool, doc: str) -> Callable[..., Awaitable[Response]]:
+    """The form action that marks a memory deleted (or restores it)."""
+
+    async def route(
+        session: SessionDep,
+        _: FormDep,
+        resources: ResourcesDep,
+        user_id: UserParam,
+        memory_id: Annotated[uuid.UUID, Query(alias="id")],
+    ) -> Response:
+        return await _set_deleted(session, resources, user_id, memory_id, deleted)
+
+    route.__doc__ = doc
+    return route
 
 
-@router.post("/memory/restore")
-async def restore_memory(
-    session: SessionDep,
-    _: FormDep,
-    resources: ResourcesDep,
-    user_id: UserParam,
-    memory_id: Annotated[uuid.UUID, Query(alias="id")],
-) -> Response:
-    """Undo a soft delete."""
-    return await _set_deleted(session, resources, user_id, memory_id, False)
+router.post("/memory/delete", name="delete_memory")(
+    _deleted_route(True, "Soft-delete: no longer retrieved, can be restored.")
+)
+router.post("/memory/restore", name="restore_memory")(
+    _deleted_route(False, "Undo a soft delete.")
+)
 
 
 async def _set_deleted(
@@ -238,19 +237,9 @@ async def conversations_page(
     """The user's conversations, most recently active first."""
     async with _as_user(resources, user_id) as db:
         counts = await UserDirectoryService(db).counts(user_id)
-        rows = await ConversationService(db, resources.embeddings).list(
-            user_id, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
-        )
-    return render(
-        request,
-        "conversations.html",
-        session=session,
-        user_id=user_id,
-        rows=rows,
-        page=page,
-        pages=max(1, -(-counts.conversations // PAGE_SIZE)),
-        total=counts.conversations,
-    )
+        rows = await ConversationService(db, resources.embeddings).list(user_id, **window(page))
+    context = {"user_id": user_id, "rows": rows, **paging(counts.conversations, page)}
+    return render(request, "conversations.html", session=session, **context)
 
 
 @router.get("/conversation")

@@ -98,6 +98,17 @@ def render(
     return HTMLResponse(html, status_code=status_code, headers=_HEADERS)
 
 
+def window(page: int) -> dict[str, int]:
+    """The rows of a page: `limit` and `offset` for the service's list."""
+    return {"limit": PAGE_SIZE, "offset": (page - 1) * PAGE_SIZE}
+
+
+def paging(total: int, page: int) -> dict[str, int]:
+    """The template context of a paginated list: its total, this page and how many pages of
+    PAGE_SIZE there are (at least one)."""
+    return {"total": total, "page": page, "pages": max(1, -(-total // PAGE_SIZE))}
+
+
 def see_other(location: str) -> RedirectResponse:
     """After a POST: the browser GETs the result page (post/redirect/get)."""
     return RedirectResponse(location, status_code=303, headers=_HEADERS)

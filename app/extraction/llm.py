@@ -13,7 +13,7 @@ UnicodeDecodeError (a traceback, and a batch left `running` until its lease ran 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,34 +77,31 @@ class ExtractionLLM:
 
     async def complete(self, messages: Sequence[dict[str, str]]) -> Completion:
         """The model's answer and the tokens the endpoint says it used."""
-        try:
-            raw = await within(
-                self.timeout_s,
-                self._client.chat.completions.with_raw_response.create(
-                    model=self.model,
-                    messages=list(messages),  # type: ignore[arg-type]
-                    temperature=0,
-                    max_completion_tokens=self.max_output_tokens,
-                    response_format={"type": "json_object"},
-                ),
-            )
-        except TimeoutError:
-            raise self._timed_out() from None
-        except (openai.APITimeoutError, openai.APIConnectionError) as exc:
-            raise LLMRetryableError(f"{type(exc).__name__}: {exc}") from exc
-        except openai.APIStatusError as exc:
-            message = f"HTTP {exc.status_code}: {type(exc).__name__}"
-            if exc.status_code in (408, 409, 429) or exc.status_code >= 500:
-                raise LLMRetryableError(message) from exc
-            raise LLMRefusedError(message) from exc
-        except openai.OpenAIError as exc:
-            raise LLMRetryableError(f"{type(exc).__name__}: {exc}") from exc
-        return read_completion(raw.content)
+        return await self._create(
+            messages,
+            _refused_unless_transient,
+            max_completion_tokens=self.max_output_tokens,
+            response_format={"type": "json_object"},
+        )
 
     async def complete_text(
         self, messages: Sequence[dict[str, str]], max_tokens: int
     ) -> Completion:
         """A plain-text answer of at most `max_tokens` (the conversation summary)."""
+        return await self._create(
+            messages,
+            lambda exc: LLMError(f"HTTP {exc.status_code}: {type(exc).__name__}"),
+            max_completion_tokens=max_tokens,
+        )
+
+    async def _create(
+        self,
+        messages: Sequence[dict[str, str]],
+        status_error: Callable[[openai.APIStatusError], LLMError],
+        **options: Any,
+    ) -> Completion:
+        """One chat completion at temperature 0 within the timeout; the endpoint's failures as
+        LLMErrors (an error status as `status_error` says)."""
         try:
             raw = await within(
                 self.timeout_s,
@@ -112,7 +109,7 @@ class ExtractionLLM:
                     model=self.model,
                     messages=list(messages),  # type: ignore[arg-type]
                     temperature=0,
-                    max_completion_tokens=max_tokens,
+                    **options,
                 ),
             )
         except TimeoutError:
@@ -120,7 +117,7 @@ class ExtractionLLM:
         except (openai.APITimeoutError, openai.APIConnectionError) as exc:
             raise LLMRetryableError(f"{type(exc).__name__}: {exc}") from exc
         except openai.APIStatusError as exc:
-            raise LLMError(f"HTTP {exc.status_code}: {type(exc).__name__}") from exc
+            raise status_error(exc) from exc
         except openai.OpenAIError as exc:
             raise LLMRetryableError(f"{type(exc).__name__}: {exc}") from exc
         return read_completion(raw.content)
@@ -133,6 +130,14 @@ class ExtractionLLM:
 
     async def aclose(self) -> None:
         await self._client.close()
+
+
+def _refused_unless_transient(exc: openai.APIStatusError) -> LLMError:
+    """An extraction call's error status: worth a retry when it may pass, else refused."""
+    message = f"HTTP {exc.status_code}: {type(exc).__name__}"
+    if exc.status_code in (408, 409, 429) or exc.status_code >= 500:
+        return LLMRetryableError(message)
+    return LLMRefusedError(message)
 
 
 def read_completion(body: bytes) -> Completion:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -16,17 +16,10 @@ from app.services.embedding import EmbeddingService
 
 
 def extraction_config(settings: Settings) -> ExtractionConfig:
+    """Each ExtractionConfig field is the Settings field `extraction_<name>` (the defaults live
+    in app/config.py)."""
     return ExtractionConfig(
-        batch_messages=settings.extraction_batch_messages,
-        candidates=settings.extraction_candidates,
-        max_attempts=settings.extraction_max_attempts,
-        backoff_s=settings.extraction_backoff_s,
-        backoff_max_s=settings.extraction_backoff_max_s,
-        job_token_cap=settings.extraction_job_token_cap,
-        user_daily_token_cap=settings.extraction_user_daily_token_cap,
-        lease_s=settings.extraction_lease_s,
-        poll_interval_s=settings.extraction_poll_interval_s,
-        workers=settings.extraction_workers,
+        **{f.name: getattr(settings, f"extraction_{f.name}") for f in fields(ExtractionConfig)}
     )
 
 
@@ -51,11 +44,8 @@ def build_extraction(
     """The extraction runtime, or None when PGRECALL_EXTRACTION is off. Not started."""
     if settings.extraction != ExtractionMode.LLM:
         return None
-    key = settings.extraction_api_key
     llm = ExtractionLLM(
-        model=settings.extraction_model,
-        base_url=settings.extraction_base_url,
-        api_key=key.get_secret_value() if key else None,
+        **asdict(settings.extraction_endpoint),
         timeout_s=settings.extraction_timeout_s,
         max_output_tokens=settings.extraction_max_output_tokens,
     )

@@ -26,7 +26,7 @@ from app.extraction.llm import ExtractionLLM, LLMError
 from app.extraction.metrics import ExtractionMetrics
 from app.extraction.output import Kept, MalformedOutputError, check_facts, parse_output
 from app.extraction.prompt import Known, Turn, build_messages, estimate_prompt_tokens
-from app.extraction.writes import ORIGIN, add_memory, supersede_memory
+from app.extraction.writes import ORIGIN, write_fact
 from app.repositories.admin import AdminMemoryRepository
 from app.repositories.extraction import ClaimedJob, ExtractionRepository
 from app.services.embedding import EmbeddingService, Priority
@@ -128,13 +128,11 @@ class ExtractionProcessor:
         worst = estimate_prompt_tokens(messages) + self.llm.max_output_tokens
         share = math.ceil(worst / len(jobs))
         if any(j.tokens_used + share > self.config.job_token_cap for j in jobs):
-            self.metrics.cap_refusals += 1
-            return await self._settle(
+            return await self._refuse(
                 user_id,
                 token,
                 jobs,
-                "failed",
-                error=f"job token cap: this call may use up to {share} tokens per job and the "
+                f"job token cap: this call may use up to {share} tokens per job and the "
                 f"cap is {self.config.job_token_cap} per job (PGRECALL_EXTRACTION_JOB_TOKEN_CAP)",
             )
         day = datetime.now(UTC).date()
@@ -143,13 +141,11 @@ class ExtractionProcessor:
                 user_id, day, worst, self.config.user_daily_token_cap
             )
         if not reserved:
-            self.metrics.cap_refusals += 1
-            return await self._settle(
+            return await self._refuse(
                 user_id,
                 token,
                 jobs,
-                "failed",
-                error=f"user token cap: {self.config.user_daily_token_cap} tokens per day "
+                f"user token cap: {self.config.user_daily_token_cap} tokens per day "
                 "reached (PGRECALL_EXTRACTION_USER_DAILY_TOKEN_CAP)",
             )
         return await self._call_and_store(user_id, token, jobs, batch, messages, _Usage(day, worst))
@@ -314,25 +310,17 @@ class ExtractionProcessor:
             "observed_at": observed.isoformat(),
             "model": self.llm.model,
         }
+        replaces = None  # ADD; an UPDATE names the known memory it replaces
         if fact.action == "update":
             assert fact.replaces is not None  # check_facts guarantees it
-            return await supersede_memory(
-                session,
-                self.embeddings,
-                user_id,
-                batch.known_ids[fact.replaces],
-                fact.content,
-                fact.type,
-                observed_at=observed,
-                source_message_id=cited[0].message_id,
-                metadata=metadata,
-            )
-        return await add_memory(
+            replaces = batch.known_ids[fact.replaces]
+        return await write_fact(
             session,
             self.embeddings,
             user_id,
             fact.content,
             fact.type,
+            replaces=replaces,
             observed_at=observed,
             source_message_id=cited[0].message_id,
             metadata=metadata,
@@ -347,6 +335,13 @@ class ExtractionProcessor:
             )
         log.warning("extraction claim lost its %d job(s) before storing; nothing stored", len(jobs))
         return BatchResult("lost", len(jobs), usage.used)
+
+    async def _refuse(
+        self, user_id: str, token: uuid.UUID, jobs: Sequence[ClaimedJob], error: str
+    ) -> BatchResult:
+        """A token cap refuses the call: the jobs fail with `error`, counted as a refusal."""
+        self.metrics.cap_refusals += 1
+        return await self._settle(user_id, token, jobs, "failed", error=error)
 
     async def _settle(
         self,

@@ -21,53 +21,42 @@ ORIGIN = "extraction"
 _NOW_SLACK = timedelta(seconds=5)
 
 
-async def add_memory(
+async def write_fact(
     session: AsyncSession,
     embeddings: EmbeddingService,
     user_id: str,
     content: str,
     type: str,
     *,
+    replaces: uuid.UUID | None,
     observed_at: datetime,
     source_message_id: uuid.UUID,
     metadata: dict[str, Any],
 ) -> uuid.UUID | None:
-    """A new memory observed at the turn's time; None when the user has this text already."""
-    created = await MemoryService(session, embeddings).create_many(
-        [
-            MemoryInput(
-                user_id=user_id,
-                content=content,
-                type=type,
-                created_at=observed_at,
-                source=ORIGIN,
-                source_message_id=source_message_id,
-                metadata=metadata,
-            )
-        ]
-    )
-    return created[0] if created else None
+    """ADD (`replaces` None): a new memory observed at the turn's time; None when the user has
+    this text already. UPDATE: replace the user's memory `replaces` by `content`
+    (SupersessionService: the old item is closed, the new one linked to it), observed at the
+    turn's time; None when it says the same.
 
-
-async def supersede_memory(
-    session: AsyncSession,
-    embeddings: EmbeddingService,
-    user_id: str,
-    old_id: uuid.UUID,
-    content: str,
-    type: str,
-    *,
-    observed_at: datetime,
-    source_message_id: uuid.UUID,
-    metadata: dict[str, Any],
-) -> uuid.UUID | None:
-    """Replace the user's memory `old_id` by `content` (SupersessionService: the old item is
-    closed, the new one linked to it), observed at the turn's time; None when it says the same.
-
-    Raises what supersede raises (NotFoundError, ConflictError: replaced meanwhile, or another
-    valid memory has this text); the caller drops that fact.
+    An UPDATE raises what supersede raises (NotFoundError, ConflictError: replaced meanwhile, or
+    another valid memory has this text); the caller drops that fact.
     """
-    old = await AdminMemoryRepository(session).get(user_id, old_id)
+    if replaces is None:
+        created = await MemoryService(session, embeddings).create_many(
+            [
+                MemoryInput(
+                    user_id=user_id,
+                    content=content,
+                    type=type,
+                    created_at=observed_at,
+                    source=ORIGIN,
+                    source_message_id=source_message_id,
+                    metadata=metadata,
+                )
+            ]
+        )
+        return created[0] if created else None
+    old = await AdminMemoryRepository(session).get(user_id, replaces)
     if old is None:
         raise NotFoundError("memory not found")
     if content_hash(content) == old.content_hash:
@@ -79,7 +68,7 @@ async def supersede_memory(
         at = None  # the transaction's now()
     done = await SupersessionService(session, embeddings).supersede(
         user_id,
-        old_id,
+        replaces,
         content,
         type=type,
         source=ORIGIN,

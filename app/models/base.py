@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from pgvector import Vector
 from pgvector.sqlalchemy import HALFVEC
-from sqlalchemy import DateTime, MetaData, func
+from sqlalchemy import DateTime, Index, MetaData, func, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -31,6 +31,25 @@ EMBEDDING_DIMENSION = int(os.environ.get("PGRECALL_EMBEDDING_DIMENSION", "384"))
 # Migration 0017_halfvec_covering: the covering indexes of the exact path exist up to this width
 # (app/vectors.py).
 COVERING_INDEXES = EMBEDDING_DIMENSION <= COVERING_MAX_DIMENSION
+
+
+def search_indexes(table: str) -> tuple[Index, Index]:
+    """The two search indexes of a table with `content` and `embedding`: ivfflat over the
+    vectors (cosine) and GIN over the English lexemes of the text."""
+    return (
+        Index(
+            f"idx_{table}_embedding",
+            "embedding",
+            postgresql_using="ivfflat",
+            postgresql_with={"lists": 100},
+            postgresql_ops={"embedding": "halfvec_cosine_ops"},
+        ),
+        Index(
+            f"idx_{table}_content_fts",
+            text("to_tsvector('english'::regconfig, content)"),
+            postgresql_using="gin",
+        ),
+    )
 
 
 class Base(DeclarativeBase):

@@ -25,7 +25,14 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.domain import USER_ID_LENGTH
-from app.models.base import COVERING_INDEXES, EMBEDDING_DIMENSION, Base, CreatedAtMixin, HalfVec
+from app.models.base import (
+    COVERING_INDEXES,
+    EMBEDDING_DIMENSION,
+    Base,
+    CreatedAtMixin,
+    HalfVec,
+    search_indexes,
+)
 
 
 # Primary keys: the tables' keys are (user_id, id) in the database (migration
@@ -68,18 +75,7 @@ class Message(CreatedAtMixin, Base):
         ),
         Index("idx_messages_user_conversation_seq", "user_id", "conversation_id", "seq"),
         Index("idx_messages_correlation_id", "correlation_id"),
-        Index(
-            "idx_messages_embedding",
-            "embedding",
-            postgresql_using="ivfflat",
-            postgresql_with={"lists": 100},
-            postgresql_ops={"embedding": "halfvec_cosine_ops"},
-        ),
-        Index(
-            "idx_messages_content_fts",
-            text("to_tsvector('english'::regconfig, content)"),
-            postgresql_using="gin",
-        ),
+        *search_indexes("messages"),
         # The exact path's index-only scan of a user's vectors (app/vectors.py).
         *(
             [

@@ -26,7 +26,7 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.domain import MAX_TAGS, MEMORY_TYPES, USER_ID_LENGTH
-from app.models.base import EMBEDDING_DIMENSION, Base, CreatedAtMixin, HalfVec
+from app.models.base import EMBEDDING_DIMENSION, Base, CreatedAtMixin, HalfVec, search_indexes
 
 
 class MemoryItem(CreatedAtMixin, Base):
@@ -62,18 +62,7 @@ class MemoryItem(CreatedAtMixin, Base):
         ForeignKeyConstraint(
             ["user_id", "supersedes_id"], ["memory_items.user_id", "memory_items.id"]
         ),
-        Index(
-            "idx_memory_items_embedding",
-            "embedding",
-            postgresql_using="ivfflat",
-            postgresql_with={"lists": 100},
-            postgresql_ops={"embedding": "halfvec_cosine_ops"},
-        ),
-        Index(
-            "idx_memory_items_content_fts",
-            text("to_tsvector('english'::regconfig, content)"),
-            postgresql_using="gin",
-        ),
+        *search_indexes("memory_items"),
         CheckConstraint("(store_namespace IS NULL) = (store_key IS NULL)", name="store_address"),
         # Tags (migration 0014_tags_usage): `tags && :any` / `tags @> :all` of query_memory.
         CheckConstraint(f"cardinality(tags) <= {MAX_TAGS}", name="tags_count"),
@@ -137,7 +126,7 @@ class SearchPosting(Base):
     """One (user, lexeme, item) posting: the inverted index BM25 is computed from, in SQL.
 
     `source` is 0 for a memory item, 1 for a message; `tf` and `dl` are weighted counts (context
-    lexemes count CONTEXT_WEIGHT_* each, app/repositories/search_index.py).
+    lexemes count the preset's context_weights each, app.domain.ContextWeights).
     """
 
     __tablename__ = "search_postings"

@@ -11,6 +11,7 @@ import re
 import uuid
 from typing import Any
 
+from app.proxy.schemas import with_system_message
 from app.runtime import Resources, user_transaction
 from app.services.summary import read_summary
 
@@ -48,11 +49,4 @@ async def summary_block(
 def with_summary(forward: dict[str, Any], block: str | None) -> dict[str, Any]:
     """The summary as its own system message after the caller's leading system messages
     (before the memories, when there are any: they were inserted there first)."""
-    if block is None:
-        return forward
-    messages = list(forward["messages"])
-    at = 0
-    while at < len(messages) and messages[at].get("role") in {"system", "developer"}:
-        at += 1
-    messages.insert(at, {"role": "system", "content": block})
-    return {**forward, "messages": messages}
+    return forward if block is None else with_system_message(forward, block)

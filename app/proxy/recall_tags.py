@@ -26,7 +26,7 @@ import httpx
 
 from app.deadline import Deadline
 from app.errors import ServiceError, UpstreamError
-from app.proxy.schemas import answer_text
+from app.proxy.schemas import answer_text, with_system_message
 from app.proxy.stream import DROPPED_EVENT, NO_ANSWER_EVENT, TIMEOUT_EVENT, OnEnd, Relay
 from app.proxy.upstream import ChatUpstream
 
@@ -52,12 +52,7 @@ Lookup = Callable[[str], Awaitable[tuple[str | None, list[str]]]]
 
 def with_instructions(body: dict[str, Any]) -> dict[str, Any]:
     """The body with the recall instructions as a system message after the leading ones."""
-    messages = list(body["messages"])
-    at = 0
-    while at < len(messages) and messages[at].get("role") in {"system", "developer"}:
-        at += 1
-    messages.insert(at, {"role": "system", "content": INSTRUCTIONS})
-    return {**body, "messages": messages}
+    return with_system_message(body, INSTRUCTIONS)
 
 
 def memo(block: str | None) -> str:
@@ -376,13 +371,7 @@ class RecallRelay(Relay):
     def clean_text(self) -> str:
         return self.transcript.text(show_tags=False)
 
-    async def finish(self) -> None:
-        if self._finished:
-            return
-        self._finished = True
-        await self.response.aclose()
-        reason = self.ended if self.ended is not None else "client_disconnected"
-        try:
-            await self.on_end(self.clean_text, reason or None)
-        except Exception:  # the client has its answer; storing it is best effort from here
-            log.warning("storing a streamed chat answer failed", exc_info=True)
+    @property
+    def stored_text(self) -> str:
+        """The clean answer of all rounds, without the tags and memos."""
+        return self.clean_text

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from collections.abc import Awaitable
 from typing import Annotated, Any
 
 import httpx
@@ -24,7 +25,7 @@ from app.observability import correlation_id_var
 from app.proxy import recall_tags
 from app.proxy.auth import ProxyUserDep, UpstreamDep
 from app.proxy.conversation_summary import SUMMARY_HEADER, summary_block, with_summary
-from app.proxy.schemas import ChatRequest, answer_text, message_text
+from app.proxy.schemas import ChatRequest, answer_text, message_text, with_system_message
 from app.proxy.stream import UPSTREAM_ENDINGS, OnEnd, Relay, RelayResponse
 from app.proxy.tool_rounds import tool_round
 from app.proxy.turns import IDEMPOTENCY_HEADER, Turns, answer_turn, idempotency_key, user_turn
@@ -69,15 +70,7 @@ def _with_memories(raw: dict[str, Any], block: str | None) -> dict[str, Any]:
     """The body for the upstream: `memory` removed, the block as its own system message after
     the caller's leading system messages (never merged into a user's text)."""
     forward = {k: v for k, v in raw.items() if k != "memory"}
-    if block is None:
-        return forward
-    messages = list(forward["messages"])
-    at = 0
-    while at < len(messages) and messages[at].get("role") in {"system", "developer"}:
-        at += 1
-    messages.insert(at, {"role": "system", "content": block})
-    forward["messages"] = messages
-    return forward
+    return forward if block is None else with_system_message(forward, block)
 
 
 @router.post("/v1/chat/completions", include_in_schema=False)
@@ -187,25 +180,28 @@ async def _store_answer(
 ) -> None:
     """Store the user turn and the answer; the answer is returned either way, the headers say
     whether it was stored."""
-    try:
-        await turns.store(answer)
-        headers[STORED_HEADER] = "true"
-    except Exception:
-        log.warning("storing chat turns failed", exc_info=True)
-        headers[STORED_HEADER] = "false"
-    if turns.conversation_id is not None:
-        headers[CONVERSATION_HEADER] = str(turns.conversation_id)
+    await _stored(turns, turns.store(answer), headers, "storing chat turns failed")
 
 
 async def _keep_turn(turns: Turns, failure: str, headers: dict[str, str]) -> None:
     """The upstream gave no answer: store the user's turn alone, marked with why. Its error is
     what the client gets either way; the headers say whether the turn is kept."""
+    # None new (a tool-call round), or stored by an earlier try: nothing to store.
+    store = turns.store(None, failure) if turns.user is not None else None
+    await _stored(turns, store, headers, "storing the user turn of a failed chat request failed")
+
+
+async def _stored(
+    turns: Turns, store: Awaitable[object] | None, headers: dict[str, str], failed: str
+) -> None:
+    """Run `store` (best effort: `failed` is logged) and say in the headers whether the turns
+    are stored and in which conversation."""
     try:
-        if turns.user is not None:  # none new (a tool-call round), or stored by an earlier try
-            await turns.store(None, failure)
+        if store is not None:
+            await store
         headers[STORED_HEADER] = "true"
     except Exception:
-        log.warning("storing the user turn of a failed chat request failed", exc_info=True)
+        log.warning(failed, exc_info=True)
         headers[STORED_HEADER] = "false"
     if turns.conversation_id is not None:
         headers[CONVERSATION_HEADER] = str(turns.conversation_id)

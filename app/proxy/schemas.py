@@ -89,3 +89,14 @@ def answer_text(message: Any) -> str | None:
         return ""
     refusal = message.get("refusal")
     return refusal if isinstance(refusal, str) and refusal else None
+
+
+def with_system_message(body: dict[str, Any], content: str) -> dict[str, Any]:
+    """The body with `content` as its own system message after the caller's leading system
+    (and developer) messages, never merged into a user's text."""
+    messages = list(body["messages"])
+    at = 0
+    while at < len(messages) and messages[at].get("role") in {"system", "developer"}:
+        at += 1
+    messages.insert(at, {"role": "system", "content": content})
+    return {**body, "messages": messages}

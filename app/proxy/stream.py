@@ -110,6 +110,11 @@ class Relay:
         self.ended = "upstream_dropped"
         return DROPPED_EVENT
 
+    @property
+    def stored_text(self) -> str:
+        """The answer `finish` stores."""
+        return self.answer.text
+
     async def finish(self) -> None:
         """Close the upstream and store the turns; runs once, also after a disconnect."""
         if self._finished:
@@ -118,7 +123,7 @@ class Relay:
         await self.response.aclose()
         reason = self.ended if self.ended is not None else "client_disconnected"
         try:
-            await self.on_end(self.answer.text, reason or None)
+            await self.on_end(self.stored_text, reason or None)
         except Exception:  # the client has its answer; storing it is best effort from here
             log.warning("storing a streamed chat answer failed", exc_info=True)
 

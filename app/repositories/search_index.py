@@ -15,17 +15,13 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.domain import ContextWeights
+
 
 class Source(IntEnum):
     MEMORY = 0
     MESSAGE = 1
 
-
-# Lexemes of the item's own text count fully; lexemes of its context (the neighbouring turns of
-# a dialogue) count with CONTEXT_WEIGHT, so a turn is found by the words of the exchange it
-# belongs to without outranking the turn that says them. Chosen on LoCoMo (docs/retrieval.md).
-CONTEXT_WEIGHT_PREVIOUS = 0.5
-CONTEXT_WEIGHT_NEXT = 0.5
 
 _INDEX_SQL = text(
     """
@@ -115,8 +111,11 @@ def _batches(items: Sequence[Document], max_chars: int) -> list[Sequence[Documen
 
 
 class SearchIndexRepository:
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncSession, weights: ContextWeights = ContextWeights()) -> None:
+        """`weights`: how the lexemes of a document's context count (the preset's
+        `context_weights`; the default is the default preset's)."""
         self.session = session
+        self.weights = weights
 
     async def index(self, user_id: str, items: Sequence[Document]) -> None:
         """Add postings for documents of one user, in statements of bounded size.
@@ -134,8 +133,8 @@ class SearchIndexRepository:
                     "bodies": [d.text for d in batch],
                     "previous": [d.previous for d in batch],
                     "following": [d.following for d in batch],
-                    "weight_previous": CONTEXT_WEIGHT_PREVIOUS,
-                    "weight_next": CONTEXT_WEIGHT_NEXT,
+                    "weight_previous": self.weights.previous,
+                    "weight_next": self.weights.next,
                     "doc_count": len(batch),
                 },
             )

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Float, case, extract, func, literal_column, or_, select, update
+from sqlalchemy import Float, Update, case, extract, func, literal_column, or_, select, update
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
@@ -31,6 +31,16 @@ UNINDEXED = "unindexed"
 def _live() -> ColumnElement[bool]:
     """Not expired (an expired item is gone for reads before a sweep deletes it)."""
     return or_(MemoryItem.expires_at.is_(None), MemoryItem.expires_at > func.now())
+
+
+def _update_undeleted(user_id: str, *where: ColumnElement[bool]) -> Update:
+    """An UPDATE of the user's items that are not deleted and match `where` (the ORM session's
+    objects are not synchronised)."""
+    return (
+        update(MemoryItem)
+        .where(MemoryItem.user_id == user_id, MemoryItem.deleted_at.is_(None), *where)
+        .execution_options(synchronize_session=False)
+    )
 
 
 def expiry(ttl: float | None) -> Any:
@@ -243,33 +253,21 @@ class StoreRepository:
             return
         minutes = func.cast(MemoryItem.metadata_[TTL].astext, Float)
         expires = func.to_timestamp(extract("epoch", func.now()) + minutes * 60)
-        stmt = (
-            update(MemoryItem)
-            .where(
-                MemoryItem.user_id == user_id,
-                MemoryItem.id.in_(ids),
-                MemoryItem.metadata_.has_key(TTL),
-                MemoryItem.deleted_at.is_(None),
-                _live(),
-            )
-            .values(expires_at=expires)
-            .execution_options(synchronize_session=False)
-        )
+        stmt = _update_undeleted(
+            user_id, MemoryItem.id.in_(ids), MemoryItem.metadata_.has_key(TTL), _live()
+        ).values(expires_at=expires)
         await self.session.execute(stmt)
 
     async def sweep(self, user_id: str) -> int:
         """Delete (softly, as a delete) the user's expired store items; how many."""
         stmt = (
-            update(MemoryItem)
-            .where(
-                MemoryItem.user_id == user_id,
+            _update_undeleted(
+                user_id,
                 MemoryItem.store_key.is_not(None),
                 MemoryItem.valid_to.is_(None),
-                MemoryItem.deleted_at.is_(None),
                 MemoryItem.expires_at <= func.now(),
             )
             .values(deleted_at=func.now(), updated_at=func.now())
             .returning(MemoryItem.id)
-            .execution_options(synchronize_session=False)
         )
         return len((await self.session.execute(stmt)).all())

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Literal
+
+from app.domain import ContextWeights
 
 Fusion = Literal["convex", "rrf", "learned"]
 Normalisation = Literal["minmax", "max", "zscore"]
@@ -122,6 +124,10 @@ class RetrievalPreset:
     # Which relevance model of the embedder the learned fusion reads (relevance.model_file):
     # "" its plain (listwise) one, "answers" the pointwise one with the answer head's weight.
     relevance_model: str = ""
+    # The keyword index: how the lexemes of a turn's neighbouring turns count beside its own
+    # (app.domain.ContextWeights); the index's writers apply them, so a change needs the index
+    # rebuilt (`pgrecall rebuild-keywords`, app/services/keywords.py).
+    context_weights: ContextWeights = field(default_factory=ContextWeights)
 
     def as_params(self) -> dict[str, object]:
         """Flat name -> value, for logs and MLflow."""
@@ -209,7 +215,7 @@ def with_overrides(preset: RetrievalPreset, assignments: Sequence[str]) -> Retri
     if not assignments:
         return preset
     current = asdict(preset)
-    known = {f.name for f in fields(preset)} - {"name"}
+    known = {f.name for f in fields(preset) if not isinstance(current[f.name], dict)} - {"name"}
     changes: dict[str, object] = {}
     for assignment in assignments:
         key, sep, text = assignment.partition("=")

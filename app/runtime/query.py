@@ -4,7 +4,10 @@ query service itself comes from `app.runtime.resources.query_service`."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import fields
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from app.config import Settings
 from app.retrieval.presets import get_preset
@@ -12,25 +15,21 @@ from app.schemas.memory import MemoryItemOut, MemoryQueryResponse
 from app.schemas.query import QueryFilters
 from app.services.query import QueryConfig, QueryRequest, QueryResult
 
+M = TypeVar("M", bound=BaseModel)
+
+# QueryConfig's fields are the Settings fields of the same name (the defaults live in
+# app/config.py), but for these; the preset is named by PGRECALL_RETRIEVAL_PRESET.
+_SETTING_NAMES = {"timeout_s": "query_timeout_s"}
+
 
 def query_config(settings: Settings) -> QueryConfig:
     """Retrieval settings handed to the query service."""
-    return QueryConfig(
-        preset=get_preset(settings.retrieval_preset),
-        token_budget=settings.token_budget,
-        min_relevance=settings.min_relevance,
-        max_results=settings.max_results,
-        rate_limit_per_minute=settings.rate_limit_per_minute,
-        timeout_s=settings.query_timeout_s,
-        exact_search_max_items=settings.exact_search_max_items,
-        ivfflat_probes=settings.ivfflat_probes,
-        ivfflat_max_probes=settings.ivfflat_max_probes,
-        ivfflat_probe_share=settings.ivfflat_probe_share,
-        hnsw_ef_search=settings.hnsw_ef_search,
-        hnsw_max_scan_tuples=settings.hnsw_max_scan_tuples,
-        generic_plan_max_items=settings.generic_plan_max_items,
-        search_size_ttl_s=settings.search_size_ttl_s,
-    )
+    values = {
+        f.name: getattr(settings, _SETTING_NAMES.get(f.name, f.name))
+        for f in fields(QueryConfig)
+        if f.name != "preset"
+    }
+    return QueryConfig(preset=get_preset(settings.retrieval_preset), **values)
 
 
 def query_request(
@@ -61,6 +60,12 @@ def query_request(
     )
 
 
+def read_fields(model: type[M], item: object, **attributes: str) -> M:
+    """`model` with each field read from the item's attribute of the same name, but for
+    `attributes` (field -> attribute): a door's answer made from a service's result item."""
+    return model(**{name: getattr(item, attributes.get(name, name)) for name in model.model_fields})
+
+
 def result_status(result: QueryResult) -> dict[str, Any]:
     """How complete an answer is, the fields every query response carries alike."""
     return {
@@ -75,22 +80,7 @@ def result_status(result: QueryResult) -> dict[str, Any]:
 def memory_query_response(result: QueryResult) -> MemoryQueryResponse:
     """POST /v1/memory/query's answer: the items with their scores and references, timings."""
     return MemoryQueryResponse(
-        items=[
-            MemoryItemOut(
-                id=i.id,
-                content=i.content,
-                type=i.type,
-                source_kind=i.source_kind,
-                relevance_score=i.relevance_score,
-                source=i.source,
-                created_at=i.created_at,
-                importance=i.importance,
-                role=i.role,
-                conversation_id=i.conversation_id,
-                truncated=i.cut,
-            )
-            for i in result.items
-        ],
+        items=[read_fields(MemoryItemOut, i, truncated="cut") for i in result.items],
         total_count=result.total_count,
         query_embedding_ms=result.query_embedding_ms,
         retrieval_ms=result.retrieval_ms,

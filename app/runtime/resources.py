@@ -7,7 +7,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -111,13 +111,7 @@ def judge_from_settings(settings: Settings, cache: Cache) -> QueryJudge | None:
     """The LLM judge (PGRECALL_JUDGE=llm) on its endpoint (Settings.judge_endpoint), else None."""
     if settings.judge != JudgeMode.LLM:
         return None
-    endpoint = settings.judge_endpoint
-    llm = JudgeLLM(
-        model=endpoint.model,
-        base_url=endpoint.base_url,
-        api_key=endpoint.api_key,
-        timeout_s=settings.judge_timeout_s,
-    )
+    llm = JudgeLLM(**asdict(settings.judge_endpoint), timeout_s=settings.judge_timeout_s)
     return QueryJudge(
         llm,
         cache,

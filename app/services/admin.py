@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.adapters.cache import Cache
-from app.errors import ConflictError, NotFoundError
+from app.errors import ConflictError, NotFoundError, found
 from app.models import MemoryItem
 from app.repositories.admin import AdminMemoryRepository, MemoryFilter
 from app.repositories.search_index import Document, SearchIndexRepository, Source
@@ -123,10 +123,7 @@ class AdminMemoryService:
         return await self._get(user_id, item_id)
 
     async def _get(self, user_id: str, item_id: uuid.UUID) -> MemoryItem:
-        item = await self.repo.get(user_id, item_id)
-        if item is None:
-            raise NotFoundError("memory not found")
-        return item
+        return found(await self.repo.get(user_id, item_id), "memory")
 
     async def list(
         self, filters: MemoryFilter, *, limit: int, offset: int

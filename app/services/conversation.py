@@ -7,11 +7,11 @@ import uuid
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.errors import NotFoundError
+from app.errors import NotFoundError, found
 from app.models import Conversation, Message
 from app.repositories.conversation import ConversationRepository, NewMessage
 from app.repositories.conversation_settings import ConversationSettingsRepository
@@ -79,6 +79,15 @@ class StoredMessages:
     previous_id: uuid.UUID | None = None
 
 
+class AppendOptions(TypedDict, total=False):
+    """ConversationService.append's keyword options, for the services that pass them on."""
+
+    priority: Priority
+    extraction: bool | None
+    passages: bool
+    write_gate: AbstractAsyncContextManager[object] | None
+
+
 class ConversationService:
     def __init__(self, session: AsyncSession, embeddings: EmbeddingService) -> None:
         self.session = session
@@ -92,10 +101,7 @@ class ConversationService:
 
     async def get(self, user_id: str, conversation_id: uuid.UUID) -> Conversation:
         """The user's conversation, or NotFoundError (also for other users' ids)."""
-        conversation = await self.repo.get(user_id, conversation_id)
-        if conversation is None:
-            raise NotFoundError("conversation not found")
-        return conversation
+        return found(await self.repo.get(user_id, conversation_id), "conversation")
 
     async def set_goal(
         self, user_id: str, conversation_id: uuid.UUID, goal: str | None

@@ -18,6 +18,7 @@ from tqdm import tqdm
 
 from app.adapters.cache import Cache
 from app.db import admin_sessions, user_session
+from app.domain import ContextWeights
 from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.repositories.users import UserDirectoryRepository
 from app.services.conversation import conversation_documents
@@ -46,9 +47,12 @@ async def all_users(sessionmaker: async_sessionmaker[AsyncSession]) -> list[str]
                 return users
 
 
-async def rebuild_user(session: AsyncSession, user_id: str) -> int:
-    """Drop and rebuild one user's postings in the caller's transaction; documents made."""
-    index = SearchIndexRepository(session)
+async def rebuild_user(
+    session: AsyncSession, user_id: str, weights: ContextWeights = ContextWeights()
+) -> int:
+    """Drop and rebuild one user's postings in the caller's transaction, the context of each
+    turn counted with `weights`; documents made."""
+    index = SearchIndexRepository(session, weights)
     memories, messages = await index.sources(user_id)
     documents = [Document(m.id, Source.MEMORY, m.content) for m in memories]
     documents += conversation_documents(
@@ -65,15 +69,17 @@ async def rebuild_keywords(
     *,
     cache: Cache | None = None,
     progress: bool = False,
+    weights: ContextWeights = ContextWeights(),
 ) -> KeywordReport:
-    """Rebuild the named users' postings (every user when None), one transaction each; their
-    cached query results are dropped after each commit (the ranking may change)."""
+    """Rebuild the named users' postings (every user when None), one transaction each, with
+    `weights` for the turns' context (a preset's `context_weights`); their cached query results
+    are dropped after each commit (the ranking may change)."""
     started = time.perf_counter()
     chosen = list(users) if users is not None else await all_users(sessionmaker)
     report = KeywordReport()
     for user_id in tqdm(chosen, unit="user", disable=not progress, file=sys.stderr):
         async with user_session(sessionmaker, user_id) as session, session.begin():
-            made = await rebuild_user(session, user_id)
+            made = await rebuild_user(session, user_id, weights)
         if cache is not None:
             await cache.invalidate_user(user_id)
         report.users += 1

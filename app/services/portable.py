@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.adapters.cache import Cache
@@ -60,54 +60,31 @@ def _vector(value: Any) -> list[float] | None:
     return None if value is None else [float(x) for x in np.asarray(value)]
 
 
+# A line's field is the ORM attribute of the same name, but for these.
+_ATTRIBUTES = {"metadata": "metadata_"}
+
+
+def _line(model: type[BaseModel], row: Any, embeddings: bool) -> dict[str, Any]:
+    """A stored row as its export line: every field of `model` read from the row's attribute
+    (the kind is the model's own; the vector only with `embeddings`)."""
+    names = set(model.model_fields) - {"kind", "embedding"}
+    line = model(**{name: getattr(row, _ATTRIBUTES.get(name, name)) for name in names})
+    out = line.model_dump(mode="json", exclude={"embedding"})
+    if embeddings:
+        out["embedding"] = _vector(row.embedding)
+    return out
+
+
 def conversation_line(c: Conversation) -> dict[str, Any]:
-    return ConversationLine(
-        id=c.id, title=c.title, created_at=c.created_at, updated_at=c.updated_at
-    ).model_dump(mode="json")
+    return _line(ConversationLine, c, False)
 
 
 def message_line(m: Message, embeddings: bool) -> dict[str, Any]:
-    line = MessageLine(
-        id=m.id,
-        conversation_id=m.conversation_id,
-        role=m.role,  # type: ignore[arg-type]
-        content=m.content,
-        created_at=m.created_at,
-        correlation_id=m.correlation_id,
-        metadata=m.metadata_,
-        embedding_model=m.embedding_model,
-    )
-    out = line.model_dump(mode="json", exclude={"embedding"})
-    if embeddings:
-        out["embedding"] = _vector(m.embedding)
-    return out
+    return _line(MessageLine, m, embeddings)
 
 
 def memory_line(m: MemoryItem, embeddings: bool) -> dict[str, Any]:
-    line = MemoryLine(
-        id=m.id,
-        content=m.content,
-        type=m.type,  # type: ignore[arg-type]
-        importance=m.importance,
-        source=m.source,
-        source_message_id=m.source_message_id,
-        created_at=m.created_at,
-        updated_at=m.updated_at,
-        expires_at=m.expires_at,
-        deleted_at=m.deleted_at,
-        valid_from=m.valid_from,
-        valid_to=m.valid_to,
-        supersedes_id=m.supersedes_id,
-        metadata=m.metadata_,
-        embedding_model=m.embedding_model,
-        tags=list(m.tags),
-        last_retrieved_at=m.last_retrieved_at,
-        times_retrieved=m.times_retrieved,
-    )
-    out = line.model_dump(mode="json", exclude={"embedding"})
-    if embeddings:
-        out["embedding"] = _vector(m.embedding)
-    return out
+    return _line(MemoryLine, m, embeddings)
 
 
 async def open_export(

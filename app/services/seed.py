@@ -98,27 +98,16 @@ class _Pending:
 
 
 async def seed_file(
-    path: Path,
+    source: Path | ParsedFile,
     sessionmaker: async_sessionmaker[AsyncSession],
     embeddings: EmbeddingService,
     *,
     options: SeedOptions = SeedOptions(),
     cache: Cache | None = None,
 ) -> SeedReport:
-    """Validate the file, then load it; raises SeedFileError when the file is unreadable."""
-    parsed = read_seed_file(path)
-    return await seed_rows(parsed, sessionmaker, embeddings, options=options, cache=cache)
-
-
-async def seed_rows(
-    parsed: ParsedFile,
-    sessionmaker: async_sessionmaker[AsyncSession],
-    embeddings: EmbeddingService,
-    *,
-    options: SeedOptions = SeedOptions(),
-    cache: Cache | None = None,
-) -> SeedReport:
-    """Load validated rows; writes nothing if any row is invalid, unless skip_invalid."""
+    """Load a seed file (validated first; SeedFileError when it is unreadable) or its validated
+    rows; writes nothing if any row is invalid, unless skip_invalid."""
+    parsed = read_seed_file(source) if isinstance(source, Path) else source
     report = SeedReport(
         rows=parsed.total,
         invalid=len({e.line for e in parsed.errors}),

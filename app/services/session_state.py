@@ -14,16 +14,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 from app.adapters.cache import Cache
 from app.db import after_commit
 from app.models import Message
 from app.schemas.conversation import MessageCreate
-from app.services.conversation import ConversationService, StoredMessages
-from app.services.embedding import Priority
+from app.services.conversation import AppendOptions, ConversationService, StoredMessages
 
 
 def session_entry(message: Message) -> dict[str, Any]:
@@ -55,23 +53,12 @@ class SessionStateService:
         conversation_id: uuid.UUID,
         messages: Sequence[MessageCreate],
         correlation_id: uuid.UUID,
-        *,
-        priority: Priority = Priority.INTERACTIVE,
-        extraction: bool | None = None,
-        passages: bool = True,
-        write_gate: AbstractAsyncContextManager[object] | None = None,
+        **options: Unpack[AppendOptions],
     ) -> StoredMessages:
-        """Store the messages (ConversationService.append); once committed, the cached copy
-        is extended and the user's cached query results are dropped."""
+        """Store the messages (ConversationService.append, with its options); once committed,
+        the cached copy is extended and the user's cached query results are dropped."""
         stored = await self.conversations.append(
-            user_id,
-            conversation_id,
-            messages,
-            correlation_id,
-            priority=priority,
-            extraction=extraction,
-            passages=passages,
-            write_gate=write_gate,
+            user_id, conversation_id, messages, correlation_id, **options
         )
         after_commit(self.conversations.session, self.after_append(user_id, stored))
         return stored

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from app.runtime import query_request, query_service, user_transaction
-from app.runtime.query import result_status
+from app.runtime.query import read_fields, result_status
 from app.schemas.agent import (
     ForgetMemoryArgs,
     ForgetMemoryResult,
@@ -114,16 +114,6 @@ async def search_conversations(call: ToolCall, args: SearchConversationsArgs) ->
         correlation_id=call.correlation_id,
     )
     return MessageHits(
-        messages=[
-            MessageHit(
-                id=i.id,
-                conversation_id=i.conversation_id,
-                role=i.role,
-                content=i.content,
-                created_at=i.created_at,
-                relevance=i.relevance_score,
-            )
-            for i in result.items
-        ],
+        messages=[read_fields(MessageHit, i, relevance="relevance_score") for i in result.items],
         **result_status(result),
     )

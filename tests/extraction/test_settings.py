@@ -53,3 +53,24 @@ def test_bad_values_name_the_variable(
         monkeypatch.setenv(name, value)
     with pytest.raises(SettingsError, match=message):
         load_settings()
+
+
+def test_the_worker_config_reads_the_extraction_settings_of_its_field_names(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from app.extraction.runtime import extraction_config
+
+    monkeypatch.setenv("PGRECALL_EXTRACTION_LEASE_S", "42")
+    monkeypatch.setenv("PGRECALL_EXTRACTION_JOB_TOKEN_CAP", "7000")
+    config = extraction_config(load_settings())
+    assert config.lease_s == 42.0 and config.job_token_cap == 7000
+    assert config.batch_messages == 20 and config.workers == 4
+
+
+def test_the_extractor_endpoint_is_read_from_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PGRECALL_EXTRACTION_BASE_URL", "http://localhost:8001/v1/")
+    monkeypatch.setenv("PGRECALL_EXTRACTION_API_KEY", "sk-test")
+    monkeypatch.setenv("PGRECALL_EXTRACTION_MODEL", "small")
+    endpoint = load_settings().extraction_endpoint
+    assert (endpoint.api_key, endpoint.model) == ("sk-test", "small")
+    assert endpoint.base_url is not None and endpoint.base_url.startswith("http://localhost:8001")

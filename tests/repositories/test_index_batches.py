@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from app.domain import ContextWeights
 from app.errors import DatabaseUnavailableError
 from app.repositories import search_index
 from app.repositories.search_index import Document, SearchIndexRepository, Source, _batches
@@ -43,9 +44,14 @@ def test_batches_keep_order_and_bound_size() -> None:
     assert _batches([], 10) == []
 
 
-async def _index(engine: AsyncEngine, user: str, docs: list[Document]) -> tuple[int, int, int]:
+async def _index(
+    engine: AsyncEngine,
+    user: str,
+    docs: list[Document],
+    weights: ContextWeights = ContextWeights(),
+) -> tuple[int, int, int]:
     async with AsyncSession(engine) as session, session.begin():
-        await SearchIndexRepository(session).index(user, docs)
+        await SearchIndexRepository(session, weights).index(user, docs)
     async with engine.connect() as conn:
         postings = await conn.scalar(
             text("SELECT count(*) FROM search_postings WHERE user_id = :u"), {"u": user}
@@ -67,6 +73,18 @@ async def test_many_statements_index_exactly_what_one_does(
     split = await _index(db_engine, f"batch-many-{uuid.uuid4()}", _docs())
     assert split == whole
     assert whole[1] == len(TEXTS)
+
+
+async def test_the_context_counts_with_the_weights_the_writer_is_given(
+    db_engine: AsyncEngine,
+) -> None:
+    default = await _index(db_engine, f"weights-default-{uuid.uuid4()}", _docs())
+    explicit = await _index(
+        db_engine, f"weights-half-{uuid.uuid4()}", _docs(), ContextWeights(0.5, 0.5)
+    )
+    alone = await _index(db_engine, f"weights-off-{uuid.uuid4()}", _docs(), ContextWeights(0, 0))
+    assert explicit == default
+    assert alone[2] < default[2]  # the context's lexemes no longer lengthen the documents
 
 
 async def test_a_statement_timeout_is_reported_as_unavailable(db_engine: AsyncEngine) -> None:

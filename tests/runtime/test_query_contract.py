@@ -107,3 +107,17 @@ def test_a_new_filter_is_a_change_in_the_filters_model_and_the_service_only() ->
         ["/v1/tools/query_memory", 0.5],
         ["/v1/memory/query", 0.75],
     ] * 2
+
+
+def test_query_config_reads_every_field_from_the_settings_of_the_same_name() -> None:
+    from dataclasses import asdict
+
+    from app.config import Settings
+    from app.retrieval.presets import get_preset
+    from app.runtime.query import query_config
+
+    settings = Settings()
+    config = asdict(query_config(settings))
+    assert config.pop("preset") == asdict(get_preset(settings.retrieval_preset))
+    assert config.pop("timeout_s") == settings.query_timeout_s
+    assert config == {name: getattr(settings, name) for name in config}

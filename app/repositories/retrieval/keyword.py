@@ -6,7 +6,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from app.repositories.retrieval.common import (
     NO_TIME_FILTER,
@@ -129,27 +129,28 @@ def source_filter(
     return " OR ".join(parts) if parts else None
 
 
+class KeywordScope(TypedDict):
+    """What the keyword arm searches and how it scores: how many items, which sources, types,
+    tags and times, BM25's k1 and b, and the participant names the query mentions (the
+    pipeline finds them)."""
+
+    limit: int
+    memories: bool
+    messages: bool
+    types: Sequence[str] | None
+    k1: float
+    b: float
+    when: NotRequired[TimeFilter]
+    tags: NotRequired[TagFilter | None]
+    names: NotRequired[Sequence[str]]
+
+
 class KeywordArm(SessionBound):
     async def keyword(
-        self,
-        user_id: str,
-        query: str,
-        *,
-        limit: int,
-        memories: bool,
-        messages: bool,
-        types: Sequence[str] | None,
-        k1: float,
-        b: float,
-        when: TimeFilter = NO_TIME_FILTER,
-        tags: TagFilter | None = None,
-        names: Sequence[str] = (),
+        self, user_id: str, query: str, **scope: Unpack[KeywordScope]
     ) -> KeywordHits:
-        """Top items by BM25 (per-user document frequencies) over any of the query's lexemes;
-        `names` are the participant names the query mentions (the pipeline finds them)."""
-        rows = await self._bm25(
-            user_id, query, limit, memories, messages, types, k1, b, when, tags, names, None
-        )
+        """Top items by BM25 (per-user document frequencies) over any of the query's lexemes."""
+        rows = await self._bm25(user_id, query, scope, None)
         keys = [(SOURCES[r["source"]], r["item_id"]) for r in rows]
         scores = {k: float(r["score"]) for k, r in zip(keys, rows, strict=True)}
         plain = {k: float(r["plain"]) for k, r in zip(keys, rows, strict=True)}
@@ -164,42 +165,25 @@ class KeywordArm(SessionBound):
         *,
         terms: int,
         min_df: int,
-        limit: int,
-        memories: bool,
-        messages: bool,
-        types: Sequence[str] | None,
-        k1: float,
-        b: float,
-        when: TimeFilter = NO_TIME_FILTER,
-        tags: TagFilter | None = None,
-        names: Sequence[str] = (),
+        **scope: Unpack[KeywordScope],
     ) -> dict[tuple[Source, uuid.UUID], float]:
         """BM25 of the items over the seeds' rarest lexemes the query lacks (one PRF round)."""
         if not seeds or terms <= 0:
             return {}
         expansion = {"seeds": list(seeds), "terms": terms, "min_df": min_df}
-        rows = await self._bm25(
-            user_id, query, limit, memories, messages, types, k1, b, when, tags, names, expansion
-        )
+        rows = await self._bm25(user_id, query, scope, expansion)
         return {(SOURCES[r["source"]], r["item_id"]): float(r["score"]) for r in rows}
 
     async def _bm25(
         self,
         user_id: str,
         query: str,
-        limit: int,
-        memories: bool,
-        messages: bool,
-        types: Sequence[str] | None,
-        k1: float,
-        b: float,
-        when: TimeFilter,
-        tags: TagFilter | None,
-        names: Sequence[str],
+        scope: KeywordScope,
         expansion: dict[str, Any] | None,
     ) -> Sequence[Row]:
         """Run the BM25 statement over the query's lexemes, or over the expansion terms."""
-        visible = source_filter(memories, messages, types, when, tags)
+        types, when, tags = scope["types"], scope.get("when", NO_TIME_FILTER), scope.get("tags")
+        visible = source_filter(scope["memories"], scope["messages"], types, when, tags)
         if visible is None:
             return []
         sql = BM25_SQL.format(
@@ -210,10 +194,10 @@ class KeywordArm(SessionBound):
         params: dict[str, Any] = {
             "user_id": user_id,
             "query": query,
-            "names": " ".join(names),
-            "limit": limit,
-            "k1": k1,
-            "b": b,
+            "names": " ".join(scope.get("names", ())),
+            "limit": scope["limit"],
+            "k1": scope["k1"],
+            "b": scope["b"],
             **when.params(),
             **(expansion or {}),
             **_scope_params(types, tags),

@@ -26,8 +26,8 @@ JudgeOutcome = Literal["llm", "fallback"]
 
 @dataclass(frozen=True)
 class QueryConfig:
-    """Service-wide retrieval settings, built from Settings by app.runtime.query_config (the
-    defaults live in app/config.py)."""
+    """Service-wide retrieval settings: each field but the preset is the Settings field of the
+    same name (app.runtime.query.query_config; the defaults live in app/config.py)."""
 
     preset: RetrievalPreset
     token_budget: int
