@@ -20,7 +20,8 @@ from app.embedded import EmbeddedPostgres
 from eval.datasets.curated import CuratedDataset, load_curated
 
 
-async def _lexemes(dsn: str, texts: list[str]) -> dict[str, frozenset[str]]:
+async def lexemes(dsn: str, texts: list[str]) -> dict[str, frozenset[str]]:
+    """Each text's lexemes under to_tsvector('english', ...), from the server at `dsn`."""
     conn = await asyncpg.connect(dsn)
     try:
         rows = await conn.fetch(
@@ -59,11 +60,11 @@ def main(paths: list[str]) -> int:
     server = EmbeddedPostgres(directory)
     server.start()
     try:
-        lexemes = asyncio.run(_lexemes(server.dsn, texts))
+        found = asyncio.run(lexemes(server.dsn, texts))
     finally:
         server.stop()
         shutil.rmtree(directory, ignore_errors=True)
-    bad = [p for d in datasets for p in problems(d, lexemes)]
+    bad = [p for d in datasets for p in problems(d, found)]
     for line in bad:
         print(line)
     users = sum(len(d.users) for d in datasets)

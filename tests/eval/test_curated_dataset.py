@@ -11,10 +11,10 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
 from app.embedded import EmbeddedPostgres
+from eval import corpus_check
 from eval.datasets.curated import (
     DEFAULT_PATH,
     MEMORY_TYPES,
@@ -47,16 +47,7 @@ def dataset() -> CuratedDataset:
 
 async def stems(pg: EmbeddedPostgres, texts: list[str]) -> dict[str, frozenset[str]]:
     """Each text's lexemes under to_tsvector('english', ...), from the real server."""
-    conn = await asyncpg.connect(pg.dsn)
-    try:
-        rows = await conn.fetch(
-            "SELECT t, tsvector_to_array(to_tsvector('english', t)) AS lexemes "
-            "FROM unnest($1::text[]) AS t",
-            texts,
-        )
-    finally:
-        await conn.close()
-    return {row["t"]: frozenset(row["lexemes"]) for row in rows}
+    return await corpus_check.lexemes(pg.dsn, texts)
 
 
 @pytest.fixture
