@@ -20,8 +20,16 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from app.db import SET_LOCAL, one_line, set_local_params
-from app.roles import COORDINATOR_TABLES, DISTRIBUTED_TABLES, POLICIES, policy_rewrites, user_of
+from app.db import SET_LOCAL, ScopeKey, UserScope, one_line, scope_settings, set_local_params
+from app.roles import (
+    COORDINATOR_TABLES,
+    DISTRIBUTED_TABLES,
+    POLICIES,
+    SCOPE_KEY_TABLE,
+    policy_rewrites,
+    read_scope_key,
+    user_of,
+)
 
 DISTRIBUTION_COLUMN = "user_id"
 ANCHOR = DISTRIBUTED_TABLES[0]  # the table the others are co-located with
@@ -67,6 +75,9 @@ _DISTRIBUTE_WITH = text(
 # asyncpg type lookup every new connection runs (for `vector`) took 1.4-1.6 s on the coordinator
 # instead of 10-40 ms, and tripped the query path's timeout. The service's connections do not
 # need the hiding: off for the database on the coordinator (its owner may set it).
+_SCOPE_KEY_PLACED = text(
+    f"SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = '{SCOPE_KEY_TABLE}'::regclass"
+)
 _SHOW_SHARDS = text(
     "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET citus.override_table_visibility = off', "
     "current_database()); END $$"
@@ -133,6 +144,12 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
             name = "(policies)"
             for statement in policy_rewrites((await conn.execute(POLICIES)).all(), once=False):
                 await conn.exec_driver_sql(statement)
+            # The policies' signed user (migration 0018) is checked where the rows are: the
+            # scope key on every worker (a reference table) and the function beside it.
+            name = "(scope key)"
+            if await conn.scalar(_SCOPE_KEY_PLACED) == 0:
+                await conn.execute(text(f"SELECT create_reference_table('{SCOPE_KEY_TABLE}')"))
+            await conn.execute(text("SELECT create_distributed_function('pgrecall_scope_user()')"))
         for name in DISTRIBUTED_TABLES:
             if placed[name].method == "h":
                 continue
@@ -177,7 +194,7 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
         return False, f"Citus {version}: " + "; ".join(problems) + " (run `pgrecall db distribute`)"
     role = user_of(service_url)
     try:
-        wrote, hidden = await _round_trip(service_url)
+        wrote, hidden = await _round_trip(service_url, await read_scope_key(owner_url))
     except SQLAlchemyError as exc:
         return False, f"Citus {version}: {role} cannot write its own row: {one_line(exc)}"
     if not wrote:
@@ -195,7 +212,7 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
     )
 
 
-async def _round_trip(service_url: str) -> tuple[bool, str]:
+async def _round_trip(service_url: str, key: ScopeKey) -> tuple[bool, str]:
     """(the probe row written and read back, the connection's citus.override_table_visibility)"""
     user_id = f"pgrecall-doctor-{uuid.uuid4()}"
     row = {"id": uuid.uuid4(), "user_id": user_id}
@@ -204,7 +221,8 @@ async def _round_trip(service_url: str) -> tuple[bool, str]:
         async with engine.connect() as conn:
             tx = await conn.begin()
             try:
-                await conn.execute(SET_LOCAL, set_local_params({"pgrecall.user_id": user_id}))
+                scope = scope_settings(UserScope(user_id), key)
+                await conn.execute(SET_LOCAL, set_local_params(scope))
                 await conn.execute(_PROBE_INSERT, row)
                 read = await conn.scalar(_PROBE_READ, row) == 1
                 return read, str(await conn.scalar(_VISIBILITY))

@@ -80,6 +80,11 @@ class Settings(BaseSettings):
         default=None,
         description="owner's DSN for migrations and grants when database_url is the service role",
     )
+    admin_database_url: str | None = Field(
+        default=None,
+        description="DSN of the admin role (pgrecall_admin or a member) for admin work; unset: "
+        "the embedded server's pgrecall_admin, or the migration (owner) DSN",
+    )
     app_role: str = Field(
         default="pgrecall_app",
         description="the service's own role on the embedded server (created at start-up)",
@@ -261,7 +266,7 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_format: LogFormat = LogFormat.TEXT
 
-    @field_validator("database_url", "migration_database_url")
+    @field_validator("database_url", "migration_database_url", "admin_database_url")
     @classmethod
     def _normalise_dsn(cls, value: str | None) -> str | None:
         """Accept postgres:// and postgresql:// and use the asyncpg driver."""

@@ -1,15 +1,17 @@
 """Engine and session factories, and whose rows a session may see.
 
-Row-level security (migration 0003_rls) shows the service role only the rows of the user named
-in the transaction's `pgrecall.user_id` setting, or every row in the admin mode. Sessions made
-with `user_session` set the user, and those made with `admin_sessions` the admin mode, at
-the start of every transaction they run: with SET LOCAL (migration 0010's pgrecall_set_local,
-one statement, also forwarded to the workers of a Citus cluster), so commit or rollback (also
-after an error) clears it and a pooled connection never carries one user into the next
-transaction. A session made without a scope sees no rows
-as the service role (it still works as the owner, for maintenance and tests). The query path's
-transactions (`read_transaction`) run on asyncpg itself with the same scope, set in the message
-that begins them.
+Row-level security (migrations 0003_rls, 0018_admin_role) shows the service role only the rows
+of the user named in the transaction's `pgrecall.user_id` setting, and only when
+`pgrecall.user_sig` signs it with the database's scope key (ScopeKey; the service role cannot
+read the key, so it cannot name another user). Every row is visible to the admin role
+(`pgrecall_admin`) alone. Sessions made with `user_session` set the signed user at the start of
+every transaction they run, with SET LOCAL (migration 0010's pgrecall_set_local, one statement,
+also forwarded to the workers of a Citus cluster), so commit or rollback (also after an error)
+clears it and a pooled connection never carries one user into the next transaction. Sessions
+made with `admin_sessions` run on the admin engine (create_sessionmaker's `admin_engine`),
+audit-logged. A session made without a scope sees no rows as the service role (it still works
+as the owner, for maintenance and tests). The query path's transactions (`read_transaction`)
+run on asyncpg itself with the same scope, set in the message that begins them.
 
 Vectors travel in pgvector's text form (app/vectors.py): the ORM's HalfVec type renders them,
 and raw SQL casts a `vector_literal()` string to halfvec. (pgvector's binary asyncpg codec
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import hashlib
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -28,7 +31,7 @@ from typing import Any
 
 import asyncpg
 from sqlalchemy import event, exc, text
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import (
     AsyncEngine,
     AsyncSession,
@@ -64,10 +67,50 @@ def set_local_params(settings: dict[str, str]) -> dict[str, list[str]]:
     return {"names": list(settings), "vals": list(settings.values())}
 
 
+# SHA-256's block: HMAC pads its key to it.
+_BLOCK = 64
+# Where an engine keeps the scope key its user scopes are signed with (an execution option:
+# every connection of the engine carries it).
+_SCOPE_KEY = "pgrecall_scope_key"
+_ADMIN_BIND = "pgrecall.admin_bind"
+
+
+def scope_key_pads(key: bytes) -> tuple[bytes, bytes]:
+    """HMAC-SHA256's inner and outer pads of `key` (migration 0018 stores these, so SQL can
+    compute the HMAC with sha256() alone)."""
+    if len(key) > _BLOCK:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(_BLOCK, b"\0")
+    return bytes(b ^ 0x36 for b in key), bytes(b ^ 0x5C for b in key)
+
+
+@dataclass(frozen=True)
+class ScopeKey:
+    """The database's key for signing user scopes (table pgrecall_scope_key, migration 0018):
+    `pgrecall_scope_user()` accepts `pgrecall.user_id` only with `pgrecall.user_sig` =
+    HMAC-SHA256(key, user id), hex. Read at start-up as the admin role (app.roles)."""
+
+    inner_pad: bytes
+    outer_pad: bytes
+
+    def sign(self, user_id: str) -> str:
+        inner = hashlib.sha256(self.inner_pad + user_id.encode()).digest()
+        return hashlib.sha256(self.outer_pad + inner).hexdigest()
+
+    def __repr__(self) -> str:  # never the key in a log line or a traceback
+        return "ScopeKey(...)"
+
+
 def create_engine(
-    url: str, *, pool_size: int = 10, statement_timeout_ms: int = 5000
+    url: str,
+    *,
+    pool_size: int = 10,
+    statement_timeout_ms: int = 5000,
+    scope_key: ScopeKey | None = None,
 ) -> AsyncEngine:
-    """An asyncpg engine with a server-side statement timeout."""
+    """An asyncpg engine with a server-side statement timeout. `scope_key`: the key its user
+    scopes are signed with (the service role's engine needs it: without it a user-scoped
+    transaction sees no row; a superuser or the admin role sees every row either way)."""
     engine = create_async_engine(
         url,
         pool_size=pool_size,
@@ -87,7 +130,20 @@ def create_engine(
         },
     )
     event.listen(engine.sync_engine.pool, "checkout", _drop_closed_connection)
+    return engine if scope_key is None else with_scope_key(engine, scope_key)
+
+
+def with_scope_key(engine: AsyncEngine, key: ScopeKey) -> AsyncEngine:
+    """`engine`, now signing the user scopes of its transactions with `key`."""
+    engine.sync_engine.update_execution_options(**{_SCOPE_KEY: key})
     return engine
+
+
+def engine_scope_key(engine: AsyncEngine | Engine | Connection) -> ScopeKey | None:
+    """The scope key an engine (or a connection of it) signs user scopes with."""
+    options = engine.get_execution_options()
+    key = options.get(_SCOPE_KEY)
+    return key if isinstance(key, ScopeKey) else None
 
 
 def _drop_closed_connection(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
@@ -99,9 +155,16 @@ def _drop_closed_connection(dbapi_connection: Any, _record: Any, _proxy: Any) ->
         raise exc.DisconnectionError("connection closed by the server")
 
 
-def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    """Sessions that keep loaded attributes after commit (responses are built after it)."""
-    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False)
+def create_sessionmaker(
+    engine: AsyncEngine, admin_engine: AsyncEngine | None = None
+) -> async_sessionmaker[AsyncSession]:
+    """Sessions that keep loaded attributes after commit (responses are built after it).
+
+    `admin_engine` (logged in as the admin role): where `admin_sessions` and
+    `job_queue_sessions` of this sessionmaker run; without one they run on `engine` (the
+    owner's or a superuser's engine: scripts, tests)."""
+    info = {} if admin_engine is None else {_ADMIN_BIND: admin_engine}
+    return async_sessionmaker(engine, expire_on_commit=False, autoflush=False, info=info)
 
 
 @dataclass(frozen=True)
@@ -117,7 +180,8 @@ class UserScope:
 
 @dataclass(frozen=True)
 class AdminScope:
-    """Transactions see every user's rows; `reason` goes to the audit log."""
+    """Transactions run as the admin role, which sees every user's rows; `reason` goes to the
+    audit log."""
 
     reason: str
 
@@ -132,14 +196,14 @@ class KeyLookupScope:
 
 @dataclass(frozen=True)
 class JobQueueScope:
-    """Transactions see every user's extraction job rows and nothing else (the workers' claims;
-    migration 0008_extraction's extraction_jobs_claim policy)."""
+    """The extraction workers' claims across users: on the admin engine, as AdminScope, without
+    an audit line per poll (migration 0018 retired the service role's job-queue policy)."""
 
 
 def job_queue_sessions(
     sessionmaker: async_sessionmaker[AsyncSession],
 ) -> async_sessionmaker[AsyncSession]:
-    """A sessionmaker for claiming extraction jobs across users without the admin mode."""
+    """A sessionmaker for claiming extraction jobs across users (on the admin engine)."""
     return _scoped(sessionmaker, JobQueueScope())
 
 
@@ -195,16 +259,19 @@ def read_path_scope(user_id: str, settings: Mapping[str, str] | None = None) -> 
 def admin_sessions(
     sessionmaker: async_sessionmaker[AsyncSession], reason: str
 ) -> async_sessionmaker[AsyncSession]:
-    """A sessionmaker in the admin mode (every user's rows), for work that spans users:
+    """A sessionmaker on the admin engine (every user's rows), for work that spans users:
     re-embedding, index rebuilds, seeding, the admin API. Each transaction is audit-logged."""
     return _scoped(sessionmaker, AdminScope(reason))
 
 
 def _scoped(
-    sessionmaker: async_sessionmaker[AsyncSession], scope: UserScope | AdminScope | JobQueueScope
+    sessionmaker: async_sessionmaker[AsyncSession], scope: AdminScope | JobQueueScope
 ) -> async_sessionmaker[AsyncSession]:
     kw = dict(sessionmaker.kw)
-    kw["info"] = {**kw.get("info", {}), _SCOPE: scope}
+    info = kw.get("info", {})
+    kw["info"] = {**info, _SCOPE: scope}
+    if info.get(_ADMIN_BIND) is not None:
+        kw["bind"] = info[_ADMIN_BIND]
     return async_sessionmaker(class_=sessionmaker.class_, **kw)
 
 
@@ -218,17 +285,18 @@ def session_scope(
 
 
 def scope_settings(
-    scope: UserScope | AdminScope | KeyLookupScope | JobQueueScope,
+    scope: UserScope | AdminScope | KeyLookupScope | JobQueueScope, key: ScopeKey | None = None
 ) -> dict[str, str]:
-    """The transaction-local settings a scope runs with (row-level security reads them)."""
+    """The transaction-local settings a scope runs with (row-level security reads them); a user
+    scope is signed with `key` (none: unsigned, which the service role sees no row with). The
+    admin scopes need none: their rights are the admin role's."""
     if isinstance(scope, UserScope):
         extra = {**READ_PATH_SETTINGS, **dict(scope.settings)} if scope.custom_plans else {}
-        return {"pgrecall.user_id": scope.user_id, **extra}
+        signed = {} if key is None else {"pgrecall.user_sig": key.sign(scope.user_id)}
+        return {"pgrecall.user_id": scope.user_id, **signed, **extra}
     if isinstance(scope, KeyLookupScope):
         return {"pgrecall.key_hash": scope.key_hash}
-    if isinstance(scope, JobQueueScope):
-        return {"pgrecall.job_queue": "on"}
-    return {"pgrecall.admin": "on"}
+    return {}
 
 
 @event.listens_for(Session, "after_begin")
@@ -242,7 +310,9 @@ def _apply_scope(session: Session, _tx: SessionTransaction, connection: Connecti
             "admin mode: all users' rows visible",
             extra={"fields": {"reason": scope.reason}},
         )
-    connection.execute(SET_LOCAL, set_local_params(scope_settings(scope)))
+    settings = scope_settings(scope, engine_scope_key(connection))
+    if settings:
+        connection.execute(SET_LOCAL, set_local_params(settings))
 
 
 # -- the query path's read transaction ---------------------------------------------------------
@@ -326,7 +396,8 @@ async def read_transaction(
     Transaction: a connection the pool gets back carries no transaction state of ours."""
     if not user_id:
         raise ValueError("a user-scoped transaction needs a user id")
-    begin = begin_scoped(scope_settings(read_path_scope(user_id, settings)))
+    scope = read_path_scope(user_id, settings)
+    begin = begin_scoped(scope_settings(scope, engine_scope_key(engine)))
     async with engine.connect() as connection:
         driver = (await connection.get_raw_connection()).driver_connection
         assert driver is not None

@@ -1,10 +1,18 @@
-"""The two database roles: the owner (runs migrations, owns the tables) and the service's role.
+"""The three database roles: the owner (runs migrations, owns the tables), the service's role
+(requests) and the admin role (admin work, across users).
 
 The service's role logs in, owns nothing, is neither superuser nor BYPASSRLS, and holds only
 SELECT/INSERT/UPDATE/DELETE on the user-data tables (never TRUNCATE: it ignores row-level
 security) and SELECT on alembic_version (for /ready). Row-level security (migration 0003_rls)
 then limits every statement it sends to the rows of the user named in the transaction's
-`pgrecall.user_id` setting (app/db.py sets it), or to every row in the audited admin mode.
+`pgrecall.user_id` setting, signed with the scope key (app/db.py sets both; migration 0018).
+
+The admin role, `pgrecall_admin` (migration 0018 creates it), sees every row, and reads the
+scope key; the service role is never a member. The service runs its admin work (admin routes,
+console, CLI, extraction claims, start-up checks) on an engine of its own logged in as the
+admin role: embedded, start-up gives the role LOGIN (socket trust, like the service role);
+external, PGRECALL_ADMIN_DATABASE_URL names it (or a member of it), else the owner's DSN is used
+(the migration makes the owner a member).
 
 With the embedded server the owner is the server's superuser and the role is created here at
 start-up (idempotently; unix socket with trust auth, so no password). With an external Postgres
@@ -19,7 +27,7 @@ import logging
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
@@ -28,6 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import NullPool
 
 from app.config import Settings, check_role_name
+from app.db import ScopeKey, create_engine
 
 if TYPE_CHECKING:
     from app.embedded import EmbeddedPostgres
@@ -35,6 +44,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_APP_ROLE = "pgrecall_app"
+# Fixed: the migrations' policies name it (migration 0018_admin_role).
+ADMIN_ROLE = "pgrecall_admin"
+SCOPE_KEY_TABLE = "pgrecall_scope_key"
 # Tables holding user data: row-level security on each (migration 0003_rls has the same list),
 # and the service's DML grants. A new user-data table is one line here and one in a migration.
 USER_TABLES: tuple[str, ...] = (
@@ -63,11 +75,11 @@ POLICIES = text(
     "JOIN pg_class AS c ON c.oid = p.polrelid JOIN pg_namespace AS n ON n.oid = c.relnamespace "
     "WHERE n.nspname = 'public' ORDER BY c.relname, p.polname"
 )
-# A call not yet in a subquery, and a call in one (as Postgres prints it back).
-_SETTING_CALL = re.compile(r"(?<!SELECT )current_setting\('([a-z_.]+)'::text, true\)")
-_SETTING_ONCE = re.compile(
-    r"\( SELECT current_setting\('([a-z_.]+)'::text, true\) AS current_setting\)"
-)
+# A call a policy reads its scope with (a setting, or migration 0018's signed user), not yet in
+# a subquery, and one in a subquery (as Postgres prints them back).
+_CALL = r"(current_setting\('[a-z_.]+'::text, true\)|pgrecall_scope_user\(\))"
+_SETTING_CALL = re.compile(r"(?<!SELECT )" + _CALL)
+_SETTING_ONCE = re.compile(r"\( SELECT " + _CALL + r" AS \w+\)")
 
 
 class RoleSetupError(RuntimeError):
@@ -86,11 +98,17 @@ def user_of(url: str) -> str | None:
 
 @dataclass(frozen=True)
 class DatabaseUrls:
-    """Where requests go (the service role) and where migrations and grants go (the owner)."""
+    """Where requests go (the service role), where admin work goes (the admin role) and where
+    migrations and grants go (the owner)."""
 
     service: str
     owner: str
     create_role: bool  # the embedded default: start-up creates the service role itself
+    admin: str = ""  # empty: the owner's
+
+    @property
+    def admin_url(self) -> str:
+        return self.admin or self.owner
 
     @property
     def separate_roles(self) -> bool:
@@ -106,13 +124,15 @@ def database_urls(settings: Settings, embedded: EmbeddedPostgres | None = None) 
     """
     if settings.database_url:
         owner = settings.migration_database_url or settings.database_url
-        return DatabaseUrls(service=settings.database_url, owner=owner, create_role=False)
+        admin = settings.admin_database_url or owner
+        return DatabaseUrls(settings.database_url, owner, create_role=False, admin=admin)
     if embedded is None:
         from app.embedded import EmbeddedPostgres
 
         embedded = EmbeddedPostgres(settings.data_dir)
     owner = embedded.start()
-    return DatabaseUrls(with_user(owner, settings.app_role), owner, create_role=True)
+    service, admin = with_user(owner, settings.app_role), with_user(owner, ADMIN_ROLE)
+    return DatabaseUrls(service, owner, create_role=True, admin=admin)
 
 
 async def prepare_database(urls: DatabaseUrls, *, migrate: bool = True) -> None:
@@ -125,6 +145,58 @@ async def prepare_database(urls: DatabaseUrls, *, migrate: bool = True) -> None:
     role = user_of(urls.service)
     if urls.separate_roles and role is not None and (migrate or urls.create_role):
         await ensure_service_role(urls.owner, role, create=urls.create_role)
+
+
+async def ensure_admin_login(owner_url: str) -> None:
+    """The embedded default: the admin role (migration 0018) logs in (socket trust, no
+    password) with the admin work's privileges, and nothing more."""
+    engine = create_async_engine(owner_url, poolclass=NullPool)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+            await conn.execute(
+                text(
+                    f"ALTER ROLE {ADMIN_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB "
+                    "NOCREATEROLE NOREPLICATION NOINHERIT"
+                )
+            )
+            for statement in grant_statements(ADMIN_ROLE):
+                await conn.execute(text(statement))
+            await conn.execute(text(f"GRANT SELECT ON {SCOPE_KEY_TABLE} TO {ADMIN_ROLE}"))
+    except Exception as exc:  # driver errors: one readable line for start-up
+        raise RoleSetupError(f"setting up role {ADMIN_ROLE}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        await engine.dispose()
+
+
+async def service_engine(
+    owner_url: str, role: str = DEFAULT_APP_ROLE, **engine_options: Any
+) -> AsyncEngine:
+    """An engine logged in as the service role of the server `owner_url` reaches (socket trust),
+    signing its user scopes with the scope key read as the owner: how scripts and benchmarks
+    run statements as the service does. (An engine of the role without the key sees no row.)"""
+    key = await read_scope_key(owner_url)
+    return create_engine(with_user(owner_url, role), scope_key=key, **engine_options)
+
+
+async def read_scope_key(admin_url: str) -> ScopeKey:
+    """The database's scope key (migration 0018), read as the admin role (or the owner): the
+    service signs every user scope with it, and its own role cannot read it."""
+    engine = create_async_engine(admin_url, poolclass=NullPool)
+    try:
+        async with engine.connect() as conn:
+            row = (
+                await conn.execute(text(f"SELECT inner_pad, outer_pad FROM {SCOPE_KEY_TABLE}"))
+            ).one()
+    except Exception as exc:  # driver errors: one readable line for start-up
+        raise RoleSetupError(
+            f"cannot read the scope key as {user_of(admin_url)}: {type(exc).__name__}: {exc} "
+            "(PGRECALL_ADMIN_DATABASE_URL must log in as pgrecall_admin or a member of it: "
+            "docs/security.md)"
+        ) from exc
+    finally:
+        await engine.dispose()
+    return ScopeKey(bytes(row.inner_pad), bytes(row.outer_pad))
 
 
 async def warn_unless_rls_binds(engine: AsyncEngine) -> None:
@@ -201,6 +273,8 @@ async def ensure_service_role(owner_url: str, role: str, *, create: bool) -> Non
         raise RoleSetupError(f"setting up role {role}: {type(exc).__name__}: {exc}") from exc
     finally:
         await engine.dispose()
+    if create:  # the embedded default's other login role
+        await ensure_admin_login(owner_url)
     log.info("service role %s ready (privileges on %s)", role, ", ".join(USER_TABLES))
 
 
@@ -208,8 +282,9 @@ async def rls_status(conn: AsyncConnection) -> tuple[bool, str]:
     """Whether row-level security binds the role this connection logs in as.
 
     Not ok when the role is a superuser or has BYPASSRLS (policies do not apply), may SET ROLE
-    to such a role, owns a user-data table or may act as its owner (it could switch RLS off),
-    holds TRUNCATE on one (TRUNCATE ignores RLS), or a user-data table lacks forced RLS.
+    to such a role, is the admin role or a member of it, may read the scope key (it could sign
+    any user), owns a user-data table or may act as its owner (it could switch RLS off), holds
+    TRUNCATE on one (TRUNCATE ignores RLS), or a user-data table lacks forced RLS.
     """
     role = (
         await conn.execute(
@@ -217,9 +292,14 @@ async def rls_status(conn: AsyncConnection) -> tuple[bool, str]:
                 "SELECT rolname, rolsuper, rolbypassrls, "
                 "(SELECT string_agg(r.rolname, ', ' ORDER BY r.rolname) FROM pg_roles AS r "
                 " WHERE (r.rolsuper OR r.rolbypassrls) AND r.rolname <> CURRENT_USER "
-                " AND pg_has_role(CURRENT_USER, r.oid, 'MEMBER')) AS escalates_to "
+                " AND pg_has_role(CURRENT_USER, r.oid, 'MEMBER')) AS escalates_to, "
+                "EXISTS (SELECT FROM pg_roles AS r WHERE r.rolname = :admin "
+                " AND pg_has_role(CURRENT_USER, r.oid, 'MEMBER')) AS admin, "
+                "coalesce(has_table_privilege(to_regclass(:key_table), 'SELECT'), false) "
+                "AS reads_key "
                 "FROM pg_roles WHERE rolname = CURRENT_USER"
-            )
+            ),
+            {"admin": ADMIN_ROLE, "key_table": SCOPE_KEY_TABLE},
         )
     ).one()
     if role.rolsuper or role.rolbypassrls:
@@ -245,6 +325,10 @@ async def rls_status(conn: AsyncConnection) -> tuple[bool, str]:
     problems = []
     if role.escalates_to:
         problems.append(f"may SET ROLE to {role.escalates_to} (superuser or BYPASSRLS)")
+    if role.admin:
+        problems.append(f"is {ADMIN_ROLE} or a member of it (every user's rows)")
+    elif role.reads_key:
+        problems.append(f"may read {SCOPE_KEY_TABLE} (it could sign any user's scope)")
     for r in rows:
         if not r.present:
             problems.append(f"{r.name} missing")
@@ -310,19 +394,16 @@ async def service_role_status(
 
 def policy_rewrites(policies: Iterable[Sequence[str | None]], *, once: bool) -> list[str]:
     """ALTER POLICY statements for `policies` (rows of POLICIES: table, name, USING, WITH CHECK)
-    that read each `current_setting(...)` once per statement (`once`: in a scalar subquery, an
-    InitPlan) or once per row (the call itself), for the policies not so already.
+    that read each `current_setting(...)` or `pgrecall_scope_user()` once per statement
+    (`once`: in a scalar subquery, an InitPlan) or once per row (the call itself), for the
+    policies not so already.
 
     Once per statement is the faster form: a policy is checked on every row a statement reads,
     and the call looks its setting up by name each time (docs/performance.md, "Half-precision
     vectors and index-only exact search": the exact path of a 5,520-turn user). Citus refuses a
     subquery in a policy of a distributed table, so a Citus database keeps the per-row form
     (migration 0017_halfvec_covering; app/citus.py distribute)."""
-    find, replacement = (
-        (_SETTING_CALL, r"(SELECT current_setting('\1'::text, true))")
-        if once
-        else (_SETTING_ONCE, r"current_setting('\1'::text, true)")
-    )
+    find, replacement = (_SETTING_CALL, r"(SELECT \1)") if once else (_SETTING_ONCE, r"\1")
     statements = []
     for table, name, using, check in policies:
         clauses = [

@@ -23,13 +23,13 @@ import typer
 
 from app.adapters.embedder import LocalEmbedder
 from app.config import load_settings
-from app.db import create_engine, create_sessionmaker, user_session
+from app.db import create_sessionmaker, user_session
 from app.embedded import EmbeddedPostgres
 from app.observability import configure_logging
 from app.repositories.maintenance import user_index_name
 from app.repositories.retrieval import RetrievalRepository, vector_search_settings
 from app.retrieval.presets import get_preset
-from app.roles import DEFAULT_APP_ROLE, with_user
+from app.roles import service_engine
 from bench.ann import big_user_questions
 from bench.drive import percentiles
 from bench.options import ROOT, parse_size
@@ -45,7 +45,7 @@ async def _run(
     vectors = LocalEmbedder(threads=1).embed_sync([q for _, q in qs])
     pg = EmbeddedPostgres(out / "pg")
     url = await asyncio.to_thread(pg.start)
-    engine = create_engine(with_user(database(url, name).url, DEFAULT_APP_ROLE), pool_size=2)
+    engine = await service_engine(database(url, name).url, pool_size=2)
     sessionmaker = create_sessionmaker(engine)
     lines = [
         f"{name}.{table}: {len(qs)} big-user questions, as the service role",

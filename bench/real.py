@@ -284,7 +284,6 @@ async def passage_counts(dsn: str) -> dict[str, int]:
     """Passages per user (with the turns, what the exact vector statement scores)."""
     conn = await asyncpg.connect(dsn)
     try:
-        await conn.execute("SELECT set_config('pgrecall.admin', 'on', false)")
         rows = await conn.fetch(
             "SELECT user_id, count(*) AS n FROM message_passages GROUP BY user_id"
         )

@@ -18,11 +18,11 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy import text
 
-from app.db import create_engine, create_sessionmaker, user_session
+from app.db import create_sessionmaker, user_session
 from app.repositories.maintenance import user_index_name
 from app.repositories.retrieval import RetrievalRepository, vector_search_settings
 from app.repositories.search_index import Source
-from app.roles import DEFAULT_APP_ROLE, with_user
+from app.roles import service_engine
 from app.services.query import ann_probes
 from app.vectors import vector_literal
 from bench.drive import BenchQuery
@@ -111,9 +111,7 @@ async def measure_recall(
     """
     vectors = embed([q.text for q in queries])
     # As the service runs it: the service role, bound by row-level security.
-    engine = create_engine(
-        with_user(database_url, DEFAULT_APP_ROLE), pool_size=2, statement_timeout_ms=120_000
-    )
+    engine = await service_engine(database_url, pool_size=2, statement_timeout_ms=120_000)
     conn = await asyncpg.connect(dsn, statement_cache_size=0)
     outcomes: list[_Outcome] = []
     try:

@@ -26,8 +26,17 @@ from sqlalchemy import text
 
 from app.adapters.cache import Cache
 from app.config import load_settings
-from app.db import SET_LOCAL, create_engine, create_sessionmaker, set_local_params, user_session
-from app.roles import DEFAULT_APP_ROLE, with_user
+from app.db import (
+    SET_LOCAL,
+    UserScope,
+    create_engine,
+    create_sessionmaker,
+    engine_scope_key,
+    scope_settings,
+    set_local_params,
+    user_session,
+)
+from app.roles import service_engine
 from app.runtime import query_config
 from app.services.query import QueryService
 from bench.inprocess import echo_table, interleaved, prepared
@@ -42,7 +51,7 @@ async def run(size: int, queries: int, out: Path, big_size: int) -> dict[str, li
         cache = Cache.from_url(None)
         url = bench.store.db.url
         engines = {
-            "rls on": create_engine(with_user(url, DEFAULT_APP_ROLE), pool_size=4),
+            "rls on": await service_engine(url, pool_size=4),
             "rls off": create_engine(url, pool_size=4),
         }
         services = {
@@ -72,7 +81,8 @@ async def _scope_statement_ms(service: QueryService, user_id: str) -> float:
     ):
         await session.execute(text("SELECT 1"))  # the transaction's scope statement runs first
         started = time.perf_counter()
-        await session.execute(SET_LOCAL, set_local_params({"pgrecall.user_id": user_id}))
+        signed = scope_settings(UserScope(user_id), engine_scope_key(service.engine))
+        await session.execute(SET_LOCAL, set_local_params(signed))
         return (time.perf_counter() - started) * 1000
 
 

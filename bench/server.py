@@ -17,6 +17,7 @@ from typing import IO
 
 import psutil
 
+from app.roles import ADMIN_ROLE, DEFAULT_APP_ROLE, user_of, with_user
 from pgrecall.client import NO_RETRY, AsyncClient, PgrecallError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -42,6 +43,8 @@ def server_env(database_url: str, port: int, settings: Mapping[str, str]) -> dic
     """The environment of the server: the bench database, no Redis, no rate limit, overrides."""
     env = dict(os.environ)
     env.pop("PGRECALL_REDIS_URL", None)  # uncached path: every query embeds and searches
+    if user_of(database_url) == DEFAULT_APP_ROLE:  # admin work as the admin role (app/roles.py)
+        env["PGRECALL_ADMIN_DATABASE_URL"] = with_user(database_url, ADMIN_ROLE)
     env.update(
         {
             "PGRECALL_DATABASE_URL": database_url,

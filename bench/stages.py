@@ -30,7 +30,7 @@ from app.db import create_engine
 from app.embedded import EmbeddedPostgres
 from app.repositories.retrieval import RetrievalRepository
 from app.retrieval.relevance import model_for
-from app.roles import DEFAULT_APP_ROLE, with_user
+from app.roles import DEFAULT_APP_ROLE, service_engine
 from app.runtime.query import query_config
 from app.services.query import QueryRequest, QueryResult
 from app.services.query.pipeline import Vectors, retrieve, scope
@@ -125,7 +125,7 @@ async def run(
         engine = create_engine(db.url, pool_size=4)
         explain_plans(engine)
     else:
-        engine = create_engine(with_user(db.url, DEFAULT_APP_ROLE), pool_size=4)
+        engine = await service_engine(db.url, pool_size=4)
     meter = Meter()
     meter.wrap()
     embed_ns: dict[str, int] = defaultdict(int)

@@ -20,8 +20,8 @@ import typer
 
 from app.adapters.cache import Cache
 from app.config import load_settings
-from app.db import create_engine, create_sessionmaker
-from app.roles import DEFAULT_APP_ROLE, with_user
+from app.db import create_sessionmaker
+from app.roles import service_engine
 from app.runtime import query_config
 from app.services.query import QueryService
 from app.services.usage import UsageRecorder
@@ -49,7 +49,7 @@ async def run(
     async with prepared(size, queries, out, big_size) as bench:
         config = query_config(load_settings(rate_limit_per_minute=0))
         cache = Cache.from_url(None)
-        engine = create_engine(with_user(bench.store.db.url, DEFAULT_APP_ROLE), pool_size=4)
+        engine = await service_engine(bench.store.db.url, pool_size=4)
         sessionmaker = create_sessionmaker(engine)
         recorder = _TimedRecorder(sessionmaker)
         recorder.flushes = []

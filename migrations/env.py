@@ -38,11 +38,13 @@ def _database_url() -> str:
 
 
 def _include_object(obj, name, type_, reflected, compare_to):  # type: ignore[no-untyped-def]
-    # alembic_version is Alembic's own table. Per-user vector indexes (`pgrecall reindex`,
-    # app/repositories/admin.py user_index_name) are data-dependent, not part of the schema.
+    # alembic_version is Alembic's own table; pgrecall_scope_key is the database's scope key
+    # (migration 0018), read by app/roles.py in raw SQL and by no model. Per-user vector indexes
+    # (`pgrecall reindex`, app/repositories/admin.py user_index_name) are data-dependent, not
+    # part of the schema.
     if type_ == "index" and reflected and compare_to is None and "_embedding_u_" in (name or ""):
         return False
-    return not (type_ == "table" and name == "alembic_version")
+    return not (type_ == "table" and name in ("alembic_version", "pgrecall_scope_key"))
 
 
 def _configure(connection: Connection | None = None, url: str | None = None) -> None:

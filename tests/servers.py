@@ -19,9 +19,16 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from app.config import Settings
+from app.db import ScopeKey
 from app.embedded import EmbeddedPostgres
 from app.migrate import upgrade_head
-from app.roles import DEFAULT_APP_ROLE, ensure_service_role, with_user
+from app.roles import (
+    ADMIN_ROLE,
+    DEFAULT_APP_ROLE,
+    ensure_service_role,
+    read_scope_key,
+    with_user,
+)
 from tests.redis_server import RedisServer
 
 
@@ -93,13 +100,28 @@ def service_url(server: EmbeddedPostgres | ExternalPostgres) -> str:
     return with_user(server.url, DEFAULT_APP_ROLE)
 
 
+def admin_url(server: EmbeddedPostgres | ExternalPostgres) -> str:
+    """The server as the admin role (every user's rows, the scope key): the embedded server's
+    pgrecall_admin; an external server's superuser URL as given (its operator's roles)."""
+    if isinstance(server, ExternalPostgres):
+        return server.url
+    return with_user(server.url, ADMIN_ROLE)
+
+
+async def scope_key(server: EmbeddedPostgres | ExternalPostgres) -> ScopeKey:
+    """The key a service-role engine signs its user scopes with (create_engine's scope_key)."""
+    return await read_scope_key(server.url)
+
+
 def app_settings(
     pg: EmbeddedPostgres | ExternalPostgres, redis_url: str, **overrides: Any
 ) -> Settings:
     """Settings of an app on the test servers: requests as the service role (row-level security
-    on), migrations left to the suite, no rate limit unless asked for."""
+    on), admin work as the admin role, migrations left to the suite, no rate limit unless asked
+    for."""
     base: dict[str, Any] = {
         "database_url": service_url(pg),
+        "admin_database_url": admin_url(pg),
         "migration_database_url": pg.url,
         "redis_url": redis_url,
         "migrate_on_start": False,

@@ -31,12 +31,13 @@ from app.db import (
     job_queue_sessions,
     key_lookup_session,
     user_session,
+    with_scope_key,
 )
 from app.embedded import EmbeddedPostgres
 from app.models.base import EMBEDDING_DIMENSION
-from app.roles import DEFAULT_APP_ROLE, USER_TABLES, rls_status
+from app.roles import ADMIN_ROLE, DEFAULT_APP_ROLE, SCOPE_KEY_TABLE, USER_TABLES, rls_status
 from app.vectors import vector_literal
-from tests.servers import service_url
+from tests.servers import admin_url, scope_key, service_url
 
 # Deleting from a table as one user must leave the other user's rows; each table's rows.
 TABLES = USER_TABLES
@@ -50,8 +51,10 @@ class Pair:
 
 @pytest.fixture
 async def service_engine(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
-    """The service role with exactly one pooled connection: every session reuses it."""
+    """The service role with exactly one pooled connection: every session reuses it. It signs
+    its user scopes with the database's scope key, as the service does."""
     engine = create_async_engine(service_url(pg), pool_size=1, max_overflow=0)
+    with_scope_key(engine, await scope_key(pg))
     try:
         yield engine
     finally:
@@ -59,8 +62,20 @@ async def service_engine(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
 
 
 @pytest.fixture
-def sessions(service_engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
-    return create_sessionmaker(service_engine)
+async def admin_engine(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
+    """The admin role (pgrecall_admin), as the service's admin work logs in."""
+    engine = create_async_engine(admin_url(pg), pool_size=1, max_overflow=0)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+def sessions(
+    service_engine: AsyncEngine, admin_engine: AsyncEngine
+) -> async_sessionmaker[AsyncSession]:
+    return create_sessionmaker(service_engine, admin_engine)
 
 
 async def _seed(owner: AsyncEngine, user: str) -> None:
@@ -303,32 +318,125 @@ async def test_admin_mode_sees_every_user_and_is_audited(
     assert users == {pair.a, pair.b}
     audited = [r for r in caplog.records if r.name == "app.audit" and "admin mode" in r.message]
     assert audited and audited[0].fields == {"reason": "test: both users"}  # type: ignore[attr-defined]
-    async with sessions() as session:  # the admin mode ends with its transaction
+    async with admin_sessions(sessions, "test: who")() as session:
+        assert await session.scalar(text("SELECT current_user")) == ADMIN_ROLE
+    async with sessions() as session:  # the service's own sessions never see it
         _, seen, _ = await _visible(session)
-        admin = await session.scalar(text("SELECT current_setting('pgrecall.admin', true)"))
-    assert seen == set() and admin == ""
+        assert await session.scalar(text("SELECT current_user")) == DEFAULT_APP_ROLE
+    assert seen == set()
 
 
-async def test_the_job_queue_scope_sees_every_users_jobs_and_nothing_else(
+async def test_the_job_queue_claims_run_as_the_admin_role_without_an_audit_line(
+    sessions: async_sessionmaker[AsyncSession], pair: Pair, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Extraction workers claim jobs across users on the admin engine; the service role has no
+    job-queue policy of its own any more (migration 0018)."""
+    with caplog.at_level(logging.INFO, logger="app.audit"):
+        async with job_queue_sessions(sessions)() as session:
+            jobs = set(
+                (
+                    await session.execute(
+                        text("SELECT user_id FROM extraction_jobs WHERE user_id IN (:a, :b)"),
+                        {"a": pair.a, "b": pair.b},
+                    )
+                ).scalars()
+            )
+            role = await session.scalar(text("SELECT current_user"))
+    assert jobs == {pair.a, pair.b} and role == ADMIN_ROLE
+    assert not [r for r in caplog.records if r.name == "app.audit"]
+
+
+# -- settings and statements the service role might forge (issue 44) ---------------------------
+
+
+async def _seen_with(service_engine: AsyncEngine, settings: dict[str, str], table: str) -> set[str]:
+    """The users whose rows of `table` the service role sees after SET LOCAL of `settings` in a
+    transaction of its own (what an injected statement could do)."""
+    async with service_engine.connect() as conn, conn.begin():
+        for name, value in settings.items():
+            await conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
+        return set((await conn.execute(text(f"SELECT user_id FROM {table}"))).scalars())
+
+
+@pytest.mark.parametrize("table", TABLES)
+async def test_the_old_admin_and_job_queue_switches_show_the_service_role_nothing(
+    service_engine: AsyncEngine, pair: Pair, table: str
+) -> None:
+    for settings in ({"pgrecall.admin": "on"}, {"pgrecall.job_queue": "on"}):
+        assert await _seen_with(service_engine, settings, table) == set(), settings
+
+
+@pytest.mark.parametrize("table", TABLES)
+async def test_a_user_id_set_without_its_signature_shows_nothing(
+    service_engine: AsyncEngine, pair: Pair, table: str
+) -> None:
+    key = await _key(service_engine)
+    forged = [
+        {"pgrecall.user_id": pair.b},  # no signature
+        {"pgrecall.user_id": pair.b, "pgrecall.user_sig": key.sign(pair.a)},  # a's, reused
+        {"pgrecall.user_id": pair.b, "pgrecall.user_sig": "0" * 64},
+        {"pgrecall.user_id": pair.b, "pgrecall.user_sig": _flip_last(key.sign(pair.b))},
+        {"pgrecall.user_id": pair.b, "pgrecall.user_sig": key.sign(pair.b).upper()},
+    ]
+    for settings in forged:
+        assert await _seen_with(service_engine, settings, table) == set(), settings
+    signed = {"pgrecall.user_id": pair.b, "pgrecall.user_sig": key.sign(pair.b)}
+    assert await _seen_with(service_engine, signed, table) == {pair.b}
+
+
+def _flip_last(signature: str) -> str:
+    return signature[:-1] + ("1" if signature[-1] == "0" else "0")
+
+
+async def _key(engine: AsyncEngine):  # type: ignore[no-untyped-def]
+    from app.db import engine_scope_key
+
+    key = engine_scope_key(engine)
+    assert key is not None
+    return key
+
+
+async def test_a_user_scope_cannot_be_switched_inside_its_transaction(
     sessions: async_sessionmaker[AsyncSession], pair: Pair
 ) -> None:
-    """Extraction workers claim jobs across users in this scope, not in the admin mode."""
-    async with job_queue_sessions(sessions)() as session:
-        jobs = set(
-            (
-                await session.execute(
-                    text("SELECT user_id FROM extraction_jobs WHERE user_id IN (:a, :b)"),
-                    {"a": pair.a, "b": pair.b},
-                )
-            ).scalars()
+    """A statement injected into a's request that names b sees neither: b is not signed."""
+    async with user_session(sessions, pair.a) as session, session.begin():
+        assert await session.scalar(text("SELECT count(*) FROM memory_items")) == 1
+        await session.execute(
+            text("SELECT pgrecall_set_local(ARRAY['pgrecall.user_id'], ARRAY[:b])"), {"b": pair.b}
         )
-        others = {
-            t: await session.scalar(text(f"SELECT count(*) FROM {t}"))
-            for t in TABLES
-            if t != "extraction_jobs"
-        }
-    assert jobs == {pair.a, pair.b}
-    assert set(others.values()) == {0}
+        users = set((await session.execute(text("SELECT user_id FROM memory_items"))).scalars())
+    assert users == set()
+
+
+async def test_a_failing_predicate_never_runs_on_another_users_rows(
+    sessions: async_sessionmaker[AsyncSession], pair: Pair
+) -> None:
+    """Policies are checked before the statement's own conditions (security barrier): a
+    condition that errors on b's rows cannot probe them from a's scope."""
+    async with user_session(sessions, pair.a) as session:
+        probe = text(
+            "SELECT count(*) FROM memory_items "
+            "WHERE 1 / (CASE WHEN user_id = :b THEN 0 ELSE 1 END) = 1"
+        )
+        assert await session.scalar(probe, {"b": pair.b}) == 1
+
+
+async def test_statistics_views_show_the_service_role_no_values(
+    service_engine: AsyncEngine, db_engine: AsyncEngine, pair: Pair
+) -> None:
+    """pg_stats holds sampled column values; Postgres hides it for tables under row-level
+    security from a role it binds."""
+    async with db_engine.connect() as conn:
+        await conn.execute(text("ANALYZE memory_items"))
+        assert await conn.scalar(
+            text("SELECT count(*) FROM pg_stats WHERE tablename = 'memory_items'")
+        )
+    async with service_engine.connect() as conn:
+        seen = await conn.scalar(
+            text("SELECT count(*) FROM pg_stats WHERE tablename = 'memory_items'")
+        )
+    assert seen == 0
 
 
 # -- what the service role cannot do ---------------------------------------------------------
@@ -344,6 +452,16 @@ FORBIDDEN = [
     f"ALTER ROLE {DEFAULT_APP_ROLE} BYPASSRLS",
     "SET ROLE postgres",
     "CREATE TABLE pgrecall_escape (id int)",
+    # The admin role and the scope key (migration 0018).
+    f"SET ROLE {ADMIN_ROLE}",
+    f"SET SESSION AUTHORIZATION {ADMIN_ROLE}",
+    f"GRANT {ADMIN_ROLE} TO {DEFAULT_APP_ROLE}",
+    f"SELECT * FROM {SCOPE_KEY_TABLE}",
+    f"UPDATE {SCOPE_KEY_TABLE} SET inner_pad = ''",
+    "CREATE OR REPLACE FUNCTION pgrecall_scope_user() RETURNS text LANGUAGE sql AS $$ SELECT "
+    "current_setting('pgrecall.user_id', true) $$",
+    f"ALTER FUNCTION pgrecall_scope_user() OWNER TO {DEFAULT_APP_ROLE}",
+    "DROP FUNCTION pgrecall_scope_user()",
 ]
 
 
@@ -390,13 +508,25 @@ async def test_every_table_with_user_data_has_forced_rls_and_both_policies(
         assert r.relrowsecurity and r.relforcerowsecurity, r.relname
         assert {f"{r.relname}_admin", f"{r.relname}_user"} <= set(r.policies), r.relname
         extra = set(r.policies) - {f"{r.relname}_admin", f"{r.relname}_user"}
-        # Only api_keys has more (the authentication lookup by token hash), and extraction_jobs
-        # (the workers' claims across users).
-        more = {
-            "api_keys": {"api_keys_lookup", "api_keys_touch"},
-            "extraction_jobs": {"extraction_jobs_claim"},
-        }
+        # Only api_keys has more (the authentication lookup by token hash).
+        more = {"api_keys": {"api_keys_lookup", "api_keys_touch"}}
         assert extra == more.get(r.relname, set())
+    async with db_engine.connect() as conn:
+        policies = (
+            await conn.execute(
+                text(
+                    "SELECT p.polname, array(SELECT rolname::text FROM pg_roles "
+                    " WHERE oid = ANY(p.polroles)) AS roles, p.polroles = '{0}' AS public, "
+                    "pg_get_expr(p.polqual, p.polrelid) AS using FROM pg_policy AS p"
+                )
+            )
+        ).all()
+    for p in policies:
+        if p.polname.endswith("_admin"):  # the admin role's alone, needing no setting
+            assert p.roles == [ADMIN_ROLE] and p.using == "true", p
+        elif p.polname.endswith("_user"):  # everyone's, with the signed user only
+            assert p.public and "pgrecall_scope_user()" in p.using, p
+            assert "current_setting" not in p.using, p
 
 
 def test_the_migrations_and_the_grants_name_the_same_tables() -> None:
@@ -422,6 +552,66 @@ async def test_rls_status(service_engine: AsyncEngine, db_engine: AsyncEngine) -
     async with db_engine.connect() as conn:
         ok, message = await rls_status(conn)
     assert not ok and "superuser" in message
+
+
+async def test_the_admin_role_logs_in_bypasses_nothing_and_no_one_else_becomes_it(
+    db_engine: AsyncEngine, admin_engine: AsyncEngine
+) -> None:
+    async with db_engine.connect() as conn:
+        role = (
+            await conn.execute(
+                text(
+                    "SELECT rolsuper, rolbypassrls, rolcanlogin, rolcreaterole, rolcreatedb "
+                    "FROM pg_roles WHERE rolname = :r"
+                ),
+                {"r": ADMIN_ROLE},
+            )
+        ).one()
+        members = (
+            await conn.execute(
+                text(
+                    "SELECT m.rolname FROM pg_auth_members AS a "
+                    "JOIN pg_roles AS m ON m.oid = a.member WHERE a.roleid = to_regrole(:r)"
+                ),
+                {"r": ADMIN_ROLE},
+            )
+        ).scalars()
+        service_is_member = await conn.scalar(
+            text("SELECT pg_has_role(:s, :r, 'MEMBER')"), {"s": DEFAULT_APP_ROLE, "r": ADMIN_ROLE}
+        )
+    assert tuple(role) == (False, False, True, False, False)
+    assert DEFAULT_APP_ROLE not in set(members) and not service_is_member
+    async with admin_engine.connect() as conn:  # it reads the key; the service role cannot
+        assert await conn.scalar(text(f"SELECT count(*) FROM {SCOPE_KEY_TABLE}")) == 1
+
+
+async def test_rls_status_refuses_a_service_role_that_is_an_admin_or_reads_the_key(
+    service_engine: AsyncEngine, db_engine: AsyncEngine
+) -> None:
+    for grant, revoke, found in (
+        (
+            f"GRANT {ADMIN_ROLE} TO {DEFAULT_APP_ROLE}",
+            f"REVOKE {ADMIN_ROLE} FROM {DEFAULT_APP_ROLE}",
+            "member of it",
+        ),
+        (
+            f"GRANT SELECT ON {SCOPE_KEY_TABLE} TO {DEFAULT_APP_ROLE}",
+            f"REVOKE SELECT ON {SCOPE_KEY_TABLE} FROM {DEFAULT_APP_ROLE}",
+            "could sign any user's scope",
+        ),
+    ):
+        async with db_engine.begin() as owner:
+            await owner.execute(text(grant))
+        try:
+            async with service_engine.connect() as conn:
+                ok, message = await rls_status(conn)
+            assert not ok and found in message, message
+        finally:
+            async with db_engine.begin() as owner:
+                await owner.execute(text(revoke))
+    async with service_engine.connect() as conn:
+        ok, message = await rls_status(conn)
+    assert ok, message
 
 
 async def test_service_role_attributes_and_grants(db_engine: AsyncEngine) -> None:

@@ -140,8 +140,10 @@ def run(
 
     Admin work connects as the owner (PGRECALL_MIGRATION_DATABASE_URL, the embedded server's
     superuser, or else PGRECALL_DATABASE_URL): index rebuilds need the tables' owner. Row-level
-    security still applies to an owner that is not a superuser (FORCE), so every command scopes
-    its sessions to one user or to the audited admin mode. `quiet` logs warnings only.
+    security still applies to an owner that is not a superuser (FORCE); migration 0018 makes the
+    owner a member of the admin role, so its audited admin sessions see every user's rows, and
+    its user sessions are signed with the scope key like the service's. Never the service role.
+    `quiet` logs warnings only.
     """
     # Imported here, not at the top: this module is loaded by every command, and `pgrecall keys`
     # must start without the database stack when a running service answers it.
@@ -190,10 +192,14 @@ async def _prepared(
 async def _runtime(settings: Settings, url: str, embedder: bool) -> AsyncIterator[Runtime]:
     from app.adapters.cache import Cache
     from app.db import create_engine, create_sessionmaker
+    from app.roles import read_scope_key
     from app.runtime import embedder_from_settings
     from app.services.embedding import EmbeddingService
 
-    engine = create_engine(url, pool_size=2, statement_timeout_ms=_STATEMENT_TIMEOUT_MS)
+    key = await read_scope_key(url)
+    engine = create_engine(
+        url, pool_size=2, statement_timeout_ms=_STATEMENT_TIMEOUT_MS, scope_key=key
+    )
     cache = Cache.from_url(settings.redis_url)
     model = await asyncio.to_thread(embedder_from_settings, settings) if embedder else None
     vectors_cache = cache if cache.enabled else None

@@ -19,7 +19,7 @@ from app.adapters.local_models import OnnxSentenceEmbedder
 from app.config import EmbeddingProvider, ExtractionMode, JudgeMode, Settings
 from app.db import create_engine, create_sessionmaker
 from app.embedding_models import OPTIONAL_LOCAL_MODELS
-from app.roles import database_urls, prepare_database, warn_unless_rls_binds
+from app.roles import database_urls, prepare_database, read_scope_key, warn_unless_rls_binds
 from app.runtime.query import query_config
 from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
@@ -30,6 +30,9 @@ from app.services.reembed import other_models
 from app.services.usage import UsageRecorder
 
 log = logging.getLogger(__name__)
+# The admin engine's connections (admin routes, console, extraction claims, start-up checks):
+# each extraction worker's claim holds one briefly; admin requests are few.
+ADMIN_POOL_SIZE = 4
 
 
 @dataclass
@@ -185,11 +188,19 @@ async def open_resources(
     """Prepare the database (migrations, roles), open the engine, Redis and the embedder, and
     close them again. `embedder` (tests, eval) is used as given and left open."""
     urls = await asyncio.to_thread(database_urls, settings)
-    # As the owner; requests run as the service role.
+    # As the owner; requests run as the service role, admin work as the admin role, which
+    # alone reads the key every user scope is signed with (app/roles.py).
     await prepare_database(urls, migrate=settings.migrate_on_start)
+    scope_key = await read_scope_key(urls.admin_url)
     engine = create_engine(
         urls.service,
         pool_size=settings.db_pool_size,
+        statement_timeout_ms=int(settings.query_timeout_s * 1000) + 3000,
+        scope_key=scope_key,
+    )
+    admin_engine = create_engine(
+        urls.admin_url,
+        pool_size=ADMIN_POOL_SIZE,
         statement_timeout_ms=int(settings.query_timeout_s * 1000) + 3000,
     )
     cache = Cache.from_url(settings.redis_url)
@@ -207,7 +218,8 @@ async def open_resources(
         if not settings.auth_enabled:
             log.warning("no PGRECALL_API_KEY: authentication is off (listening on loopback only)")
         embeddings = EmbeddingService(the_embedder, cache if cache.enabled else None)
-        resources = resources_from(settings, create_sessionmaker(engine), embeddings, cache)
+        sessionmaker = create_sessionmaker(engine, admin_engine)
+        resources = resources_from(settings, sessionmaker, embeddings, cache)
         await warn_of_other_models(resources.sessionmaker, the_embedder.model)
         yield resources
     finally:
@@ -220,3 +232,4 @@ async def open_resources(
         if close is not None and embedder is None:
             await close()
         await engine.dispose()
+        await admin_engine.dispose()

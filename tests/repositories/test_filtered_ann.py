@@ -30,7 +30,7 @@ from app.repositories.search_index import Source
 from app.runtime.query import query_config
 from app.services.query.pipeline import SearchPath, path_settings
 from app.services.reindex import reindex_users
-from tests.servers import service_url
+from tests.servers import scope_key, service_url
 
 DIM = 384
 MODEL = "synthetic-ann"
@@ -421,7 +421,9 @@ async def test_users_under_the_threshold_read_an_hnsw_index_of_their_own(
         repo = MaintenanceRepository(session)
         for user in band:
             await repo.build_user_index("memory_items", user, 10, len(store.ids[user]), "hnsw")
-    service = create_engine(service_url(pg), pool_size=1, statement_timeout_ms=30_000)
+    service = create_engine(
+        service_url(pg), pool_size=1, statement_timeout_ms=30_000, scope_key=await scope_key(pg)
+    )
     rows = []
     try:
         for user, query, topical in queries:
