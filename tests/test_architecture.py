@@ -54,6 +54,8 @@ def test_the_contracts_hold() -> None:
         ("pgrecall/types.py", "import app.schemas.common", "The client imports nothing"),
         # A door mounted on the app entering through the API's modules instead of app.http.
         ("app/proxy/routes.py", "import app.api.tools", "enter through app.http"),
+        # The console deciding whose data a page shows with the API's caller rules.
+        ("app/console/web.py", "import app.api.memories", "enter through app.http"),
         # A wire schema reaching into the ORM.
         ("app/schemas/memory.py", "import app.models.base", "Wire schemas do not import"),
         # A repository computing a ranking input.

@@ -8,8 +8,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import StreamingResponse
 
 from app.adapters.cache import CacheUnavailableError
-from app.console.user_routes import UserParam
-from app.console.web import ConsoleRoute, FormDep, SessionDep, record, render
+from app.console.web import ConsoleRoute, FormDep, SessionDep, UserParam, record, render
 from app.errors import ServiceError
 from app.http.deps import ResourcesDep
 from app.services.portable import open_export

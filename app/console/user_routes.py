@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import AfterValidator, BaseModel, ValidationError
+from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.console.auth import ConsoleSession
@@ -23,6 +23,7 @@ from app.console.web import (
     ConsoleRoute,
     FormDep,
     SessionDep,
+    UserParam,
     paging,
     record,
     render,
@@ -34,7 +35,6 @@ from app.domain import MEMORY_TYPES, MemoryType
 from app.http.deps import ResourcesDep
 from app.runtime import Resources, query_request, query_service, user_transaction
 from app.schemas.admin import AdminMemoryCreate, AdminMemoryUpdate
-from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
 from app.schemas.query import QueryFilters
 from app.services.admin import AdminMemoryService, MemoryFilter
 from app.services.conversation import ConversationService
@@ -44,11 +44,6 @@ from app.services.users import UserDirectoryService
 log = logging.getLogger(__name__)
 router = APIRouter(prefix="/console", route_class=ConsoleRoute, include_in_schema=False)
 
-UserParam = Annotated[
-    str,
-    Query(alias="user", max_length=255, json_schema_extra={"pattern": USER_ID_PATTERN_TEXT}),
-    AfterValidator(check_user_id),
-]
 Page = Annotated[int, Query(ge=1, le=100_000)]
 MAX_QUERY_CHARS = 2000
 

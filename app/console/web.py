@@ -1,5 +1,6 @@
 """What every console page shares: templates, the route class that turns failures into pages,
-the signed-in admin, CSRF-checked forms, and the audit record of each change."""
+the signed-in admin, the user a page acts for, CSRF-checked forms, and the audit record of each
+change."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, urlencode
 
-from fastapi import Depends, Request, Response
+from fastapi import Depends, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
@@ -19,7 +20,10 @@ from sqlalchemy import exc as sa_exc
 
 from app.console.auth import SESSION_COOKIE, ConsoleAuth, ConsoleSession
 from app.errors import ServiceError, ValidationFailedError
+from app.http.deps import ResourcesDep
 from app.runtime.failures import database_error
+from app.runtime.identity import resolve_caller
+from app.services.api_keys import Caller
 
 log = logging.getLogger(__name__)
 audit = logging.getLogger("app.audit")
@@ -169,6 +173,25 @@ async def console_session(request: Request, config: ConfigDep) -> ConsoleSession
 
 
 SessionDep = Annotated[ConsoleSession, Depends(console_session)]
+
+
+async def console_caller(
+    _: SessionDep,
+    resources: ResourcesDep,
+    user: Annotated[str, Query()],
+) -> Caller:
+    """Whom a page of one user acts for: the signed-in admin (the console checked the session,
+    so resolve_caller trusts the operator) names the user in `?user=`; resolve_caller's rules
+    decide, as for every other door (an invalid id is a 422 page naming `query.user`)."""
+    return await resolve_caller(resources, None, user, trusted=True, user_field="query.user")
+
+
+async def console_user(caller: Annotated[Caller, Depends(console_caller)]) -> str:
+    """The id of the user a page acts for (every statement of the page is scoped to it)."""
+    return caller.user_id
+
+
+UserParam = Annotated[str, Depends(console_user)]
 
 
 async def read_form(request: Request) -> dict[str, str]:
