@@ -60,9 +60,16 @@ async def run(size: int, queries: int, out: Path, big_size: int) -> dict[str, li
         }
         times: dict[str, list[float]] = {mode: [] for mode in services}
         times["scope statement round trip"] = []
+        answers: dict[tuple[str, str], list[str]] = {}
         try:
-            async for query, mode, elapsed, _ in interleaved(services, bench.sample):
+            async for query, mode, elapsed, result in interleaved(services, bench.sample):
                 times[mode].append(elapsed)
+                # Both modes must answer alike: a service role that saw no rows (an unsigned
+                # scope, say) would look fast and be wrong.
+                ids = sorted(str(item.id) for item in result.items)
+                other = answers.setdefault((query.user_id, query.text), ids)
+                if other != ids:
+                    raise RuntimeError(f"rls on and off answered {query.text!r} differently")
                 if mode == "rls on":
                     times["scope statement round trip"].append(
                         await _scope_statement_ms(services["rls on"], query.user_id)
