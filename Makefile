@@ -59,8 +59,8 @@ eval-corpus: venv
 	.venv/bin/python -m eval --dataset curated --path eval/corpus --split test \
 		--gate-present 0.70 --gate-first 0.57 --gate-empty 0.08 --gate-abstain 0.99
 	$(OPT_IN) .venv/bin/python -m eval --dataset curated --path eval/corpus --split test \
-		--gate-present 0.65 --gate-first 0.60 --gate-empty 0.17 --gate-abstain 0.56 \
-		--gate-newer 0.65 --gate-auc 0.72
+		--gate-present 0.68 --gate-first 0.62 --gate-empty 0.17 --gate-abstain 0.45 \
+		--gate-newer 0.70 --gate-auc 0.78
 
 eval-locomo: venv
 	.venv/bin/python -m eval --dataset locomo --path ../shared/datasets/locomo/locomo-dev.json
