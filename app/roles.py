@@ -47,6 +47,8 @@ DEFAULT_APP_ROLE = "pgrecall_app"
 # Fixed: the migrations' policies name it (migration 0018_admin_role).
 ADMIN_ROLE = "pgrecall_admin"
 SCOPE_KEY_TABLE = "pgrecall_scope_key"
+# The attributes of both login roles the service uses: bound by row-level security, nothing more.
+SAFE_LOGIN = "LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE NOREPLICATION NOINHERIT"
 # Tables holding user data: row-level security on each (migration 0003_rls has the same list),
 # and the service's DML grants. A new user-data table is one line here and one in a migration.
 USER_TABLES: tuple[str, ...] = (
@@ -147,28 +149,6 @@ async def prepare_database(urls: DatabaseUrls, *, migrate: bool = True) -> None:
         await ensure_service_role(urls.owner, role, create=urls.create_role)
 
 
-async def ensure_admin_login(owner_url: str) -> None:
-    """The embedded default: the admin role (migration 0018) logs in (socket trust, no
-    password) with the admin work's privileges, and nothing more."""
-    engine = create_async_engine(owner_url, poolclass=NullPool)
-    try:
-        async with engine.begin() as conn:
-            await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
-            await conn.execute(
-                text(
-                    f"ALTER ROLE {ADMIN_ROLE} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB "
-                    "NOCREATEROLE NOREPLICATION NOINHERIT"
-                )
-            )
-            for statement in grant_statements(ADMIN_ROLE):
-                await conn.execute(text(statement))
-            await conn.execute(text(f"GRANT SELECT ON {SCOPE_KEY_TABLE} TO {ADMIN_ROLE}"))
-    except Exception as exc:  # driver errors: one readable line for start-up
-        raise RoleSetupError(f"setting up role {ADMIN_ROLE}: {type(exc).__name__}: {exc}") from exc
-    finally:
-        await engine.dispose()
-
-
 async def service_engine(
     owner_url: str, role: str = DEFAULT_APP_ROLE, **engine_options: Any
 ) -> AsyncEngine:
@@ -228,15 +208,14 @@ def create_statement(role: str) -> str:
     """CREATE ROLE for the service role (idempotent: an existing role is left as it is)."""
     role = check_role_name(role)
     return (
-        "DO $$ BEGIN "
-        f"CREATE ROLE {role} LOGIN NOSUPERUSER NOBYPASSRLS NOCREATEDB NOCREATEROLE "
-        "NOREPLICATION NOINHERIT; "
+        f"DO $$ BEGIN CREATE ROLE {role} {SAFE_LOGIN}; "
         "EXCEPTION WHEN duplicate_object THEN NULL; END $$"
     )
 
 
 async def ensure_service_role(owner_url: str, role: str, *, create: bool) -> None:
-    """Create the role if asked (embedded default) and grant it the service's privileges.
+    """Create the role if asked (embedded default) and grant it the service's privileges; with
+    `create`, also give the admin role LOGIN and the admin work's privileges.
 
     Run as the owner after the migrations. Safe to repeat and to run from two processes at once.
     When the owner is a superuser (embedded) the role's attributes are also reset to the safe
@@ -259,22 +238,25 @@ async def ensure_service_role(owner_url: str, role: str, *, create: bool) -> Non
                 await conn.execute(text(create_statement(role)))
                 superuser = text("SELECT rolsuper FROM pg_roles WHERE rolname = CURRENT_USER")
                 if await conn.scalar(superuser):
-                    await conn.execute(
-                        text(
-                            f"ALTER ROLE {check_role_name(role)} LOGIN NOSUPERUSER NOBYPASSRLS "
-                            "NOCREATEDB NOCREATEROLE NOREPLICATION NOINHERIT"
-                        )
-                    )
+                    await conn.execute(text(f"ALTER ROLE {check_role_name(role)} {SAFE_LOGIN}"))
             for statement in grant_statements(role):
                 await conn.execute(text(statement))
+            if create:
+                # The embedded default's other login: the admin role (migration 0018), with
+                # the same safe attributes, the admin work's privileges and the scope key.
+                await conn.execute(text(f"ALTER ROLE {ADMIN_ROLE} {SAFE_LOGIN}"))
+                admin_grants = grant_statements(ADMIN_ROLE)
+                for statement in (
+                    *admin_grants,
+                    f"GRANT SELECT ON {SCOPE_KEY_TABLE} TO {ADMIN_ROLE}",
+                ):
+                    await conn.execute(text(statement))
     except RoleSetupError:
         raise
     except Exception as exc:  # driver errors: one readable line for start-up
         raise RoleSetupError(f"setting up role {role}: {type(exc).__name__}: {exc}") from exc
     finally:
         await engine.dispose()
-    if create:  # the embedded default's other login role
-        await ensure_admin_login(owner_url)
     log.info("service role %s ready (privileges on %s)", role, ", ".join(USER_TABLES))
 
 
