@@ -1,4 +1,5 @@
-"""Admin test fixtures: a private database for whole-store operations, sessions, a cache.
+"""Admin test fixtures: a private database per test for whole-store operations, sessions, a
+cache.
 
 Seeding with reindex, re-embedding and index rebuilds act on every row of a table, so they run
 in their own database (same embedded server): the shared one keeps the migration's indexes
@@ -31,17 +32,34 @@ def database_url(pg: EmbeddedPostgres, name: str) -> str:
     return pg.url.replace("@/postgres?", f"@/{name}?")
 
 
-@pytest.fixture(scope="module")
-async def private_db(pg: EmbeddedPostgres) -> AsyncIterator[str]:
-    """URL of a fresh, migrated database used by one test module."""
-    name = f"pgr_admin_{uuid.uuid4().hex[:12]}"
+@pytest.fixture(scope="session")
+async def private_template(pg: EmbeddedPostgres) -> AsyncIterator[str]:
+    """Name of a migrated database that each test's private database is copied from (one per
+    test worker: a copy takes a fraction of a second, a migration several)."""
+    name = f"pgr_admin_template_{uuid.uuid4().hex[:12]}"
     admin = create_async_engine(pg.url, isolation_level="AUTOCOMMIT")
     try:
         async with admin.connect() as conn:
             await conn.execute(text(f'CREATE DATABASE "{name}"'))
-        url = database_url(pg, name)
-        await asyncio.to_thread(upgrade_head, url)
-        yield url
+        await asyncio.to_thread(upgrade_head, database_url(pg, name))
+        yield name
+        async with admin.connect() as conn:
+            await conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+    finally:
+        await admin.dispose()
+
+
+@pytest.fixture
+async def private_db(pg: EmbeddedPostgres, private_template: str) -> AsyncIterator[str]:
+    """URL of a fresh, migrated database of this test's own: whole-store operations (reindex,
+    reembed, rebuilds, seeding with reindex) count and rewrite every row, so no test may see
+    another's (the suite passes in any order: `-p randomly`)."""
+    name = f"pgr_admin_{uuid.uuid4().hex[:12]}"
+    admin = create_async_engine(pg.url, isolation_level="AUTOCOMMIT")
+    try:
+        async with admin.connect() as conn:
+            await conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{private_template}"'))
+        yield database_url(pg, name)
         async with admin.connect() as conn:
             await conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
     finally:
@@ -65,7 +83,7 @@ async def shared_sessions(pg: EmbeddedPostgres) -> AsyncIterator[async_sessionma
 
 @pytest.fixture
 async def private_sessions(private_db: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
-    """Sessions on this module's private database."""
+    """Sessions on this test's private database."""
     async for maker in _sessions(private_db):
         yield maker
 
