@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import NullPool
 
 from app.adapters.cache import Cache
 from app.db import create_engine, create_sessionmaker
@@ -32,21 +33,26 @@ def database_url(pg: EmbeddedPostgres, name: str) -> str:
     return pg.url.replace("@/postgres?", f"@/{name}?")
 
 
+async def _on_server(pg: EmbeddedPostgres, statement: str) -> None:
+    """One statement outside a transaction, on a connection of its own (none is kept between
+    tests: a test that restarts the server would leave a pooled one closed)."""
+    engine = create_async_engine(pg.url, isolation_level="AUTOCOMMIT", poolclass=NullPool)
+    try:
+        async with engine.connect() as conn:
+            await conn.execute(text(statement))
+    finally:
+        await engine.dispose()
+
+
 @pytest.fixture(scope="session")
 async def private_template(pg: EmbeddedPostgres) -> AsyncIterator[str]:
     """Name of a migrated database that each test's private database is copied from (one per
     test worker: a copy takes a fraction of a second, a migration several)."""
     name = f"pgr_admin_template_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(pg.url, isolation_level="AUTOCOMMIT")
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
-        await asyncio.to_thread(upgrade_head, database_url(pg, name))
-        yield name
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-    finally:
-        await admin.dispose()
+    await _on_server(pg, f'CREATE DATABASE "{name}"')
+    await asyncio.to_thread(upgrade_head, database_url(pg, name))
+    yield name
+    await _on_server(pg, f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
@@ -55,15 +61,9 @@ async def private_db(pg: EmbeddedPostgres, private_template: str) -> AsyncIterat
     reembed, rebuilds, seeding with reindex) count and rewrite every row, so no test may see
     another's (the suite passes in any order: `-p randomly`)."""
     name = f"pgr_admin_{uuid.uuid4().hex[:12]}"
-    admin = create_async_engine(pg.url, isolation_level="AUTOCOMMIT")
-    try:
-        async with admin.connect() as conn:
-            await conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{private_template}"'))
-        yield database_url(pg, name)
-        async with admin.connect() as conn:
-            await conn.execute(text(f'DROP DATABASE "{name}" WITH (FORCE)'))
-    finally:
-        await admin.dispose()
+    await _on_server(pg, f'CREATE DATABASE "{name}" TEMPLATE "{private_template}"')
+    yield database_url(pg, name)
+    await _on_server(pg, f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 async def _sessions(url: str) -> AsyncIterator[async_sessionmaker[AsyncSession]]:
