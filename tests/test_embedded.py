@@ -20,7 +20,8 @@ from app.supervisor import PostgresSupervisor
 
 
 @pytest.fixture(scope="module")
-def data_dir() -> Iterator[Path]:
+def shared_dir() -> Iterator[Path]:
+    """One data dir for the module (initdb once); each test finds its server stopped."""
     # mkdtemp, not tmp_path: a short path keeps the unix socket inside the data dir.
     directory = Path(tempfile.mkdtemp(prefix="pgr-emb-"))
     try:
@@ -28,6 +29,15 @@ def data_dir() -> Iterator[Path]:
     finally:
         EmbeddedPostgres(directory).stop()
         shutil.rmtree(directory, ignore_errors=True)
+
+
+@pytest.fixture
+def data_dir(shared_dir: Path) -> Iterator[Path]:
+    """The module's data dir with no server running before or after the test, whatever order
+    the tests run in (a test that leaves it running would make the next one attach)."""
+    EmbeddedPostgres(shared_dir).stop()
+    yield shared_dir
+    EmbeddedPostgres(shared_dir).stop()
 
 
 async def _execute(server: EmbeddedPostgres, sql: str, *args: object) -> list[asyncpg.Record]:
