@@ -159,10 +159,11 @@ async def service_engine(
     return create_engine(with_user(owner_url, role), scope_key=key, **engine_options)
 
 
-async def read_scope_key(admin_url: str) -> ScopeKey:
-    """The database's scope key (migration 0018), read as the admin role (or the owner): the
-    service signs every user scope with it, and its own role cannot read it."""
-    engine = create_async_engine(admin_url, poolclass=NullPool)
+async def read_scope_key(admin: str | AsyncEngine) -> ScopeKey:
+    """The database's scope key (migration 0018), read as the admin role (or the owner), on
+    `admin`'s engine or a URL's throwaway one: the service signs every user scope with it, and
+    its own role cannot read it."""
+    engine = create_async_engine(admin, poolclass=NullPool) if isinstance(admin, str) else admin
     try:
         async with engine.connect() as conn:
             row = (
@@ -170,12 +171,13 @@ async def read_scope_key(admin_url: str) -> ScopeKey:
             ).one()
     except Exception as exc:  # driver errors: one readable line for start-up
         raise RoleSetupError(
-            f"cannot read the scope key as {user_of(admin_url)}: {type(exc).__name__}: {exc} "
-            "(PGRECALL_ADMIN_DATABASE_URL must log in as pgrecall_admin or a member of it: "
-            "docs/security.md)"
+            f"cannot read the scope key as {user_of(str(engine.url))}: {type(exc).__name__}: "
+            f"{exc} (PGRECALL_ADMIN_DATABASE_URL must log in as pgrecall_admin or a member of "
+            "it: docs/security.md)"
         ) from exc
     finally:
-        await engine.dispose()
+        if isinstance(admin, str):
+            await engine.dispose()
     return ScopeKey(bytes(row.inner_pad), bytes(row.outer_pad))
 
 

@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -554,19 +555,20 @@ async def test_rls_status(service_engine: AsyncEngine, db_engine: AsyncEngine) -
     assert not ok and "superuser" in message
 
 
+async def _attributes(conn: AsyncConnection, role: str) -> tuple[bool, ...]:
+    """(superuser, BYPASSRLS, login, CREATEROLE, CREATEDB) of a role."""
+    sql = text(
+        "SELECT rolsuper, rolbypassrls, rolcanlogin, rolcreaterole, rolcreatedb "
+        "FROM pg_roles WHERE rolname = :r"
+    )
+    return tuple((await conn.execute(sql, {"r": role})).one())
+
+
 async def test_the_admin_role_logs_in_bypasses_nothing_and_no_one_else_becomes_it(
     db_engine: AsyncEngine, admin_engine: AsyncEngine
 ) -> None:
     async with db_engine.connect() as conn:
-        role = (
-            await conn.execute(
-                text(
-                    "SELECT rolsuper, rolbypassrls, rolcanlogin, rolcreaterole, rolcreatedb "
-                    "FROM pg_roles WHERE rolname = :r"
-                ),
-                {"r": ADMIN_ROLE},
-            )
-        ).one()
+        role = await _attributes(conn, ADMIN_ROLE)
         members = (
             await conn.execute(
                 text(
@@ -616,15 +618,7 @@ async def test_rls_status_refuses_a_service_role_that_is_an_admin_or_reads_the_k
 
 async def test_service_role_attributes_and_grants(db_engine: AsyncEngine) -> None:
     async with db_engine.connect() as conn:
-        role = (
-            await conn.execute(
-                text(
-                    "SELECT rolsuper, rolbypassrls, rolcanlogin, rolcreaterole, rolcreatedb "
-                    "FROM pg_roles WHERE rolname = :r"
-                ),
-                {"r": DEFAULT_APP_ROLE},
-            )
-        ).one()
+        role = await _attributes(conn, DEFAULT_APP_ROLE)
         owned = await conn.scalar(
             text("SELECT count(*) FROM pg_class WHERE relowner = to_regrole(:r)"),
             {"r": DEFAULT_APP_ROLE},

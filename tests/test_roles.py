@@ -191,3 +191,19 @@ def test_policy_rewrites_move_each_setting_call_into_a_subquery_and_back() -> No
         f'ALTER POLICY "messages_user" ON messages USING ({user}) WITH CHECK ({user})'
     ]
     assert policy_rewrites([("messages", "messages_user", printed, None)], once=True) == []
+
+
+def test_the_scope_key_signs_with_standard_hmac_sha256() -> None:
+    """app/db.py and migration 0018's SQL compute HMAC from stored pads; both must agree with the
+    standard construction, for keys of a block or less and longer ones (hashed first)."""
+    import hashlib
+    import hmac
+
+    from app.db import ScopeKey, scope_key_pads
+
+    for key in (b"k" * 32, b"\x00\xff" * 32, b"x" * 100):
+        signer = ScopeKey(*scope_key_pads(key))
+        for user in ("alice", "o'brien", "ünïcode-ユーザー"):
+            expected = hmac.new(key, user.encode(), hashlib.sha256).hexdigest()
+            assert signer.sign(user) == expected
+    assert "k" not in repr(ScopeKey(*scope_key_pads(b"k" * 32)))  # never the key in a log

@@ -191,17 +191,20 @@ async def open_resources(
     # As the owner; requests run as the service role, admin work as the admin role, which
     # alone reads the key every user scope is signed with (app/roles.py).
     await prepare_database(urls, migrate=settings.migrate_on_start)
-    scope_key = await read_scope_key(urls.admin_url)
+    timeout_ms = int(settings.query_timeout_s * 1000) + 3000
+    admin_engine = create_engine(
+        urls.admin_url, pool_size=ADMIN_POOL_SIZE, statement_timeout_ms=timeout_ms
+    )
+    try:
+        scope_key = await read_scope_key(admin_engine)
+    except BaseException:
+        await admin_engine.dispose()
+        raise
     engine = create_engine(
         urls.service,
         pool_size=settings.db_pool_size,
-        statement_timeout_ms=int(settings.query_timeout_s * 1000) + 3000,
+        statement_timeout_ms=timeout_ms,
         scope_key=scope_key,
-    )
-    admin_engine = create_engine(
-        urls.admin_url,
-        pool_size=ADMIN_POOL_SIZE,
-        statement_timeout_ms=int(settings.query_timeout_s * 1000) + 3000,
     )
     cache = Cache.from_url(settings.redis_url)
     the_embedder: Embedder | None = None
