@@ -40,6 +40,8 @@ from sqlalchemy.ext.asyncio import (
 )
 from sqlalchemy.orm import Session, SessionTransaction
 
+from app.domain import MemoryScope, as_scope
+
 audit = logging.getLogger("app.audit")
 
 _SCOPE = "pgrecall.scope"
@@ -93,8 +95,9 @@ class ScopeKey:
     inner_pad: bytes
     outer_pad: bytes
 
-    def sign(self, user_id: str) -> str:
-        inner = hashlib.sha256(self.inner_pad + user_id.encode()).digest()
+    def sign(self, message: str) -> str:
+        """HMAC-SHA256 of `message` (a user id, or MemoryScope.signed_message()), hex."""
+        inner = hashlib.sha256(self.inner_pad + message.encode()).digest()
         return hashlib.sha256(self.outer_pad + inner).hexdigest()
 
     def __repr__(self) -> str:  # never the key in a log line or a traceback
@@ -169,13 +172,19 @@ def create_sessionmaker(
 
 @dataclass(frozen=True)
 class UserScope:
-    """Transactions see and write only this user's rows."""
+    """Transactions see and write only this user's rows, within `memory`'s agent and run
+    (migration 0019: the scope policy; rows are stamped with them)."""
 
     user_id: str
     custom_plans: bool = False  # the read path: custom plans, no parallel workers (see above)
     # More settings of the read path's transactions, made in the same statement as the user
     # (the vector statement's planner settings, a small user's generic plans).
     settings: tuple[tuple[str, str], ...] = ()
+    memory: MemoryScope | None = None
+
+    @property
+    def scope(self) -> MemoryScope:
+        return self.memory if self.memory is not None else MemoryScope(self.user_id)
 
 
 @dataclass(frozen=True)
@@ -231,7 +240,7 @@ def after_commit(session: AsyncSession, hook: AfterCommit) -> None:
 
 def user_session(
     sessionmaker: async_sessionmaker[AsyncSession],
-    user_id: str,
+    user: str | MemoryScope,
     *,
     custom_plans: bool = False,
     settings: Mapping[str, str] | None = None,
@@ -244,16 +253,24 @@ def user_session(
     settings (with custom_plans): more SET LOCALs of that statement, overriding those (one
     round trip for all of them; RetrievalRepository.search_size says when a small user's
     statements run on generic plans)."""
-    if not user_id:
+    memory = as_scope(user)
+    if not memory.user_id:
         raise ValueError("a user-scoped session needs a user id")
-    scope = read_path_scope(user_id, settings) if custom_plans else UserScope(user_id)
+    scope = (
+        read_path_scope(memory, settings)
+        if custom_plans
+        else UserScope(memory.user_id, memory=memory)
+    )
     return sessionmaker(info={_SCOPE: scope})
 
 
-def read_path_scope(user_id: str, settings: Mapping[str, str] | None = None) -> UserScope:
-    """The scope of the query path's transactions: the user, custom plans, no parallel
-    workers, and these settings over them (user_session, read_transaction)."""
-    return UserScope(user_id, True, tuple(sorted((settings or {}).items())))
+def read_path_scope(
+    user: str | MemoryScope, settings: Mapping[str, str] | None = None
+) -> UserScope:
+    """The scope of the query path's transactions: the user (and agent, run), custom plans, no
+    parallel workers, and these settings over them (user_session, read_transaction)."""
+    memory = as_scope(user)
+    return UserScope(memory.user_id, True, tuple(sorted((settings or {}).items())), memory)
 
 
 def admin_sessions(
@@ -292,8 +309,16 @@ def scope_settings(
     admin scopes need none: their rights are the admin role's."""
     if isinstance(scope, UserScope):
         extra = {**READ_PATH_SETTINGS, **dict(scope.settings)} if scope.custom_plans else {}
-        signed = {} if key is None else {"pgrecall.user_sig": key.sign(scope.user_id)}
-        return {"pgrecall.user_id": scope.user_id, **signed, **extra}
+        memory = scope.scope
+        signed = {} if key is None else {"pgrecall.user_sig": key.sign(memory.signed_message())}
+        # Always all three, so a setting left on the connection by anything else counts for
+        # nothing: the signature covers what is set here.
+        scoped = {
+            "pgrecall.agent_id": memory.agent_id or "",
+            "pgrecall.run_id": memory.run_id or "",
+            "pgrecall.scope_own": "on" if memory.own else "",
+        }
+        return {"pgrecall.user_id": scope.user_id, **signed, **scoped, **extra}
     if isinstance(scope, KeyLookupScope):
         return {"pgrecall.key_hash": scope.key_hash}
     return {}
@@ -387,16 +412,16 @@ def begin_scoped(settings: Mapping[str, str]) -> str:
 
 @contextlib.asynccontextmanager
 async def read_transaction(
-    engine: AsyncEngine, user_id: str, settings: Mapping[str, str] | None = None
+    engine: AsyncEngine, user: str | MemoryScope, settings: Mapping[str, str] | None = None
 ) -> AsyncIterator[ReadTransaction]:
     """A ReadTransaction as `user_id` (see there), committed at the end. On an error it is
     rolled back before the connection goes back to the pool; a connection whose statement was
     cancelled (a query's time limit) or that cannot roll back is closed instead (the pool
     opens another). BEGIN and COMMIT are sent as plain statements, not through asyncpg's
     Transaction: a connection the pool gets back carries no transaction state of ours."""
-    if not user_id:
+    if not as_scope(user).user_id:
         raise ValueError("a user-scoped transaction needs a user id")
-    scope = read_path_scope(user_id, settings)
+    scope = read_path_scope(user, settings)
     begin = begin_scoped(scope_settings(scope, engine_scope_key(engine)))
     async with engine.connect() as connection:
         driver = (await connection.get_raw_connection()).driver_connection

@@ -10,6 +10,13 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 USER_ID_LENGTH = 255
+# Shared spaces (migration 0019_memory_scopes, docs/agents.md): a space's memories are stored
+# under the owner key `space:<id>` in place of a user id; user ids may not start with it.
+SPACE_PREFIX = "space:"
+SPACE_ID_LENGTH = 64
+SPACE_ID_PATTERN_TEXT = r"^[a-z0-9][a-z0-9_.-]{0,63}$"
+SpaceAccess = Literal["read", "write"]
+SPACE_ACCESS: tuple[SpaceAccess, ...] = ("read", "write")
 MemoryType = Literal["fact", "preference", "decision", "note"]
 MEMORY_TYPES: tuple[MemoryType, ...] = get_args(MemoryType)
 MESSAGE_ROLES = ("user", "assistant", "system")
@@ -19,6 +26,55 @@ MESSAGE_ROLES = ("user", "assistant", "system")
 MAX_TAGS = 16
 MAX_TAG_CHARS = 32
 TAG_PATTERN_TEXT = rf"^[a-z0-9][a-z0-9_.:-]{{0,{MAX_TAG_CHARS - 1}}}$"
+
+
+def space_owner(space_id: str) -> str:
+    """The owner key a space's rows carry in their user_id column."""
+    return SPACE_PREFIX + space_id
+
+
+def space_of(owner: str) -> str | None:
+    """The space an owner key names (None: a user)."""
+    return owner[len(SPACE_PREFIX) :] if owner.startswith(SPACE_PREFIX) else None
+
+
+# The unit separator joins a signed scope's parts (ids are printable ASCII: none holds it).
+SCOPE_SEPARATOR = "\x1f"
+
+
+@dataclass(frozen=True)
+class MemoryScope:
+    """Whose memory a request reads and writes (docs/agents.md).
+
+    The user's, always. With `agent_id` (or `run_id`), the rows of that agent (run) and the
+    user's unscoped rows, never another agent's (run's); with `own` as well, only that agent's
+    (run's) rows. Writes are stamped with the agent and run. `spaces`: the shared spaces a query
+    reads besides (each needs the user's grant; row-level security checks it)."""
+
+    user_id: str
+    agent_id: str | None = None
+    run_id: str | None = None
+    own: bool = False
+    spaces: tuple[str, ...] = ()
+
+    @property
+    def scoped(self) -> bool:
+        """Whether the request names an agent or a run (else: the user's whole memory)."""
+        return self.agent_id is not None or self.run_id is not None
+
+    def signed_message(self) -> str:
+        """What the database's scope key signs (migration 0019: pgrecall_scope_user()): the
+        user alone when no agent, run or own flag is set, else all four joined."""
+        own = "on" if self.own else ""
+        rest = SCOPE_SEPARATOR.join((self.agent_id or "", self.run_id or "", own))
+        if rest == SCOPE_SEPARATOR * 2:
+            return self.user_id
+        return self.user_id + SCOPE_SEPARATOR + rest
+
+
+def as_scope(user: str | MemoryScope) -> MemoryScope:
+    """A user id as the scope of that user's whole memory; a scope as it is."""
+    return user if isinstance(user, MemoryScope) else MemoryScope(user)
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,8 @@ USER_TABLES: tuple[str, ...] = (
 # api_keys stays a table of the coordinator (authentication reads it by hash, not by user).
 COORDINATOR_TABLES: tuple[str, ...] = ("api_keys",)
 DISTRIBUTED_TABLES: tuple[str, ...] = tuple(t for t in USER_TABLES if t not in COORDINATOR_TABLES)
-READ_ONLY_TABLES: tuple[str, ...] = ("alembic_version",)
+# space_members: its row-level security shows the service role its user's own grants only.
+READ_ONLY_TABLES: tuple[str, ...] = ("alembic_version", "space_members")
 _LOCK_KEY = 0x70677263  # "pgrc": serialises role set-up across processes
 
 # Every policy of the schema, with its expressions as Postgres prints them (policy_rewrites).
@@ -77,9 +78,12 @@ POLICIES = text(
     "JOIN pg_class AS c ON c.oid = p.polrelid JOIN pg_namespace AS n ON n.oid = c.relnamespace "
     "WHERE n.nspname = 'public' ORDER BY c.relname, p.polname"
 )
-# A call a policy reads its scope with (a setting, or migration 0018's signed user), not yet in
-# a subquery, and one in a subquery (as Postgres prints them back).
-_CALL = r"(current_setting\('[a-z_.]+'::text, true\)|pgrecall_scope_user\(\))"
+# A call a policy reads its scope with (a setting, migration 0018's signed user, migration 0019's
+# spaces of that user), not yet in a subquery, and one in a subquery (as Postgres prints them).
+_CALL = (
+    r"(current_setting\('[a-z_.]+'::text, true\)|pgrecall_scope_user\(\)"
+    r"|pgrecall_scope_spaces\((?:true|false)\))"
+)
 _SETTING_CALL = re.compile(r"(?<!SELECT )" + _CALL)
 _SETTING_ONCE = re.compile(r"\( SELECT " + _CALL + r" AS \w+\)")
 

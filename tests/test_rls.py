@@ -504,14 +504,26 @@ async def test_every_table_with_user_data_has_forced_rls_and_both_policies(
                 )
             )
         ).all()
-    assert {r.relname for r in rows} == set(USER_TABLES)
+    # space_members: the grants of shared spaces, read by the service role (its user's own).
+    assert {r.relname for r in rows} == {*USER_TABLES, "space_members"}
     for r in rows:
         assert r.relrowsecurity and r.relforcerowsecurity, r.relname
         assert {f"{r.relname}_admin", f"{r.relname}_user"} <= set(r.policies), r.relname
         extra = set(r.policies) - {f"{r.relname}_admin", f"{r.relname}_user"}
-        # Only api_keys has more (the authentication lookup by token hash).
-        more = {"api_keys": {"api_keys_lookup", "api_keys_touch"}}
-        assert extra == more.get(r.relname, set())
+        # api_keys: the authentication lookup by token hash; the agent and run scope
+        # (migration 0019) on the scoped tables, and the spaces' grants on the tables a
+        # space's memories live in.
+        scope = {f"{t}_scope"} if (t := r.relname) in ("conversations", "messages") else set()
+        space = {f"{t}_space_read", f"{t}_space_write"}
+        more = {
+            "api_keys": {"api_keys_lookup", "api_keys_touch"},
+            "conversations": scope,
+            "messages": scope,
+            "memory_items": {"memory_items_scope", *space},
+            "search_postings": space,
+            "search_stats": space,
+        }
+        assert extra == more.get(r.relname, set()), r.relname
     async with db_engine.connect() as conn:
         policies = (
             await conn.execute(
@@ -636,7 +648,7 @@ async def test_service_role_attributes_and_grants(db_engine: AsyncEngine) -> Non
     assert tuple(role) == (False, False, True, False, False)
     assert owned == 0
     expected = {t: "DELETE,INSERT,SELECT,UPDATE" for t in USER_TABLES}
-    assert dict(grants) == {**expected, "alembic_version": "SELECT"}
+    assert dict(grants) == {**expected, "alembic_version": "SELECT", "space_members": "SELECT"}
 
 
 # -- the running service ---------------------------------------------------------------------

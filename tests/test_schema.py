@@ -339,11 +339,12 @@ async def test_vector_indexes(conn: AsyncConnection) -> None:
 
 
 async def test_the_exact_path_has_covering_indexes_of_the_vectors(conn: AsyncConnection) -> None:
-    """Migration 0017: a user's vectors are consecutive index entries (an index-only scan)."""
+    """Migration 0017: a user's vectors are consecutive index entries (an index-only scan);
+    migration 0019 adds the scope columns the scope policy reads."""
     indexes = await _indexes(conn)
     assert indexes["idx_messages_user_vectors"] == (
         "CREATE INDEX idx_messages_user_vectors ON public.messages USING btree (user_id, "
-        "embedding_model) INCLUDE (id, embedding) WHERE (embedding IS NOT NULL)"
+        "embedding_model) INCLUDE (id, embedding, agent_id, run_id) WHERE (embedding IS NOT NULL)"
     )
     assert indexes["idx_message_passages_user_vectors"] == (
         "CREATE INDEX idx_message_passages_user_vectors ON public.message_passages USING btree "

@@ -5,6 +5,7 @@ from app.models.base import Base
 from app.models.conversation import Conversation, Message, MessagePassage
 from app.models.extraction import ExtractionJob, ExtractionUsage
 from app.models.memory import MemoryItem, SearchPosting, SearchStats
+from app.models.space import Space, SpaceMember
 
 __all__ = [
     "ApiKey",
@@ -17,4 +18,6 @@ __all__ = [
     "MessagePassage",
     "SearchPosting",
     "SearchStats",
+    "Space",
+    "SpaceMember",
 ]

@@ -9,10 +9,11 @@ from typing import Any
 import numpy as np
 from pgvector import Vector
 from pgvector.sqlalchemy import HALFVEC
-from sqlalchemy import DateTime, Index, MetaData, func, text
+from sqlalchemy import DateTime, Index, MetaData, String, func, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from app.domain import USER_ID_LENGTH
 from app.vectors import COVERING_MAX_DIMENSION, vector_literal
 
 NAMING_CONVENTION = {
@@ -54,6 +55,24 @@ def search_indexes(table: str) -> tuple[Index, Index]:
 
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+# A scoped request's agent and run (app/db.py sets them in every transaction it scopes): the
+# default of a row's scope columns, so every write of such a request is stamped with its scope.
+AGENT_DEFAULT = "nullif(current_setting('pgrecall.agent_id', true), '')"
+RUN_DEFAULT = "nullif(current_setting('pgrecall.run_id', true), '')"
+
+
+class ScopedMixin:
+    """The agent and run a row belongs to within its user's memory (NULL: unscoped);
+    migration 0019_memory_scopes, docs/agents.md."""
+
+    agent_id: Mapped[str | None] = mapped_column(
+        String(USER_ID_LENGTH), nullable=True, server_default=text(AGENT_DEFAULT)
+    )
+    run_id: Mapped[str | None] = mapped_column(
+        String(USER_ID_LENGTH), nullable=True, server_default=text(RUN_DEFAULT)
+    )
 
 
 class CreatedAtMixin:

@@ -31,6 +31,7 @@ from app.models.base import (
     Base,
     CreatedAtMixin,
     HalfVec,
+    ScopedMixin,
     search_indexes,
 )
 
@@ -38,7 +39,7 @@ from app.models.base import (
 # Primary keys: the tables' keys are (user_id, id) in the database (migration
 # 0010_distributable: Citus needs the distribution column in every key); the ORM identifies rows
 # by their uuid alone, which is unique on its own.
-class Conversation(CreatedAtMixin, Base):
+class Conversation(ScopedMixin, CreatedAtMixin, Base):
     __tablename__ = "conversations"
     __table_args__ = (
         Index("idx_conversations_user_id", "user_id"),
@@ -64,7 +65,7 @@ class Conversation(CreatedAtMixin, Base):
     )
 
 
-class Message(CreatedAtMixin, Base):
+class Message(ScopedMixin, CreatedAtMixin, Base):
     __tablename__ = "messages"
     __table_args__ = (
         CheckConstraint("role IN ('user', 'assistant', 'system')", name="role"),
@@ -83,7 +84,8 @@ class Message(CreatedAtMixin, Base):
                     "idx_messages_user_vectors",
                     "user_id",
                     "embedding_model",
-                    postgresql_include=["id", "embedding"],
+                    # the scope columns: the scope policy reads them (migration 0019)
+                    postgresql_include=["id", "embedding", "agent_id", "run_id"],
                     postgresql_where=text("embedding IS NOT NULL"),
                 )
             ]

@@ -26,10 +26,17 @@ from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.domain import MAX_TAGS, MEMORY_TYPES, USER_ID_LENGTH
-from app.models.base import EMBEDDING_DIMENSION, Base, CreatedAtMixin, HalfVec, search_indexes
+from app.models.base import (
+    EMBEDDING_DIMENSION,
+    Base,
+    CreatedAtMixin,
+    HalfVec,
+    ScopedMixin,
+    search_indexes,
+)
 
 
-class MemoryItem(CreatedAtMixin, Base):
+class MemoryItem(ScopedMixin, CreatedAtMixin, Base):
     __tablename__ = "memory_items"
     __table_args__ = (
         CheckConstraint(f"type IN ({', '.join(repr(t) for t in MEMORY_TYPES)})", name="type"),
@@ -40,13 +47,17 @@ class MemoryItem(CreatedAtMixin, Base):
         Index(
             "idx_memory_items_type", "user_id", "type", postgresql_where=text("deleted_at IS NULL")
         ),
-        # Unique among valid items only: a superseded text may be stated again later.
+        # Unique among valid items only: a superseded text may be stated again later; per
+        # scope (migration 0019: the unscoped memory is one scope too).
         Index(
             "uq_memory_items_user_content_hash",
             "user_id",
             "content_hash",
+            "agent_id",
+            "run_id",
             unique=True,
             postgresql_where=text("valid_to IS NULL"),
+            postgresql_nulls_not_distinct=True,
         ),
         # Retrieval's "valid now" filter, by user.
         Index(
@@ -72,7 +83,10 @@ class MemoryItem(CreatedAtMixin, Base):
             "user_id",
             "store_namespace",
             "store_key",
+            "agent_id",
+            "run_id",
             unique=True,
+            postgresql_nulls_not_distinct=True,
             postgresql_ops={"store_namespace": "text_pattern_ops"},
             postgresql_where=text("store_key IS NOT NULL AND valid_to IS NULL"),
         ),

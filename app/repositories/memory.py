@@ -46,7 +46,8 @@ class MemoryRepository:
         self.session = session
 
     async def insert_many(self, items: Sequence[NewMemory]) -> list[uuid.UUID]:
-        """Multi-row insert skipping rows whose (user_id, content_hash) exists; the new ids."""
+        """Multi-row insert skipping rows whose text is a valid memory of their scope already (user,
+        agent, run: the rows take the transaction's agent and run); the new ids."""
         if not items:
             return []
         rows = []
@@ -84,7 +85,8 @@ class MemoryRepository:
                 insert(MemoryItem)
                 .values(group)
                 .on_conflict_do_nothing(
-                    index_elements=["user_id", "content_hash"], index_where=_CURRENT
+                    index_elements=["user_id", "content_hash", "agent_id", "run_id"],
+                    index_where=_CURRENT,
                 )
                 .returning(MemoryItem.id)
             )

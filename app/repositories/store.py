@@ -132,7 +132,7 @@ class StoreRepository:
         }
         # xmax is 0 on a freshly inserted row version, set on one ON CONFLICT updated.
         stmt = stmt.on_conflict_do_update(
-            index_elements=["user_id", "store_namespace", "store_key"],
+            index_elements=["user_id", "store_namespace", "store_key", "agent_id", "run_id"],
             index_where=MemoryItem.store_key.is_not(None) & MemoryItem.valid_to.is_(None),
             # EXCLUDED.updated_at: the proposed row's default, now(). Citus refuses a function
             # call in DO UPDATE SET on a distributed table (docs/scaling.md).

@@ -14,6 +14,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import AFTER_COMMIT, admin_sessions, user_session
+from app.domain import MemoryScope
 
 log = logging.getLogger(__name__)
 
@@ -39,10 +40,11 @@ async def transaction(session: AsyncSession) -> AsyncIterator[AsyncSession]:
 
 
 def user_transaction(
-    sessionmaker: async_sessionmaker[AsyncSession], user_id: str
+    sessionmaker: async_sessionmaker[AsyncSession], user: str | MemoryScope
 ) -> AbstractAsyncContextManager[AsyncSession]:
-    """A transaction as `user_id`: row-level security shows it that user's rows only."""
-    return transaction(user_session(sessionmaker, user_id))
+    """A transaction as the user (within the scope's agent and run, MemoryScope): row-level
+    security shows it that user's rows only (and the spaces it has grants on)."""
+    return transaction(user_session(sessionmaker, user))
 
 
 def admin_transaction(

@@ -12,8 +12,15 @@ USER_ID_PATTERN_TEXT = r"^[\x21-\x7e]{1,255}$"
 USER_ID_PATTERN = re.compile(USER_ID_PATTERN_TEXT)
 
 
+# Shared spaces' rows carry `space:<id>` in place of a user id (app.domain.SPACE_PREFIX; kept
+# literal here so this module imports nothing).
+RESERVED_PREFIX = "space:"
+
+
 def check_user_id(value: str) -> str:
-    """1-255 printable ASCII characters, no spaces."""
+    """1-255 printable ASCII characters, no spaces, not starting with `space:`."""
     if not USER_ID_PATTERN.fullmatch(value):
         raise ValueError("must be 1-255 printable ASCII characters, no spaces")
+    if value.startswith(RESERVED_PREFIX):
+        raise ValueError(f"must not start with {RESERVED_PREFIX!r} (it names shared spaces)")
     return value
