@@ -22,6 +22,7 @@ from app.api import (
     docs,
     health,
     memories,
+    spaces,
     store,
     tools,
 )
@@ -110,6 +111,8 @@ def create_app(settings: Settings, *, embedder: Embedder | None = None) -> FastA
     app.include_router(memories.router)
     app.include_router(admin.router)
     app.include_router(admin_keys.router)
+    app.include_router(spaces.admin)
+    app.include_router(spaces.router)
     app.include_router(chat_proxy.router)
     install_console(app, settings)  # /console, app/console/
     streams = StreamLimits(

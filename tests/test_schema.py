@@ -389,10 +389,9 @@ async def test_policies_read_their_settings_once_per_statement(conn: AsyncConnec
         if name.endswith("_admin"):
             assert expressions.split() == ["true", "true"], (name, expressions)
             continue
-        calls = expressions.count("current_setting(") + expressions.count("pgrecall_scope_user(")
-        once = expressions.count("SELECT current_setting(") + expressions.count(
-            "SELECT pgrecall_scope_user("
-        )
+        functions = ("current_setting(", "pgrecall_scope_user(", "pgrecall_scope_spaces(")
+        calls = sum(expressions.count(f) for f in functions)
+        once = sum(expressions.count(f"SELECT {f}") for f in functions)
         assert calls and once == (0 if citus else calls), (name, expressions)
 
 
@@ -446,8 +445,10 @@ async def test_partial_and_conversation_indexes(conn: AsyncConnection) -> None:
     # A prefix of the primary key (user_id, id); it offered the planner a heap scan of a big
     # user's rows priced level with the covering index's index-only scan (migration 0017).
     assert "idx_messages_user_id" not in indexes
+    # Per scope (migration 0019): the unscoped memory (NULLs) is one scope.
     assert indexes["uq_memory_items_user_content_hash"].endswith(
-        "USING btree (user_id, content_hash) WHERE (valid_to IS NULL)"
+        "USING btree (user_id, content_hash, agent_id, run_id) NULLS NOT DISTINCT "
+        "WHERE (valid_to IS NULL)"
     )
     assert "UNIQUE" in indexes["uq_memory_items_user_content_hash"]
     assert indexes["idx_memory_items_current"].endswith(

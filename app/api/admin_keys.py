@@ -30,7 +30,9 @@ async def create_key(body: KeyCreate, session: AdminSessionDep) -> KeyCreated:
         lifetime = parse_duration(body.expires_in) if body.expires_in is not None else None
     except ValueError as exc:
         raise ValidationFailedError(f"expires_in {exc}", "body.expires_in") from None
-    created = await ApiKeyService(session).create(body.user_id, body.scope, lifetime)
+    created = await ApiKeyService(session).create(
+        body.user_id, body.scope, lifetime, agent_id=body.agent_id
+    )
     return KeyCreated(key=KeyOut.model_validate(created.key), token=created.token)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import Depends, Header, Request
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -14,7 +14,16 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from app.errors import AuthenticationError, PermissionDeniedError
 from app.observability import correlation_id_var
 from app.runtime import Resources, admin_transaction, user_transaction
-from app.runtime.identity import is_service_key, matches, resolve_caller
+from app.runtime.identity import (
+    AGENT_HEADER,
+    RUN_HEADER,
+    SCOPE_MODE_HEADER,
+    SPACES_HEADER,
+    is_service_key,
+    matches,
+    resolve_caller,
+    scope_claim,
+)
 from app.schemas.common import USER_ID_PATTERN_TEXT
 from app.services.api_keys import Caller, looks_like_key
 
@@ -30,11 +39,12 @@ ResourcesDep = Annotated[Resources, Depends(get_resources)]
 
 
 async def get_session(
-    resources: ResourcesDep, user_id: Annotated[str, Depends(current_user)]
+    resources: ResourcesDep, caller: Annotated[Caller, Depends(current_caller)]
 ) -> AsyncIterator[AsyncSession]:
     """The request's transaction, bound to the caller: row-level security shows it only the
-    caller's rows (the statements keep their own user_id predicates as well)."""
-    async with user_transaction(resources.sessionmaker, user_id) as session:
+    caller's rows, within its agent and run (the statements keep their own user_id predicates
+    as well), and stamps what it writes with them."""
+    async with user_transaction(resources.sessionmaker, caller.memory) as session:
         yield session
 
 
@@ -117,6 +127,41 @@ async def current_caller(
             json_schema_extra={"pattern": USER_ID_PATTERN_TEXT},
         ),
     ] = None,
+    x_agent_id: Annotated[
+        str | None,
+        Header(
+            alias=AGENT_HEADER,
+            description="the agent acting for the user: it reads its own memory and the user's "
+            "unscoped memory, never another agent's, and what it writes is its own (a key bound "
+            "to an agent fixes it; another is refused, 403)",
+            json_schema_extra={"pattern": USER_ID_PATTERN_TEXT},
+        ),
+    ] = None,
+    x_run_id: Annotated[
+        str | None,
+        Header(
+            alias=RUN_HEADER,
+            description="the run (one session of an agent): reads its own memory and the "
+            "unscoped, never another run's; writes are the run's",
+            json_schema_extra={"pattern": USER_ID_PATTERN_TEXT},
+        ),
+    ] = None,
+    x_scope_mode: Annotated[
+        Literal["inherit", "own"] | None,
+        Header(
+            alias=SCOPE_MODE_HEADER,
+            description="inherit (default): the agent's or run's memory and the user's "
+            "unscoped memory; own: the agent's or run's memory only",
+        ),
+    ] = None,
+    x_spaces: Annotated[
+        str | None,
+        Header(
+            alias=SPACES_HEADER,
+            description="shared spaces a query reads besides the user's memory, comma-separated "
+            "(each needs the user's grant)",
+        ),
+    ] = None,
 ) -> Caller:
     """Who the request acts for (app.runtime.identity.resolve_caller).
 
@@ -128,7 +173,8 @@ async def current_caller(
         token: str | None = _bearer(authorization)
     else:
         token = bearer_token(authorization)
-    return await resolve_caller(resources, token, x_user_id)
+    claim = scope_claim(x_agent_id, x_run_id, x_scope_mode, x_spaces)
+    return await resolve_caller(resources, token, x_user_id, claim=claim)
 
 
 CallerDep = Annotated[Caller, Depends(current_caller)]

@@ -32,3 +32,5 @@ class ApiKey(CreatedAtMixin, Base):
     expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # A key bound to one agent (migration 0019): its holder reads and writes as that agent.
+    agent_id: Mapped[str | None] = mapped_column(String(USER_ID_LENGTH), nullable=True)

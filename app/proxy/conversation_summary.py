@@ -11,6 +11,7 @@ import re
 import uuid
 from typing import Any
 
+from app.domain import MemoryScope
 from app.proxy.schemas import with_system_message
 from app.runtime import Resources, user_transaction
 from app.services.summary import read_summary
@@ -20,14 +21,15 @@ _TAG = re.compile(r"<(\s*/?\s*conversation_summary)", re.IGNORECASE)
 
 
 async def summary_block(
-    resources: Resources, user_id: str, conversation_id: uuid.UUID | None
+    resources: Resources, scope: MemoryScope, conversation_id: uuid.UUID | None
 ) -> tuple[str | None, str]:
     """(the block to inject or None, the header value: included | none | <summary state>)."""
+    user_id = scope.user_id
     if resources.extraction_default is None:
         return None, "no_llm"
     if conversation_id is None:  # a new conversation has no summary yet
         return None, "none"
-    async with user_transaction(resources.sessionmaker, user_id) as session:
+    async with user_transaction(resources.sessionmaker, scope) as session:
         view = await read_summary(
             session,
             user_id,

@@ -19,6 +19,7 @@ from fastapi import APIRouter, Header, Request
 from fastapi.responses import JSONResponse, Response
 
 from app.deadline import Deadline
+from app.domain import MemoryScope
 from app.errors import UpstreamError
 from app.http.deps import CorrelationDep, ResourcesDep
 from app.observability import correlation_id_var
@@ -46,14 +47,14 @@ RECALLED_IDS_HEADER = "X-Pgrecall-Recalled-Ids"
 
 
 async def _memories(
-    resources: Resources, user_id: str, body: ChatRequest, query: str
+    resources: Resources, scope: MemoryScope, body: ChatRequest, query: str
 ) -> tuple[str | None, list[str]]:
     options = body.memory
     if (options and options.off) or not query.strip():
         return None, []
     request = query_request(
         resources.query_config,
-        user_id,
+        scope,
         query,
         options,
         limit=options.top_k if options else None,
@@ -77,7 +78,7 @@ def _with_memories(raw: dict[str, Any], block: str | None) -> dict[str, Any]:
 async def chat_completions(
     body: ChatRequest,
     request: Request,
-    user_id: ProxyUserDep,
+    scope: ProxyUserDep,
     resources: ResourcesDep,
     upstream: UpstreamDep,
     correlation: CorrelationDep,
@@ -85,6 +86,7 @@ async def chat_completions(
 ) -> Response:
     """OpenAI-compatible chat completions with the user's memories injected and turns stored."""
     upstream.require()
+    user_id = scope.user_id
     key = idempotency_key(idempotency)
     raw = await request.json()
     last = body.messages[-1]
@@ -103,25 +105,23 @@ async def chat_completions(
     latest_user = next((m for m in reversed(body.messages) if m.role == "user"), None)
     conversation_id = body.memory.conversation_id if body.memory else None
     if conversation_id is not None:
-        async with user_transaction(resources.sessionmaker, user_id) as session:
+        async with user_transaction(resources.sessionmaker, scope) as session:
             await ConversationService(session, resources.embeddings).get(user_id, conversation_id)
     query = message_text(latest_user) if latest_user else ""
     title = (query.strip() or "chat")[:100]
-    turns = Turns(
-        resources, user_id, correlation, title, conversation_id, new_turn, key, round_turns
-    )
+    turns = Turns(resources, scope, correlation, title, conversation_id, new_turn, key, round_turns)
     await turns.resume()
     conversation_id = turns.conversation_id
-    block, memory_ids = await _memories(resources, user_id, body, query)
+    block, memory_ids = await _memories(resources, scope, body, query)
     forward = _with_memories(raw, block)
     headers = {MEMORY_IDS_HEADER: ",".join(memory_ids)}
     if body.memory and body.memory.summary:
-        summary, headers[SUMMARY_HEADER] = await summary_block(resources, user_id, conversation_id)
+        summary, headers[SUMMARY_HEADER] = await summary_block(resources, scope, conversation_id)
         forward = with_summary(forward, summary)
     upstream_headers = upstream.headers(request.headers)
     deadline = upstream.deadline()  # one, over everything this request asks the upstream
     if body.memory and body.memory.recall_tags:
-        lookup = functools.partial(_memories, resources, user_id, body)
+        lookup = functools.partial(_memories, resources, scope, body)
         return await _recall_completion(
             turns, body, upstream, forward, upstream_headers, headers, lookup, deadline
         )

@@ -10,6 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from app.domain import MemoryScope
 from app.errors import ValidationFailedError
 from app.retrieval.speakers import usable_speaker
 from app.runtime import Resources, user_transaction
@@ -78,7 +79,7 @@ class Turns:
     the answer; `conversation_id` None until there is a conversation."""
 
     resources: Resources
-    user_id: str
+    scope: MemoryScope  # the user, and the agent and run the turns belong to
     correlation: uuid.UUID
     title: str
     conversation_id: uuid.UUID | None
@@ -86,12 +87,16 @@ class Turns:
     key: str | None
     rounds: list[MessageCreate] = field(default_factory=list)
 
+    @property
+    def user_id(self) -> str:
+        return self.scope.user_id
+
     async def resume(self) -> None:
         """A retry of a request whose user turn is stored already: continue its conversation,
         and do not store the turn again."""
         if self.key is None or self.user is None:
             return
-        async with user_transaction(self.resources.sessionmaker, self.user_id) as session:
+        async with user_transaction(self.resources.sessionmaker, self.scope) as session:
             found = await ChatTurnService(session).stored_turn(self.user_id, self.key)
         if found is not None:
             self.user, self.rounds, self.conversation_id = None, [], found
@@ -100,7 +105,7 @@ class Turns:
         """The conversation the turns go to, created now when absent (a stream names it in its
         headers before the turns exist)."""
         if self.conversation_id is None:
-            async with user_transaction(self.resources.sessionmaker, self.user_id) as session:
+            async with user_transaction(self.resources.sessionmaker, self.scope) as session:
                 conversations = ConversationService(session, self.resources.embeddings)
                 self.conversation_id = (await conversations.create(self.user_id, self.title)).id
         return self.conversation_id
@@ -111,7 +116,7 @@ class Turns:
         """Create the conversation when absent, append the user turn (marked with `failure`)
         and the answer; committed when this returns."""
         resources = self.resources
-        async with user_transaction(resources.sessionmaker, self.user_id) as session:
+        async with user_transaction(resources.sessionmaker, self.scope) as session:
             user = self.user
             if user is not None and self.key is not None:
                 found = await ChatTurnService(session).claim(self.user_id, self.key)

@@ -23,7 +23,14 @@ class ApiKeyRepository:
         return (await self.session.execute(stmt)).scalar_one_or_none()
 
     async def insert(
-        self, *, key_hash: str, prefix: str, user_id: str, scope: str, expires_at: datetime | None
+        self,
+        *,
+        key_hash: str,
+        prefix: str,
+        user_id: str,
+        scope: str,
+        expires_at: datetime | None,
+        agent_id: str | None = None,
     ) -> ApiKey:
         key = ApiKey(
             id=uuid.uuid4(),
@@ -32,6 +39,7 @@ class ApiKeyRepository:
             user_id=user_id,
             scope=scope,
             expires_at=expires_at,
+            agent_id=agent_id,
         )
         self.session.add(key)
         await self.session.flush()

@@ -10,9 +10,13 @@ console: in its `user` query parameter).
 
 from __future__ import annotations
 
+import dataclasses
 import hmac
+import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from app.domain import SPACE_ID_PATTERN_TEXT
 from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
 from app.schemas.common import check_user_id
 from app.services.api_keys import Caller, looks_like_key
@@ -24,6 +28,85 @@ USER_HEADER = "X-User-Id"
 
 
 HEADER_FIELD = f"header.{USER_HEADER}"
+# The memory scope within the user's (docs/agents.md): every door reads these headers (MCP over
+# stdio: its command's options) and hands them to resolve_caller as a ScopeClaim.
+AGENT_HEADER = "X-Agent-Id"
+RUN_HEADER = "X-Run-Id"
+SCOPE_MODE_HEADER = "X-Scope-Mode"
+SPACES_HEADER = "X-Spaces"
+SCOPE_MODES = ("inherit", "own")
+MAX_SPACES = 8
+_SPACE_ID = re.compile(SPACE_ID_PATTERN_TEXT)
+
+
+@dataclass(frozen=True)
+class ScopeClaim:
+    """The scope a request names: an agent, a run, whether it reads that agent's (run's) own
+    memory only (`own`) or with the user's unscoped memory (`inherit`, the default), and the
+    shared spaces a query reads besides. Built by `scope_claim`, which validates it."""
+
+    agent_id: str | None = None
+    run_id: str | None = None
+    own: bool = False
+    spaces: tuple[str, ...] = ()
+
+
+NO_CLAIM = ScopeClaim()
+
+
+def scope_claim(
+    agent_id: str | None = None,
+    run_id: str | None = None,
+    mode: str | None = None,
+    spaces: str | None = None,
+    *,
+    where: str = "header",
+) -> ScopeClaim:
+    """The scope named by a door's headers (`where`: how a refusal names the field): agent and
+    run ids follow the user ids' rule; the mode is `inherit` or `own` (which needs an agent or
+    a run); spaces are a comma-separated list of at most MAX_SPACES space ids."""
+    names = {
+        "agent": f"{where}.{AGENT_HEADER}" if where == "header" else f"{where}.agent_id",
+        "run": f"{where}.{RUN_HEADER}" if where == "header" else f"{where}.run_id",
+        "mode": f"{where}.{SCOPE_MODE_HEADER}" if where == "header" else f"{where}.scope_mode",
+        "spaces": f"{where}.{SPACES_HEADER}" if where == "header" else f"{where}.spaces",
+    }
+    agent = validate_user_id(agent_id, names["agent"]) if agent_id is not None else None
+    run = validate_user_id(run_id, names["run"]) if run_id is not None else None
+    if mode is not None and mode not in SCOPE_MODES:
+        field = names["mode"]
+        raise ValidationFailedError(f"{field}: must be one of {', '.join(SCOPE_MODES)}", field)
+    own = mode == "own"
+    if own and agent is None and run is None:
+        field = names["mode"]
+        raise ValidationFailedError(f"{field}: 'own' needs an agent or a run", field)
+    chosen: tuple[str, ...] = ()
+    if spaces is not None:
+        field = names["spaces"]
+        parts = [p.strip() for p in spaces.split(",")]
+        if not all(_SPACE_ID.fullmatch(p) for p in parts):
+            raise ValidationFailedError(
+                f"{field}: comma-separated space ids (lowercase letters, digits, _ . -)", field
+            )
+        if len(set(parts)) != len(parts) or len(parts) > MAX_SPACES:
+            raise ValidationFailedError(
+                f"{field}: at most {MAX_SPACES} space ids, none repeated", field
+            )
+        chosen = tuple(parts)
+    return ScopeClaim(agent, run, own, chosen)
+
+
+def with_claim(caller: Caller, claim: ScopeClaim) -> Caller:
+    """The caller within the claimed scope. A key bound to an agent keeps it: a claim naming
+    another agent is refused (403)."""
+    agent = claim.agent_id
+    if caller.agent_id is not None:
+        if agent is not None and agent != caller.agent_id:
+            raise PermissionDeniedError(f"{AGENT_HEADER} names another agent than the API key's")
+        agent = caller.agent_id
+    return dataclasses.replace(
+        caller, agent_id=agent, run_id=claim.run_id, own=claim.own, spaces=claim.spaces
+    )
 
 
 def validate_user_id(value: str, field: str = HEADER_FIELD) -> str:
@@ -56,6 +139,7 @@ async def resolve_caller(
     per_user_only: str | None = None,
     trusted: bool = False,
     user_field: str = HEADER_FIELD,
+    claim: ScopeClaim = NO_CLAIM,
 ) -> Caller:
     """Who a call acts for, from the credential a door read (`token`, None when it presented
     none) and the user it names (`claimed_user`, the X-User-Id header).
@@ -64,14 +148,15 @@ async def resolve_caller(
     `per_user_only` (MCP) accepts per-user keys alone and is the refusal of anything else;
     `trusted` says the door signed the operator in itself (the console), who names the user;
     `user_field` is where the door read `claimed_user` (`query.user` in the console), which a
-    refusal of a missing or invalid user id names.
+    refusal of a missing or invalid user id names; `claim` is the memory scope the call names
+    (its agent, run and spaces: scope_claim).
     """
     service = trusted or is_service_key(resources, token)
     if token is not None and not service and looks_like_key(token):
         caller = await resources.keys.authenticate(token)
         if claimed_user is not None and claimed_user != caller.user_id:
             raise PermissionDeniedError("X-User-Id names another user than the API key's")
-        return caller
+        return with_claim(caller, claim)
     if per_user_only is not None:
         if token is None:
             raise AuthenticationError(missing)
@@ -86,4 +171,4 @@ async def resolve_caller(
             # A token that is not a per-user key (auth off): say why the user is missing.
             reason += " (the Bearer token is not a per-user key 'pgr_...', so name the user)"
         raise ValidationFailedError(reason, field=user_field)
-    return Caller(validate_user_id(claimed_user, user_field))
+    return with_claim(Caller(validate_user_id(claimed_user, user_field)), claim)

@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from app.config import Settings
+from app.domain import MemoryScope, as_scope
 from app.retrieval.presets import get_preset
 from app.schemas.memory import MemoryItemOut, MemoryQueryResponse
 from app.schemas.query import QueryFilters
@@ -34,7 +35,7 @@ def query_config(settings: Settings) -> QueryConfig:
 
 def query_request(
     config: QueryConfig,
-    user_id: str,
+    user: str | MemoryScope,
     query: str,
     filters: QueryFilters | None = None,
     *,
@@ -45,13 +46,16 @@ def query_request(
     """The service's request from a door's query: every filter the caller set (each
     QueryFilters field is the QueryRequest field of the same name, lists as tuples), and the
     configured defaults for what it left out (limit PGRECALL_MAX_RESULTS,
-    PGRECALL_MIN_RELEVANCE, both sources, every type)."""
+    PGRECALL_MIN_RELEVANCE, both sources, every type). `user`: the caller's user, or its
+    memory scope (agent, run, spaces: Caller.memory)."""
+    scope = as_scope(user)
     given = (filters or QueryFilters()).model_dump(
         include=set(QueryFilters.model_fields), exclude_none=True
     )
     chosen = {name: tuple(v) if isinstance(v, list) else v for name, v in given.items()}
     return QueryRequest(
-        user_id=user_id,
+        user_id=scope.user_id,
+        memory=scope if scope != MemoryScope(scope.user_id) else None,
         query=query,
         limit=config.max_results if limit is None else limit,
         min_score=config.min_relevance if min_score is None else min_score,

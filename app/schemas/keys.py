@@ -29,6 +29,15 @@ class KeyCreate(BaseModel):
     ]
     scope: Literal["read", "write"] = "write"
     expires_in: Lifetime | None = None
+    agent_id: Annotated[
+        str | None,
+        Field(
+            description="bind the key to one agent: its holder reads and writes as that agent "
+            "only (docs/agents.md)",
+            json_schema_extra={"pattern": USER_ID_PATTERN_TEXT},
+        ),
+        AfterValidator(lambda v: check_user_id(v) if v is not None else v),
+    ] = None
 
 
 class KeyOut(BaseModel):
@@ -37,6 +46,7 @@ class KeyOut(BaseModel):
     prefix: str = Field(description="the token's first characters, to recognise it")
     user_id: str
     scope: str
+    agent_id: str | None = None
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None

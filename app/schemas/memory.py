@@ -28,6 +28,8 @@ class ToolMemory(BaseModel):
     context: str
     source: SourceKind
     id: str
+    # The shared space the memory lives in (null: the user's own memory; docs/agents.md).
+    space: str | None = None
 
 
 class ToolMetadata(BaseModel):
@@ -74,6 +76,7 @@ class MemoryItemOut(BaseModel):
     role: str | None = None
     conversation_id: str | None = None
     truncated: bool = False
+    space: str | None = None  # the shared space it lives in (null: the user's own)
 
 
 class MemoryQueryResponse(BaseModel):

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.adapters.cache import Cache
+from app.domain import MemoryScope, as_scope
 from app.errors import ConflictError, NotFoundError
 from app.models import MemoryItem
 from app.repositories.agent_memory import RATING_ORIGIN, AgentMemoryRepository
@@ -268,7 +269,7 @@ class AgentMemoryService:
 
 async def search_messages(
     queries: QueryService,
-    user_id: str,
+    user: str | MemoryScope,
     query: str,
     *,
     limit: int,
@@ -287,7 +288,8 @@ async def search_messages(
     ranged = after is not None or before is not None
     result = await queries.query(
         QueryRequest(
-            user_id=user_id,
+            user_id=as_scope(user).user_id,
+            memory=as_scope(user),
             query=query,
             limit=_RANGE_CANDIDATES if ranged else limit,
             min_score=min_score,

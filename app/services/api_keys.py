@@ -30,6 +30,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import after_commit, key_lookup_session
+from app.domain import MemoryScope
 from app.errors import AuthenticationError, NotFoundError, PermissionDeniedError
 from app.models import ApiKey
 from app.repositories.api_keys import ApiKeyRepository
@@ -55,10 +56,22 @@ class Caller:
     user_id: str
     scope: str = WRITE
     key_id: uuid.UUID | None = None
+    # The memory scope within the user's (MemoryScope, docs/agents.md): the agent a key is
+    # bound to or the request names, its run, whether it reads its own rows only, and the
+    # shared spaces a query reads besides.
+    agent_id: str | None = None
+    run_id: str | None = None
+    own: bool = False
+    spaces: tuple[str, ...] = ()
 
     @property
     def can_write(self) -> bool:
         return self.scope == WRITE
+
+    @property
+    def memory(self) -> MemoryScope:
+        """The scope every statement of the call runs in."""
+        return MemoryScope(self.user_id, self.agent_id, self.run_id, self.own, self.spaces)
 
 
 def hash_token(token: str) -> str:
@@ -93,9 +106,14 @@ class ApiKeyService:
         self.keys = keys
 
     async def create(
-        self, user_id: str, scope: str = WRITE, expires_in: timedelta | None = None
+        self,
+        user_id: str,
+        scope: str = WRITE,
+        expires_in: timedelta | None = None,
+        agent_id: str | None = None,
     ) -> CreatedKey:
-        """A new key for the user; the token is returned here and nowhere else."""
+        """A new key for the user (bound to one agent, with `agent_id`: its holder reads and
+        writes as that agent only); the token is returned here and nowhere else."""
         if scope not in (READ, WRITE):
             raise ValueError("scope must be read or write")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
@@ -106,6 +124,7 @@ class ApiKeyService:
             user_id=user_id,
             scope=scope,
             expires_at=expires_at,
+            agent_id=agent_id,
         )
         return CreatedKey(key, token)
 
@@ -138,6 +157,7 @@ class _KeyState:
     scope: str
     expires_at: datetime | None
     revoked: bool
+    agent_id: str | None = None
 
 
 class KeyAuthenticator:
@@ -171,7 +191,9 @@ class KeyAuthenticator:
             raise AuthenticationError("API key revoked")
         if state.expires_at is not None and state.expires_at <= datetime.now(UTC):
             raise AuthenticationError("API key expired")
-        return Caller(user_id=state.user_id, scope=state.scope, key_id=state.id)
+        return Caller(
+            user_id=state.user_id, scope=state.scope, key_id=state.id, agent_id=state.agent_id
+        )
 
     def forget(self) -> None:
         """Drop every cached key row (tests, and after a local revoke)."""
@@ -210,6 +232,7 @@ class KeyAuthenticator:
                     key.scope,
                     key.expires_at,
                     key.revoked_at is not None,
+                    key.agent_id,
                 )
                 if not state.revoked:
                     await repo.touch(key.id)

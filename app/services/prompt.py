@@ -34,9 +34,11 @@ def format_for_prompt(items: Sequence[QueryItem]) -> str:
                 if newer is not None
                 else 'a newer memory on the same topic exists"'
             )
+        # A shared space's memory says so: it is not about this user alone.
+        shared = f' space="{item.space}"' if item.space is not None else ""
         lines.append(
             f'<memory n="{n}" kind="{label}" date="{when}" '
-            f'relevance="{item.relevance_score:.2f}"{status}>'
+            f'relevance="{item.relevance_score:.2f}"{shared}{status}>'
         )
         lines.append(body)
         lines.append("</memory>")
@@ -50,6 +52,8 @@ def context_line(item: QueryItem) -> str:
     if item.source_kind == "message":
         return f"{item.role} message in a past conversation, {when}"
     line = f"{item.type} stored {when}" + (f", from {item.source}" if item.source else "")
+    if item.space is not None:
+        line += f", shared in space {item.space}"
     if item.newer_id is not None:
         line += "; possibly outdated: a newer memory on the same topic"
     return line
@@ -69,6 +73,7 @@ def tool_answer(result: QueryResult, floor: float) -> QueryMemoryResult:
             context=context_line(i),
             source=i.source_kind,
             id=i.id,
+            space=i.space,
         )
         for i in result.items
     ]

@@ -47,14 +47,14 @@ def _agent(resources: Resources, session: AsyncSession) -> AgentMemoryService:
 
 async def query_memory(call: ToolCall, args: QueryMemoryArgs) -> QueryMemoryResult:
     config = call.resources.query_config
-    request = query_request(config, call.caller.user_id, args.query, args)
+    request = query_request(config, call.caller.memory, args.query, args)
     result = await query_service(call.resources).query(request, correlation_id=call.correlation_id)
     return tool_answer(result, config.min_relevance)
 
 
 async def save_memory(call: ToolCall, args: SaveMemoryArgs) -> SaveMemoryResult:
     user_id = call.caller.user_id
-    async with user_transaction(call.resources.sessionmaker, user_id) as session:
+    async with user_transaction(call.resources.sessionmaker, call.caller.memory) as session:
         saved = await _agent(call.resources, session).save(
             user_id,
             args.content,
@@ -69,14 +69,14 @@ async def save_memory(call: ToolCall, args: SaveMemoryArgs) -> SaveMemoryResult:
 
 async def forget_memory(call: ToolCall, args: ForgetMemoryArgs) -> ForgetMemoryResult:
     user_id = call.caller.user_id
-    async with user_transaction(call.resources.sessionmaker, user_id) as session:
+    async with user_transaction(call.resources.sessionmaker, call.caller.memory) as session:
         item = await _agent(call.resources, session).forget(user_id, args.id)
         return ForgetMemoryResult(id=item.id)
 
 
 async def rate_message(call: ToolCall, args: RateMessageArgs) -> RateMessageResult:
     user_id = call.caller.user_id
-    async with user_transaction(call.resources.sessionmaker, user_id) as session:
+    async with user_transaction(call.resources.sessionmaker, call.caller.memory) as session:
         rated = await _agent(call.resources, session).rate(user_id, args.message_id, args.vote)
         return RateMessageResult(
             message_id=rated.message_id,
@@ -89,7 +89,7 @@ async def rate_message(call: ToolCall, args: RateMessageArgs) -> RateMessageResu
 
 async def list_memories(call: ToolCall, args: ListMemoriesArgs) -> MemoryPage:
     user_id = call.caller.user_id
-    async with user_transaction(call.resources.sessionmaker, user_id) as session:
+    async with user_transaction(call.resources.sessionmaker, call.caller.memory) as session:
         items, total = await _agent(call.resources, session).page(
             user_id, limit=args.limit, offset=args.offset, type=args.type
         )
@@ -104,7 +104,7 @@ async def search_conversations(call: ToolCall, args: SearchConversationsArgs) ->
     cfg = call.resources.query_config
     result = await search_messages(
         query_service(call.resources),
-        call.caller.user_id,
+        call.caller.memory,
         args.query,
         limit=args.limit,
         min_score=cfg.min_relevance,

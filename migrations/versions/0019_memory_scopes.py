@@ -137,6 +137,8 @@ def upgrade() -> None:
             f"ADD COLUMN agent_id varchar({ID_LENGTH}) DEFAULT {_AGENT}, "
             f"ADD COLUMN run_id varchar({ID_LENGTH}) DEFAULT {_RUN}"
         )
+    # A per-user key may be bound to one agent.
+    op.execute(f"ALTER TABLE api_keys ADD COLUMN agent_id varchar({ID_LENGTH})")
     # The exact path's index-only scan of a user's vectors reads the scope columns too (the
     # scope policy checks them on every row it returns).
     covering = op.get_bind().execute(
@@ -247,5 +249,6 @@ def downgrade() -> None:
         op.execute("DROP INDEX idx_messages_user_vectors")
     for table in SCOPED_TABLES:
         op.execute(f"ALTER TABLE {table} DROP COLUMN agent_id, DROP COLUMN run_id")
+    op.execute("ALTER TABLE api_keys DROP COLUMN agent_id")
     if covering:
         op.execute(f"CREATE INDEX idx_messages_user_vectors ON {COVERING}")

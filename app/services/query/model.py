@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+from app.domain import MemoryScope
 from app.repositories.maintenance import user_lists_for
 from app.repositories.retrieval import Candidate, TagFilter, TimeFilter
 from app.repositories.search_index import Source
@@ -74,6 +75,14 @@ class QueryRequest:
     # Recency weight w of this request (None: the preset's): score = (1 - w) x relevance
     # + w x exp(-age_days / half_life).
     recency: float | None = None
+    # The memory scope within the user's (agent, run, own, spaces; docs/agents.md); None: the
+    # user's whole memory. Its user is `user_id`.
+    memory: MemoryScope | None = None
+
+    @property
+    def scope(self) -> MemoryScope:
+        """The scope the read transactions are signed for (the request's user)."""
+        return self.memory if self.memory is not None else MemoryScope(self.user_id)
 
     @property
     def when(self) -> TimeFilter:
@@ -102,6 +111,8 @@ class QueryItem:
     cut: bool
     # A newer memory on the same topic (app/retrieval/topics.py): this one may be outdated.
     newer_id: str | None = None
+    # The shared space the memory lives in (None: the user's own memory).
+    space: str | None = None
 
 
 @dataclass
@@ -189,6 +200,8 @@ def _cache_key(request: QueryRequest, preset: RetrievalPreset, budget: int) -> s
             request.tags,
             request.tags_match,
             request.recency,
+            # an agent's or run's answer is not the user's (spaces are never cached)
+            [m.agent_id, m.run_id, m.own] if (m := request.memory) is not None else None,
             # Relative time expressions ("yesterday") resolve against today's date.
             datetime.now(UTC).date() if request.as_of is None else None,
         ],

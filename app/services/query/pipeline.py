@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -160,7 +161,7 @@ async def retrieve(
     settings = planned_settings(known, vectors) if known is not None else None
     # Both connections carry the request's user: row-level security backs up the predicates.
     # The transaction runs through the driver (app/db.py, ReadTransaction).
-    async with slots, read_transaction(vectors.engine, user_id, settings) as reads:
+    async with slots, read_transaction(vectors.engine, s.request.scope, settings) as reads:
         repo = RetrievalRepository(reads)
         hits = await arms(repo, s, embedding, vectors, result, known)
         ranked = fuse(s, hits)
@@ -183,6 +184,25 @@ async def retrieve(
     ranked = calibrate(s, rerank_rows(s, rows), rows.candidates)
     linked = newer_wins(s, ranked, rows.candidates, topic_pairs(s, ranked, stored.items))
     return Retrieved(rows.candidates, linked.ranked, linked.newer)
+
+
+def merge_owners(parts: Sequence[Retrieved]) -> tuple[Retrieved, dict[Key, int]]:
+    """One ranking of the user's memory and the shared spaces' (each retrieved on its own: its
+    own keyword statistics, sizes and plans), by calibrated relevance, the user's own first on a
+    tie (then the spaces in the order the request named them); and which part each item came
+    from (0: the user's)."""
+    candidates: dict[Key, Candidate] = {}
+    newer: dict[Key, Key] = {}
+    owner: dict[Key, int] = {}
+    ranked: list[Ranked[Key]] = []
+    for n, part in enumerate(parts):
+        candidates |= part.candidates
+        newer |= part.newer
+        for r in part.ranked:
+            owner.setdefault(r.key, n)
+            ranked.append(r)
+    ranked.sort(key=lambda r: (-r.relevance, owner[r.key]))
+    return Retrieved(candidates, ranked, newer), owner
 
 
 def answer(
@@ -337,7 +357,7 @@ async def vector_arm(
         return {}
     path = SearchPath(items, exact=False, rescore=False)
     settings = path_settings(path, vectors.config)
-    async with read_transaction(vectors.engine, s.request.user_id, settings) as reads:
+    async with read_transaction(vectors.engine, s.request.scope, settings) as reads:
         return await nearest(RetrievalRepository(reads), s, embedding, vectors, result, path, True)
 
 
@@ -580,10 +600,17 @@ def pack_items(cut: Cut, candidates: dict[Key, Candidate], budget: int) -> PackR
 
 
 def item(
-    c: Candidate, r: Ranked[Key], text: str, tokens: int, cut: bool, newer: Key | None = None
+    c: Candidate,
+    r: Ranked[Key],
+    text: str,
+    tokens: int,
+    cut: bool,
+    newer: Key | None = None,
+    *,
+    space: str | None = None,
 ) -> QueryItem:
     """One packed item as the agent gets it (scores rounded to 4 places); `newer`: the newer
-    memory of its topic, when it may be outdated."""
+    memory of its topic, when it may be outdated; `space`: the shared space it lives in."""
     return QueryItem(
         id=str(c.id),
         source_kind="memory" if c.source is Source.MEMORY else "message",
@@ -600,4 +627,5 @@ def item(
         tokens=tokens,
         cut=cut,
         newer_id=str(newer[1]) if newer is not None else None,
+        space=space,
     )

@@ -12,11 +12,13 @@ import contextlib
 import logging
 import time
 import uuid
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.domain import space_owner
 from app.errors import EmbeddingError
 from app.retrieval.answer_head import head_for
 from app.retrieval.frames import core_question
@@ -32,7 +34,15 @@ from app.services.query.model import (
     _cache_key,
     query_hash,
 )
-from app.services.query.pipeline import Vectors, answer, item, retrieve, scope
+from app.services.query.pipeline import (
+    Key,
+    Vectors,
+    answer,
+    item,
+    merge_owners,
+    retrieve,
+    scope,
+)
 from app.services.query.sizes import SearchSizes
 
 if TYPE_CHECKING:
@@ -125,8 +135,10 @@ class QueryService:
 
         result = await self._search(request, query_text, budget, preset, admission=admission)
         result.query_truncated = query_cut
-        # Not a fallback answer either: the next identical query asks the judge again.
-        if result.error is None and result.degraded is None and result.judge != "fallback":
+        # Not a fallback answer either: the next identical query asks the judge again. Nor one
+        # that read shared spaces: a grant revoked, or another member's write, counts at once.
+        fresh = result.error is None and result.degraded is None and result.judge != "fallback"
+        if fresh and not request.scope.spaces:
             await self.cache.set_query_result(request.user_id, key, result.to_json())
         return self._finish(request, result, started, correlation_id)
 
@@ -188,12 +200,41 @@ class QueryService:
             else None
         )
         vectors = Vectors(self.engine, self.config, self.embeddings.model, self.sizes)
+        # The shared spaces the request reads besides the user's memory: each retrieved as its
+        # own owner (`space:<id>` rows), signed as the user (row-level security checks the
+        # grant), at once; then one ranking (merge_owners).
+        spaces = request.scope.spaces
+        parts = [s] + [
+            scope(
+                replace(request, user_id=space_owner(space)),
+                query,
+                preset,
+                self.relevance,
+                self.head,
+            )
+            for space in spaces
+        ]
+        owners: dict[Key, int] = {}
         t0 = time.perf_counter()
         try:
-            retrieved = await asyncio.wait_for(
-                retrieve(s, embedding, vectors, self.slots, result, trace),
-                self.config.timeout_s,
-            )
+            if spaces:
+                found = await asyncio.wait_for(
+                    asyncio.gather(
+                        *(
+                            retrieve(part, embedding, vectors, self.slots, result, traced)
+                            for part, traced in zip(
+                                parts, [trace, *[None] * len(spaces)], strict=True
+                            )
+                        )
+                    ),
+                    self.config.timeout_s,
+                )
+                retrieved, owners = merge_owners(found)
+            else:
+                retrieved = await asyncio.wait_for(
+                    retrieve(s, embedding, vectors, self.slots, result, trace),
+                    self.config.timeout_s,
+                )
         except (SQLAlchemyError, OSError, TimeoutError) as exc:
             log.error("retrieval failed closed: %s", type(exc).__name__)
             result.error = "retrieval_unavailable"
@@ -221,7 +262,10 @@ class QueryService:
         for p in packed.items:
             r = cut.top[p.index]
             newer = retrieved.newer.get(r.key)
-            result.items.append(item(candidates[r.key], r, p.text, p.tokens, p.cut, newer))
+            shared = spaces[owners[r.key] - 1] if owners.get(r.key, 0) else None
+            result.items.append(
+                item(candidates[r.key], r, p.text, p.tokens, p.cut, newer, space=shared)
+            )
         result.token_count = packed.token_count
         result.truncated = packed.truncated or len(cut.kept) > request.limit
         return result
