@@ -76,12 +76,12 @@ for _tool in TOOLS:
 
 @router.post("/v1/memory/query", response_model=MemoryQueryResponse)
 async def memory_query(
-    body: MemoryQueryRequest, user_id: UserDep, resources: ResourcesDep
+    body: MemoryQueryRequest, caller: CallerDep, resources: ResourcesDep
 ) -> MemoryQueryResponse:
     """Internal retrieval contract with scores, timings and references."""
     request = query_request(
         resources.query_config,
-        user_id,
+        caller.memory,
         body.query,
         body,
         limit=body.limit,
