@@ -78,8 +78,6 @@ class SpaceRepository:
     async def memberships(self, user_id: str) -> Sequence[SpaceMember]:
         """The user's grants (as the service role: row-level security shows its own only)."""
         stmt = (
-            select(SpaceMember)
-            .where(SpaceMember.user_id == user_id)
-            .order_by(SpaceMember.space_id)
+            select(SpaceMember).where(SpaceMember.user_id == user_id).order_by(SpaceMember.space_id)
         )
         return (await self.session.execute(stmt)).scalars().all()

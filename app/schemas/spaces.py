@@ -40,8 +40,10 @@ class SpaceOut(BaseModel):
 
 class MemberGrant(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    access: SpaceAccess = Field(description="read: the member's queries may include the space; "
-                                "write: the member may also save memories into it")
+    access: SpaceAccess = Field(
+        description="read: the member's queries may include the space; "
+        "write: the member may also save memories into it"
+    )
 
 
 class MemberOut(BaseModel):

@@ -209,7 +209,9 @@ async def test_spaces_read_and_write_grants(world: World) -> None:
     shared = await found(w, as_user(reader, spaces=space), question)
     item = shared["The team's on-call rotation starts on Mondays"]
     assert item["space"] == space
-    tool = await w.client.post(TOOL, json={"query": question}, headers=as_user(reader, spaces=space))
+    tool = await w.client.post(
+        TOOL, json={"query": question}, headers=as_user(reader, spaces=space)
+    )
     assert f'space="{space}"' in tool.json()["formatted"]
     # a member's personal memory never reaches the space's readers
     assert not [c for c in shared if "Gil personally" in c]

@@ -1,0 +1,254 @@
+"""Memory scopes enforced by Postgres (migration 0019_memory_scopes, issue 43), in raw SQL as the
+service role: what a statement injected into a request could try.
+
+- an agent's rows are invisible to another agent of the same user, and a changed agent,
+  run or own setting (the signature covers them) shows nothing at all;
+- a run's rows are invisible to another run; `own` hides the unscoped rows;
+- a space's rows are visible to its members only; a read grant cannot write; a revoked grant
+  reads nothing from its next statement; the membership table shows a user its own grants.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from app.db import ScopeKey, engine_scope_key, with_scope_key
+from app.domain import MemoryScope, space_owner
+from app.embedded import EmbeddedPostgres
+from app.models.base import EMBEDDING_DIMENSION
+from app.vectors import vector_literal
+from tests.servers import scope_key, service_url
+
+VECTOR = vector_literal([0.1] * EMBEDDING_DIMENSION)
+
+
+@pytest.fixture
+async def service_engine(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
+    engine = create_async_engine(service_url(pg), pool_size=1, max_overflow=0)
+    with_scope_key(engine, await scope_key(pg))
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+async def owner(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
+    engine = create_async_engine(pg.url)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+def _key(engine: AsyncEngine) -> ScopeKey:
+    key = engine_scope_key(engine)
+    assert key is not None
+    return key
+
+
+def settings_of(key: ScopeKey, scope: MemoryScope) -> dict[str, str]:
+    return {
+        "pgrecall.user_id": scope.user_id,
+        "pgrecall.user_sig": key.sign(scope.signed_message()),
+        "pgrecall.agent_id": scope.agent_id or "",
+        "pgrecall.run_id": scope.run_id or "",
+        "pgrecall.scope_own": "on" if scope.own else "",
+    }
+
+
+async def run_as(
+    engine: AsyncEngine, settings: dict[str, str], sql: str, params: dict[str, object]
+) -> list[str]:
+    async with engine.connect() as conn, conn.begin():
+        for name, value in settings.items():
+            await conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
+        result = await conn.execute(text(sql), params)
+        return [str(v) for v in result.scalars()] if result.returns_rows else []
+
+
+async def seed(
+    owner: AsyncEngine, user: str, agent: str | None, run: str | None, text_: str
+) -> None:
+    async with owner.begin() as conn:
+        await conn.execute(
+            text(
+                "INSERT INTO memory_items (id, user_id, agent_id, run_id, content, content_hash, "
+                "type, embedding, embedding_model) VALUES (:i, :u, :a, :r, :c, :h, 'fact', "
+                "CAST(:v AS vector), 'm')"
+            ),
+            {
+                "i": uuid.uuid4(),
+                "u": user,
+                "a": agent,
+                "r": run,
+                "c": text_,
+                "h": uuid.uuid4().hex,
+                "v": VECTOR,
+            },
+        )
+
+
+SEEN = "SELECT content FROM memory_items WHERE user_id = :u ORDER BY content"
+
+
+async def test_agents_and_runs_are_kept_apart(
+    service_engine: AsyncEngine, owner: AsyncEngine
+) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    for agent, run, content in (
+        ("a", None, "a's"),
+        ("b", None, "b's"),
+        (None, None, "unscoped"),
+        ("a", "r1", "a's r1"),
+        ("a", "r2", "a's r2"),
+    ):
+        await seed(owner, user, agent, run, content)
+    key, p = _key(service_engine), {"u": user}
+
+    async def seen(scope: MemoryScope) -> list[str]:
+        return await run_as(service_engine, settings_of(key, scope), SEEN, p)
+
+    assert await seen(MemoryScope(user)) == ["a's", "a's r1", "a's r2", "b's", "unscoped"]
+    assert await seen(MemoryScope(user, "a")) == ["a's", "a's r1", "a's r2", "unscoped"]
+    assert await seen(MemoryScope(user, "b")) == ["b's", "unscoped"]
+    assert await seen(MemoryScope(user, "a", own=True)) == ["a's", "a's r1", "a's r2"]
+    assert await seen(MemoryScope(user, "a", "r1")) == ["a's", "a's r1", "unscoped"]
+    assert await seen(MemoryScope(user, "a", "r1", own=True)) == ["a's r1"]
+    assert await seen(MemoryScope(user, run_id="r2")) == ["a's", "a's r2", "b's", "unscoped"]
+
+
+async def test_a_changed_scope_setting_shows_nothing(
+    service_engine: AsyncEngine, owner: AsyncEngine
+) -> None:
+    """b's signed scope with the agent setting changed (or cleared, or own switched off) after
+    signing: the signature no longer matches, so no row at all."""
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    await seed(owner, user, "a", None, "a's")
+    await seed(owner, user, "b", None, "b's")
+    key = _key(service_engine)
+    signed = settings_of(key, MemoryScope(user, "b", own=True))
+    for change in (
+        {"pgrecall.agent_id": "a"},
+        {"pgrecall.agent_id": ""},
+        {"pgrecall.scope_own": ""},
+        {"pgrecall.run_id": "r9"},
+    ):
+        assert await run_as(service_engine, signed | change, SEEN, {"u": user}) == [], change
+    assert await run_as(service_engine, signed, SEEN, {"u": user}) == ["b's"]
+
+
+async def test_an_agent_cannot_write_into_another_agents_scope(
+    service_engine: AsyncEngine, owner: AsyncEngine
+) -> None:
+    user = f"u-{uuid.uuid4().hex[:8]}"
+    await seed(owner, user, "a", None, "a's")
+    key = _key(service_engine)
+    as_b = settings_of(key, MemoryScope(user, "b"))
+    insert = (
+        "INSERT INTO memory_items (id, user_id, agent_id, content, content_hash, type, "
+        "embedding, embedding_model) VALUES (:i, :u, 'a', 'forged', :h, 'fact', "
+        "CAST(:v AS vector), 'm')"
+    )
+    with pytest.raises(DBAPIError, match="row-level security"):
+        await run_as(
+            service_engine,
+            as_b,
+            insert,
+            {"i": uuid.uuid4(), "u": user, "h": uuid.uuid4().hex, "v": VECTOR},
+        )
+    # updates and deletes of a's row from b's scope touch nothing
+    await run_as(
+        service_engine,
+        as_b,
+        "UPDATE memory_items SET content = 'x' WHERE user_id = :u",
+        {"u": user},
+    )
+    await run_as(service_engine, as_b, "DELETE FROM memory_items WHERE user_id = :u", {"u": user})
+    assert await run_as(service_engine, settings_of(key, MemoryScope(user)), SEEN, {"u": user}) == [
+        "a's"
+    ]
+    # an insert without agent_id is stamped with the scope's (the column's default)
+    await run_as(
+        service_engine,
+        as_b,
+        "INSERT INTO memory_items (id, user_id, content, content_hash, type, embedding, "
+        "embedding_model) VALUES (:i, :u, 'stamped', :h, 'fact', CAST(:v AS vector), 'm')",
+        {"i": uuid.uuid4(), "u": user, "h": uuid.uuid4().hex, "v": VECTOR},
+    )
+    async with owner.connect() as conn:
+        stamped = await conn.scalar(
+            text("SELECT agent_id FROM memory_items WHERE user_id = :u AND content = 'stamped'"),
+            {"u": user},
+        )
+    assert stamped == "b"
+
+
+async def test_spaces_follow_their_grants(service_engine: AsyncEngine, owner: AsyncEngine) -> None:
+    run = uuid.uuid4().hex[:8]
+    space, reader, writer, outsider = f"s-{run}", f"r-{run}", f"w-{run}", f"o-{run}"
+    room = space_owner(space)
+    async with owner.begin() as conn:
+        await conn.execute(text("INSERT INTO spaces (id) VALUES (:s)"), {"s": space})
+        await conn.execute(
+            text(
+                "INSERT INTO space_members (space_id, user_id, access) VALUES "
+                "(:s, :r, 'read'), (:s, :w, 'write')"
+            ),
+            {"s": space, "r": reader, "w": writer},
+        )
+    await seed(owner, room, None, None, "the team's fact")
+    await seed(owner, writer, None, None, "the writer's own")
+    key = _key(service_engine)
+
+    def as_(user: str) -> dict[str, str]:
+        return settings_of(key, MemoryScope(user))
+
+    p = {"u": room}
+    assert await run_as(service_engine, as_(reader), SEEN, p) == ["the team's fact"]
+    assert await run_as(service_engine, as_(writer), SEEN, p) == ["the team's fact"]
+    assert await run_as(service_engine, as_(outsider), SEEN, p) == []
+    # a member's own memory stays the member's
+    assert await run_as(service_engine, as_(reader), SEEN, {"u": writer}) == []
+    # every row a reader can see, whatever it asks for: its own and the space's
+    everything = "SELECT DISTINCT user_id FROM memory_items ORDER BY 1"
+    assert set(await run_as(service_engine, as_(reader), everything, {})) == {room}
+    # membership rows: each user its own
+    members = "SELECT user_id FROM space_members ORDER BY 1"
+    assert await run_as(service_engine, as_(reader), members, {}) == [reader]
+    # a read grant cannot write: insert refused, update and delete touch nothing
+    insert = (
+        "INSERT INTO memory_items (id, user_id, content, content_hash, type, embedding, "
+        "embedding_model) VALUES (:i, :u, 'from reader', :h, 'fact', CAST(:v AS vector), 'm')"
+    )
+    params = {"i": uuid.uuid4(), "u": room, "h": uuid.uuid4().hex, "v": VECTOR}
+    with pytest.raises(DBAPIError, match="row-level security"):
+        await run_as(service_engine, as_(reader), insert, params)
+    await run_as(
+        service_engine, as_(reader), "UPDATE memory_items SET content = 'x' WHERE user_id = :u", p
+    )
+    await run_as(service_engine, as_(reader), "DELETE FROM memory_items WHERE user_id = :u", p)
+    # the writer can
+    await run_as(service_engine, as_(writer), insert, {**params, "i": uuid.uuid4()})
+    assert await run_as(service_engine, as_(reader), SEEN, p) == ["from reader", "the team's fact"]
+    # the service role cannot grant itself anything
+    with pytest.raises(DBAPIError, match="permission denied"):
+        await run_as(
+            service_engine,
+            as_(outsider),
+            "INSERT INTO space_members (space_id, user_id, access) VALUES (:s, :o, 'write')",
+            {"s": space, "o": outsider},
+        )
+    # revoked: the next statement reads nothing of the space
+    async with owner.begin() as conn:
+        await conn.execute(
+            text("DELETE FROM space_members WHERE space_id = :s AND user_id = :r"),
+            {"s": space, "r": reader},
+        )
+    assert await run_as(service_engine, as_(reader), SEEN, p) == []
