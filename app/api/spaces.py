@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, status
+from pydantic import AfterValidator
 
 from app.domain import SPACE_ID_PATTERN_TEXT, space_owner
 from app.errors import PermissionDeniedError
@@ -29,7 +30,9 @@ admin = APIRouter(prefix="/v1/admin/spaces", tags=["admin"])
 router = APIRouter(prefix="/v1/spaces", tags=["spaces"])
 
 SpacePath = Annotated[str, Path(pattern=SPACE_ID_PATTERN_TEXT, max_length=64)]
-MemberPath = Annotated[str, Path(json_schema_extra={"pattern": USER_ID_PATTERN_TEXT})]
+MemberPath = Annotated[
+    str, Path(json_schema_extra={"pattern": USER_ID_PATTERN_TEXT}), AfterValidator(check_user_id)
+]
 
 
 @admin.post("", status_code=status.HTTP_201_CREATED, response_model=SpaceOut)
@@ -60,14 +63,14 @@ async def grant_member(
     space_id: SpacePath, user_id: MemberPath, body: MemberGrant, session: AdminSessionDep
 ) -> MemberOut:
     """Grant the user read or write access (or change it); effective on its next request."""
-    member = await SpaceService(session).grant(space_id, check_user_id(user_id), body.access)
+    member = await SpaceService(session).grant(space_id, user_id, body.access)
     return MemberOut.model_validate(member)
 
 
 @admin.delete("/{space_id}/members/{user_id}", status_code=status.HTTP_204_NO_CONTENT)
 async def revoke_member(space_id: SpacePath, user_id: MemberPath, session: AdminSessionDep) -> None:
     """Revoke the user's grant; its next request reads and writes nothing of the space."""
-    await SpaceService(session).revoke(space_id, check_user_id(user_id))
+    await SpaceService(session).revoke(space_id, user_id)
 
 
 @router.get("", response_model=MemberList)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator
-from typing import Annotated, Literal
+from typing import Annotated
 
 from fastapi import Depends, Header, Request
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -18,7 +18,9 @@ from app.runtime.identity import (
     AGENT_HEADER,
     RUN_HEADER,
     SCOPE_MODE_HEADER,
+    SCOPE_MODES,
     SPACES_HEADER,
+    SPACES_PATTERN_TEXT,
     is_service_key,
     matches,
     resolve_caller,
@@ -147,11 +149,13 @@ async def current_caller(
         ),
     ] = None,
     x_scope_mode: Annotated[
-        Literal["inherit", "own"] | None,
+        str | None,
         Header(
             alias=SCOPE_MODE_HEADER,
             description="inherit (default): the agent's or run's memory and the user's "
-            "unscoped memory; own: the agent's or run's memory only",
+            "unscoped memory; own: the agent's or run's memory only (needs X-Agent-Id or "
+            "X-Run-Id; without them it narrows nothing)",
+            json_schema_extra={"enum": list(SCOPE_MODES)},
         ),
     ] = None,
     x_spaces: Annotated[
@@ -160,6 +164,7 @@ async def current_caller(
             alias=SPACES_HEADER,
             description="shared spaces a query reads besides the user's memory, comma-separated "
             "(each needs the user's grant)",
+            json_schema_extra={"pattern": SPACES_PATTERN_TEXT},
         ),
     ] = None,
 ) -> Caller:

@@ -12,6 +12,7 @@ from pgvector.sqlalchemy import HALFVEC
 from sqlalchemy import DateTime, Index, MetaData, String, func, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.elements import ColumnElement
 
 from app.domain import USER_ID_LENGTH
 from app.vectors import COVERING_MAX_DIMENSION, vector_literal
@@ -73,6 +74,16 @@ class ScopedMixin:
     run_id: Mapped[str | None] = mapped_column(
         String(USER_ID_LENGTH), nullable=True, server_default=text(RUN_DEFAULT)
     )
+
+    @classmethod
+    def in_this_scope(cls) -> list[ColumnElement[bool]]:
+        """Conditions for the rows of the transaction's own scope: those its writes create (the
+        unscoped ones in a transaction that names no agent or run). Where one scope's row is
+        meant (a text's current memory, a store address), not everything the scope may read."""
+        return [
+            cls.agent_id.is_not_distinct_from(text(AGENT_DEFAULT)),
+            cls.run_id.is_not_distinct_from(text(RUN_DEFAULT)),
+        ]
 
 
 class CreatedAtMixin:

@@ -139,6 +139,7 @@ class AdminMemoryRepository:
             MemoryItem.user_id == user_id,
             MemoryItem.content_hash.in_(list(set(hashes))),
             MemoryItem.valid_to.is_(None),
+            *MemoryItem.in_this_scope(),  # a text is one memory per scope (migration 0019)
         )
         return {h: i for h, i in (await self.session.execute(stmt)).all()}
 

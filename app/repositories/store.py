@@ -7,7 +7,17 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import Float, Update, case, extract, func, literal_column, or_, select, update
+from sqlalchemy import (
+    Float,
+    Update,
+    case,
+    extract,
+    func,
+    literal_column,
+    or_,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import JSONB, insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
@@ -102,6 +112,7 @@ class StoreRepository:
             MemoryItem.store_namespace == namespace,
             MemoryItem.store_key == key,
             MemoryItem.valid_to.is_(None),  # closed versions are history, not the item
+            *MemoryItem.in_this_scope(),  # an address holds one item per scope
         )
         if not include_deleted:
             stmt = stmt.where(MemoryItem.deleted_at.is_(None), _live())
@@ -161,6 +172,7 @@ class StoreRepository:
             MemoryItem.store_namespace == namespace,
             MemoryItem.store_key == key,
             MemoryItem.valid_to.is_(None),
+            *MemoryItem.in_this_scope(),  # an address holds one item per scope
         )
         if live_only:
             stmt = stmt.where(MemoryItem.deleted_at.is_(None))

@@ -459,3 +459,21 @@ def group_vote(
         out.append(Ranked(r.key, fused, r.relevance, r.keyword, r.semantic))
     out.sort(key=lambda x: (-x.fused, -x.relevance))
     return out
+
+
+def own_first(ranked: list[Ranked[K]], shared: Collection[K]) -> list[Ranked[K]]:
+    """The user's own item before a shared space's where they tie (the same reported
+    relevance, consecutive in the order): the order is otherwise kept as it is."""
+    if not shared:
+        return ranked
+    out: list[Ranked[K]] = []
+    i = 0
+    while i < len(ranked):
+        j = i + 1
+        tie = round(ranked[i].relevance, 4)
+        while j < len(ranked) and round(ranked[j].relevance, 4) == tie:
+            j += 1
+        group = ranked[i:j]
+        out += [r for r in group if r.key not in shared] + [r for r in group if r.key in shared]
+        i = j
+    return out

@@ -37,6 +37,9 @@ SPACES_HEADER = "X-Spaces"
 SCOPE_MODES = ("inherit", "own")
 MAX_SPACES = 8
 _SPACE_ID = re.compile(SPACE_ID_PATTERN_TEXT)
+_ONE_SPACE = SPACE_ID_PATTERN_TEXT.strip("^$")
+# What X-Spaces may hold, as its OpenAPI schema states it.
+SPACES_PATTERN_TEXT = rf"^{_ONE_SPACE}(,{_ONE_SPACE}){{0,{MAX_SPACES - 1}}}$"
 
 
 @dataclass(frozen=True)
@@ -76,23 +79,18 @@ def scope_claim(
     if mode is not None and mode not in SCOPE_MODES:
         field = names["mode"]
         raise ValidationFailedError(f"{field}: must be one of {', '.join(SCOPE_MODES)}", field)
-    own = mode == "own"
-    if own and agent is None and run is None:
-        field = names["mode"]
-        raise ValidationFailedError(f"{field}: 'own' needs an agent or a run", field)
+    own = mode == "own"  # without an agent or a run it narrows nothing
     chosen: tuple[str, ...] = ()
     if spaces is not None:
         field = names["spaces"]
-        parts = [p.strip() for p in spaces.split(",")]
+        parts = spaces.split(",")
         if not all(_SPACE_ID.fullmatch(p) for p in parts):
             raise ValidationFailedError(
                 f"{field}: comma-separated space ids (lowercase letters, digits, _ . -)", field
             )
-        if len(set(parts)) != len(parts) or len(parts) > MAX_SPACES:
-            raise ValidationFailedError(
-                f"{field}: at most {MAX_SPACES} space ids, none repeated", field
-            )
-        chosen = tuple(parts)
+        if len(parts) > MAX_SPACES:
+            raise ValidationFailedError(f"{field}: at most {MAX_SPACES} space ids", field)
+        chosen = tuple(dict.fromkeys(parts))  # a space named twice is read once
     return ScopeClaim(agent, run, own, chosen)
 
 

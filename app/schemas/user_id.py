@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 
-USER_ID_PATTERN_TEXT = r"^[\x21-\x7e]{1,255}$"
+# Not starting with `space:` (RESERVED_PREFIX below; a lookahead: JSON Schema's patterns have it).
+USER_ID_PATTERN_TEXT = r"^(?!space:)[\x21-\x7e]{1,255}$"
 USER_ID_PATTERN = re.compile(USER_ID_PATTERN_TEXT)
 
 
@@ -19,8 +20,8 @@ RESERVED_PREFIX = "space:"
 
 def check_user_id(value: str) -> str:
     """1-255 printable ASCII characters, no spaces, not starting with `space:`."""
-    if not USER_ID_PATTERN.fullmatch(value):
-        raise ValueError("must be 1-255 printable ASCII characters, no spaces")
     if value.startswith(RESERVED_PREFIX):
         raise ValueError(f"must not start with {RESERVED_PREFIX!r} (it names shared spaces)")
+    if not USER_ID_PATTERN.fullmatch(value):
+        raise ValueError("must be 1-255 printable ASCII characters, no spaces")
     return value

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +47,14 @@ from app.retrieval.phatic import acknowledges
 from app.retrieval.presets import RetrievalPreset
 from app.retrieval.relevance import RelevanceModel, features
 from app.retrieval.rerank import rerank
-from app.retrieval.scoring import Ranked, apply_thresholds, finalise, propagate, rank
+from app.retrieval.scoring import (
+    Ranked,
+    apply_thresholds,
+    finalise,
+    own_first,
+    propagate,
+    rank,
+)
 from app.retrieval.topics import Linked, link_topics
 from app.services.query.model import (
     QueryConfig,
@@ -117,6 +124,8 @@ class Retrieved:
     candidates: dict[Key, Candidate]
     ranked: list[Ranked[Key]]
     newer: dict[Key, Key]
+    # the shared space (1: the first the request named) of each candidate from one
+    origin: dict[Key, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -152,8 +161,46 @@ async def retrieve(
     slots: asyncio.Semaphore,
     result: QueryResult,
     trace: QueryTrace | None = None,
+    spaces: Sequence[Scope] = (),
 ) -> Retrieved:
-    """Stages 2 to 6: the rows and the calibrated ranking."""
+    """Stages 2 to 6: the rows and the calibrated ranking. `spaces`: the scopes of the shared
+    spaces the request reads besides (the same request, owned by `space:<id>`): each space's
+    rows are read on their own (stages 2 to 4, at once), then ranked with the user's as one set
+    of candidates (`joint`), so a shared memory stands on the same relevance scale as the
+    user's own."""
+    if not spaces:
+        gathered = await gather(s, embedding, vectors, slots, result, trace)
+    else:
+        parts = await asyncio.gather(
+            gather(s, embedding, vectors, slots, result, trace),
+            *(gather(p, embedding, vectors, slots, result) for p in spaces),
+        )
+        gathered = joint(s, parts)
+    return ranking(s, gathered, trace)
+
+
+@dataclass(frozen=True)
+class Gathered:
+    """What the database stages (2 to 4) found for one owner: the arms' hits, the rows after
+    the context stage, the stored vectors of the first candidates."""
+
+    hits: ArmHits
+    rows: Rows
+    stored: Stored
+    # With shared spaces (`joint`): which of them each of their candidates came from (1: the
+    # first space the request named; the user's own are not in it).
+    origin: dict[Key, int] = field(default_factory=dict)
+
+
+async def gather(
+    s: Scope,
+    embedding: Embedding | None,
+    vectors: Vectors,
+    slots: asyncio.Semaphore,
+    result: QueryResult,
+    trace: QueryTrace | None = None,
+) -> Gathered:
+    """Stages 2 to 4 for the request's owner (its user, or a shared space it reads)."""
     user_id = s.request.user_id
     # A size seen a few seconds ago skips search_size: its plans and the vector statement's
     # settings are made with the user, at the transaction's start.
@@ -177,32 +224,65 @@ async def retrieve(
                 bool(query_names(s.query)),
                 s.relevance.neutral_cosine_z,
             )
+    return Gathered(hits, rows, stored)
+
+
+def ranking(s: Scope, gathered: Gathered, trace: QueryTrace | None = None) -> Retrieved:
+    """Stages 5 and 6 over what the database stages found: the answer head, the rerank, the
+    calibration, newer wins on one topic."""
+    rows, stored = gathered.rows, gathered.stored
     head = answer_logits(s, stored)
     if trace is not None:
         trace.head = head
     rows = replace(rows, ranked=with_answer_head(s, rows.ranked, head))
     ranked = calibrate(s, rerank_rows(s, rows), rows.candidates)
     linked = newer_wins(s, ranked, rows.candidates, topic_pairs(s, ranked, stored.items))
-    return Retrieved(rows.candidates, linked.ranked, linked.newer)
+    ranked = own_first(linked.ranked, gathered.origin)
+    return Retrieved(rows.candidates, ranked, linked.newer, gathered.origin)
 
 
-def merge_owners(parts: Sequence[Retrieved]) -> tuple[Retrieved, dict[Key, int]]:
-    """One ranking of the user's memory and the shared spaces' (each retrieved on its own: its
-    own keyword statistics, sizes and plans), by calibrated relevance, the user's own first on a
-    tie (then the spaces in the order the request named them); and which part each item came
-    from (0: the user's)."""
+def joint(s: Scope, parts: Sequence[Gathered]) -> Gathered:
+    """The user's candidates and the shared spaces' as one set (the user's first): the arms'
+    hits merged, each owner's keyword scores put on one scale (BM25 of its own corpus over
+    that corpus' ideal score, times the largest ideal score), fused once; the rows and stored
+    vectors each owner fetched for its own first candidates. An item fetched by none is
+    skipped later, as a vanished row is."""
+    ideal = max((p.hits.keyword.max_score for p in parts), default=0.0)
+    scores: dict[Key, float] = {}
+    plain: dict[Key, float] = {}
+    expansion: dict[Key, float] = {}
+    cosines: dict[Key, float] = {}
     candidates: dict[Key, Candidate] = {}
-    newer: dict[Key, Key] = {}
-    owner: dict[Key, int] = {}
-    ranked: list[Ranked[Key]] = []
+    neighbours: dict[Key, tuple[Any, Any]] = {}
+    stored: dict[Key, Any] = {}
+    origin: dict[Key, int] = {}
     for n, part in enumerate(parts):
-        candidates |= part.candidates
-        newer |= part.newer
-        for r in part.ranked:
-            owner.setdefault(r.key, n)
-            ranked.append(r)
-    ranked.sort(key=lambda r: (-r.relevance, owner[r.key]))
-    return Retrieved(candidates, ranked, newer), owner
+        if n:
+            origin |= {key: n for key in part.rows.candidates if key not in origin}
+        k = part.hits.keyword
+        factor = ideal / k.max_score if k.max_score > 0 else 0.0
+        scores |= {key: v * factor for key, v in k.scores.items()}
+        plain |= {key: v * factor for key, v in (k.plain or {}).items()}
+        expansion |= {key: v * factor for key, v in (k.expansion or {}).items()}
+        cosines |= part.hits.cosines
+        candidates |= part.rows.candidates
+        neighbours |= part.rows.neighbours
+        stored |= part.stored.items
+    hits = ArmHits(KeywordHits(scores, ideal, expansion or None, plain), cosines)
+    ranked = fuse(s, hits)
+    if neighbours:
+        ranked = propagate(
+            ranked,
+            informative(neighbours, candidates),
+            next_weight=s.preset.next_turn_weight,
+            previous_weight=s.preset.previous_turn_weight,
+        )
+    keep = [r.key for r in ranked[: context_depth(s)]]
+    rows = Rows(ranked, {k: candidates[k] for k in keep if k in candidates}, neighbours)
+    query = parts[0].stored.query
+    scored = [r.key for r in ranked if r.key in rows.candidates and r.key in stored]
+    depth = s.preset.answer_depth if s.head is not None and query is not None else 0
+    return Gathered(hits, rows, Stored(query, stored, scored[:depth]), origin)
 
 
 def answer(
@@ -410,13 +490,18 @@ def fuse(s: Scope, hits: ArmHits) -> list[Ranked[Key]]:
 # -- 4. context ---------------------------------------------------------------------------------
 
 
+def context_depth(s: Scope) -> int:
+    """How many of the ranking's first candidates the context stage fetches."""
+    return max(s.request.limit * 3, 30, s.preset.rerank_depth)
+
+
 async def context(repo: RetrievalRepository, s: Scope, ranked: list[Ranked[Key]]) -> Rows:
     """One round trip for the seeds' neighbours and the content of every item that can make
     the cut: propagation only raises the neighbours, so the first `depth` after it are among
     the first `depth` before it and the neighbours."""
     request, preset = s.request, s.preset
     neighbours: dict[Key, tuple[Any, Any]] = {}
-    depth = max(request.limit * 3, 30, preset.rerank_depth)
+    depth = context_depth(s)
     seeds: list[Any] = []
     if s.messages and (preset.next_turn_weight > 0 or preset.previous_turn_weight > 0):
         seeds = [r.key for r in ranked if r.key[0] is Source.MESSAGE][: preset.neighbour_seeds]

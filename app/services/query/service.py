@@ -34,15 +34,7 @@ from app.services.query.model import (
     _cache_key,
     query_hash,
 )
-from app.services.query.pipeline import (
-    Key,
-    Vectors,
-    answer,
-    item,
-    merge_owners,
-    retrieve,
-    scope,
-)
+from app.services.query.pipeline import Vectors, answer, item, retrieve, scope
 from app.services.query.sizes import SearchSizes
 
 if TYPE_CHECKING:
@@ -200,11 +192,10 @@ class QueryService:
             else None
         )
         vectors = Vectors(self.engine, self.config, self.embeddings.model, self.sizes)
-        # The shared spaces the request reads besides the user's memory: each retrieved as its
-        # own owner (`space:<id>` rows), signed as the user (row-level security checks the
-        # grant), at once; then one ranking (merge_owners).
+        # The shared spaces the request reads besides the user's memory: each is its own owner
+        # (`space:<id>` rows), read signed as the user (row-level security checks the grant).
         spaces = request.scope.spaces
-        parts = [s] + [
+        shared = [
             scope(
                 replace(request, user_id=space_owner(space)),
                 query,
@@ -214,27 +205,12 @@ class QueryService:
             )
             for space in spaces
         ]
-        owners: dict[Key, int] = {}
         t0 = time.perf_counter()
         try:
-            if spaces:
-                found = await asyncio.wait_for(
-                    asyncio.gather(
-                        *(
-                            retrieve(part, embedding, vectors, self.slots, result, traced)
-                            for part, traced in zip(
-                                parts, [trace, *[None] * len(spaces)], strict=True
-                            )
-                        )
-                    ),
-                    self.config.timeout_s,
-                )
-                retrieved, owners = merge_owners(found)
-            else:
-                retrieved = await asyncio.wait_for(
-                    retrieve(s, embedding, vectors, self.slots, result, trace),
-                    self.config.timeout_s,
-                )
+            retrieved = await asyncio.wait_for(
+                retrieve(s, embedding, vectors, self.slots, result, trace, shared),
+                self.config.timeout_s,
+            )
         except (SQLAlchemyError, OSError, TimeoutError) as exc:
             log.error("retrieval failed closed: %s", type(exc).__name__)
             result.error = "retrieval_unavailable"
@@ -262,9 +238,10 @@ class QueryService:
         for p in packed.items:
             r = cut.top[p.index]
             newer = retrieved.newer.get(r.key)
-            shared = spaces[owners[r.key] - 1] if owners.get(r.key, 0) else None
+            origin = retrieved.origin.get(r.key)
+            space = spaces[origin - 1] if origin else None
             result.items.append(
-                item(candidates[r.key], r, p.text, p.tokens, p.cut, newer, space=shared)
+                item(candidates[r.key], r, p.text, p.tokens, p.cut, newer, space=space)
             )
         result.token_count = packed.token_count
         result.truncated = packed.truncated or len(cut.kept) > request.limit
