@@ -194,7 +194,7 @@ async def test_openapi_describes_errors_and_rules(client: httpx.AsyncClient) -> 
     append = document["paths"]["/v1/conversations/{conversation_id}/messages"]["post"]
     assert {"401", "403", "404", "413", "422", "503"} <= set(append["responses"])
     user_header = next(p for p in append["parameters"] if p["name"] == "X-User-Id")
-    assert user_header["schema"]["pattern"] == r"^[\x21-\x7e]{1,255}$"
+    assert user_header["schema"]["pattern"] == r"^(?!space:)[\x21-\x7e]{1,255}$"
     message = schemas["MessageCreate"]["properties"]["content"]
     assert "pattern" in message and message["maxLength"] == 32_000
     query = schemas["MemoryQueryRequest"]["properties"]
