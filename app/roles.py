@@ -67,8 +67,10 @@ USER_TABLES: tuple[str, ...] = (
 # api_keys stays a table of the coordinator (authentication reads it by hash, not by user).
 COORDINATOR_TABLES: tuple[str, ...] = ("api_keys",)
 DISTRIBUTED_TABLES: tuple[str, ...] = tuple(t for t in USER_TABLES if t not in COORDINATOR_TABLES)
-# space_members: its row-level security shows the service role its user's own grants only.
-READ_ONLY_TABLES: tuple[str, ...] = ("alembic_version", "space_members")
+READ_ONLY_TABLES: tuple[str, ...] = ("alembic_version",)
+# Shared spaces' grants (migration 0019): row-level security shows the service role its user's
+# own and lets it delete them (leaving a space, a user's purge); granting is the admin role's.
+MEMBER_TABLES: tuple[str, ...] = ("space_members",)
 _LOCK_KEY = 0x70677263  # "pgrc": serialises role set-up across processes
 
 # Every policy of the schema, with its expressions as Postgres prints them (policy_rewrites).
@@ -205,6 +207,7 @@ def grant_statements(role: str) -> list[str]:
         f"GRANT USAGE ON SCHEMA public TO {role}",
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON {tables} TO {role}",
         f"GRANT SELECT ON {', '.join(READ_ONLY_TABLES)} TO {role}",
+        f"GRANT SELECT, DELETE ON {', '.join(MEMBER_TABLES)} TO {role}",
         # messages.seq is an identity column; inserts work without it, but a future serial may not
         f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}",
     ]

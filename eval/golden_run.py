@@ -7,6 +7,7 @@ contents; anything returned that the case's user does not own is a cross-user le
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -16,6 +17,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from app.domain import space_owner
 from app.retrieval.budget import TRUNCATION_MARK, count_tokens
 from app.services.memory import MemoryInput
 from eval.datasets.golden import (
@@ -318,12 +320,39 @@ async def run_case(
             own.contents | {m.content for m in conversation},
         )
 
+    # Shared spaces (issue 43): a readable space's memories count as the user's for the
+    # judgement (the query names the space); an unreadable one's are foreign (a leak).
+    spaces: list[str] = []
+    for space in case.spaces:
+        name = _space_name(case.id, space.name)
+        members = {user_id: space.access} if space.access else {}
+        await harness.add_space(name, members)
+        seeded = await seed_user(
+            harness,
+            space_owner(name),
+            space.memories,
+            (),
+            shift=shift,
+            label=f"{case.id} space {space.name}",
+        )
+        if space.access:
+            own = Seeded(
+                own.memory_ids + seeded.memory_ids, own.message_ids, own.contents | seeded.contents
+            )
+        else:
+            foreign_contents |= seeded.contents
+        spaces.append(name)
+
     times = TimeFilters(**{name: stamp + shift for name, stamp in case.time_filter.items()})
     started = time.perf_counter()
     error: str | None
     try:
         payload = await harness.tool_query(
-            user_id, case.query, types=list(case.types) if case.types else None, times=times
+            user_id,
+            case.query,
+            types=list(case.types) if case.types else None,
+            times=times,
+            spaces=spaces,
         )
     except PgrecallError as exc:
         items, error, reported_tokens = [], f"HTTP {exc.status}: {exc.detail[:200]}", 0
@@ -345,6 +374,12 @@ async def run_case(
         error=error,
     )
     return GoldenOutcome(case, user_id, result, returned)
+
+
+def _space_name(case_id: str, name: str) -> str:
+    """A space id of its own for each run of a case (lowercase, at most 64 characters)."""
+    raw = f"{name}-{uuid.uuid4().hex[:8]}-{case_id}".lower()
+    return re.sub(r"[^a-z0-9_.-]", "-", raw)[:64]
 
 
 def time_shift(reference: datetime, now: datetime | None = None) -> timedelta:

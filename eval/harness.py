@@ -11,12 +11,13 @@ from __future__ import annotations
 import shutil
 import tempfile
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 from fastapi import FastAPI
 
 from app.config import Settings
@@ -25,6 +26,7 @@ from app.main import create_app
 from app.retrieval.presets import RetrievalPreset
 from app.runtime import Resources, admin_transaction, user_transaction
 from app.services.memory import MemoryInput, MemoryService
+from app.services.spaces import SpaceService
 from pgrecall.client import AsyncClient, TimeFilters
 
 
@@ -80,10 +82,44 @@ class Harness:
         *,
         types: Sequence[str] | None = None,
         times: TimeFilters | None = None,
+        spaces: Sequence[str] = (),
     ) -> dict[str, Any]:
-        """POST /v1/tools/query_memory as the user (the agent's path, with its cut and floor)."""
+        """POST /v1/tools/query_memory as the user (the agent's path, with its cut and floor);
+        `spaces`: the shared spaces it reads besides (X-Spaces)."""
+        if spaces:
+            return await self._spaces_query(user_id, query, types, times, spaces)
         answer = await self.client.as_user(user_id).query_memory(query, types=types, times=times)
         return answer.model_dump(mode="json")
+
+    async def _spaces_query(
+        self,
+        user_id: str,
+        query: str,
+        types: Sequence[str] | None,
+        times: TimeFilters | None,
+        spaces: Sequence[str],
+    ) -> dict[str, Any]:
+        """The agent tool with X-Spaces, over the app itself (as the client's requests go)."""
+        body: dict[str, Any] = {"query": query}
+        if types:
+            body["types"] = list(types)
+        if times is not None:
+            bounds = {"time_from": times.time_from, "time_to": times.time_to, "as_of": times.as_of}
+            body |= {k: v.isoformat() for k, v in bounds.items() if v is not None}
+        headers = {"X-User-Id": user_id, "X-Spaces": ",".join(spaces)}
+        transport = httpx.ASGITransport(app=self.app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://eval") as http:
+            response = await http.post("/v1/tools/query_memory", json=body, headers=headers)
+        response.raise_for_status()
+        return dict(response.json())
+
+    async def add_space(self, name: str, members: Mapping[str, str]) -> None:
+        """A shared space and its members' grants (user -> read | write), as the admin does."""
+        async with admin_transaction(self.resources.sessionmaker, "eval spaces") as session:
+            spaces = SpaceService(session)
+            await spaces.create(name)
+            for user, access in members.items():
+                await spaces.grant(name, user, access)
 
     async def tool_call(self, user_id: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
         """One agent write tool (save_memory, forget_memory, rate_message) as the user."""

@@ -522,6 +522,7 @@ async def test_every_table_with_user_data_has_forced_rls_and_both_policies(
             "memory_items": {"memory_items_scope", *space},
             "search_postings": space,
             "search_stats": space,
+            "space_members": {"space_members_leave"},
         }
         assert extra == more.get(r.relname, set()), r.relname
     async with db_engine.connect() as conn:
@@ -648,7 +649,8 @@ async def test_service_role_attributes_and_grants(db_engine: AsyncEngine) -> Non
     assert tuple(role) == (False, False, True, False, False)
     assert owned == 0
     expected = {t: "DELETE,INSERT,SELECT,UPDATE" for t in USER_TABLES}
-    assert dict(grants) == {**expected, "alembic_version": "SELECT", "space_members": "SELECT"}
+    members = {"space_members": "DELETE,SELECT"}
+    assert dict(grants) == {**expected, "alembic_version": "SELECT", **members}
 
 
 # -- the running service ---------------------------------------------------------------------

@@ -28,6 +28,9 @@ PURGE_TABLES: tuple[str, ...] = (  # in the order the purge reports them
     "extraction_jobs",
     "extraction_usage",
     "message_passages",
+    # The user's grants on shared spaces (migration 0019): the space and its memories are the
+    # space's, not the user's, and stay.
+    "space_members",
 )
 # Rows that point at the user's messages are deleted first (they would cascade unseen).
 _DELETED_FIRST = ("extraction_jobs", "extraction_usage", "message_passages")

@@ -44,6 +44,9 @@ class ConversationLine(_Line):
     title: str | None
     created_at: datetime
     updated_at: datetime
+    # The agent and run within the user's memory (migration 0019; absent: unscoped).
+    agent_id: str | None = None
+    run_id: str | None = None
 
 
 class MessageLine(_Line):
@@ -57,6 +60,9 @@ class MessageLine(_Line):
     metadata: dict[str, Any]
     embedding_model: str | None
     embedding: list[float] | None = None
+    # The agent and run within the user's memory (migration 0019; absent: unscoped).
+    agent_id: str | None = None
+    run_id: str | None = None
 
 
 class MemoryLine(_Line):
@@ -81,6 +87,9 @@ class MemoryLine(_Line):
     tags: Tags = Field(default_factory=list)
     last_retrieved_at: datetime | None = None
     times_retrieved: int = Field(default=0, ge=0)
+    # The agent and run within the user's memory (migration 0019; absent: unscoped).
+    agent_id: str | None = None
+    run_id: str | None = None
 
 
 class EndLine(_Line):

@@ -314,6 +314,8 @@ async def import_export(
                 "title": c.title,
                 "created_at": c.created_at,
                 "updated_at": c.updated_at,
+                "agent_id": c.agent_id,
+                "run_id": c.run_id,
             }
             for c in parsed.conversations
         ]
@@ -333,6 +335,8 @@ async def import_export(
                 "metadata_": m.metadata,
                 "embedding": vec,
                 "embedding_model": model,
+                "agent_id": m.agent_id,
+                "run_id": m.run_id,
             }
         )
     await repo.insert_messages(message_rows)
@@ -367,6 +371,8 @@ async def import_export(
                 "embedding": vec,
                 "embedding_model": model,
                 "tags": list(item.tags),
+                "agent_id": item.agent_id,
+                "run_id": item.run_id,
                 "last_retrieved_at": item.last_retrieved_at,
                 "times_retrieved": item.times_retrieved,
             }

@@ -21,6 +21,7 @@ __all__ = [
     "GoldenDataset",
     "GoldenMemory",
     "GoldenMessage",
+    "GoldenSpace",
     "GoldenToolCall",
     "OtherUser",
     "load_golden",
@@ -70,6 +71,16 @@ class GoldenToolCall:
 
 
 @dataclass(frozen=True)
+class GoldenSpace:
+    """A shared space the case's query reads (X-Spaces): its memories, and the case user's
+    grant on it (`read`, `write`, or None: not a member, so nothing of it may come back)."""
+
+    name: str
+    access: str | None
+    memories: tuple[GoldenMemory, ...]
+
+
+@dataclass(frozen=True)
 class OtherUser:
     memories: tuple[GoldenMemory, ...]
     messages: tuple[GoldenMessage, ...]
@@ -91,6 +102,8 @@ class GoldenCase:
     # Further conversations of the case's user, each stored as a conversation of its own.
     conversations: tuple[tuple[GoldenMessage, ...], ...] = ()
     tool_calls: tuple[GoldenToolCall, ...] = ()
+    # Shared spaces the query names (issue 43): their memories are the space's, not the user's.
+    spaces: tuple[GoldenSpace, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -150,6 +163,12 @@ def _case(raw: Mapping[str, Any]) -> GoldenCase:
         tool_calls=tuple(
             GoldenToolCall(c["tool"], c["args"], c.get("expect_action"))
             for c in raw.get("setup_tool_calls", [])
+        ),
+        spaces=tuple(
+            GoldenSpace(
+                sp["name"], sp.get("access"), tuple(_memory(m) for m in sp.get("memories", []))
+            )
+            for sp in raw.get("setup_spaces", [])
         ),
     )
 

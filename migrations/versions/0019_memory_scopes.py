@@ -188,6 +188,10 @@ def upgrade() -> None:
         "USING (user_id = pgrecall_scope_user())"
     )
     op.execute(
+        "CREATE POLICY space_members_leave ON space_members FOR DELETE "
+        "USING (user_id = pgrecall_scope_user())"
+    )
+    op.execute(
         f"CREATE POLICY space_members_admin ON space_members TO {ADMIN_ROLE} "
         "USING (true) WITH CHECK (true)"
     )

@@ -28,6 +28,7 @@ TABLES = (
     "extraction_jobs",
     "extraction_usage",
     "message_passages",
+    "space_members",
 )
 
 
@@ -104,6 +105,7 @@ async def test_purge_user_removes_every_row_and_key_of_that_user_only(
         "extraction_jobs": 0,  # extraction is off here: tests/extraction covers its purge
         "extraction_usage": 0,
         "message_passages": 12,  # two sentences per turn; their texts are never cached
+        "space_members": 0,  # tests/test_rls_scopes.py: a purge leaves the spaces themselves
     }
     assert before["search_postings"] > 0
     keys = await _user_keys(cache, user_id)

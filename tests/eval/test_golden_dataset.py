@@ -38,6 +38,7 @@ MIN_PER_CATEGORY = {
     "multi_hop": 3,
     "agent_writes": 6,
     "speakers": 2,
+    "spaces": 6,
 }
 CATEGORIES = set(MIN_PER_CATEGORY)
 
@@ -56,6 +57,7 @@ OPTIONAL_CASE_FIELDS = {
     "time_filter",
     "setup_conversations",
     "setup_tool_calls",
+    "setup_spaces",
 }
 TIME_FILTER_FIELDS = {"time_from", "time_to", "as_of"}
 TOOLS = {"save_memory", "forget_memory", "rate_message"}
@@ -112,6 +114,14 @@ def _own_live_contents(case: dict[str, Any]) -> set[str]:
     contents = {m["content"] for m in case["setup_memories"] if _is_live(m)}
     contents |= {m["content"] for m in case.get("setup_messages", [])}
     contents |= {m["content"] for c in case.get("setup_conversations", []) for m in c}
+    # A shared space the user reads (issue 43): its memories answer as the user's own do.
+    contents |= {
+        m["content"]
+        for space in case.get("setup_spaces", [])
+        if space.get("access") in ("read", "write")
+        for m in space["memories"]
+        if _is_live(m)
+    }
     # The agent writes, in order: what they add and what they take away. They happen at the
     # reference time; as of an earlier moment, a superseded memory was still valid and its
     # replacement not yet stated.
