@@ -5,6 +5,7 @@ SDK Runner whose model is a real chat completions server started by the test
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, TypedDict
@@ -234,3 +235,63 @@ async def test_items_round_trip_and_other_users_get_404(served: Served, user: st
     assert await session.get_items() == items  # untouched
     await intruder.client.aclose()
     await session.client.aclose()
+
+
+# -- scopes (issue 43, docs/agents.md) ---------------------------------------------------------
+
+
+def test_a_store_per_agent_keeps_its_items(served: Served, user: str) -> None:
+    """Two agents of one user with a store each (the store's own arguments, or a scoped
+    client): neither sees the other's items; the user's unscoped items both see."""
+    planner = PgrecallStore(served.base, user_id=user, agent_id="planner")
+    writer_client = Client(served.base, user_id=user, agent_id="writer")
+    writer_async = AsyncClient(served.base, user_id=user, agent_id="writer")
+    writer = PgrecallStore(client=writer_client, async_client=writer_async)
+    shared = PgrecallStore(served.base, user_id=user)
+    try:
+        ns = ("memories", "fact")
+        planner.put(ns, "budget", {"content": "The planner's trip budget is 900 euros"})
+        writer.put(ns, "style", {"content": "The writer's house style is British spelling"})
+        shared.put(ns, "city", {"content": "The user lives in Porto"})
+        assert planner.get(ns, "style") is None and writer.get(ns, "budget") is None
+        found = {i.key for i in planner.search(("memories",), query="budget style city")}
+        assert found == {"budget", "city"}
+        found = {i.key for i in writer.search(("memories",), query="budget style city")}
+        assert found == {"style", "city"}
+        own = PgrecallStore(served.base, user_id=user, agent_id="planner", scope_mode="own")
+        try:
+            assert {i.key for i in own.search(("memories",))} == {"budget"}
+        finally:
+            own.close()
+        assert {i.key for i in shared.search(("memories",))} == {"budget", "style", "city"}
+    finally:
+        for store in (planner, writer, shared):
+            store.close()
+        writer_client.close()
+        asyncio.run(writer_async.aclose())
+
+
+async def test_a_session_of_one_agent_is_not_another_agents(served: Served, user: str) -> None:
+    session = await PgrecallSession.start(served.base, user_id=user, agent_id="support")
+    order = [{"role": "user", "content": "My order number is 4417."}]
+    await session.add_items(order)  # type: ignore[arg-type]
+    assert len(await session.get_items()) == 1
+    # the session's scope travels with its client: another agent's client gets a 404
+    other = AsyncClient(served.base, user_id=user, agent_id="sales")
+    intruder = PgrecallSession(session.session_id, other)
+    with pytest.raises(PgrecallError) as denied:
+        await intruder.get_items()
+    assert denied.value.status == 404
+    # a session made on a client with the agent is the agent's
+    mine = AsyncClient(served.base, user_id=user, agent_id="support")
+    same = PgrecallSession(session.session_id, mine)
+    assert len(await same.get_items()) == 1
+    # what the agent recalls leaves the other agent's turns out
+    sales = await PgrecallSession.start(client=other)
+    lead = [{"role": "user", "content": "My sales lead code is 9981."}]
+    await sales.add_items(lead)  # type: ignore[arg-type]
+    recalled = await same.client.memory_query("order number sales lead code", min_score=0.0)
+    assert [i for i in recalled.items if "4417" in i.content]
+    assert not [i for i in recalled.items if "9981" in i.content]
+    for client in (other, same.client, session.client):
+        await client.aclose()
