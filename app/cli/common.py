@@ -109,12 +109,13 @@ def logs_above_bars() -> Iterator[None]:
         root.handlers = before
 
 
-def checked_user(value: str) -> str:
-    """A valid user id, or exit 2 naming the problem."""
+def checked_user(value: str, what: str = "user id") -> str:
+    """A valid user id (or an id of the same rule: `what` names it), or exit 2 naming the
+    problem."""
     try:
         return check_user_id(value)
     except ValueError as exc:
-        raise fail(f"user id: {exc}", 2) from None
+        raise fail(f"{what}: {exc}", 2) from None
 
 
 def aware(value: datetime | None) -> datetime | None:
