@@ -185,3 +185,26 @@ async def test_a_bad_scope_is_a_422_page_naming_the_parameter(
         await _sign_in(client)
         r = await client.get("/console/ask", params={"user": user_id, **params})
     assert r.status_code == 422 and named in r.text
+
+
+async def test_a_space_is_not_a_user_in_the_directory(make_client: Callable[..., Any]) -> None:
+    """A space's memories are rows of the owner `space:<id>`: the user directory leaves them
+    out (a link to such a "user" could only be refused)."""
+    space = f"dir-{uuid.uuid4().hex[:8]}"
+    member = f"dir-member-{uuid.uuid4().hex[:8]}"
+    async with make_client() as (client, _):
+        assert (await client.post("/v1/admin/spaces", json={"id": space})).status_code == 201
+        grant = await client.put(
+            f"/v1/admin/spaces/{space}/members/{member}", json={"access": "write"}
+        )
+        assert grant.status_code == 200
+        saved = await client.post(
+            f"/v1/spaces/{space}/memories",
+            json={"content": "The directory test's shared note", "type": "note"},
+            headers={"X-User-Id": member},
+        )
+        assert saved.status_code == 201, saved.text
+        await _sign_in(client)
+        page = await client.get("/console/users", params={"q": space})
+        assert page.status_code == 200
+        assert f"space:{space}" not in page.text and "0 users" in page.text
