@@ -295,3 +295,47 @@ async def test_a_session_of_one_agent_is_not_another_agents(served: Served, user
     assert not [i for i in recalled.items if "9981" in i.content]
     for client in (other, same.client, session.client):
         await client.aclose()
+
+
+async def test_the_adapters_never_write_into_a_space(served: Served, user: str) -> None:
+    """Spaces do not map to a store address or a session: a store or session whose client
+    names a space (the user holds a read grant) writes the user's own memory, never the
+    space's, and the store's reads are the user's items alone."""
+    space = f"adapters-{uuid.uuid4().hex[:8]}"
+    writer = f"writer-{user}"
+    async with AsyncClient(served.base) as admin:
+        await admin.create_space(space)
+        await admin.grant_space(space, writer, "write")
+        await admin.grant_space(space, user, "read")
+        await admin.as_user(writer).save_to_space(
+            space, "The team's on-call rotation starts on Mondays", "fact"
+        )
+        reader = admin.as_user(user).scoped(spaces=[space])
+        sync = Client(served.base, user_id=user, spaces=[space])
+        store = PgrecallStore(client=sync, async_client=reader)
+        try:
+            ns = ("memories", "fact")
+            await store.aput(ns, "pager", {"content": "The reader's on-call pager is pager-5"})
+            hits = await store.asearch(("memories",), query="when does the on-call rotation start")
+            assert [h.key for h in hits] == ["pager"]
+        finally:
+            sync.close()
+        session = await PgrecallSession.start(client=reader)
+        turn = [{"role": "user", "content": "My on-call phone is 555-0101."}]
+        await session.add_items(turn)  # type: ignore[arg-type]
+        # the space's writer reads the space, and nothing the reader wrote
+        seen = (
+            await admin.as_user(writer)
+            .scoped(spaces=[space])
+            .memory_query("on-call rotation pager phone", min_score=0.0)
+        )
+        contents = [i.content for i in seen.items]
+        assert "The team's on-call rotation starts on Mondays" in contents
+        assert not [c for c in contents if "pager-5" in c or "555-0101" in c]
+        # the reader reads the space through its client until the grant is revoked
+        mine = await reader.memory_query("on-call rotation", min_score=0.0)
+        assert [i.space for i in mine.items if "rotation" in i.content] == [space]
+        await admin.revoke_space(space, user)
+        after = await reader.memory_query("on-call rotation", min_score=0.0)
+        assert not [i for i in after.items if "rotation" in i.content]
+        await admin.delete_space(space)
