@@ -182,7 +182,7 @@ ScopeQuery = Annotated[str | None, Query(max_length=1000)]
 
 
 def _given(value: str | None) -> str | None:
-    return value.strip() or None if value is not None else None
+    return (value.strip() or None) if value is not None else None
 
 
 async def console_caller(
