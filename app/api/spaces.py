@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path, status
+from fastapi import APIRouter, Path, Response, status
 from pydantic import AfterValidator
 
 from app.domain import SPACE_ID_PATTERN_TEXT, space_owner
@@ -47,9 +47,10 @@ async def list_spaces(session: AdminSessionDep) -> SpaceList:
 
 
 @admin.delete("/{space_id}", status_code=status.HTTP_204_NO_CONTENT)
-async def delete_space(space_id: SpacePath, session: AdminSessionDep) -> None:
+async def delete_space(space_id: SpacePath, session: AdminSessionDep) -> Response:
     """The space, its grants and its memories (no member's own memory is touched)."""
     await SpaceService(session).delete(space_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @admin.get("/{space_id}/members", response_model=MemberList)
@@ -68,9 +69,12 @@ async def grant_member(
 
 
 @admin.delete("/{space_id}/members/{user_id}", status_code=status.HTTP_204_NO_CONTENT)
-async def revoke_member(space_id: SpacePath, user_id: MemberPath, session: AdminSessionDep) -> None:
+async def revoke_member(
+    space_id: SpacePath, user_id: MemberPath, session: AdminSessionDep
+) -> Response:
     """Revoke the user's grant; its next request reads and writes nothing of the space."""
     await SpaceService(session).revoke(space_id, user_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
 @router.get("", response_model=MemberList)

@@ -109,12 +109,13 @@ def logs_above_bars() -> Iterator[None]:
         root.handlers = before
 
 
-def checked_user(value: str) -> str:
-    """A valid user id, or exit 2 naming the problem."""
+def checked_user(value: str, what: str = "user id") -> str:
+    """A valid user id (or an id of the same rule: `what` names it), or exit 2 naming the
+    problem."""
     try:
         return check_user_id(value)
     except ValueError as exc:
-        raise fail(f"user id: {exc}", 2) from None
+        raise fail(f"{what}: {exc}", 2) from None
 
 
 def aware(value: datetime | None) -> datetime | None:
@@ -134,7 +135,11 @@ class Runtime:
 
 
 def run(
-    work: Callable[[Runtime], Awaitable[T]], *, embedder: bool = False, quiet: bool = False
+    work: Callable[[Runtime], Awaitable[T]],
+    *,
+    embedder: bool = False,
+    quiet: bool = False,
+    as_service: bool = False,
 ) -> T:
     """Start (or attach to) the database, migrate, and run `work` with fresh resources.
 
@@ -142,8 +147,12 @@ def run(
     superuser, or else PGRECALL_DATABASE_URL): index rebuilds need the tables' owner. Row-level
     security still applies to an owner that is not a superuser (FORCE); migration 0018 makes the
     owner a member of the admin role, so its audited admin sessions see every user's rows, and
-    its user sessions are signed with the scope key like the service's. Never the service role.
-    `quiet` logs warnings only.
+    its user sessions are signed with the scope key like the service's. `quiet` logs warnings
+    only.
+
+    `as_service`: a door that serves a user's requests (`pgrecall mcp`) connects as the service
+    role instead, as `pgrecall serve`'s requests do: an agent's or run's scope is row-level
+    security's alone (migration 0019), which the embedded superuser would bypass.
     """
     # Imported here, not at the top: this module is loaded by every command, and `pgrecall keys`
     # must start without the database stack when a running service answers it.
@@ -167,7 +176,7 @@ def run(
             embedded = EmbeddedPostgres(settings.data_dir)
         urls = database_urls(settings, embedded)
         with logs_above_bars():
-            return asyncio.run(_prepared(settings, urls, work, embedder))
+            return asyncio.run(_prepared(settings, urls, work, embedder, as_service))
     finally:
         if embedded is not None and embedded.started_here:
             embedded.stop()  # a server `pgrecall serve` started is left alone
@@ -180,23 +189,27 @@ async def _prepared(
     urls: DatabaseUrls,
     work: Callable[[Runtime], Awaitable[T]],
     embedder: bool,
+    as_service: bool = False,
 ) -> T:
     from app.roles import prepare_database
 
     await prepare_database(urls)
-    async with _runtime(settings, urls.owner, embedder) as runtime:
+    url = urls.service if as_service else urls.owner
+    async with _runtime(settings, url, embedder, key_url=urls.owner) as runtime:
         return await work(runtime)
 
 
 @asynccontextmanager
-async def _runtime(settings: Settings, url: str, embedder: bool) -> AsyncIterator[Runtime]:
+async def _runtime(
+    settings: Settings, url: str, embedder: bool, *, key_url: str
+) -> AsyncIterator[Runtime]:
     from app.adapters.cache import Cache
     from app.db import create_engine, create_sessionmaker
     from app.roles import read_scope_key
     from app.runtime import embedder_from_settings
     from app.services.embedding import EmbeddingService
 
-    key = await read_scope_key(url)
+    key = await read_scope_key(key_url)  # as the owner: the service role may not read it
     engine = create_engine(
         url, pool_size=2, statement_timeout_ms=_STATEMENT_TIMEOUT_MS, scope_key=key
     )

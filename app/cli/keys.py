@@ -1,10 +1,12 @@
-"""`pgrecall keys`: per-user API keys (create prints the token once; list; revoke).
+"""`pgrecall keys`: per-user API keys (create prints the token once, optionally bound to an
+agent; list; revoke).
 
-A running service answers first, through its admin API (/v1/admin/keys): that takes a fraction
-of a second where starting the embedded database for one row takes seconds. When nothing answers
-at the service's address (PGRECALL_HOST/PGRECALL_PORT, or --server) within a short connect
-timeout, the command works on the database itself like the admin commands (the configured
-database or the embedded one, migrated first) through the shared runner in app/cli/common.py.
+A running service answers first, through its admin API (/v1/admin/keys, app/cli/remote.py):
+that takes a fraction of a second where starting the embedded database for one row takes
+seconds. When nothing answers at the service's address (PGRECALL_HOST/PGRECALL_PORT, or
+--server) within a short connect timeout, the command works on the database itself like the
+admin commands (the configured database or the embedded one, migrated first) through the shared
+runner in app/cli/common.py.
 
 Start-up is kept cheap on the HTTP path: this module imports only the standard library, typer
 and app.cli.common at load time; the database stack (sqlalchemy, the models, the services) is
@@ -14,20 +16,16 @@ of the CLI (which would import the server stack).
 
 from __future__ import annotations
 
-import http.client
-import json
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
-from urllib.parse import urlencode, urlsplit
+from typing import Annotated, Any
+from urllib.parse import urlencode
 
 import typer
 
-from app.cli.common import checked_user, fail, settings_or_exit
-
-if TYPE_CHECKING:
-    from app.config import Settings
+from app.cli.common import checked_user, fail
+from app.cli.remote import Server, ServerOption, Unreachable, local_database, server_for
 
 # add_completion off: `pgrecall keys` runs this group alone (app/cli/__init__.py), and the
 # assembled command has none either.
@@ -36,115 +34,6 @@ keys_app = typer.Typer(
 )
 
 READ, WRITE = "read", "write"  # app.services.api_keys's scopes (tests check they agree)
-# Long enough for a loaded machine to accept a local connection, short enough that the fallback
-# to the database is not noticeably delayed when no service listens.
-CONNECT_TIMEOUT_S = 0.5
-# The answer itself: one row written in a transaction.
-ANSWER_TIMEOUT_S = 30.0
-
-ServerOption = Annotated[
-    str | None,
-    typer.Option(
-        "--server",
-        help="the running service's base URL (default: http://PGRECALL_HOST:PGRECALL_PORT); "
-        "when nothing answers there the command works on the database itself",
-    ),
-]
-
-
-# -- the running service ---------------------------------------------------------------------
-
-
-class Unreachable(Exception):
-    """Nothing answered at the service's address (or it refused the admin key)."""
-
-
-@dataclass(frozen=True)
-class Server:
-    base: str
-    admin_key: str | None
-
-    @classmethod
-    def from_settings(cls, settings: Settings, override: str | None) -> Server:
-        if override is not None:
-            base = override.rstrip("/")
-        else:
-            # A service bound to every interface is reached on loopback.
-            host = "127.0.0.1" if settings.host in ("0.0.0.0", "::") else settings.host
-            host = f"[{host}]" if ":" in host else host
-            base = f"http://{host}:{settings.port}"
-        key = settings.admin_api_key.get_secret_value() if settings.admin_api_key else None
-        return cls(base, key)
-
-    def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
-        """The JSON answer of a 2xx; Unreachable when nothing answers; exit 1 on an error."""
-        parts = urlsplit(self.base)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise fail(f"--server {self.base!r}: expected http://host:port", 2)
-        connection_class = (
-            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-        )
-        connection = connection_class(parts.hostname, parts.port, timeout=CONNECT_TIMEOUT_S)
-        headers = {"Accept": "application/json"}
-        if self.admin_key is not None:
-            headers["Authorization"] = f"Bearer {self.admin_key}"
-        payload = None
-        if body is not None:
-            payload = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
-        try:
-            try:
-                connection.connect()
-            except OSError as exc:  # refused, timed out, no route, unknown host
-                raise Unreachable(str(exc)) from None
-            assert connection.sock is not None
-            connection.sock.settimeout(ANSWER_TIMEOUT_S)
-            try:
-                connection.request(method, parts.path.rstrip("/") + path, payload, headers)
-                response = connection.getresponse()
-                raw = response.read()
-            except (OSError, http.client.HTTPException) as exc:
-                raise fail(f"{self.base}: {exc}") from None
-        finally:
-            connection.close()
-        if response.status in (401, 403):
-            # Keys configured without this admin key: the database path still works locally.
-            raise Unreachable(f"{self.base} refused the admin key ({response.status})")
-        try:
-            answer = json.loads(raw) if raw else None
-        except ValueError:
-            answer = None
-        if 200 <= response.status < 300 and answer is not None:
-            return answer
-        detail = answer.get("detail") if isinstance(answer, dict) else None
-        raise fail(f"{self.base}: {response.status} {detail or raw[:200].decode(errors='replace')}")
-
-
-def _local_database(remote: Server) -> None:
-    """Say which database the command works on now that no service answered; refuse an
-    embedded one that does not exist yet (run outside the service's directory, the command would
-    otherwise create a new ./.data database and print a token the running service never
-    learns)."""
-    settings = settings_or_exit(quiet=True)
-    if settings.database_url is not None:
-        from sqlalchemy.engine import make_url
-
-        where = make_url(settings.database_url).render_as_string(hide_password=True)
-    else:
-        data_dir = settings.data_dir.expanduser().resolve()
-        if not (data_dir / "pg" / "PG_VERSION").exists():
-            raise fail(
-                f"no service answered at {remote.base}, and there is no database in {data_dir} "
-                "(PGRECALL_DATA_DIR): run this where the service runs, set PGRECALL_DATA_DIR or "
-                "PGRECALL_DATABASE_URL to its database, or pass --server"
-            )
-        where = f"the embedded database in {data_dir}"
-    typer.echo(f"no service answered at {remote.base}: using {where}", err=True)
-
-
-def _server(override: str | None) -> Server:
-    """The service to ask first; logging stays at WARNING so success prints only the result."""
-    return Server.from_settings(settings_or_exit(quiet=True), override)
 
 
 def _parse_time(value: str | None) -> datetime | None:
@@ -163,6 +52,7 @@ class KeyRow:
     prefix: str
     user_id: str
     scope: str
+    agent_id: str | None
     created_at: datetime | None
     expires_at: datetime | None
     revoked_at: datetime | None
@@ -175,6 +65,7 @@ class KeyRow:
             data["prefix"],
             data["user_id"],
             data["scope"],
+            data.get("agent_id"),
             _parse_time(data.get("created_at")),
             _parse_time(data.get("expires_at")),
             _parse_time(data.get("revoked_at")),
@@ -188,6 +79,7 @@ class KeyRow:
             key.prefix,
             key.user_id,
             key.scope,
+            key.agent_id,
             key.created_at,
             key.expires_at,
             key.revoked_at,
@@ -213,23 +105,35 @@ def keys_create(
     expires: Annotated[
         str | None, typer.Option("--expires", help="lifetime such as 30d, 12h, 90m, 2w")
     ] = None,
+    agent: Annotated[
+        str | None,
+        typer.Option(
+            "--agent",
+            help="bind the key to this agent: its holder reads and writes as the agent only "
+            "(docs/agents.md)",
+        ),
+    ] = None,
     server: ServerOption = None,
 ) -> None:
     """Create a key; its token is printed once and cannot be shown again."""
     user_id = checked_user(user)
     if scope not in (READ, WRITE):
         raise fail("--scope must be read or write", 2)
-    remote = _server(server)
+    agent_id = checked_user(agent, "--agent") if agent is not None else None
+    remote = server_for(server)
     try:
-        body = {"user_id": user_id, "scope": scope, "expires_in": expires}
+        body: dict[str, str | None] = {"user_id": user_id, "scope": scope, "expires_in": expires}
+        if agent_id is not None:
+            body["agent_id"] = agent_id
         answer = remote.call("POST", "/v1/admin/keys", body)
         token, key = answer["token"], KeyRow.from_json(answer["key"])
     except Unreachable:
-        _local_database(remote)
-        token, key = _create_in_database(user_id, scope, expires)
+        local_database(remote)
+        token, key = _create_in_database(user_id, scope, expires, agent_id)
     typer.echo(token)
+    bound = f", agent {key.agent_id}" if key.agent_id else ""
     typer.echo(
-        f"key {key.id} for user {key.user_id}, scope {key.scope}, expires "
+        f"key {key.id} for user {key.user_id}{bound}, scope {key.scope}, expires "
         f"{_when(key.expires_at) if key.expires_at else 'never'}; store the token now: "
         "only its hash is kept",
         err=True,
@@ -243,17 +147,17 @@ def keys_list(
 ) -> None:
     """List keys (never the tokens), newest first."""
     user_id = checked_user(user) if user is not None else None
-    remote = _server(server)
+    remote = server_for(server)
     try:
         keys = _list_remote(remote, user_id)
     except Unreachable:
-        _local_database(remote)
+        local_database(remote)
         keys = _list_in_database(user_id)
     for key in keys:
         typer.echo(
             f"{key.id}  {key.prefix}...  {key.user_id}  {key.scope:<5}  {key.state:<7}  "
-            f"created {_when(key.created_at)}  expires {_when(key.expires_at)}  "
-            f"last used {_when(key.last_used_at)}"
+            f"agent {key.agent_id or '-'}  created {_when(key.created_at)}  "
+            f"expires {_when(key.expires_at)}  last used {_when(key.last_used_at)}"
         )
     typer.echo(f"{len(keys)} keys", err=True)
 
@@ -264,11 +168,11 @@ def keys_revoke(
     server: ServerOption = None,
 ) -> None:
     """Revoke a key for good; a running service refuses it within PGRECALL_KEY_CACHE_TTL_S."""
-    remote = _server(server)
+    remote = server_for(server)
     try:
         key = KeyRow.from_json(remote.call("POST", f"/v1/admin/keys/{key_id}/revoke"))
     except Unreachable:
-        _local_database(remote)
+        local_database(remote)
         key = _revoke_in_database(key_id)
     typer.echo(f"revoked {key.id} (user {key.user_id}) at {_when(key.revoked_at)}")
 
@@ -292,7 +196,9 @@ def _list_remote(remote: Server, user_id: str | None) -> list[KeyRow]:
 # which the HTTP path above must not pay for at start-up.
 
 
-def _create_in_database(user_id: str, scope: str, expires: str | None) -> tuple[str, KeyRow]:
+def _create_in_database(
+    user_id: str, scope: str, expires: str | None, agent_id: str | None
+) -> tuple[str, KeyRow]:
     from app.cli.common import Runtime, run
     from app.runtime import user_transaction
     from app.services.api_keys import ApiKeyService, CreatedKey, parse_duration
@@ -304,7 +210,7 @@ def _create_in_database(user_id: str, scope: str, expires: str | None) -> tuple[
 
     async def work(rt: Runtime) -> CreatedKey:
         async with user_transaction(rt.sessionmaker, user_id) as session:
-            return await ApiKeyService(session).create(user_id, scope, lifetime)
+            return await ApiKeyService(session).create(user_id, scope, lifetime, agent_id=agent_id)
 
     created = run(work, quiet=True)
     return created.token, KeyRow.from_model(created.key)

@@ -1,4 +1,5 @@
-"""`pgrecall mcp`: the MCP server over stdio for one user's key."""
+"""`pgrecall mcp`: the MCP server over stdio for one user's key, optionally in a memory scope
+(an agent, a run, own or inherit, shared spaces: docs/agents.md)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,30 @@ from typing import Annotated
 import typer
 
 from app.cli.common import Runtime, fail, run
-from app.errors import ServiceError
+from app.errors import ServiceError, ValidationFailedError
+from app.runtime.identity import ScopeClaim, scope_claim
 from app.services.api_keys import looks_like_key
+
+# scope_claim's field names (where="option") as this command spells its options.
+_OPTIONS = {
+    "option.agent_id": "--agent-id",
+    "option.run_id": "--run-id",
+    "option.scope_mode": "--scope-mode",
+    "option.spaces": "--spaces",
+}
+
+
+def _claim(
+    agent_id: str | None, run_id: str | None, scope_mode: str | None, spaces: str | None
+) -> ScopeClaim:
+    """The scope the options name (the headers' rules), or the refusal naming the option."""
+    try:
+        return scope_claim(agent_id, run_id, scope_mode, spaces, where="option")
+    except ValidationFailedError as exc:
+        reason = exc.message
+        for field, option in _OPTIONS.items():
+            reason = reason.replace(field, option)
+        raise ValueError(reason) from None
 
 
 def mcp_stdio(
@@ -21,6 +44,45 @@ def mcp_stdio(
             show_default=False,
         ),
     ],
+    agent_id: Annotated[
+        str | None,
+        typer.Option(
+            "--agent-id",
+            envvar="PGRECALL_MCP_AGENT_ID",
+            help="the agent every tool call acts as: its own memory and the user's unscoped "
+            "memory, never another agent's (a key bound to an agent fixes it)",
+            show_default=False,
+        ),
+    ] = None,
+    run_id: Annotated[
+        str | None,
+        typer.Option(
+            "--run-id",
+            envvar="PGRECALL_MCP_RUN_ID",
+            help="the run (one session of the agent) the tool calls belong to",
+            show_default=False,
+        ),
+    ] = None,
+    scope_mode: Annotated[
+        str | None,
+        typer.Option(
+            "--scope-mode",
+            envvar="PGRECALL_MCP_SCOPE_MODE",
+            help="inherit (default): the agent's or run's memory and the user's unscoped "
+            "memory; own: the agent's or run's memory only",
+            show_default=False,
+        ),
+    ] = None,
+    spaces: Annotated[
+        str | None,
+        typer.Option(
+            "--spaces",
+            envvar="PGRECALL_MCP_SPACES",
+            help="shared spaces queries read besides, comma-separated (each needs the user's "
+            "grant)",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Serve MCP over stdin/stdout for the user of KEY (for local MCP clients)."""
     # Lazy: the MCP SDK and the tool server take about 2 s to import; only this command uses
@@ -31,14 +93,19 @@ def mcp_stdio(
         reason = "--key must be a per-user API key (pgr_...; pgrecall keys create)"
         refuse_over_stdio(reason)
         raise fail(reason, 2)
+    try:
+        claim = _claim(agent_id, run_id, scope_mode, spaces)
+    except ValueError as exc:
+        refuse_over_stdio(str(exc))
+        raise fail(str(exc), 2) from None
 
     async def work(rt: Runtime) -> None:
         assert rt.embeddings is not None
         resources = stdio_resources(rt.settings, rt.sessionmaker, rt.embeddings, rt.cache)
-        await serve_stdio(resources, key.strip())
+        await serve_stdio(resources, key.strip(), claim)
 
     try:
-        run(work, embedder=True)
+        run(work, embedder=True, as_service=True)
     except ServiceError as exc:
         refuse_over_stdio(f"{exc.name}: {exc.message}; not serving")
         raise fail(f"{exc.message}; not serving", 2) from None

@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from fastapi.staticfiles import StaticFiles
 
 from app.config import Settings
-from app.console import routes, user_data, user_routes
+from app.console import routes, spaces, user_data, user_routes
 from app.console.auth import ConsoleAuth
 from app.console.web import STATIC, ConsoleConfig
 
@@ -28,4 +28,5 @@ def install_console(app: FastAPI, settings: Settings) -> None:
     app.include_router(routes.router)
     app.include_router(user_routes.router)
     app.include_router(user_data.router)
+    app.include_router(spaces.router)
     app.mount("/console/static", StaticFiles(directory=STATIC), name="console-static")

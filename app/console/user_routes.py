@@ -13,18 +13,19 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.console.auth import ConsoleSession
 from app.console.explain import explain
 from app.console.web import (
     PAGE_SIZE,
+    CallerParam,
     ConsoleRoute,
     FormDep,
     SessionDep,
     UserParam,
     paging,
+    parse_form,
     record,
     render,
     see_other,
@@ -37,6 +38,7 @@ from app.runtime import Resources, query_request, query_service, user_transactio
 from app.schemas.admin import AdminMemoryCreate, AdminMemoryUpdate
 from app.schemas.query import QueryFilters
 from app.services.admin import AdminMemoryService, MemoryFilter
+from app.services.api_keys import Caller
 from app.services.conversation import ConversationService
 from app.services.prompt import format_for_prompt
 from app.services.users import UserDirectoryService
@@ -56,15 +58,6 @@ def _as_user(resources: Resources, user_id: str) -> AbstractAsyncContextManager[
 def _admin(db: AsyncSession, resources: Resources) -> AdminMemoryService:
     """The admin memory service; its changes drop the user's cached query results."""
     return AdminMemoryService(db, resources.embeddings, resources.cache)
-
-
-def _parse(model: type[BaseModel], data: dict[str, Any]) -> Any:
-    """A form validated by the API's own schema; errors name the form field."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        errors = [{**e, "loc": ("form", *e["loc"])} for e in exc.errors()]
-        raise RequestValidationError(errors) from None
 
 
 def _optional(form: dict[str, str], name: str) -> str | None:
@@ -123,7 +116,7 @@ async def create_memory(
     session: SessionDep, form: FormDep, resources: ResourcesDep, user_id: UserParam
 ) -> Response:
     """Create a memory for the user (the admin API's create)."""
-    row = _parse(
+    row = parse_form(
         AdminMemoryCreate,
         {
             "user_id": user_id,
@@ -170,7 +163,7 @@ async def update_memory(
     memory_id: Annotated[uuid.UUID, Query(alias="id")],
 ) -> Response:
     """Edit content, type, importance and expiry (new content is re-embedded and re-indexed)."""
-    changes = _parse(
+    changes = parse_form(
         AdminMemoryUpdate,
         {
             "content": form.get("content", ""),
@@ -267,17 +260,28 @@ async def conversation_page(
     )
 
 
+def _scope(caller: Caller) -> dict[str, str]:
+    """The scope a page was asked in, as its query parameters (kept by its forms and links)."""
+    return {
+        "agent_id": caller.agent_id or "",
+        "run_id": caller.run_id or "",
+        "scope_mode": "own" if caller.own else "",
+        "spaces": ",".join(caller.spaces),
+    }
+
+
 @router.get("/ask")
 async def ask_page(
-    request: Request, session: SessionDep, resources: ResourcesDep, user_id: UserParam
+    request: Request, session: SessionDep, resources: ResourcesDep, caller: CallerParam
 ) -> Response:
-    """The "Ask as this user" form."""
+    """The "Ask as this user" form (optionally as one of its agents or runs, with spaces)."""
     cfg = resources.query_config
     return render(
         request,
         "ask.html",
         session=session,
-        user_id=user_id,
+        user_id=caller.user_id,
+        scope=_scope(caller),
         query="",
         answer=None,
         cfg=cfg,
@@ -291,9 +295,10 @@ async def ask(
     session: SessionDep,
     form: FormDep,
     resources: ResourcesDep,
-    user_id: UserParam,
+    caller: CallerParam,
 ) -> Response:
-    """Run query_memory as the user and explain every candidate: scores, thresholds, budget."""
+    """Run query_memory as the user (in the agent's or run's scope and with the spaces the
+    query parameters name) and explain every candidate: scores, thresholds, budget."""
     text = form.get("query", "").strip()
     if not text or len(text) > MAX_QUERY_CHARS:
         raise RequestValidationError(
@@ -310,18 +315,27 @@ async def ask(
         types=[kind] if kind else None,  # type: ignore[list-item]
         sources=[source] if source else None,  # type: ignore[list-item]
     )
-    query = query_request(cfg, user_id, text, filters)
+    user_id, scope = caller.user_id, _scope(caller)
+    query = query_request(cfg, caller.memory, text, filters)
     result, trace = await query_service(resources).explain(query)
-    record(session, "ask-as-user", user_id, returned=len(result.items))
+    record(
+        session,
+        "ask-as-user",
+        user_id,
+        returned=len(result.items),
+        **{k: v for k, v in scope.items() if v},
+    )
     return render(
         request,
         "ask.html",
         session=session,
         user_id=user_id,
+        scope=scope,
         query=text,
         cfg=cfg,
         chosen={"type": kind, "source": source},
         answer=explain(query, trace),
         result=result,
+        shared={str(item.id): item.space for item in result.items if item.space},
         formatted=format_for_prompt(result.items),
     )

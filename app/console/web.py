@@ -16,13 +16,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.routing import APIRoute
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from pydantic import BaseModel, ValidationError
 from sqlalchemy import exc as sa_exc
 
 from app.console.auth import SESSION_COOKIE, ConsoleAuth, ConsoleSession
 from app.errors import ServiceError, ValidationFailedError
 from app.http.deps import ResourcesDep
 from app.runtime.failures import database_error
-from app.runtime.identity import resolve_caller
+from app.runtime.identity import resolve_caller, scope_claim
 from app.services.api_keys import Caller
 
 log = logging.getLogger(__name__)
@@ -175,15 +176,35 @@ async def console_session(request: Request, config: ConfigDep) -> ConsoleSession
 SessionDep = Annotated[ConsoleSession, Depends(console_session)]
 
 
+# The memory scope a page of one user may name (docs/agents.md): an empty field of a GET form
+# is no value.
+ScopeQuery = Annotated[str | None, Query(max_length=1000)]
+
+
+def _given(value: str | None) -> str | None:
+    return (value.strip() or None) if value is not None else None
+
+
 async def console_caller(
     _: SessionDep,
     resources: ResourcesDep,
     user: Annotated[str, Query()],
+    agent_id: ScopeQuery = None,
+    run_id: ScopeQuery = None,
+    scope_mode: ScopeQuery = None,
+    spaces: ScopeQuery = None,
 ) -> Caller:
     """Whom a page of one user acts for: the signed-in admin (the console checked the session,
-    so resolve_caller trusts the operator) names the user in `?user=`; resolve_caller's rules
-    decide, as for every other door (an invalid id is a 422 page naming `query.user`)."""
-    return await resolve_caller(resources, None, user, trusted=True, user_field="query.user")
+    so resolve_caller trusts the operator) names the user in `?user=`, and may name the memory
+    scope in `agent_id`, `run_id`, `scope_mode` and `spaces` (the headers' rules: an invalid one
+    is a 422 page naming `query.<name>`); resolve_caller's rules decide, as for every other door
+    (an invalid user id is a 422 page naming `query.user`)."""
+    claim = scope_claim(
+        _given(agent_id), _given(run_id), _given(scope_mode), _given(spaces), where="query"
+    )
+    return await resolve_caller(
+        resources, None, user, trusted=True, user_field="query.user", claim=claim
+    )
 
 
 async def console_user(caller: Annotated[Caller, Depends(console_caller)]) -> str:
@@ -192,6 +213,16 @@ async def console_user(caller: Annotated[Caller, Depends(console_caller)]) -> st
 
 
 UserParam = Annotated[str, Depends(console_user)]
+CallerParam = Annotated[Caller, Depends(console_caller)]
+
+
+def parse_form(model: type[BaseModel], data: dict[str, Any]) -> Any:
+    """A form validated by the API's own schema; errors name the form field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("form", *e["loc"])} for e in exc.errors()]
+        raise RequestValidationError(errors) from None
 
 
 async def read_form(request: Request) -> dict[str, str]:

@@ -1,4 +1,6 @@
-"""MCP over stdin/stdout for one user: `pgrecall mcp --key TOKEN` (or PGRECALL_MCP_KEY).
+"""MCP over stdin/stdout for one user: `pgrecall mcp --key TOKEN` (or PGRECALL_MCP_KEY), in
+the memory scope its options name (--agent-id, --run-id, --scope-mode, --spaces: the headers of
+the HTTP doors, docs/agents.md); every tool call runs in it.
 
 The key is checked before serving and again on every tool call (through the key cache), so a
 revoked or expired key stops working within PGRECALL_KEY_CACHE_TTL_S seconds. A key refused
@@ -20,6 +22,7 @@ from app.adapters.cache import Cache
 from app.config import Settings
 from app.mcp.server import Context, build_server
 from app.runtime import Resources
+from app.runtime.identity import NO_CLAIM, ScopeClaim, resolve_caller
 from app.runtime.resources import resources_from
 from app.services.api_keys import Caller
 from app.services.embedding import EmbeddingService
@@ -35,14 +38,21 @@ def stdio_resources(
     return resources_from(settings, sessionmaker, embeddings, cache, query_slots=1)
 
 
-async def serve_stdio(resources: Resources, token: str) -> Caller:
-    """Authenticate the key (raises ServiceError when it is not valid), then serve until EOF."""
-    caller = await resources.keys.authenticate(token)
+# Over stdio the key is the only credential: the service key never names a user here.
+_PER_USER_ONLY = "pgrecall mcp takes a per-user API key (pgrecall keys create --user ...)"
 
-    async def per_call(_: Context) -> Caller:
-        return await resources.keys.authenticate(token)
 
-    server = build_server(lambda: resources, per_call)
+async def serve_stdio(resources: Resources, token: str, claim: ScopeClaim = NO_CLAIM) -> Caller:
+    """Authenticate the key in the claimed scope (raises ServiceError when it is not valid, or
+    names another agent than the key is bound to), then serve until EOF."""
+
+    async def caller_of(_: Context | None = None) -> Caller:
+        return await resolve_caller(
+            resources, token, None, per_user_only=_PER_USER_ONLY, claim=claim
+        )
+
+    caller = await caller_of()
+    server = build_server(lambda: resources, caller_of)
     try:
         async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -13,11 +13,16 @@ from dataclasses import dataclass
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-_IDS = """
+from app.domain import SPACE_PREFIX
+
+# A shared space's memories are memory_items of the owner `space:<id>` (app.domain): a space
+# is not a user (user ids may not start with the prefix), so the directory leaves them out.
+_IDS = f"""
 WITH ids AS (
     SELECT user_id FROM conversations WHERE user_id LIKE :pattern ESCAPE '\\'
     UNION
     SELECT user_id FROM memory_items WHERE user_id LIKE :pattern ESCAPE '\\'
+       AND user_id NOT LIKE '{SPACE_PREFIX}%'
 )
 """
 _PAGE = text(_IDS + "SELECT user_id FROM ids ORDER BY user_id LIMIT :limit OFFSET :offset")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 import httpx
@@ -12,6 +12,7 @@ from pgrecall._core import Call, PgrecallError, RetryPolicy
 T = TypeVar("T")
 B = TypeVar("B", bound="Base")
 DEFAULT_TIMEOUT = 30.0
+SCOPE_MODES = ("inherit", "own")
 
 
 def pool(max_connections: int | None, http: object | None) -> dict[str, Any]:
@@ -46,11 +47,32 @@ class Base:
         http: Any = None,
         max_connections: int | None = None,
         sleep: Callable[[float], Any] | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        scope_mode: str | None = None,
+        spaces: Sequence[str] | str | None = None,
     ) -> None:
         """`http`: an httpx.Client (Client) or httpx.AsyncClient (AsyncClient) to use instead
-        of the client's own pool; `sleep`: how to wait between retries (tests pass a fake)."""
+        of the client's own pool; `sleep`: how to wait between retries (tests pass a fake).
+
+        The memory scope (docs/agents.md, "Scopes and shared spaces"), sent on every call for
+        the user (X-Agent-Id, X-Run-Id, X-Scope-Mode, X-Spaces; never on admin calls):
+        `agent_id` and `run_id` keep the agent's (run's) memory apart from other agents' (runs');
+        `scope_mode` "own" reads only that agent's (run's) memory, "inherit" (the service's
+        default) the user's unscoped memory too; `spaces` names shared spaces a query reads
+        besides (each needs the user's grant)."""
+        if scope_mode is not None and scope_mode not in SCOPE_MODES:
+            raise ValueError("scope_mode must be 'inherit' or 'own'")
         self.base_url = base_url.rstrip("/")
         self.user_id = user_id
+        self.agent_id = agent_id
+        self.run_id = run_id
+        self.scope_mode = scope_mode
+        self.spaces: tuple[str, ...] = (
+            tuple(s.strip() for s in spaces.split(","))
+            if isinstance(spaces, str)
+            else tuple(spaces or ())
+        )
         self.api_key = api_key
         self.admin_key = admin_key
         self.retry = retry or RetryPolicy()
@@ -64,8 +86,34 @@ class Base:
     def _open(self, timeout: float, sizing: dict[str, Any]) -> Any:
         raise NotImplementedError
 
+    def _scope(self) -> dict[str, Any]:
+        """The client's memory scope as keyword arguments of the constructor."""
+        return {
+            "agent_id": self.agent_id,
+            "run_id": self.run_id,
+            "scope_mode": self.scope_mode,
+            "spaces": self.spaces,
+        }
+
     def as_user(self: B, user_id: str) -> B:
-        """The same client acting for another user (shares the connection pool)."""
+        """The same client acting for another user, in the same scope (shares the connection
+        pool)."""
+        return self._view(user_id, self._scope())
+
+    def scoped(
+        self: B,
+        *,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        scope_mode: str | None = None,
+        spaces: Sequence[str] | str | None = None,
+    ) -> B:
+        """The same client (user, keys, connection pool) in another memory scope: this agent,
+        run, mode and spaces instead of the client's."""
+        scope = {"agent_id": agent_id, "run_id": run_id, "scope_mode": scope_mode}
+        return self._view(self.user_id, {**scope, "spaces": spaces})
+
+    def _view(self: B, user_id: str | None, scope: dict[str, Any]) -> B:
         return type(self)(
             self.base_url,
             user_id=user_id,
@@ -74,6 +122,7 @@ class Base:
             retry=self.retry,
             http=self._http,
             sleep=self._sleep,
+            **scope,
         )
 
     def _headers(self, call: Call[Any]) -> dict[str, str]:
@@ -81,8 +130,22 @@ class Base:
         key = self.admin_key if call.admin and self.admin_key else self.api_key
         if key:
             headers["Authorization"] = f"Bearer {key}"
-        if not call.admin and self.user_id is not None:
-            headers["X-User-Id"] = self.user_id
+        if not call.admin:
+            if self.user_id is not None:
+                headers["X-User-Id"] = self.user_id
+            headers.update(self._scope_headers())
+        return headers
+
+    def _scope_headers(self) -> dict[str, str]:
+        headers: dict[str, str] = {}
+        if self.agent_id is not None:
+            headers["X-Agent-Id"] = self.agent_id
+        if self.run_id is not None:
+            headers["X-Run-Id"] = self.run_id
+        if self.scope_mode is not None:
+            headers["X-Scope-Mode"] = self.scope_mode
+        if self.spaces:
+            headers["X-Spaces"] = ",".join(self.spaces)
         return headers
 
     def _request(self, http: httpx.Client | httpx.AsyncClient, call: Call[Any]) -> httpx.Request:

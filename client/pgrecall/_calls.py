@@ -189,15 +189,15 @@ def call_tool(name: str, arguments: Mapping[str, Any], idempotent: bool) -> Call
     )
 
 
-def save_memory(
+def _memory_body(
     content: str,
     type_: str,
     importance: float | None,
     expires_at: datetime | None,
     supersedes: Ident | None,
-    tags: Sequence[str] | None = None,
-) -> Call[t.SaveMemoryResult]:
-    body = drop_none(
+    tags: Sequence[str] | None,
+) -> dict[str, Any]:
+    return drop_none(
         {
             "content": content,
             "type": type_,
@@ -207,6 +207,17 @@ def save_memory(
             "tags": list(tags) if tags is not None else None,
         }
     )
+
+
+def save_memory(
+    content: str,
+    type_: str,
+    importance: float | None,
+    expires_at: datetime | None,
+    supersedes: Ident | None,
+    tags: Sequence[str] | None = None,
+) -> Call[t.SaveMemoryResult]:
+    body = _memory_body(content, type_, importance, expires_at, supersedes, tags)
     # A repeat answers "unchanged", but one with `supersedes` finds the old memory gone (404):
     # retried only when the service says nothing was stored.
     return Call("POST", "/v1/tools/save_memory", model(t.SaveMemoryResult), json=body)
@@ -333,8 +344,12 @@ def store_namespaces(
     )
 
 
-def create_key(user_id: str, scope: str, expires_in: str | None) -> Call[t.KeyCreated]:
-    body = drop_none({"user_id": user_id, "scope": scope, "expires_in": expires_in})
+def create_key(
+    user_id: str, scope: str, expires_in: str | None, agent_id: str | None = None
+) -> Call[t.KeyCreated]:
+    body = drop_none(
+        {"user_id": user_id, "scope": scope, "expires_in": expires_in, "agent_id": agent_id}
+    )
     # Not idempotent: a repeat would mint a second key.
     return Call("POST", "/v1/admin/keys", model(t.KeyCreated), json=body, admin=True)
 
@@ -350,6 +365,77 @@ def revoke_key(key_id: Ident) -> Call[t.Key]:
     return Call(
         "POST", f"/v1/admin/keys/{key_id}/revoke", model(t.Key), admin=True, idempotent=True
     )
+
+
+def _spaces(suffix: str = "") -> str:
+    return f"/v1/admin/spaces{suffix}"
+
+
+def create_space(space_id: str, description: str) -> Call[t.Space]:
+    body = {"id": space_id, "description": description}
+    # Not idempotent: a repeat after a lost answer is a 409.
+    return Call("POST", _spaces(), model(t.Space), json=body, admin=True)
+
+
+def list_spaces() -> Call[list[t.Space]]:
+    return Call(
+        "GET",
+        _spaces(),
+        lambda r: t.SpaceList.model_validate(r.json()).spaces,
+        admin=True,
+        idempotent=True,
+    )
+
+
+def delete_space(space_id: str) -> Call[None]:
+    return Call("DELETE", _spaces(f"/{space_id}"), nothing, admin=True)
+
+
+def space_members(space_id: str) -> Call[list[t.SpaceMember]]:
+    return Call(
+        "GET",
+        _spaces(f"/{space_id}/members"),
+        lambda r: t.SpaceMemberList.model_validate(r.json()).members,
+        admin=True,
+        idempotent=True,
+    )
+
+
+def grant_space(space_id: str, user_id: str, access: str) -> Call[t.SpaceMember]:
+    return Call(
+        "PUT",
+        _spaces(f"/{space_id}/members/{user_id}"),
+        model(t.SpaceMember),
+        json={"access": access},
+        admin=True,
+        idempotent=True,
+    )
+
+
+def revoke_space(space_id: str, user_id: str) -> Call[None]:
+    return Call("DELETE", _spaces(f"/{space_id}/members/{user_id}"), nothing, admin=True)
+
+
+def my_spaces() -> Call[list[t.SpaceMember]]:
+    return Call(
+        "GET",
+        "/v1/spaces",
+        lambda r: t.SpaceMemberList.model_validate(r.json()).members,
+        idempotent=True,
+    )
+
+
+def save_to_space(
+    space_id: str,
+    content: str,
+    type_: str,
+    importance: float | None,
+    expires_at: datetime | None,
+    supersedes: Ident | None,
+    tags: Sequence[str] | None,
+) -> Call[t.SaveMemoryResult]:
+    body = _memory_body(content, type_, importance, expires_at, supersedes, tags)
+    return Call("POST", f"/v1/spaces/{space_id}/memories", model(t.SaveMemoryResult), json=body)
 
 
 def _admin(suffix: str = "") -> str:

@@ -11,6 +11,12 @@ or developer with text content) is stored as that text; the item's other fields 
 the message's metadata (`agents`), so get_items gives back what add_items was given. Other
 items (tool calls, tool outputs, reasoning) are stored as their JSON, as assistant messages.
 pop_item and clear_session delete messages (`DELETE .../messages/last`, `.../messages`).
+
+Scopes (docs/agents.md, "Scopes and shared spaces"): with `agent_id` (or `run_id`) the
+conversation and its messages are that agent's (run's): another agent of the same user cannot
+read or change them, and what the agent recalls through query_memory leaves other agents' turns
+out. A `client` passed in keeps its own scope (`AsyncClient(..., agent_id="support")`); the
+arguments are for the client the session makes itself.
 """
 
 from __future__ import annotations
@@ -119,9 +125,13 @@ class PgrecallSession:
         user_id: str | None = None,
         api_key: str | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.session_id = session_id
-        self.client = client or AsyncClient(base_url, user_id=user_id, api_key=api_key)
+        self.client = client or AsyncClient(
+            base_url, user_id=user_id, api_key=api_key, agent_id=agent_id, run_id=run_id
+        )
         # As the SDK's own sessions: no limit unless one is set.
         self.session_settings: SessionSettings = (
             SessionSettings()
@@ -150,8 +160,10 @@ class PgrecallSession:
         title: str | None = None,
         client: AsyncClient | None = None,
         session_settings: SessionSettings | dict[str, Any] | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
     ) -> PgrecallSession:
-        """A new conversation of the user, as a session."""
+        """A new conversation of the user (of its agent and run, when given), as a session."""
         session = cls(
             "",
             client,
@@ -159,6 +171,8 @@ class PgrecallSession:
             user_id=user_id,
             api_key=api_key,
             session_settings=session_settings,
+            agent_id=agent_id,
+            run_id=run_id,
         )
         async with session._pgr() as pgr:
             conversation = await pgr.create_conversation(title)

@@ -51,9 +51,10 @@ class AsyncClient(Base):
         api_key: str | None = None,
         admin_key: str | None = None,
         retry: RetryPolicy | None = None,
+        **scope: Any,
     ) -> AsyncClient:
         """A client on an ASGI app in this process (no socket, same request path): the eval
-        harness drives the service this way."""
+        harness drives the service this way. `scope`: agent_id, run_id, scope_mode, spaces."""
         base_url = "http://pgrecall"
         http = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url=base_url)
         client = cls(
@@ -63,6 +64,7 @@ class AsyncClient(Base):
             admin_key=admin_key,
             retry=retry,
             http=http,
+            **scope,
         )
         client._owns_http = True
         return client
@@ -93,6 +95,7 @@ class AsyncClient(Base):
             http=http,
             max_connections=self._max_connections if http is None else None,
             sleep=self._sleep,
+            **self._scope(),
         )
         client._owns_http = True
         return client
@@ -309,10 +312,16 @@ class AsyncClient(Base):
         return await self._run(c.call_tool(name, arguments or {}, idempotent))
 
     async def create_key(
-        self, user_id: str, *, scope: str = "write", expires_in: str | None = None
+        self,
+        user_id: str,
+        *,
+        scope: str = "write",
+        expires_in: str | None = None,
+        agent_id: str | None = None,
     ) -> t.KeyCreated:
-        """Admin: a per-user key (`expires_in` like 30d); the token is in this answer only."""
-        return await self._run(c.create_key(user_id, scope, expires_in))
+        """Admin: a per-user key (`expires_in` like 30d; `agent_id` binds it to one agent, whose
+        memory alone its holder reads and writes); the token is in this answer only."""
+        return await self._run(c.create_key(user_id, scope, expires_in, agent_id))
 
     async def list_keys(
         self, user_id: str | None = None, *, limit: int = 100, offset: int = 0
@@ -323,6 +332,51 @@ class AsyncClient(Base):
     async def revoke_key(self, key_id: Ident) -> t.Key:
         """Admin: revoke a key for good (idempotent)."""
         return await self._run(c.revoke_key(key_id))
+
+    async def create_space(self, space_id: str, *, description: str = "") -> t.Space:
+        """Admin: a shared space (lowercase letters, digits, _ . -); 409 when it exists."""
+        return await self._run(c.create_space(space_id, description))
+
+    async def list_spaces(self) -> list[t.Space]:
+        """Admin: every shared space."""
+        return await self._run(c.list_spaces())
+
+    async def delete_space(self, space_id: str) -> None:
+        """Admin: the space, its grants and its memories (no member's own memory)."""
+        return await self._run(c.delete_space(space_id))
+
+    async def space_members(self, space_id: str) -> list[t.SpaceMember]:
+        """Admin: the space's members and their grants."""
+        return await self._run(c.space_members(space_id))
+
+    async def grant_space(self, space_id: str, user_id: str, access: str) -> t.SpaceMember:
+        """Admin: give the user `read` or `write` access to the space (or change it)."""
+        return await self._run(c.grant_space(space_id, user_id, access))
+
+    async def revoke_space(self, space_id: str, user_id: str) -> None:
+        """Admin: revoke the user's grant; its next request reads nothing of the space."""
+        return await self._run(c.revoke_space(space_id, user_id))
+
+    async def my_spaces(self) -> list[t.SpaceMember]:
+        """The client's user's grants: the spaces its `spaces` may name."""
+        return await self._run(c.my_spaces())
+
+    async def save_to_space(
+        self,
+        space_id: str,
+        content: str,
+        type: str,
+        *,
+        importance: float | None = None,
+        expires_at: datetime | None = None,
+        supersedes: Ident | None = None,
+        tags: Sequence[str] | None = None,
+    ) -> t.SaveMemoryResult:
+        """Save a memory into a shared space (a write grant needed): the space's, no agent's,
+        so every member reads it."""
+        return await self._run(
+            c.save_to_space(space_id, content, type, importance, expires_at, supersedes, tags)
+        )
 
     async def create_memory(self, item: Item) -> t.Memory:
         """Admin: one curated memory (the stored one when the user already has the text)."""

@@ -15,6 +15,12 @@ service's own embedder (an `index` configuration is kept as `index_config` for c
 it, but embeds nothing here), else newest first; filters are exact matches on top-level fields
 (`$eq` too; other operators are refused). TTLs are supported: `put(..., ttl=minutes)`, reads
 with `refresh_ttl`, and `sweep_ttl()` / `start_ttl_sweeper()` with a `ttl` configuration.
+
+Scopes (docs/agents.md, "Scopes and shared spaces"): `agent_id` (and `run_id`, `scope_mode`)
+make the store one agent's (run's): what it puts is that agent's, and it never sees another
+agent's items (the user's unscoped ones too, unless `scope_mode="own"`). A `client` or
+`async_client` passed in keeps its own scope (`Client(..., agent_id="planner")`); these
+arguments are for the clients the store makes itself.
 """
 
 from __future__ import annotations
@@ -104,9 +110,17 @@ class PgrecallStore(BaseStore):
         async_client: AsyncClient | None = None,
         ttl: TTLConfig | None = None,
         index: IndexConfig | None = None,
+        agent_id: str | None = None,
+        run_id: str | None = None,
+        scope_mode: str | None = None,
     ) -> None:
-        self._client = client or Client(base_url, user_id=user_id, api_key=api_key)
-        self._async = async_client or AsyncClient(base_url, user_id=user_id, api_key=api_key)
+        """`agent_id`, `run_id`, `scope_mode`: the scope of the clients made here (a client
+        passed in keeps its own)."""
+        scope = {"agent_id": agent_id, "run_id": run_id, "scope_mode": scope_mode}
+        self._client = client or Client(base_url, user_id=user_id, api_key=api_key, **scope)
+        self._async = async_client or AsyncClient(
+            base_url, user_id=user_id, api_key=api_key, **scope
+        )
         self._owns = (client is None, async_client is None)
         self.ttl_config = ttl
         # LangGraph's stores name their index here; pgrecall's service embeds every item itself.

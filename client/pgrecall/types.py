@@ -38,6 +38,10 @@ __all__ = [
     "RateMessageResult",
     "SaveMemoryResult",
     "SessionOut",
+    "Space",
+    "SpaceList",
+    "SpaceMember",
+    "SpaceMemberList",
     "StoreItem",
     "StoreItemPage",
     "ToolMemory",
@@ -151,6 +155,7 @@ class ToolMemory(BaseModel):
     context: str
     source: SourceKind
     id: str
+    space: str | None = None  # the shared space it lives in (null: the user's own memory)
 
 
 class ToolMetadata(BaseModel):
@@ -183,6 +188,7 @@ class MemoryItemOut(BaseModel):
     role: str | None = None
     conversation_id: str | None = None
     truncated: bool = False
+    space: str | None = None  # the shared space it lives in (null: the user's own memory)
 
 
 class MemoryQueryResponse(BaseModel):
@@ -204,6 +210,7 @@ class Key(BaseModel):
     prefix: str
     user_id: str
     scope: str
+    agent_id: str | None = None  # the agent the key is bound to (null: any, or none)
     created_at: datetime
     expires_at: datetime | None
     revoked_at: datetime | None
@@ -287,3 +294,29 @@ class StoreItem(BaseModel):
 
 class StoreItemPage(BaseModel):
     items: list[StoreItem]
+
+
+class Space(BaseModel):
+    """A shared space (docs/agents.md): members read (and, with a write grant, save) its
+    memories by naming it in the client's `spaces`."""
+
+    id: str
+    description: str
+    created_at: datetime
+
+
+class SpaceList(BaseModel):
+    spaces: list[Space]
+
+
+class SpaceMember(BaseModel):
+    """A member's grant on a space: `read` or `write`."""
+
+    space_id: str
+    user_id: str
+    access: str
+    created_at: datetime
+
+
+class SpaceMemberList(BaseModel):
+    members: list[SpaceMember]

@@ -44,6 +44,10 @@ SERVER_NAME: dict[type[BaseModel], str] = {
     t.AdminMemoryHistory: "AdminMemoryHistory",
     t.StoreItem: "StoreItemOut",
     t.StoreItemPage: "StoreItemPage",
+    t.Space: "SpaceOut",
+    t.SpaceList: "SpaceList",
+    t.SpaceMember: "MemberOut",
+    t.SpaceMemberList: "MemberList",
 }
 CLIENT_TO_SERVER = {model.__name__: name for model, name in SERVER_NAME.items()}
 

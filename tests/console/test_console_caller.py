@@ -83,7 +83,8 @@ async def test_console_pages_ask_resolve_caller_as_a_trusted_operator(
         )
         assert r.status_code == 200
         assert (await client.get("/console/export", params={"user": user})).status_code == 200
-    expected = (None, user, {"trusted": True, "user_field": "query.user"})
+    kw = {"trusted": True, "user_field": "query.user", "claim": identity.NO_CLAIM}
+    expected = (None, user, kw)
     assert calls == [expected] * 3
 
 

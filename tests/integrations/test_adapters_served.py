@@ -5,6 +5,7 @@ SDK Runner whose model is a real chat completions server started by the test
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any, TypedDict
@@ -234,3 +235,107 @@ async def test_items_round_trip_and_other_users_get_404(served: Served, user: st
     assert await session.get_items() == items  # untouched
     await intruder.client.aclose()
     await session.client.aclose()
+
+
+# -- scopes (issue 43, docs/agents.md) ---------------------------------------------------------
+
+
+def test_a_store_per_agent_keeps_its_items(served: Served, user: str) -> None:
+    """Two agents of one user with a store each (the store's own arguments, or a scoped
+    client): neither sees the other's items; the user's unscoped items both see."""
+    planner = PgrecallStore(served.base, user_id=user, agent_id="planner")
+    writer_client = Client(served.base, user_id=user, agent_id="writer")
+    writer_async = AsyncClient(served.base, user_id=user, agent_id="writer")
+    writer = PgrecallStore(client=writer_client, async_client=writer_async)
+    shared = PgrecallStore(served.base, user_id=user)
+    try:
+        ns = ("memories", "fact")
+        planner.put(ns, "budget", {"content": "The planner's trip budget is 900 euros"})
+        writer.put(ns, "style", {"content": "The writer's house style is British spelling"})
+        shared.put(ns, "city", {"content": "The user lives in Porto"})
+        assert planner.get(ns, "style") is None and writer.get(ns, "budget") is None
+        found = {i.key for i in planner.search(("memories",), query="budget style city")}
+        assert found == {"budget", "city"}
+        found = {i.key for i in writer.search(("memories",), query="budget style city")}
+        assert found == {"style", "city"}
+        own = PgrecallStore(served.base, user_id=user, agent_id="planner", scope_mode="own")
+        try:
+            assert {i.key for i in own.search(("memories",))} == {"budget"}
+        finally:
+            own.close()
+        assert {i.key for i in shared.search(("memories",))} == {"budget", "style", "city"}
+    finally:
+        for store in (planner, writer, shared):
+            store.close()
+        writer_client.close()
+        asyncio.run(writer_async.aclose())
+
+
+async def test_a_session_of_one_agent_is_not_another_agents(served: Served, user: str) -> None:
+    session = await PgrecallSession.start(served.base, user_id=user, agent_id="support")
+    order = [{"role": "user", "content": "My order number is 4417."}]
+    await session.add_items(order)  # type: ignore[arg-type]
+    assert len(await session.get_items()) == 1
+    # the session's scope travels with its client: another agent's client gets a 404
+    other = AsyncClient(served.base, user_id=user, agent_id="sales")
+    intruder = PgrecallSession(session.session_id, other)
+    with pytest.raises(PgrecallError) as denied:
+        await intruder.get_items()
+    assert denied.value.status == 404
+    # a session made on a client with the agent is the agent's
+    mine = AsyncClient(served.base, user_id=user, agent_id="support")
+    same = PgrecallSession(session.session_id, mine)
+    assert len(await same.get_items()) == 1
+    # what the agent recalls leaves the other agent's turns out
+    sales = await PgrecallSession.start(client=other)
+    lead = [{"role": "user", "content": "My sales lead code is 9981."}]
+    await sales.add_items(lead)  # type: ignore[arg-type]
+    recalled = await same.client.memory_query("order number sales lead code", min_score=0.0)
+    assert [i for i in recalled.items if "4417" in i.content]
+    assert not [i for i in recalled.items if "9981" in i.content]
+    for client in (other, same.client, session.client):
+        await client.aclose()
+
+
+async def test_the_adapters_never_write_into_a_space(served: Served, user: str) -> None:
+    """Spaces do not map to a store address or a session: a store or session whose client
+    names a space (the user holds a read grant) writes the user's own memory, never the
+    space's, and the store's reads are the user's items alone."""
+    space = f"adapters-{uuid.uuid4().hex[:8]}"
+    writer = f"writer-{user}"
+    async with AsyncClient(served.base) as admin:
+        await admin.create_space(space)
+        await admin.grant_space(space, writer, "write")
+        await admin.grant_space(space, user, "read")
+        await admin.as_user(writer).save_to_space(
+            space, "The team's on-call rotation starts on Mondays", "fact"
+        )
+        reader = admin.as_user(user).scoped(spaces=[space])
+        sync = Client(served.base, user_id=user, spaces=[space])
+        store = PgrecallStore(client=sync, async_client=reader)
+        try:
+            ns = ("memories", "fact")
+            await store.aput(ns, "pager", {"content": "The reader's on-call pager is pager-5"})
+            hits = await store.asearch(("memories",), query="when does the on-call rotation start")
+            assert [h.key for h in hits] == ["pager"]
+        finally:
+            sync.close()
+        session = await PgrecallSession.start(client=reader)
+        turn = [{"role": "user", "content": "My on-call phone is 555-0101."}]
+        await session.add_items(turn)  # type: ignore[arg-type]
+        # the space's writer reads the space, and nothing the reader wrote
+        seen = (
+            await admin.as_user(writer)
+            .scoped(spaces=[space])
+            .memory_query("on-call rotation pager phone", min_score=0.0)
+        )
+        contents = [i.content for i in seen.items]
+        assert "The team's on-call rotation starts on Mondays" in contents
+        assert not [c for c in contents if "pager-5" in c or "555-0101" in c]
+        # the reader reads the space through its client until the grant is revoked
+        mine = await reader.memory_query("on-call rotation", min_score=0.0)
+        assert [i.space for i in mine.items if "rotation" in i.content] == [space]
+        await admin.revoke_space(space, user)
+        after = await reader.memory_query("on-call rotation", min_score=0.0)
+        assert not [i for i in after.items if "rotation" in i.content]
+        await admin.delete_space(space)

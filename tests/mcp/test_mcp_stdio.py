@@ -8,7 +8,8 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
 from app.services.api_keys import ApiKeyService
 from tests.redis_server import RedisServer
+from tests.servers import service_url
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,15 +35,20 @@ async def sessions(pg: EmbeddedPostgres) -> AsyncIterator[async_sessionmaker[Asy
         await engine.dispose()
 
 
-async def new_key(sessions: async_sessionmaker[AsyncSession], user: str, scope: str) -> Any:
+async def new_key(
+    sessions: async_sessionmaker[AsyncSession], user: str, scope: str, agent: str | None = None
+) -> Any:
     async with sessions() as session, session.begin():
-        return await ApiKeyService(session).create(user, scope)
+        return await ApiKeyService(session).create(user, scope, agent_id=agent)
 
 
 def server_env(pg: EmbeddedPostgres, redis: RedisServer, **extra: str) -> dict[str, str]:
+    """As an operator with separate roles runs it: requests as the service role, migrations as
+    the owner (the agent's scope is row-level security's, which a superuser would bypass)."""
     return {
         **os.environ,
-        "PGRECALL_DATABASE_URL": pg.url,
+        "PGRECALL_DATABASE_URL": service_url(pg),
+        "PGRECALL_MIGRATION_DATABASE_URL": pg.url,
         "PGRECALL_REDIS_URL": redis.url,
         "PGRECALL_DATA_DIR": tempfile.gettempdir(),
         "PGRECALL_LOG_LEVEL": "WARNING",
@@ -155,3 +162,122 @@ async def test_a_refused_key_is_the_clients_answer_not_a_closed_connection(
         (line,) = done.stdout.splitlines()
         answer = json.loads(line)
         assert answer["id"] == 1 and reason in answer["error"]["message"], answer
+
+
+# -- scopes (issue 43, docs/agents.md): the options every tool call runs in ----------------------
+
+
+def stdio(
+    pg: EmbeddedPostgres, redis: RedisServer, token: str, *options: str, **env: str
+) -> StdioServerParameters:
+    return StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "app.cli", "mcp", *options],
+        env=server_env(pg, redis, PGRECALL_MCP_KEY=token, **env),
+        cwd=ROOT,
+    )
+
+
+def contents(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    return {m["content"]: m for m in result.structured_content["memories"]}
+
+
+async def test_stdio_scopes_agents_and_spaces(
+    pg: EmbeddedPostgres,
+    redis_srv: RedisServer,
+    sessions: async_sessionmaker[AsyncSession],
+    make_client: Callable[..., Any],
+    user_id: str,
+    other_user_id: str,
+) -> None:
+    """Agent B never sees agent A's memory; a member reads a space it names, a non-member
+    nothing, a save with --spaces stays the user's (the tools never write into a space), and a
+    grant revoked while the server runs reads nothing on the next call."""
+    key = await new_key(sessions, user_id, "write")
+    outsider = await new_key(sessions, other_user_id, "write")
+    space = f"team-{uuid.uuid4().hex[:8]}"
+    writer = f"writer-{uuid.uuid4()}"
+    async with make_client() as (http, _):
+        assert (await http.post("/v1/admin/spaces", json={"id": space})).status_code == 201
+        for user, access in ((writer, "write"), (user_id, "read")):
+            grant = await http.put(
+                f"/v1/admin/spaces/{space}/members/{user}", json={"access": access}
+            )
+            assert grant.status_code == 200, grant.text
+        shared = await http.post(
+            f"/v1/spaces/{space}/memories",
+            json={"content": "The team's on-call rotation starts on Mondays", "type": "fact"},
+            headers={"X-User-Id": writer},
+        )
+        assert shared.status_code == 201, shared.text
+
+        support = stdio(pg, redis_srv, key.token, "--agent-id", "support")
+        async with Client(support) as client:
+            saved = await client.call_tool(
+                "save_memory", {"content": "The support ticket code is walrus-71", "type": "fact"}
+            )
+            assert not saved.is_error, saved.content
+            assert "The support ticket code is walrus-71" in contents(
+                await client.call_tool("query_memory", {"query": "support ticket code"})
+            )
+
+        coder = stdio(pg, redis_srv, key.token, "--agent-id", "coder", "--spaces", space)
+        async with Client(coder) as client:
+            tools = {t.name for t in (await client.list_tools()).tools}
+            assert "query_memory" in tools
+            seen = contents(await client.call_tool("query_memory", {"query": "ticket code"}))
+            assert not [c for c in seen if "walrus" in c]
+            question = {"query": "when does the on-call rotation start"}
+            seen = contents(await client.call_tool("query_memory", question))
+            item = seen["The team's on-call rotation starts on Mondays"]
+            assert item["space"] == space
+            # a save naming spaces is the agent's own, never the space's
+            mine = await client.call_tool(
+                "save_memory", {"content": "The coder's on-call pager is pager-5", "type": "fact"}
+            )
+            assert not mine.is_error, mine.content
+            as_writer = await http.post(
+                "/v1/memory/query",
+                json={"query": "on-call pager", "min_score": 0.0},
+                headers={"X-User-Id": writer, "X-Spaces": space},
+            )
+            assert not [i for i in as_writer.json()["items"] if "pager-5" in i["content"]]
+            # revoked while the server runs: the next call reads nothing of the space
+            gone = await http.delete(f"/v1/admin/spaces/{space}/members/{user_id}")
+            assert gone.status_code == 204
+            seen = contents(await client.call_tool("query_memory", question))
+            assert not [c for c in seen if "rotation" in c]
+
+    # a non-member naming the space (the options' environment twins) reads nothing of it
+    env = {"PGRECALL_MCP_AGENT_ID": "coder", "PGRECALL_MCP_SPACES": space}
+    async with Client(stdio(pg, redis_srv, outsider.token, **env)) as client:
+        seen = contents(await client.call_tool("query_memory", question))
+        assert not [c for c in seen if "rotation" in c]
+
+
+async def test_stdio_refuses_a_bad_scope_and_another_agent_than_the_keys(
+    pg: EmbeddedPostgres, redis_srv: RedisServer, sessions: async_sessionmaker[AsyncSession]
+) -> None:
+    bound = await new_key(sessions, f"stdio-bound-{uuid.uuid4()}", "write", agent="mail")
+    for options, message in (
+        (["--scope-mode", "own"], "--scope-mode: 'own' needs an agent or a run"),
+        (["--agent-id", "a", "--scope-mode", "mine"], "--scope-mode: must be one of"),
+        (["--spaces", "Team"], "--spaces: comma-separated space ids"),
+        (["--agent-id", "has space"], "--agent-id:"),
+        (["--agent-id", "calendar"], "names another agent than the API key's; not serving"),
+    ):
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "app.cli", "mcp", "--key", bound.token, *options],
+            cwd=ROOT,
+            env=server_env(pg, redis_srv),
+            input="",
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 2, done.stderr
+        assert message in done.stderr, done.stderr
+        assert done.stdout == ""
