@@ -234,3 +234,53 @@ async def test_user_ids_cannot_name_a_space(world: World) -> None:
     r = await world.client.post(TOOL, json={"query": "x"}, headers=as_user("space:team"))
     assert r.status_code == 422
     assert "space:" in r.text
+
+
+async def test_a_space_with_nothing_relevant_changes_nothing(world: World) -> None:
+    """One relevance scale: a space's best candidate is not "relevant" because it is the best
+    of its own few (a ranking per space would report it at the top of its own scale)."""
+    w = world
+    space, user = f"office-{w.run}", w.user("jon")
+    assert (await admin(w, "POST", "/v1/admin/spaces", json={"id": space})).status_code == 201
+    r = await admin(w, "PUT", f"/v1/admin/spaces/{space}/members/{user}", json={"access": "write"})
+    assert r.status_code == 200
+    for text in ("The office plants are watered on Fridays", "Parking passes renew in January"):
+        saved = await w.client.post(
+            f"/v1/spaces/{space}/memories",
+            json={"content": text, "type": "fact"},
+            headers=as_user(user),
+        )
+        assert saved.status_code == 201
+    for text in ("My sister's name is Clara", "I play the cello in an amateur orchestra"):
+        await save(w, as_user(user), text)
+    question = {"query": "What is my sister called?"}
+    alone = await w.client.post(TOOL, json=question, headers=as_user(user))
+    shared = await w.client.post(TOOL, json=question, headers=as_user(user, spaces=space))
+    contents = [m["content"] for m in alone.json()["memories"]]
+    assert contents and contents[0] == "My sister's name is Clara"
+    assert [m["content"] for m in shared.json()["memories"]] == contents
+
+
+async def test_a_tie_between_a_space_and_the_user_puts_the_users_own_first(world: World) -> None:
+    w = world
+    space, user = f"tie-{w.run}", w.user("kim")
+    assert (await admin(w, "POST", "/v1/admin/spaces", json={"id": space})).status_code == 201
+    r = await admin(w, "PUT", f"/v1/admin/spaces/{space}/members/{user}", json={"access": "write"})
+    assert r.status_code == 200
+    text = "The quarterly planning meeting is on the first Monday of the quarter"
+    saved = await w.client.post(
+        f"/v1/spaces/{space}/memories",
+        json={"content": text, "type": "fact"},
+        headers=as_user(user),
+    )
+    assert saved.status_code == 201
+    own = await save(w, as_user(user), text)
+    answer = await w.client.post(
+        TOOL,
+        json={"query": "When is the quarterly planning meeting?"},
+        headers=as_user(user, spaces=space),
+    )
+    memories = answer.json()["memories"]
+    assert [m["content"] for m in memories[:2]] == [text, text]
+    assert memories[0]["id"] == own and memories[0]["space"] is None
+    assert memories[1]["space"] == space
