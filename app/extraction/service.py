@@ -21,6 +21,7 @@ from datetime import UTC, date, datetime
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from app.db import user_session
+from app.domain import MemoryScope
 from app.errors import ConflictError, NotFoundError, ServiceError, ValidationFailedError
 from app.extraction.llm import ExtractionLLM, LLMError
 from app.extraction.metrics import ExtractionMetrics
@@ -78,6 +79,9 @@ class _Batch:
     sources: dict[str, _Source] = field(default_factory=dict)  # t1.. -> the user turn
     known: list[Known] = field(default_factory=list)
     known_ids: dict[str, uuid.UUID] = field(default_factory=dict)  # k1.. -> the memory
+    # The conversation's agent and run (migration 0019): the facts are stored in their scope,
+    # and the known memories the model may update are those the scope reads.
+    scope: MemoryScope | None = None
 
 
 @dataclass
@@ -115,9 +119,15 @@ class ExtractionProcessor:
         user_id = jobs[0].user_id
         if any(j.user_id != user_id for j in jobs):
             raise ValueError("a claim holds one user's jobs")
+        async with user_session(self.sessionmaker, user_id) as session, session.begin():
+            agent, run = await ExtractionRepository(session).conversation_scope(
+                user_id, jobs[0].conversation_id
+            )
+        scope = MemoryScope(user_id, agent, run)
         try:
-            async with user_session(self.sessionmaker, user_id) as session, session.begin():
+            async with user_session(self.sessionmaker, scope) as session, session.begin():
                 batch = await self._read(session, user_id, jobs)
+                batch.scope = scope
         except ServiceError as exc:  # the embedder failed
             return await self._settle(user_id, token, jobs, "retry", error=exc.message)
         if not batch.turns:  # the jobs' messages are not user turns: nothing to extract
@@ -264,7 +274,8 @@ class ExtractionProcessor:
             "dropped": dropped,
         }
         ids = [j.id for j in jobs]
-        async with user_session(self.sessionmaker, user_id) as session, session.begin():
+        scope = batch.scope or MemoryScope(user_id)
+        async with user_session(self.sessionmaker, scope) as session, session.begin():
             repo = ExtractionRepository(session)
             # The fence first: it locks the jobs; a claim that lost them stores nothing.
             if await repo.hold(user_id, token, ids) != len(ids):

@@ -94,9 +94,21 @@ class ConversationRepository:
         return (await self.session.execute(stmt)).all()
 
     async def insert_messages(
-        self, user_id: str, conversation_id: uuid.UUID, messages: Sequence[NewMessage]
+        self,
+        user_id: str,
+        conversation_id: uuid.UUID,
+        messages: Sequence[NewMessage],
+        *,
+        scope: tuple[str | None, str | None] = (None, None),
     ) -> Sequence[Message]:
-        """Insert in order (seq follows list order) and return the stored rows."""
+        """Insert in order (seq follows list order) and return the stored rows. `scope`: the
+        conversation's agent and run, which its turns take; where it has none, the columns'
+        defaults (the writing transaction's scope)."""
+        agent, run = scope
+        scoped = {
+            **({"agent_id": agent} if agent is not None else {}),
+            **({"run_id": run} if run is not None else {}),
+        }
         rows = [
             {
                 "id": m.id,
@@ -109,6 +121,7 @@ class ConversationRepository:
                 "correlation_id": m.correlation_id,
                 "metadata_": m.metadata,
                 **({"created_at": m.created_at} if m.created_at is not None else {}),
+                **scoped,
             }
             for m in messages
         ]

@@ -94,6 +94,21 @@ class ExtractionRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
+    async def conversation_scope(
+        self, user_id: str, conversation_id: uuid.UUID
+    ) -> tuple[str | None, str | None]:
+        """The agent and run of the conversation (migration 0019): its facts are theirs."""
+        row = (
+            await self.session.execute(
+                text(
+                    "SELECT agent_id, run_id FROM conversations "
+                    "WHERE user_id = :u AND id = :c"
+                ),
+                {"u": user_id, "c": conversation_id},
+            )
+        ).first()
+        return (row.agent_id, row.run_id) if row is not None else (None, None)
+
     async def enqueue(
         self, user_id: str, conversation_id: uuid.UUID, message_ids: Sequence[uuid.UUID]
     ) -> None:

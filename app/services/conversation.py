@@ -197,7 +197,9 @@ class ConversationService:
             )
             for i, m in enumerate(messages)
         ]
-        stored = await self.repo.insert_messages(user_id, conversation_id, new)
+        # A conversation's turns are in its agent's and run's scope (else the writer's).
+        scope = (conversation.agent_id, conversation.run_id)
+        stored = await self.repo.insert_messages(user_id, conversation_id, new, scope=scope)
         await PassageRepository(self.repo.session).insert(user_id, self.embeddings.model, sentences)
         contents = [m.content for m in new]
         previous = tail[0].content if tail else None

@@ -284,3 +284,25 @@ async def test_a_tie_between_a_space_and_the_user_puts_the_users_own_first(world
     assert [m["content"] for m in memories[:2]] == [text, text]
     assert memories[0]["id"] == own and memories[0]["space"] is None
     assert memories[1]["space"] == space
+
+
+async def test_turns_of_an_agents_conversation_stay_the_agents(world: World) -> None:
+    """A turn appended without an agent to a conversation an agent started is that agent's:
+    another agent finds neither the conversation nor the turn."""
+    w, user = world, world.user("lea")
+    created = await w.client.post("/v1/conversations", json={}, headers=as_user(user, agent="a"))
+    assert created.status_code == 201
+    cid = created.json()["id"]
+    appended = await w.client.post(
+        f"/v1/conversations/{cid}/messages",
+        json={"role": "user", "content": "My locker at the pool is number 58"},
+        headers=as_user(user),
+    )
+    assert appended.status_code == 201, appended.text
+    question = "What is my locker number at the pool?"
+    as_a = await found(w, as_user(user, agent="a"), question)
+    as_b = await found(w, as_user(user, agent="b"), question)
+    assert "My locker at the pool is number 58" in as_a
+    assert not [c for c in as_b if "58" in c]
+    other = await w.client.get(f"/v1/conversations/{cid}", headers=as_user(user, agent="b"))
+    assert other.status_code == 404

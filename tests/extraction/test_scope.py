@@ -174,3 +174,26 @@ async def test_the_chat_proxy_queues_the_user_turn_it_stores(
         jobs = await env.jobs(user_id)
     assert response.status_code == 200, response.text
     assert [j.state for j in jobs] == ["queued"]  # the user turn, not the assistant's answer
+
+
+async def test_facts_of_an_agents_conversation_are_that_agents(
+    make_env: Callable[..., Any], user_id: str
+) -> None:
+    """Issue 43: a conversation an agent started keeps its facts in the agent's scope, and the
+    memories the model may update are those the agent reads (never another agent's)."""
+    async with make_env() as env:
+        created = await env.client.post(
+            "/v1/conversations", json={}, headers={"X-User-Id": user_id, "X-Agent-Id": "coach"}
+        )
+        assert created.status_code == 201, created.text
+        cid = created.json()["id"]
+        await _say(env, user_id, [("user", "I run 5k every Tuesday now")], cid=cid)
+
+        def reply(body: dict[str, Any]) -> str:
+            return facts(fact("User runs 5k every Tuesday."))
+
+        env.script(Answer(reply=reply, usage=USAGE))
+        (result,) = await env.drain()
+        mine = await env.memories(user_id)
+    assert result.state == "done", result
+    assert [(m.content, m.agent_id) for m in mine] == [("User runs 5k every Tuesday.", "coach")]
