@@ -60,8 +60,9 @@ async def add_spaces(url: str, users: list[str], size: int) -> None:
                 rows = await conn.execute(
                     text(
                         "INSERT INTO memory_items (id, user_id, content, content_hash, type, "
-                        "embedding, embedding_model) SELECT gen_random_uuid(), :o, m.content, "
-                        "md5(m.content || :o || m.id::text), m.type, m.embedding, "
+                        "embedding, embedding_model) "
+                        "SELECT gen_random_uuid(), CAST(:o AS text), m.content, "
+                        "md5(m.content || CAST(:o AS text) || m.id::text), m.type, m.embedding, "
                         "m.embedding_model FROM memory_items AS m "
                         "WHERE m.user_id NOT LIKE 'space:%' ORDER BY m.id OFFSET :skip LIMIT :n "
                         "RETURNING id, content"

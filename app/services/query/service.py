@@ -197,7 +197,8 @@ class QueryService:
         spaces = request.scope.spaces
         shared = [
             scope(
-                replace(request, user_id=space_owner(space)),
+                # a space holds memories only: no message arm, passages or neighbours
+                replace(request, user_id=space_owner(space), sources=("memory",)),
                 query,
                 preset,
                 self.relevance,
