@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import re
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -510,16 +511,13 @@ async def test_every_table_with_user_data_has_forced_rls_and_both_policies(
         assert r.relrowsecurity and r.relforcerowsecurity, r.relname
         assert {f"{r.relname}_admin", f"{r.relname}_user"} <= set(r.policies), r.relname
         extra = set(r.policies) - {f"{r.relname}_admin", f"{r.relname}_user"}
-        # api_keys: the authentication lookup by token hash; the agent and run scope
-        # (migration 0019) on the scoped tables, and the spaces' grants on the tables a
-        # space's memories live in.
-        scope = {f"{t}_scope"} if (t := r.relname) in ("conversations", "messages") else set()
+        # api_keys: the authentication lookup by token hash; the spaces' grants on the tables
+        # a space's memories live in (migration 0019).
+        t = r.relname
         space = {f"{t}_space_read", f"{t}_space_write"}
         more = {
             "api_keys": {"api_keys_lookup", "api_keys_touch"},
-            "conversations": scope,
-            "messages": scope,
-            "memory_items": {"memory_items_scope", *space},
+            "memory_items": space,
             "search_postings": space,
             "search_stats": space,
             "space_members": {"space_members_leave"},
@@ -540,7 +538,11 @@ async def test_every_table_with_user_data_has_forced_rls_and_both_policies(
             assert p.roles == [ADMIN_ROLE] and p.using == "true", p
         elif p.polname.endswith("_user"):  # everyone's, with the signed user only
             assert p.public and "pgrecall_scope_user()" in p.using, p
-            assert "current_setting" not in p.using, p
+            # settings only as the scope within the user (migration 0019: agent, run, own),
+            # which the signature covers; never as the user itself
+            settings = set(re.findall(r"current_setting\('([a-z_.]+)'", p.using))
+            assert settings <= {"pgrecall.agent_id", "pgrecall.run_id", "pgrecall.scope_own"}, p
+            assert "current_setting('pgrecall.user_id'" not in p.using, p
 
 
 def test_the_migrations_and_the_grants_name_the_same_tables() -> None:

@@ -5,9 +5,9 @@ Issue 43. After this migration:
 - **Agent and run scopes.** `conversations`, `messages` and `memory_items` carry `agent_id` and
   `run_id` (NULL: the user's unscoped memory). Their default is the transaction's
   `pgrecall.agent_id` / `pgrecall.run_id` setting, so every write a scoped request makes is
-  stamped with its scope, whatever path writes it. A restrictive policy (`<table>_scope`) hides
-  from a request that names an agent every row of another agent, and from one that names a run
-  every row of another run; with `pgrecall.scope_own = 'on'` it also hides the unscoped rows
+  stamped with its scope, whatever path writes it. Their user policy (`<table>_user`) now also
+  hides from a request that names an agent every row of another agent, and from one that names
+  a run every row of another run; with `pgrecall.scope_own = 'on'` also the unscoped rows
   (an agent asking for its own memory only). The scope settings are covered by the user's
   signature (`pgrecall_scope_user()` below): a statement that changes them sees no row at all.
 - **Shared spaces.** `spaces` and `space_members` (a user's `read` or `write` grant). A
@@ -16,8 +16,9 @@ Issue 43. After this migration:
   own keyword statistics. Two permissive policies on memory_items, search_postings and
   search_stats let a member read (`<table>_space_read`) or write (`<table>_space_write`) the
   spaces `pgrecall_scope_spaces()` returns for the signed user: read at every statement, so a
-  revoked grant is effective on the next one. The service role may read its user's own
-  membership rows only; spaces are managed by the admin role.
+  revoked grant is effective on the next one. The service role may read and delete its user's
+  own membership rows only; spaces are managed by the admin role. Not on Citus yet: the workers
+  have no space_members, so there the space policies are not made (no space is readable).
 - The uniqueness of a valid memory's text (and of a store address) is per scope.
 
 Revision ID: 0019_memory_scopes
@@ -109,6 +110,7 @@ COVERING_SCOPED = (
 )
 # coalesce() makes the array an expression: read once per statement (policy_rewrites puts the
 # call in a subquery), `ANY ((SELECT ...))` would be ANY over a subquery's rows instead.
+USER_MATCH = "user_id = pgrecall_scope_user()"
 SPACE_READ = "user_id = ANY (coalesce(pgrecall_scope_spaces(false), '{}'))"
 SPACE_WRITE = "user_id = ANY (coalesce(pgrecall_scope_spaces(true), '{}'))"
 
@@ -199,20 +201,35 @@ def upgrade() -> None:
     op.execute(SCOPE_SPACES_FUNCTION)
     op.execute("REVOKE ALL ON FUNCTION pgrecall_scope_spaces(boolean) FROM PUBLIC")
     op.execute("GRANT EXECUTE ON FUNCTION pgrecall_scope_spaces(boolean) TO PUBLIC")
+    # The scope is part of the user's own policy, not a restrictive policy of its own: Citus
+    # 13 creates a distributed table's shard policies permissive whatever the table's are, so
+    # a restrictive one would widen every shard to all users (measured on a cluster).
     for table in SCOPED_TABLES:
+        _user_policy(table, f"{USER_MATCH} AND {SCOPE_MATCH}")
+    citus = _citus()
+    # On Citus, no spaces yet: pgrecall_scope_spaces() reads space_members, which the workers
+    # do not have (docs/scaling.md). Without these policies no statement reads or writes a
+    # space there.
+    for table in () if citus else SPACE_TABLES:
+        scoped = f" AND {SCOPE_MATCH}" if table in SCOPED_TABLES else ""
+        read, write = f"{SPACE_READ}{scoped}", f"{SPACE_WRITE}{scoped}"
+        op.execute(f"CREATE POLICY {table}_space_read ON {table} FOR SELECT USING ({read})")
         op.execute(
-            f"CREATE POLICY {table}_scope ON {table} AS RESTRICTIVE "
-            f"USING ({SCOPE_MATCH}) WITH CHECK ({SCOPE_MATCH})"
+            f"CREATE POLICY {table}_space_write ON {table} USING ({write}) WITH CHECK ({write})"
         )
-    for table in SPACE_TABLES:
-        op.execute(f"CREATE POLICY {table}_space_read ON {table} FOR SELECT USING ({SPACE_READ})")
-        op.execute(
-            f"CREATE POLICY {table}_space_write ON {table} "
-            f"USING ({SPACE_WRITE}) WITH CHECK ({SPACE_WRITE})"
-        )
-    if not _citus():
-        for statement in policy_rewrites(op.get_bind().execute(POLICIES).all(), once=True):
-            op.get_bind().exec_driver_sql(statement)
+    if not citus:
+        _read_once()
+
+
+def _user_policy(table: str, match: str) -> None:
+    op.execute(f"DROP POLICY {table}_user ON {table}")
+    op.execute(f"CREATE POLICY {table}_user ON {table} USING ({match}) WITH CHECK ({match})")
+
+
+def _read_once() -> None:
+    """Off Citus, every policy's settings and scope calls once per statement (InitPlans)."""
+    for statement in policy_rewrites(op.get_bind().execute(POLICIES).all(), once=True):
+        op.get_bind().exec_driver_sql(statement)
 
 
 def downgrade() -> None:
@@ -230,7 +247,9 @@ def downgrade() -> None:
         op.execute(f"DROP POLICY IF EXISTS {table}_space_read ON {table}")
         op.execute(f"DROP POLICY IF EXISTS {table}_space_write ON {table}")
     for table in SCOPED_TABLES:
-        op.execute(f"DROP POLICY IF EXISTS {table}_scope ON {table}")
+        _user_policy(table, USER_MATCH)
+    if not _citus():
+        _read_once()
     op.execute("DROP FUNCTION pgrecall_scope_spaces(boolean)")
     op.execute(OLD_SCOPE_USER_FUNCTION)
     op.execute("DROP TABLE space_members")
