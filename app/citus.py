@@ -22,6 +22,7 @@ from sqlalchemy.pool import NullPool
 
 from app.db import SET_LOCAL, ScopeKey, UserScope, one_line, scope_settings, set_local_params
 from app.roles import (
+    ADMIN_ROLE,
     COORDINATOR_TABLES,
     DISTRIBUTED_TABLES,
     POLICIES,
@@ -78,15 +79,38 @@ _DISTRIBUTE_WITH = text(
 _SCOPE_KEY_PLACED = text(
     f"SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = '{SCOPE_KEY_TABLE}'::regclass"
 )
+_UNDISTRIBUTE_KEY = text(f"SELECT undistribute_table('{SCOPE_KEY_TABLE}')")
+_READ_KEY = text(f"SELECT inner_pad, outer_pad FROM {SCOPE_KEY_TABLE} WHERE id = 1")
+_ON_WORKERS = text(
+    "SELECT nodename, nodeport, success, result FROM run_command_on_workers(:command)"
+)
 _SHOW_SHARDS = text(
     "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET citus.override_table_visibility = off', "
     "current_database()); END $$"
+)
+_TRUNCATE_LOCAL = text(
+    "SELECT truncate_local_data_after_distributing_table(CAST(:table AS regclass))"
 )
 _VISIBILITY = text("SELECT current_setting('citus.override_table_visibility')")
 _PROBE_INSERT = text(
     "INSERT INTO conversations (id, user_id, title) VALUES (:id, :user_id, 'pgrecall doctor')"
 )
 _PROBE_READ = text("SELECT count(*) FROM conversations WHERE user_id = :user_id AND id = :id")
+
+
+def _worker_key_command(inner: bytes, outer: bytes) -> str:
+    """The scope key as a plain table of a worker (as migration 0018 makes it on the
+    coordinator: the owner's, readable by the admin role alone), created or brought up to date."""
+    return (
+        f"CREATE TABLE IF NOT EXISTS {SCOPE_KEY_TABLE} (id smallint PRIMARY KEY CHECK (id = 1), "
+        "inner_pad bytea NOT NULL, outer_pad bytea NOT NULL, "
+        "created_at timestamptz NOT NULL DEFAULT now()); "
+        f"REVOKE ALL ON {SCOPE_KEY_TABLE} FROM PUBLIC; "
+        f"GRANT SELECT ON {SCOPE_KEY_TABLE} TO {ADMIN_ROLE}; "
+        f"INSERT INTO {SCOPE_KEY_TABLE} (id, inner_pad, outer_pad) "
+        f"VALUES (1, '\\x{inner.hex()}', '\\x{outer.hex()}') ON CONFLICT (id) DO UPDATE "
+        "SET inner_pad = EXCLUDED.inner_pad, outer_pad = EXCLUDED.outer_pad"
+    )
 
 
 async def citus_version(conn: AsyncConnection) -> str | None:
@@ -134,6 +158,13 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
         async with engine.begin() as conn:
             if await citus_version(conn) is None:
                 raise CitusError("the citus extension is not installed: not a Citus coordinator")
+            # An earlier version made the scope key a reference table (see below): back to a
+            # plain table first, committed before the workers make their copy (their own
+            # connections would wait on this transaction's drop of the table there).
+            name = "(scope key)"
+            if await conn.scalar(_SCOPE_KEY_PLACED):
+                await conn.execute(_UNDISTRIBUTE_KEY)
+        async with engine.begin() as conn:
             placed = {t.table: t for t in await distribution(conn)}
             for name in COORDINATOR_TABLES:
                 if placed[name].method == "h":
@@ -144,24 +175,48 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
             name = "(policies)"
             for statement in policy_rewrites((await conn.execute(POLICIES)).all(), once=False):
                 await conn.exec_driver_sql(statement)
-            # The policies' signed user (migration 0018) is checked where the rows are: the
-            # scope key on every worker (a reference table) and the function beside it.
+            # The policies' signed user (migration 0018) is checked where the rows are, on the
+            # workers: the function there, and beside it a plain copy of the scope key on each
+            # worker. Not a reference table: the policy calls the function inside the shard's
+            # query, and a Citus table read there is "a distributed query from a query on a
+            # shard" (every user-scoped statement failed so on a real cluster).
             name = "(scope key)"
-            if await conn.scalar(_SCOPE_KEY_PLACED) == 0:
-                await conn.execute(text(f"SELECT create_reference_table('{SCOPE_KEY_TABLE}')"))
+            pads = (await conn.execute(_READ_KEY)).one()
+            failed = [
+                f"{r.nodename}:{r.nodeport}: {r.result}"
+                for r in await conn.execute(
+                    _ON_WORKERS, {"command": _worker_key_command(bytes(pads[0]), bytes(pads[1]))}
+                )
+                if not r.success
+            ]
+            if failed:
+                raise CitusError("copying the scope key to the workers: " + "; ".join(failed))
             await conn.execute(text("SELECT create_distributed_function('pgrecall_scope_user()')"))
         for name in DISTRIBUTED_TABLES:
             if placed[name].method == "h":
                 continue
             # One transaction per table: create_distributed_table copies the local rows into
             # the shards, and a failure leaves the tables before it distributed (rerun resumes).
+            # Citus copies the rows with COPY, which forced row-level security refuses to the
+            # owner ("COPY FROM not supported with row-level security"): the forcing is lifted
+            # for this transaction alone and put back before it commits, so no other session
+            # ever sees the table unforced, and a failure rolls both back.
             async with engine.begin() as conn:
                 params = {"table": name, "column": DISTRIBUTION_COLUMN}
+                await conn.exec_driver_sql(f"ALTER TABLE {name} NO FORCE ROW LEVEL SECURITY")
                 if name == ANCHOR:
                     await conn.execute(_DISTRIBUTE_ANCHOR, {**params, "shard_count": shard_count})
                 else:
                     await conn.execute(_DISTRIBUTE_WITH, {**params, "colocate_with": ANCHOR})
+                await conn.exec_driver_sql(f"ALTER TABLE {name} FORCE ROW LEVEL SECURITY")
             done.append(name)
+        # The copied rows stay on the coordinator's disk, unread, until truncated (children
+        # first: a referenced table's local rows are truncated after its referencing ones').
+        name = "(local copies)"
+        if done:
+            async with engine.begin() as conn:
+                for table in reversed(done):
+                    await conn.execute(_TRUNCATE_LOCAL, {"table": table})
         name = "(table visibility)"
         async with engine.begin() as conn:
             await conn.execute(_SHOW_SHARDS)
