@@ -13,6 +13,7 @@ plain table of the coordinator: authentication reads it by token hash before it 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -94,6 +95,42 @@ _TRUNCATE_LOCAL = text(
 _VISIBILITY = text("SELECT current_setting('citus.override_table_visibility')")
 _PROBE_INSERT = text(
     "INSERT INTO conversations (id, user_id, title) VALUES (:id, :user_id, 'pgrecall doctor')"
+)
+# Probe users for doctor: candidate ids, each with the node its shard of the anchor table is on
+# (the co-located tables' shards of a user sit on the same node).
+PROBE_PREFIX = "pgrecall-doctor-"
+_PROBE_CANDIDATES = text(
+    f"""
+    SELECT n.nodename || ':' || n.nodeport AS node, c.user_id
+    FROM generate_series(1, 512) AS g
+    CROSS JOIN LATERAL (SELECT :prefix || g AS user_id) AS c
+    JOIN pg_dist_placement AS p
+      ON p.shardid = get_shard_id_for_distribution_column('{ANCHOR}', c.user_id)
+    JOIN pg_dist_node AS n ON n.groupid = p.groupid
+    ORDER BY g
+    """
+)
+# Every node holding a shard of the anchor table.
+_SHARD_NODES = text(
+    f"""
+    SELECT DISTINCT n.nodename || ':' || n.nodeport AS node
+    FROM pg_dist_shard AS s JOIN pg_dist_placement AS p ON p.shardid = s.shardid
+    JOIN pg_dist_node AS n ON n.groupid = p.groupid
+    WHERE s.logicalrelid = '{ANCHOR}'::regclass ORDER BY 1
+    """
+)
+# Where the role itself sets citus.override_table_visibility ('*': in every database, else
+# the database's name), which wins over the database's setting; NULL when it does not.
+_ROLE_VISIBILITY = text(
+    """
+    SELECT CASE WHEN s.setdatabase = 0 THEN '*' ELSE current_database() END
+    FROM pg_db_role_setting AS s JOIN pg_roles AS r ON r.oid = s.setrole
+    WHERE r.rolname = :role
+      AND s.setdatabase IN (0, (SELECT oid FROM pg_database WHERE datname = current_database()))
+      AND EXISTS (SELECT FROM unnest(s.setconfig) AS c
+                  WHERE c LIKE 'citus.override\\_table\\_visibility=%')
+    ORDER BY s.setdatabase DESC LIMIT 1
+    """
 )
 _PROBE_READ = text("SELECT count(*) FROM conversations WHERE user_id = :user_id AND id = :id")
 
@@ -231,8 +268,10 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
     """doctor's Citus check; None on plain Postgres (nothing to check).
 
     Not ok unless every user table is distributed by user_id and co-located, api_keys is not,
-    and the service role can write a row of a probe user and read it back in that user's scope
-    (the SET LOCAL scope reaching the worker that holds the shard; rolled back)."""
+    and the service role can write a row and read it back in that user's scope on every node
+    that holds shards: one probe user per node, chosen by the shard its id hashes to (the SET
+    LOCAL scope reaching that worker, which must accept the role's connections; rolled back).
+    One random user reached one worker, so a worker refusing the role passed half the time."""
     engine = create_async_engine(owner_url, poolclass=NullPool)
     try:
         async with engine.connect() as conn:
@@ -240,36 +279,84 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
             if version is None:
                 return None
             tables = await distribution(conn)
+            problems = distribution_problems(tables)
+            if not problems:
+                run = uuid.uuid4().hex[:12]
+                candidates = [
+                    (r.node, r.user_id)
+                    for r in await conn.execute(
+                        _PROBE_CANDIDATES, {"prefix": f"{PROBE_PREFIX}{run}-"}
+                    )
+                ]
+                nodes = list((await conn.execute(_SHARD_NODES)).scalars())
+                role_setting = await conn.scalar(_ROLE_VISIBILITY, {"role": user_of(service_url)})
     except SQLAlchemyError as exc:
         return False, f"cannot read the Citus metadata: {exc.__class__.__name__}: {exc}"
     finally:
         await engine.dispose()
-    problems = distribution_problems(tables)
     if problems:
         return False, f"Citus {version}: " + "; ".join(problems) + " (run `pgrecall db distribute`)"
     role = user_of(service_url)
-    try:
-        wrote, hidden = await _round_trip(service_url, await read_scope_key(owner_url))
-    except SQLAlchemyError as exc:
-        return False, f"Citus {version}: {role} cannot write its own row: {one_line(exc)}"
-    if not wrote:
-        return False, f"Citus {version}: {role} wrote a row but could not read it back"
+    probes, unreached = probe_users(candidates, nodes)
+    if unreached:
+        return False, f"Citus {version}: no probe user hashes to {', '.join(unreached)}"
+    key = await read_scope_key(owner_url)
+    failures = []
+    hidden = "off"
+    for node, user_id in probes.items():
+        try:
+            wrote, hidden = await _round_trip(service_url, key, user_id)
+        except SQLAlchemyError as exc:
+            failures.append(f"{role} cannot write its own row on {node}: {one_line(exc)}")
+            continue
+        if not wrote:
+            failures.append(f"{role} wrote a row on {node} but could not read it back")
+    if failures:
+        return False, f"Citus {version}: " + "; ".join(failures)
     if hidden == "on":
-        return False, (
-            f"Citus {version}: citus.override_table_visibility is on for {role}: every new "
-            "connection's type lookup takes about a second (run `pgrecall db distribute`)"
-        )
+        return False, f"Citus {version}: " + visibility_advice(role, role_setting)
     shards = next(t.shards for t in tables if t.table == ANCHOR)
     return True, (
         f"Citus {version}: {len(DISTRIBUTED_TABLES)} tables distributed by "
         f"{DISTRIBUTION_COLUMN} and co-located ({shards} shards); {role} writes and reads back "
-        "its own row"
+        f"its own row on each of {len(probes)} nodes ({', '.join(probes)})"
     )
 
 
-async def _round_trip(service_url: str, key: ScopeKey) -> tuple[bool, str]:
+def probe_users(
+    candidates: Iterable[tuple[str, str]], nodes: Iterable[str]
+) -> tuple[dict[str, str], list[str]]:
+    """One probe user id per node that holds shards (the first candidate whose id hashes to a
+    shard on it), and the nodes no candidate reached."""
+    wanted = list(dict.fromkeys(nodes))
+    probes: dict[str, str] = {}
+    for node, user_id in candidates:
+        if node in wanted and node not in probes:
+            probes[node] = user_id
+    return {n: probes[n] for n in wanted if n in probes}, [n for n in wanted if n not in probes]
+
+
+def visibility_advice(role: str | None, role_setting: str | None) -> str:
+    """Why the service role's connections hide the shard tables, and what to run.
+
+    `role_setting`: where the role itself sets citus.override_table_visibility (None: not on
+    the role, so the database's setting, which `pgrecall db distribute` makes, is missing)."""
+    slow = "every new connection's type lookup takes about a second"
+    if role_setting is None:
+        return (
+            f"citus.override_table_visibility is on for {role}: {slow} "
+            "(run `pgrecall db distribute`)"
+        )
+    scope = "" if role_setting == "*" else f" IN DATABASE {role_setting}"
+    return (
+        f"citus.override_table_visibility is on for {role}: {slow}; the role's own setting "
+        f"(ALTER ROLE {role}{scope} SET ...) overrides the database's, which `pgrecall db "
+        f"distribute` sets: run `ALTER ROLE {role}{scope} RESET citus.override_table_visibility`"
+    )
+
+
+async def _round_trip(service_url: str, key: ScopeKey, user_id: str) -> tuple[bool, str]:
     """(the probe row written and read back, the connection's citus.override_table_visibility)"""
-    user_id = f"pgrecall-doctor-{uuid.uuid4()}"
     row = {"id": uuid.uuid4(), "user_id": user_id}
     engine = create_async_engine(service_url, poolclass=NullPool)
     try:

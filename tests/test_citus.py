@@ -23,6 +23,8 @@ from app.citus import (
     distribute,
     distribution,
     distribution_problems,
+    probe_users,
+    visibility_advice,
 )
 from app.db import SET_LOCAL, UserScope, scope_settings, set_local_params
 from app.embedded import EmbeddedPostgres
@@ -68,6 +70,23 @@ def test_the_documented_layout_has_no_problem() -> None:
 )
 def test_each_misplacement_is_named(change: TableDistribution, problem: str) -> None:
     assert distribution_problems(_layout(**{change.table: change})) == [problem]
+
+
+def test_doctor_probes_one_user_per_node_holding_shards() -> None:
+    candidates = [("w1:1", "u1"), ("w1:1", "u2"), ("w3:1", "u3"), ("w2:1", "u4"), ("w2:1", "u5")]
+    assert probe_users(candidates, ["w1:1", "w2:1"]) == ({"w1:1": "u1", "w2:1": "u4"}, [])
+    # a node no candidate hashes to is named, not skipped
+    assert probe_users(candidates[:3], ["w1:1", "w2:1"]) == ({"w1:1": "u1"}, ["w2:1"])
+
+
+def test_doctor_names_the_role_level_table_visibility_setting() -> None:
+    database_level = visibility_advice("pgrecall_app", None)
+    assert "run `pgrecall db distribute`" in database_level
+    every_database = visibility_advice("pgrecall_app", "*")
+    assert "ALTER ROLE pgrecall_app RESET citus.override_table_visibility" in every_database
+    assert "pgrecall db distribute` sets" in every_database
+    one_database = visibility_advice("pgrecall_app", "pgrecall")
+    assert "ALTER ROLE pgrecall_app IN DATABASE pgrecall RESET" in one_database
 
 
 async def test_plain_postgres_is_not_a_cluster(
