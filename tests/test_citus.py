@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import numpy as np
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
@@ -26,9 +27,18 @@ from app.citus import (
     probe_users,
     visibility_advice,
 )
-from app.db import SET_LOCAL, UserScope, scope_settings, set_local_params
+from app.db import (
+    SET_LOCAL,
+    UserScope,
+    create_sessionmaker,
+    scope_settings,
+    set_local_params,
+    user_session,
+    with_scope_key,
+)
 from app.embedded import EmbeddedPostgres
 from app.migrate import upgrade_head
+from app.repositories.admin import AdminMemoryRepository
 from app.roles import (
     COORDINATOR_TABLES,
     DEFAULT_APP_ROLE,
@@ -141,8 +151,10 @@ async def _run_on(url: str, database: str, *statements: str) -> None:
 
 @pytest.fixture
 async def populated_store(pg: EmbeddedPostgres) -> AsyncIterator[str]:
-    """A second database on every node of the test cluster, migrated by the owner role and
-    filled with 20 users' rows while still a single node's tables (the owner's URL)."""
+    """A single node's store moving onto the test cluster: a second database on every node;
+    on the coordinator migrated by the owner role before Citus is installed there (the
+    policies then read their scope once per statement) and filled with 20 users' rows, then
+    Citus installed and the workers added (the owner's URL)."""
     nodes = await _superuser_nodes(pg.url) if isinstance(pg, ExternalPostgres) else []
     if not nodes:
         pytest.skip("needs PGRECALL_TEST_DATABASE_URL at a Citus coordinator")
@@ -151,14 +163,9 @@ async def populated_store(pg: EmbeddedPostgres) -> AsyncIterator[str]:
         await _run_on(
             node, "postgres", drop, f"CREATE DATABASE {MOVED_DATABASE} OWNER {OWNER_ROLE}"
         )
-        await _run_on(node, MOVED_DATABASE, "CREATE EXTENSION citus", "CREATE EXTENSION vector")
+        citus = ["CREATE EXTENSION citus"] if node != nodes[0] else []
+        await _run_on(node, MOVED_DATABASE, *citus, "CREATE EXTENSION vector")
     coordinator = make_url(nodes[0])
-    await _run_on(
-        nodes[0],
-        MOVED_DATABASE,
-        f"SELECT citus_set_coordinator_host('{coordinator.host}', {coordinator.port})",
-        *(f"SELECT citus_add_node('{make_url(n).host}', {make_url(n).port})" for n in nodes[1:]),
-    )
     owner = with_user(
         coordinator.set(database=MOVED_DATABASE).render_as_string(hide_password=False),
         OWNER_ROLE,
@@ -177,6 +184,13 @@ async def populated_store(pg: EmbeddedPostgres) -> AsyncIterator[str]:
         "INSERT INTO memory_items (id, user_id, content, content_hash, type, embedding, "
         "embedding_model) SELECT gen_random_uuid(), c.user_id, 'a note', md5(c.user_id), "
         "'note', CAST(array_fill(0.05, ARRAY[384]) AS halfvec), 'test' FROM conversations AS c",
+    )
+    await _run_on(
+        nodes[0],
+        MOVED_DATABASE,
+        "CREATE EXTENSION citus",
+        f"SELECT citus_set_coordinator_host('{coordinator.host}', {coordinator.port})",
+        *(f"SELECT citus_add_node('{make_url(n).host}', {make_url(n).port})" for n in nodes[1:]),
     )
     try:
         yield owner
@@ -236,5 +250,14 @@ async def test_distribute_moves_a_populated_store_and_keeps_rls_forced(
             async with app_engine.begin() as conn:
                 await conn.execute(SET_LOCAL, set_local_params(scope))
                 assert await conn.scalar(text("SELECT count(*) FROM messages")) == expected
+        # The memory dedup's lateral statement, which the per-row policies written back with
+        # an explicit cast made Citus refuse ("cannot push down this subquery").
+        async with user_session(
+            create_sessionmaker(with_scope_key(app_engine, key)), "mover-3"
+        ) as s:
+            near = await AdminMemoryRepository(s).nearest(
+                "mover-3", "test", [np.full(384, 0.05, dtype=np.float32)], min_cosine=0.5, k=3
+            )
+            assert [len(found) for found in near] == [1]
     finally:
         await app_engine.dispose()
