@@ -80,6 +80,23 @@ _DISTRIBUTE_WITH = text(
 _SCOPE_KEY_PLACED = text(
     f"SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = '{SCOPE_KEY_TABLE}'::regclass"
 )
+# Restrictive policies of the tables to distribute (Citus 13.0.5 creates every shard's policy
+# as permissive: measured on the cluster, docs/scaling.md).
+_RESTRICTIVE = text(
+    "SELECT DISTINCT c.relname || '.' || p.polname FROM pg_policy AS p "
+    "JOIN pg_class AS c ON c.oid = p.polrelid "
+    "WHERE NOT p.polpermissive AND c.relname = ANY(CAST(:tables AS text[])) ORDER BY 1"
+).bindparams(tables=list(DISTRIBUTED_TABLES))
+# Each distributed table's policies, as "name:permissive" sorted, on the coordinator and on
+# each of its shards (doctor: a shard whose policies differ is not guarded as the table is).
+_POLICY_SHAPE = (
+    "SELECT coalesce(string_agg(p.polname || ':' || p.polpermissive::text, ',' "
+    "ORDER BY p.polname), '') FROM pg_policy AS p WHERE p.polrelid = '{table}'::regclass"
+)
+_SHARD_POLICIES = text(
+    "SELECT DISTINCT result FROM run_command_on_shards(CAST(:table AS regclass), "
+    "replace(:command, '{table}', '%s'))"
+)
 _UNDISTRIBUTE_KEY = text(f"SELECT undistribute_table('{SCOPE_KEY_TABLE}')")
 _READ_KEY = text(f"SELECT inner_pad, outer_pad FROM {SCOPE_KEY_TABLE} WHERE id = 1")
 _ON_WORKERS = text(
@@ -206,6 +223,14 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
             for name in COORDINATOR_TABLES:
                 if placed[name].method == "h":
                     raise CitusError(f"{name} is distributed: it must stay on the coordinator")
+            name = "(policies)"
+            restrictive = list((await conn.execute(_RESTRICTIVE)).scalars())
+            if restrictive:
+                raise CitusError(
+                    "restrictive policies on " + ", ".join(restrictive) + ": Citus 13.0 "
+                    "creates a shard's policies as permissive, so the service role would see "
+                    "every row such a policy admits on the workers; not distributing"
+                )
             # Citus refuses a subquery in a policy of a distributed table: a store migrated
             # before Citus was installed reads its settings once per statement (migration
             # 0017), and goes back to the per-row form here.
@@ -280,6 +305,7 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
                 return None
             tables = await distribution(conn)
             problems = distribution_problems(tables)
+            drift: list[str] = []
             if not problems:
                 run = uuid.uuid4().hex[:12]
                 candidates = [
@@ -289,6 +315,16 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
                     )
                 ]
                 nodes = list((await conn.execute(_SHARD_NODES)).scalars())
+                for t in DISTRIBUTED_TABLES:
+                    table = await conn.scalar(text(_POLICY_SHAPE.format(table=t)))
+                    shards = set(
+                        (
+                            await conn.execute(
+                                _SHARD_POLICIES, {"table": t, "command": _POLICY_SHAPE}
+                            )
+                        ).scalars()
+                    )
+                    drift += policy_drift(t, table, shards)
                 role_setting = await conn.scalar(_ROLE_VISIBILITY, {"role": user_of(service_url)})
     except SQLAlchemyError as exc:
         return False, f"cannot read the Citus metadata: {exc.__class__.__name__}: {exc}"
@@ -296,6 +332,8 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
         await engine.dispose()
     if problems:
         return False, f"Citus {version}: " + "; ".join(problems) + " (run `pgrecall db distribute`)"
+    if drift:
+        return False, f"Citus {version}: " + "; ".join(drift)
     role = user_of(service_url)
     probes, unreached = probe_users(candidates, nodes)
     if unreached:
@@ -321,6 +359,18 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
         f"{DISTRIBUTION_COLUMN} and co-located ({shards} shards); {role} writes and reads back "
         f"its own row on each of {len(probes)} nodes ({', '.join(probes)})"
     )
+
+
+def policy_drift(table: str, on_table: str | None, on_shards: set[str]) -> list[str]:
+    """A problem when a table's shards do not carry its policies as the table has them (each
+    side as "name:permissive" joined by commas; a failed shard command reads as its error)."""
+    wrong = sorted(shard for shard in on_shards if shard != (on_table or ""))
+    if not wrong:
+        return []
+    return [
+        f"{table}'s shards have policies {wrong[0] or '(none)'} where the table has "
+        f"{on_table or '(none)'}: rows the table's policies keep out may be visible on the workers"
+    ]
 
 
 def probe_users(

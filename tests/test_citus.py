@@ -24,6 +24,7 @@ from app.citus import (
     distribute,
     distribution,
     distribution_problems,
+    policy_drift,
     probe_users,
     visibility_advice,
 )
@@ -87,6 +88,15 @@ def test_doctor_probes_one_user_per_node_holding_shards() -> None:
     assert probe_users(candidates, ["w1:1", "w2:1"]) == ({"w1:1": "u1", "w2:1": "u4"}, [])
     # a node no candidate hashes to is named, not skipped
     assert probe_users(candidates[:3], ["w1:1", "w2:1"]) == ({"w1:1": "u1"}, ["w2:1"])
+
+
+def test_doctor_names_shard_policies_that_differ_from_the_tables() -> None:
+    table = "messages_admin:true,messages_scope:false,messages_user:true"
+    assert policy_drift("messages", table, {table}) == []
+    assert policy_drift("messages", "", {""}) == []  # no policy either side
+    shards = {table.replace("scope:false", "scope:true")}
+    (problem,) = policy_drift("messages", table, shards)
+    assert "messages_scope:true" in problem and "messages_scope:false" in problem
 
 
 def test_doctor_names_the_role_level_table_visibility_setting() -> None:
@@ -203,6 +213,12 @@ async def test_distribute_moves_a_populated_store_and_keeps_rls_forced(
     populated_store: str,
 ) -> None:
     owner = populated_store
+    # A restrictive policy would reach the shards as a permissive one (Citus 13.0): refused.
+    restrictive = "CREATE POLICY probe ON messages AS RESTRICTIVE USING (true)"
+    await _run_on(owner, MOVED_DATABASE, restrictive)
+    with pytest.raises(CitusError, match=r"restrictive policies on messages\.probe"):
+        await distribute(owner)
+    await _run_on(owner, MOVED_DATABASE, "DROP POLICY probe ON messages")
     done = await distribute(owner)
     assert done == list(DISTRIBUTED_TABLES)
     assert await distribute(owner) == []  # rerun: nothing left to do
@@ -222,7 +238,10 @@ async def test_distribute_moves_a_populated_store_and_keeps_rls_forced(
                 {"tables": list(DISTRIBUTED_TABLES)},
             )
             assert forced == len(DISTRIBUTED_TABLES)
-            # every shard on every worker forced, with both policies
+            # every shard on every worker forced, with the table's policies
+            policies = await conn.scalar(
+                text("SELECT count(*) FROM pg_policy WHERE polrelid = 'messages'::regclass")
+            )
             shards = await conn.execute(
                 text(
                     "SELECT result FROM run_command_on_shards(CAST(:t AS regclass), "
@@ -232,7 +251,7 @@ async def test_distribute_moves_a_populated_store_and_keeps_rls_forced(
                 ),
                 {"t": "messages"},
             )
-            assert {r.result for r in shards} == {"true2"}
+            assert {r.result for r in shards} == {f"true{policies}"}
             # the copies left on the coordinator's disk were truncated
             assert await conn.scalar(text("SELECT pg_relation_size('messages')")) == 0
     finally:
