@@ -73,10 +73,6 @@ _DISTRIBUTE_WITH = text(
     "SELECT create_distributed_table(CAST(:table AS regclass), :column, "
     "colocate_with := :colocate_with)"
 )
-# Citus hides shard tables from pg_class on every node by a function call per catalog row; the
-# asyncpg type lookup every new connection runs (for `vector`) took 1.4-1.6 s on the coordinator
-# instead of 10-40 ms, and tripped the query path's timeout. The service's connections do not
-# need the hiding: off for the database on the coordinator (its owner may set it).
 _SCOPE_KEY_PLACED = text(
     f"SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = '{SCOPE_KEY_TABLE}'::regclass"
 )
@@ -102,6 +98,10 @@ _READ_KEY = text(f"SELECT inner_pad, outer_pad FROM {SCOPE_KEY_TABLE} WHERE id =
 _ON_WORKERS = text(
     "SELECT nodename, nodeport, success, result FROM run_command_on_workers(:command)"
 )
+# Citus hides shard tables from pg_class on every node by a function call per catalog row; the
+# asyncpg type lookup every new connection runs (for `vector`) took 1.4-1.6 s on the coordinator
+# instead of 10-40 ms, and tripped the query path's timeout. The service's connections do not
+# need the hiding: off for the database on the coordinator (its owner may set it).
 _SHOW_SHARDS = text(
     "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET citus.override_table_visibility = off', "
     "current_database()); END $$"
