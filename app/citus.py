@@ -13,6 +13,7 @@ plain table of the coordinator: authentication reads it by token hash before it 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -22,6 +23,7 @@ from sqlalchemy.pool import NullPool
 
 from app.db import SET_LOCAL, ScopeKey, UserScope, one_line, scope_settings, set_local_params
 from app.roles import (
+    ADMIN_ROLE,
     COORDINATOR_TABLES,
     DISTRIBUTED_TABLES,
     POLICIES,
@@ -71,22 +73,98 @@ _DISTRIBUTE_WITH = text(
     "SELECT create_distributed_table(CAST(:table AS regclass), :column, "
     "colocate_with := :colocate_with)"
 )
+_SCOPE_KEY_PLACED = text(
+    f"SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = '{SCOPE_KEY_TABLE}'::regclass"
+)
+# Restrictive policies of the tables to distribute (Citus 13.0.5 creates every shard's policy
+# as permissive: measured on the cluster, docs/scaling.md).
+_RESTRICTIVE = text(
+    "SELECT DISTINCT c.relname || '.' || p.polname FROM pg_policy AS p "
+    "JOIN pg_class AS c ON c.oid = p.polrelid "
+    "WHERE NOT p.polpermissive AND c.relname = ANY(CAST(:tables AS text[])) ORDER BY 1"
+).bindparams(tables=list(DISTRIBUTED_TABLES))
+# Each distributed table's policies, as "name:permissive" sorted, on the coordinator and on
+# each of its shards (doctor: a shard whose policies differ is not guarded as the table is).
+_POLICY_SHAPE = (
+    "SELECT coalesce(string_agg(p.polname || ':' || p.polpermissive::text, ',' "
+    "ORDER BY p.polname), '') FROM pg_policy AS p WHERE p.polrelid = '{table}'::regclass"
+)
+_SHARD_POLICIES = text(
+    "SELECT DISTINCT result FROM run_command_on_shards(CAST(:table AS regclass), "
+    "replace(:command, '{table}', '%s'))"
+)
+_UNDISTRIBUTE_KEY = text(f"SELECT undistribute_table('{SCOPE_KEY_TABLE}')")
+_READ_KEY = text(f"SELECT inner_pad, outer_pad FROM {SCOPE_KEY_TABLE} WHERE id = 1")
+_ON_WORKERS = text(
+    "SELECT nodename, nodeport, success, result FROM run_command_on_workers(:command)"
+)
 # Citus hides shard tables from pg_class on every node by a function call per catalog row; the
 # asyncpg type lookup every new connection runs (for `vector`) took 1.4-1.6 s on the coordinator
 # instead of 10-40 ms, and tripped the query path's timeout. The service's connections do not
 # need the hiding: off for the database on the coordinator (its owner may set it).
-_SCOPE_KEY_PLACED = text(
-    f"SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = '{SCOPE_KEY_TABLE}'::regclass"
-)
 _SHOW_SHARDS = text(
     "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET citus.override_table_visibility = off', "
     "current_database()); END $$"
+)
+_TRUNCATE_LOCAL = text(
+    "SELECT truncate_local_data_after_distributing_table(CAST(:table AS regclass))"
 )
 _VISIBILITY = text("SELECT current_setting('citus.override_table_visibility')")
 _PROBE_INSERT = text(
     "INSERT INTO conversations (id, user_id, title) VALUES (:id, :user_id, 'pgrecall doctor')"
 )
+# Probe users for doctor: candidate ids, each with the node its shard of the anchor table is on
+# (the co-located tables' shards of a user sit on the same node).
+PROBE_PREFIX = "pgrecall-doctor-"
+_PROBE_CANDIDATES = text(
+    f"""
+    SELECT n.nodename || ':' || n.nodeport AS node, c.user_id
+    FROM generate_series(1, 512) AS g
+    CROSS JOIN LATERAL (SELECT :prefix || g AS user_id) AS c
+    JOIN pg_dist_placement AS p
+      ON p.shardid = get_shard_id_for_distribution_column('{ANCHOR}', c.user_id)
+    JOIN pg_dist_node AS n ON n.groupid = p.groupid
+    ORDER BY g
+    """
+)
+# Every node holding a shard of the anchor table.
+_SHARD_NODES = text(
+    f"""
+    SELECT DISTINCT n.nodename || ':' || n.nodeport AS node
+    FROM pg_dist_shard AS s JOIN pg_dist_placement AS p ON p.shardid = s.shardid
+    JOIN pg_dist_node AS n ON n.groupid = p.groupid
+    WHERE s.logicalrelid = '{ANCHOR}'::regclass ORDER BY 1
+    """
+)
+# Where the role itself sets citus.override_table_visibility ('*': in every database, else
+# the database's name), which wins over the database's setting; NULL when it does not.
+_ROLE_VISIBILITY = text(
+    """
+    SELECT CASE WHEN s.setdatabase = 0 THEN '*' ELSE current_database() END
+    FROM pg_db_role_setting AS s JOIN pg_roles AS r ON r.oid = s.setrole
+    WHERE r.rolname = :role
+      AND s.setdatabase IN (0, (SELECT oid FROM pg_database WHERE datname = current_database()))
+      AND EXISTS (SELECT FROM unnest(s.setconfig) AS c
+                  WHERE c LIKE 'citus.override\\_table\\_visibility=%')
+    ORDER BY s.setdatabase DESC LIMIT 1
+    """
+)
 _PROBE_READ = text("SELECT count(*) FROM conversations WHERE user_id = :user_id AND id = :id")
+
+
+def _worker_key_command(inner: bytes, outer: bytes) -> str:
+    """The scope key as a plain table of a worker (as migration 0018 makes it on the
+    coordinator: the owner's, readable by the admin role alone), created or brought up to date."""
+    return (
+        f"CREATE TABLE IF NOT EXISTS {SCOPE_KEY_TABLE} (id smallint PRIMARY KEY CHECK (id = 1), "
+        "inner_pad bytea NOT NULL, outer_pad bytea NOT NULL, "
+        "created_at timestamptz NOT NULL DEFAULT now()); "
+        f"REVOKE ALL ON {SCOPE_KEY_TABLE} FROM PUBLIC; "
+        f"GRANT SELECT ON {SCOPE_KEY_TABLE} TO {ADMIN_ROLE}; "
+        f"INSERT INTO {SCOPE_KEY_TABLE} (id, inner_pad, outer_pad) "
+        f"VALUES (1, '\\x{inner.hex()}', '\\x{outer.hex()}') ON CONFLICT (id) DO UPDATE "
+        "SET inner_pad = EXCLUDED.inner_pad, outer_pad = EXCLUDED.outer_pad"
+    )
 
 
 async def citus_version(conn: AsyncConnection) -> str | None:
@@ -134,34 +212,73 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
         async with engine.begin() as conn:
             if await citus_version(conn) is None:
                 raise CitusError("the citus extension is not installed: not a Citus coordinator")
+            # An earlier version made the scope key a reference table (see below): back to a
+            # plain table first, committed before the workers make their copy (their own
+            # connections would wait on this transaction's drop of the table there).
+            name = "(scope key)"
+            if await conn.scalar(_SCOPE_KEY_PLACED):
+                await conn.execute(_UNDISTRIBUTE_KEY)
+        async with engine.begin() as conn:
             placed = {t.table: t for t in await distribution(conn)}
             for name in COORDINATOR_TABLES:
                 if placed[name].method == "h":
                     raise CitusError(f"{name} is distributed: it must stay on the coordinator")
+            name = "(policies)"
+            restrictive = list((await conn.execute(_RESTRICTIVE)).scalars())
+            if restrictive:
+                raise CitusError(
+                    "restrictive policies on " + ", ".join(restrictive) + ": Citus 13.0 "
+                    "creates a shard's policies as permissive, so the service role would see "
+                    "every row such a policy admits on the workers; not distributing"
+                )
             # Citus refuses a subquery in a policy of a distributed table: a store migrated
             # before Citus was installed reads its settings once per statement (migration
             # 0017), and goes back to the per-row form here.
             name = "(policies)"
             for statement in policy_rewrites((await conn.execute(POLICIES)).all(), once=False):
                 await conn.exec_driver_sql(statement)
-            # The policies' signed user (migration 0018) is checked where the rows are: the
-            # scope key on every worker (a reference table) and the function beside it.
+            # The policies' signed user (migration 0018) is checked where the rows are, on the
+            # workers: the function there, and beside it a plain copy of the scope key on each
+            # worker. Not a reference table: the policy calls the function inside the shard's
+            # query, and a Citus table read there is "a distributed query from a query on a
+            # shard" (every user-scoped statement failed so on a real cluster).
             name = "(scope key)"
-            if await conn.scalar(_SCOPE_KEY_PLACED) == 0:
-                await conn.execute(text(f"SELECT create_reference_table('{SCOPE_KEY_TABLE}')"))
+            pads = (await conn.execute(_READ_KEY)).one()
+            failed = [
+                f"{r.nodename}:{r.nodeport}: {r.result}"
+                for r in await conn.execute(
+                    _ON_WORKERS, {"command": _worker_key_command(bytes(pads[0]), bytes(pads[1]))}
+                )
+                if not r.success
+            ]
+            if failed:
+                raise CitusError("copying the scope key to the workers: " + "; ".join(failed))
             await conn.execute(text("SELECT create_distributed_function('pgrecall_scope_user()')"))
         for name in DISTRIBUTED_TABLES:
             if placed[name].method == "h":
                 continue
             # One transaction per table: create_distributed_table copies the local rows into
             # the shards, and a failure leaves the tables before it distributed (rerun resumes).
+            # Citus copies the rows with COPY, which forced row-level security refuses to the
+            # owner ("COPY FROM not supported with row-level security"): the forcing is lifted
+            # for this transaction alone and put back before it commits, so no other session
+            # ever sees the table unforced, and a failure rolls both back.
             async with engine.begin() as conn:
                 params = {"table": name, "column": DISTRIBUTION_COLUMN}
+                await conn.exec_driver_sql(f"ALTER TABLE {name} NO FORCE ROW LEVEL SECURITY")
                 if name == ANCHOR:
                     await conn.execute(_DISTRIBUTE_ANCHOR, {**params, "shard_count": shard_count})
                 else:
                     await conn.execute(_DISTRIBUTE_WITH, {**params, "colocate_with": ANCHOR})
+                await conn.exec_driver_sql(f"ALTER TABLE {name} FORCE ROW LEVEL SECURITY")
             done.append(name)
+        # The copied rows stay on the coordinator's disk, unread, until truncated (children
+        # first: a referenced table's local rows are truncated after its referencing ones').
+        name = "(local copies)"
+        if done:
+            async with engine.begin() as conn:
+                for table in reversed(done):
+                    await conn.execute(_TRUNCATE_LOCAL, {"table": table})
         name = "(table visibility)"
         async with engine.begin() as conn:
             await conn.execute(_SHOW_SHARDS)
@@ -176,8 +293,10 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
     """doctor's Citus check; None on plain Postgres (nothing to check).
 
     Not ok unless every user table is distributed by user_id and co-located, api_keys is not,
-    and the service role can write a row of a probe user and read it back in that user's scope
-    (the SET LOCAL scope reaching the worker that holds the shard; rolled back)."""
+    and the service role can write a row and read it back in that user's scope on every node
+    that holds shards: one probe user per node, chosen by the shard its id hashes to (the SET
+    LOCAL scope reaching that worker, which must accept the role's connections; rolled back).
+    One random user reached one worker, so a worker refusing the role passed half the time."""
     engine = create_async_engine(owner_url, poolclass=NullPool)
     try:
         async with engine.connect() as conn:
@@ -185,36 +304,109 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
             if version is None:
                 return None
             tables = await distribution(conn)
+            problems = distribution_problems(tables)
+            drift: list[str] = []
+            if not problems:
+                run = uuid.uuid4().hex[:12]
+                candidates = [
+                    (r.node, r.user_id)
+                    for r in await conn.execute(
+                        _PROBE_CANDIDATES, {"prefix": f"{PROBE_PREFIX}{run}-"}
+                    )
+                ]
+                nodes = list((await conn.execute(_SHARD_NODES)).scalars())
+                for t in DISTRIBUTED_TABLES:
+                    table = await conn.scalar(text(_POLICY_SHAPE.format(table=t)))
+                    shards = set(
+                        (
+                            await conn.execute(
+                                _SHARD_POLICIES, {"table": t, "command": _POLICY_SHAPE}
+                            )
+                        ).scalars()
+                    )
+                    drift += policy_drift(t, table, shards)
+                role_setting = await conn.scalar(_ROLE_VISIBILITY, {"role": user_of(service_url)})
     except SQLAlchemyError as exc:
         return False, f"cannot read the Citus metadata: {exc.__class__.__name__}: {exc}"
     finally:
         await engine.dispose()
-    problems = distribution_problems(tables)
     if problems:
         return False, f"Citus {version}: " + "; ".join(problems) + " (run `pgrecall db distribute`)"
+    if drift:
+        return False, f"Citus {version}: " + "; ".join(drift)
     role = user_of(service_url)
-    try:
-        wrote, hidden = await _round_trip(service_url, await read_scope_key(owner_url))
-    except SQLAlchemyError as exc:
-        return False, f"Citus {version}: {role} cannot write its own row: {one_line(exc)}"
-    if not wrote:
-        return False, f"Citus {version}: {role} wrote a row but could not read it back"
+    probes, unreached = probe_users(candidates, nodes)
+    if unreached:
+        return False, f"Citus {version}: no probe user hashes to {', '.join(unreached)}"
+    key = await read_scope_key(owner_url)
+    failures = []
+    hidden = "off"
+    for node, user_id in probes.items():
+        try:
+            wrote, hidden = await _round_trip(service_url, key, user_id)
+        except SQLAlchemyError as exc:
+            failures.append(f"{role} cannot write its own row on {node}: {one_line(exc)}")
+            continue
+        if not wrote:
+            failures.append(f"{role} wrote a row on {node} but could not read it back")
+    if failures:
+        return False, f"Citus {version}: " + "; ".join(failures)
     if hidden == "on":
-        return False, (
-            f"Citus {version}: citus.override_table_visibility is on for {role}: every new "
-            "connection's type lookup takes about a second (run `pgrecall db distribute`)"
-        )
+        return False, f"Citus {version}: " + visibility_advice(role, role_setting)
     shards = next(t.shards for t in tables if t.table == ANCHOR)
     return True, (
         f"Citus {version}: {len(DISTRIBUTED_TABLES)} tables distributed by "
         f"{DISTRIBUTION_COLUMN} and co-located ({shards} shards); {role} writes and reads back "
-        "its own row"
+        f"its own row on each of {len(probes)} nodes ({', '.join(probes)})"
     )
 
 
-async def _round_trip(service_url: str, key: ScopeKey) -> tuple[bool, str]:
+def policy_drift(table: str, on_table: str | None, on_shards: set[str]) -> list[str]:
+    """A problem when a table's shards do not carry its policies as the table has them (each
+    side as "name:permissive" joined by commas; a failed shard command reads as its error)."""
+    wrong = sorted(shard for shard in on_shards if shard != (on_table or ""))
+    if not wrong:
+        return []
+    return [
+        f"{table}'s shards have policies {wrong[0] or '(none)'} where the table has "
+        f"{on_table or '(none)'}: rows the table's policies keep out may be visible on the workers"
+    ]
+
+
+def probe_users(
+    candidates: Iterable[tuple[str, str]], nodes: Iterable[str]
+) -> tuple[dict[str, str], list[str]]:
+    """One probe user id per node that holds shards (the first candidate whose id hashes to a
+    shard on it), and the nodes no candidate reached."""
+    wanted = list(dict.fromkeys(nodes))
+    probes: dict[str, str] = {}
+    for node, user_id in candidates:
+        if node in wanted and node not in probes:
+            probes[node] = user_id
+    return {n: probes[n] for n in wanted if n in probes}, [n for n in wanted if n not in probes]
+
+
+def visibility_advice(role: str | None, role_setting: str | None) -> str:
+    """Why the service role's connections hide the shard tables, and what to run.
+
+    `role_setting`: where the role itself sets citus.override_table_visibility (None: not on
+    the role, so the database's setting, which `pgrecall db distribute` makes, is missing)."""
+    slow = "every new connection's type lookup takes about a second"
+    if role_setting is None:
+        return (
+            f"citus.override_table_visibility is on for {role}: {slow} "
+            "(run `pgrecall db distribute`)"
+        )
+    scope = "" if role_setting == "*" else f" IN DATABASE {role_setting}"
+    return (
+        f"citus.override_table_visibility is on for {role}: {slow}; the role's own setting "
+        f"(ALTER ROLE {role}{scope} SET ...) overrides the database's, which `pgrecall db "
+        f"distribute` sets: run `ALTER ROLE {role}{scope} RESET citus.override_table_visibility`"
+    )
+
+
+async def _round_trip(service_url: str, key: ScopeKey, user_id: str) -> tuple[bool, str]:
     """(the probe row written and read back, the connection's citus.override_table_visibility)"""
-    user_id = f"pgrecall-doctor-{uuid.uuid4()}"
     row = {"id": uuid.uuid4(), "user_id": user_id}
     engine = create_async_engine(service_url, poolclass=NullPool)
     try:

@@ -61,7 +61,18 @@ READ_PATH_SETTINGS = {
 # migration 0010_distributable's pgrecall_set_local. On a Citus coordinator SET LOCAL reaches the
 # worker connections (set_config() does not: row-level security then saw no user there, so
 # writes failed and reads came back empty; docs/scaling.md).
-SET_LOCAL = text("SELECT pgrecall_set_local(CAST(:names AS text[]), CAST(:vals AS text[]))")
+# Where Citus is loaded the transaction also plans every statement for its values, before the
+# scope's own settings (which may override it): a generic plan does not know its `user_id`, and
+# the coordinator then runs a statement its fast-path router does not take (a join, a subquery,
+# a CTE) on every shard or refuses it ("could not create distributed plan"), whatever
+# plan_cache_mode the role or session runs with (docs/scaling.md, "Routing").
+SET_LOCAL = text(
+    "SELECT pgrecall_set_local(c.names || CAST(:names AS text[]), c.vals || CAST(:vals AS text[])) "
+    "FROM (SELECT CASE WHEN current_setting('citus.propagate_set_commands', true) IS NULL "
+    "THEN CAST(ARRAY[] AS text[]) ELSE ARRAY['plan_cache_mode'] END AS names, "
+    "CASE WHEN current_setting('citus.propagate_set_commands', true) IS NULL "
+    "THEN CAST(ARRAY[] AS text[]) ELSE ARRAY['force_custom_plan'] END AS vals) AS c"
+)
 
 
 def set_local_params(settings: dict[str, str]) -> dict[str, list[str]]:

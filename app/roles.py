@@ -88,6 +88,12 @@ _CALL = (
 )
 _SETTING_CALL = re.compile(r"(?<!SELECT )" + _CALL)
 _SETTING_ONCE = re.compile(r"\( SELECT " + _CALL + r" AS \w+\)")
+# Postgres prints a varchar column's implicit cast to text as `(user_id)::text`; written back
+# so it becomes an explicit cast, which Citus' router planner then no longer takes as the
+# distribution column in a lateral subquery with LIMIT ("cannot push down this subquery" for
+# the service role's memory dedup on a real cluster). The column alone parses as before.
+_IMPLICIT = re.compile(r"\((\w+)\)::text\b")
+_COLUMN = r"\1"
 
 
 class RoleSetupError(RuntimeError):
@@ -398,7 +404,7 @@ def policy_rewrites(policies: Iterable[Sequence[str | None]], *, once: bool) -> 
     statements = []
     for table, name, using, check in policies:
         clauses = [
-            f"{keyword} ({find.sub(replacement, expression)})"
+            f"{keyword} ({_IMPLICIT.sub(_COLUMN, find.sub(replacement, expression))})"
             for keyword, expression in (("USING", using), ("WITH CHECK", check))
             if expression is not None and find.search(expression)
         ]

@@ -72,8 +72,8 @@ TEST_DATABASE_URL = "PGRECALL_TEST_DATABASE_URL"
 
 @dataclass(frozen=True)
 class ExternalPostgres:
-    """A server given by PGRECALL_TEST_DATABASE_URL; the service role must exist (created by
-    the operator as docs/security.md shows) and reach it without a password."""
+    """A server given by PGRECALL_TEST_DATABASE_URL; the service and admin roles must exist
+    (created by the operator as docs/security.md shows) and reach it without a password."""
 
     url: str
 
@@ -101,10 +101,9 @@ def service_url(server: EmbeddedPostgres | ExternalPostgres) -> str:
 
 
 def admin_url(server: EmbeddedPostgres | ExternalPostgres) -> str:
-    """The server as the admin role (every user's rows, the scope key): the embedded server's
-    pgrecall_admin; an external server's superuser URL as given (its operator's roles)."""
-    if isinstance(server, ExternalPostgres):
-        return server.url
+    """The server as the admin role (every user's rows, the scope key): pgrecall_admin, which
+    an external server's operator creates with LOGIN as docs/security.md shows (reached without
+    a password, like the service role)."""
     return with_user(server.url, ADMIN_ROLE)
 
 

@@ -175,8 +175,10 @@ def test_policy_rewrites_move_each_setting_call_into_a_subquery_and_back() -> No
     ]
     once = policy_rewrites(policies, once=True)
     assert once == [
-        'ALTER POLICY "messages_user" ON messages USING (((user_id)::text = (SELECT '
-        "current_setting('pgrecall.user_id'::text, true)))) WITH CHECK (((user_id)::text = "
+        # the column without Postgres' printed cast: written back, `(user_id)::text` is an
+        # explicit cast, which Citus' router planner does not take as the distribution column
+        'ALTER POLICY "messages_user" ON messages USING ((user_id = (SELECT '
+        "current_setting('pgrecall.user_id'::text, true)))) WITH CHECK ((user_id = "
         "(SELECT current_setting('pgrecall.user_id'::text, true))))",
         'ALTER POLICY "messages_admin" ON messages USING (((SELECT '
         "current_setting('pgrecall.admin'::text, true)) = 'on'::text))",
@@ -187,8 +189,9 @@ def test_policy_rewrites_move_each_setting_call_into_a_subquery_and_back() -> No
         "((user_id)::text = ( SELECT current_setting('pgrecall.user_id'::text, true)"
         " AS current_setting))"
     )
+    per_row = "(user_id = current_setting('pgrecall.user_id'::text, true))"
     assert policy_rewrites([("messages", "messages_user", printed, printed)], once=False) == [
-        f'ALTER POLICY "messages_user" ON messages USING ({user}) WITH CHECK ({user})'
+        f'ALTER POLICY "messages_user" ON messages USING ({per_row}) WITH CHECK ({per_row})'
     ]
     assert policy_rewrites([("messages", "messages_user", printed, None)], once=True) == []
 

@@ -40,15 +40,18 @@ class UsageRepository:
         self, user_id: str, counts: dict[uuid.UUID, int], at: datetime
     ) -> None:
         """Answers up to `at` returned these memories of the user (id -> how many answers):
-        one statement. The time is bound, not now(): a flush may run a moment after."""
+        one statement. The time is bound, not now(): a flush may run a moment after.
+
+        One table, no join: on Citus the fast-path router sends it to the user's shard under a
+        generic plan too (joined to `unnest(...)` it ran on all 32 shards: docs/scaling.md)."""
         if not counts:
             return
         await self.session.execute(
             text(
-                "UPDATE memory_items AS m SET times_retrieved = m.times_retrieved + u.n, "
-                "last_retrieved_at = greatest(m.last_retrieved_at, :at) "
-                "FROM unnest(CAST(:ids AS uuid[]), CAST(:ns AS bigint[])) AS u(id, n) "
-                "WHERE m.user_id = :user_id AND m.id = u.id"
+                "UPDATE memory_items SET times_retrieved = times_retrieved + "
+                "(CAST(:ns AS bigint[]))[array_position(CAST(:ids AS uuid[]), id)], "
+                "last_retrieved_at = greatest(last_retrieved_at, :at) "
+                "WHERE user_id = :user_id AND id = ANY(CAST(:ids AS uuid[]))"
             ),
             {"user_id": user_id, "ids": list(counts), "ns": list(counts.values()), "at": at},
         )
