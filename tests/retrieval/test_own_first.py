@@ -3,6 +3,8 @@ the order is otherwise untouched."""
 
 from __future__ import annotations
 
+import itertools
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -43,6 +45,6 @@ def test_only_ties_move_and_nothing_is_lost(items: list[tuple[float, bool]]) -> 
     assert sorted(x.key for x in out) == sorted(x.key for x in ranked)
     # the sequence of relevances is the same: items move within a tie only
     assert [x.relevance for x in out] == [x.relevance for x in ranked]
-    for a, b in zip(out, out[1:], strict=False):
+    for a, b in itertools.pairwise(out):
         if a.relevance == b.relevance and a.key in shared:
             assert b.key in shared  # no own item after a shared one in its tie
