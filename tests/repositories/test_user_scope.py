@@ -57,6 +57,7 @@ from app.repositories.retrieval import (
 )
 from app.repositories.retrieval.common import SessionBound
 from app.repositories.search_index import Document, SearchIndexRepository
+from app.repositories.spaces import SpaceRepository
 from app.repositories.store import StoreRepository
 from app.repositories.usage import UsageRepository
 from app.repositories.users import UserDirectoryRepository
@@ -616,6 +617,11 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
         "ExtractionRepository", "settle_tokens", extraction.settle_tokens(user, today, 10, 5)
     )
     await rec.call("ExtractionRepository", "jobs", extraction.jobs(user))
+    await rec.call(
+        "ExtractionRepository",
+        "conversation_scope",
+        extraction.conversation_scope(user, conv.id),
+    )
     stats = ExtractionStatsRepository(session)
     await rec.call("ExtractionStatsRepository", "summary", stats.summary(today, 5))
 
@@ -627,6 +633,19 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     await rec.call(
         "ConversationRepository", "delete_messages", conversations.delete_messages(user, conv.id)
     )
+
+    # Shared spaces (migration 0019): their own tables, and a space's memories pinned to its
+    # owner key (`space:<id>`) like a user's.
+    spaces = SpaceRepository(session)
+    space = f"scope-{uuid.uuid4().hex[:8]}"
+    await rec.call("SpaceRepository", "create", spaces.create(space, "driven"))
+    await rec.call("SpaceRepository", "get", spaces.get(space))
+    await rec.call("SpaceRepository", "list", spaces.list())
+    await rec.call("SpaceRepository", "grant", spaces.grant(space, user, "read"))
+    await rec.call("SpaceRepository", "members", spaces.members(space))
+    await rec.call("SpaceRepository", "memberships", spaces.memberships(user))
+    await rec.call("SpaceRepository", "revoke", spaces.revoke(space, user))
+    await rec.call("SpaceRepository", "delete", spaces.delete(space))
 
     directory = UserDirectoryRepository(session)
     await rec.call("UserDirectoryRepository", "page", directory.page(user, limit=5, offset=0))
