@@ -152,6 +152,71 @@ _ROLE_VISIBILITY = text(
 _PROBE_READ = text("SELECT count(*) FROM conversations WHERE user_id = :user_id AND id = :id")
 
 
+# Each distributed table's policies as the coordinator holds them, and the policy names of each
+# of its shards ("a,b"). Migrations change a distributed table's policies on the coordinator
+# alone (Citus 13 cannot forward a policy holding a function call: "unrecognized node type");
+# `distribute` then makes every shard's the same (sync_shard_policies).
+_TABLE_POLICIES = text(
+    """
+    SELECT p.polname AS name, p.polpermissive AS permissive, p.polcmd::text AS cmd,
+           CASE WHEN p.polroles = '{0}' THEN 'PUBLIC' ELSE
+             (SELECT string_agg(quote_ident(r.rolname), ', ') FROM pg_roles AS r
+              WHERE r.oid = ANY (p.polroles)) END AS roles,
+           pg_get_expr(p.polqual, p.polrelid) AS using,
+           pg_get_expr(p.polwithcheck, p.polrelid) AS check
+    FROM pg_policy AS p WHERE p.polrelid = CAST(:table AS regclass) ORDER BY p.polname
+    """
+)
+_SHARD_POLICY_NAMES = (
+    "SELECT coalesce(string_agg(polname, ',' ORDER BY polname), '') FROM pg_policy "
+    "WHERE polrelid = '{table}'::regclass"
+)
+_ON_SHARDS = text(
+    "SELECT shardid, success, result FROM run_command_on_shards(CAST(:table AS regclass), "
+    "replace(:command, '{table}', '%s'))"
+)
+_COMMANDS = {"*": "ALL", "r": "SELECT", "a": "INSERT", "w": "UPDATE", "d": "DELETE"}
+
+
+def shard_policy_statement(
+    name: str, permissive: bool, cmd: str, roles: str, using: str | None, check: str | None
+) -> str:
+    """CREATE POLICY of one table policy for a shard (`{table}` stands for the shard)."""
+    statement = (
+        f'CREATE POLICY "{name}" ON {{table}} AS {"PERMISSIVE" if permissive else "RESTRICTIVE"}'
+        f" FOR {_COMMANDS[cmd]} TO {roles}"
+    )
+    if using is not None:
+        statement += f" USING ({using})"
+    if check is not None:
+        statement += f" WITH CHECK ({check})"
+    return statement
+
+
+async def sync_shard_policies(conn: AsyncConnection, table: str) -> int:
+    """Make every shard of `table` carry the table's policies, as the coordinator has them
+    (dropped and made again); how many policies. Statements on the shards run on their own
+    connections: call after the table's changes have committed."""
+    policies = (await conn.execute(_TABLE_POLICIES, {"table": table})).all()
+    wanted = {p.name for p in policies}
+    names = await conn.execute(_ON_SHARDS, {"table": table, "command": _SHARD_POLICY_NAMES})
+    stale = {n for r in names if r.success for n in r.result.split(",") if n} | wanted
+    commands = [f'DROP POLICY IF EXISTS "{n}" ON {{table}}' for n in sorted(stale)]
+    commands += [
+        shard_policy_statement(p.name, p.permissive, p.cmd, p.roles, p.using, p.check)
+        for p in policies
+    ]
+    for command in commands:
+        failed = [
+            f"shard {r.shardid}: {r.result}"
+            for r in await conn.execute(_ON_SHARDS, {"table": table, "command": command})
+            if not r.success
+        ]
+        if failed:
+            raise CitusError(f"policies of {table}'s shards: " + "; ".join(failed[:3]))
+    return len(policies)
+
+
 def _worker_key_command(inner: bytes, outer: bytes) -> str:
     """The scope key as a plain table of a worker (as migration 0018 makes it on the
     coordinator: the owner's, readable by the admin role alone), created or brought up to date."""
@@ -272,6 +337,13 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
                     await conn.execute(_DISTRIBUTE_WITH, {**params, "colocate_with": ANCHOR})
                 await conn.exec_driver_sql(f"ALTER TABLE {name} FORCE ROW LEVEL SECURITY")
             done.append(name)
+        # Every shard's policies as its table's: migrations change them on the coordinator
+        # alone (see _TABLE_POLICIES); made again on every run, so a rerun after an upgrade
+        # brings the shards up to date.
+        name = "(shard policies)"
+        async with engine.connect() as conn:
+            for table in DISTRIBUTED_TABLES:
+                await sync_shard_policies(conn, table)
         # The copied rows stay on the coordinator's disk, unread, until truncated (children
         # first: a referenced table's local rows are truncated after its referencing ones').
         name = "(local copies)"

@@ -18,7 +18,7 @@ from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from app.db import ScopeKey, engine_scope_key, with_scope_key
+from app.db import SET_LOCAL, ScopeKey, engine_scope_key, set_local_params, with_scope_key
 from app.domain import MemoryScope, space_owner
 from app.embedded import EmbeddedPostgres
 from app.models.base import EMBEDDING_DIMENSION
@@ -47,6 +47,12 @@ async def owner(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
         await engine.dispose()
 
 
+async def _citus(engine: AsyncEngine) -> bool:
+    async with engine.connect() as conn:
+        sql = "SELECT count(*) FROM pg_extension WHERE extname = 'citus'"
+        return bool(await conn.scalar(text(sql)))
+
+
 def _key(engine: AsyncEngine) -> ScopeKey:
     key = engine_scope_key(engine)
     assert key is not None
@@ -67,8 +73,8 @@ async def run_as(
     engine: AsyncEngine, settings: dict[str, str], sql: str, params: dict[str, object]
 ) -> list[str]:
     async with engine.connect() as conn, conn.begin():
-        for name, value in settings.items():
-            await conn.execute(text("SELECT set_config(:n, :v, true)"), {"n": name, "v": value})
+        # SET LOCAL as the service does (on Citus it reaches the workers; set_config does not)
+        await conn.execute(SET_LOCAL, set_local_params(settings))
         result = await conn.execute(text(sql), params)
         return [str(v) for v in result.scalars()] if result.returns_rows else []
 
@@ -191,6 +197,8 @@ async def test_an_agent_cannot_write_into_another_agents_scope(
 
 
 async def test_spaces_follow_their_grants(service_engine: AsyncEngine, owner: AsyncEngine) -> None:
+    if await _citus(owner):
+        pytest.skip("no shared spaces on Citus yet: the workers have no space_members")
     run = uuid.uuid4().hex[:8]
     space, reader, writer, outsider = f"s-{run}", f"r-{run}", f"w-{run}", f"o-{run}"
     room = space_owner(space)

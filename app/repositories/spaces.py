@@ -23,6 +23,11 @@ class SpaceRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
+    async def on_citus(self) -> bool:
+        """Whether the database is a Citus coordinator (no shared spaces there yet)."""
+        sql = text("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")
+        return bool((await self.session.execute(sql)).scalar_one())
+
     async def create(self, space_id: str, description: str) -> Space | None:
         """A new space; None when one of that id exists."""
         stmt = (

@@ -94,13 +94,27 @@ $fn$
 
 _AGENT = "nullif(current_setting('pgrecall.agent_id', true), '')"
 _RUN = "nullif(current_setting('pgrecall.run_id', true), '')"
-_OWN = "coalesce(current_setting('pgrecall.scope_own', true), '') = 'on'"
+
+
+def _named(setting: str, column: str) -> str:
+    """The request names no value of `setting`, or the row's `column` is it, or (unless it
+    asks for its own rows only) the row has none. Comparisons, IS NULL, AND and OR only:
+    Citus 13 cannot forward a policy holding NULLIF or COALESCE to the shards ("unrecognized
+    node type")."""
+    value = f"current_setting('pgrecall.{setting}', true)"
+    own = "current_setting('pgrecall.scope_own', true)"
+    not_own = f"({own} IS NULL OR {own} <> 'on')"
+    return (
+        f"({value} IS NULL OR {value} = '' OR {column} = {value} "
+        f"OR ({column} IS NULL AND {not_own}))"
+    )
+
+
 # A row is in a request's scope when the request names no agent, or the row is that agent's,
 # or (unless it asks for its own memory only) the row has no agent; the same for runs.
-SCOPE_MATCH = (
-    f"({_AGENT} IS NULL OR agent_id = {_AGENT} OR (agent_id IS NULL AND NOT {_OWN})) "
-    f"AND ({_RUN} IS NULL OR run_id = {_RUN} OR (run_id IS NULL AND NOT {_OWN}))"
-)
+SCOPE_MATCH = f"{_named('agent_id', 'agent_id')} AND {_named('run_id', 'run_id')}"
+# The exact path's covering index of messages, before and after (migration 0017's, with the
+# scope columns the user policy now reads).
 COVERING = (
     "messages (user_id, embedding_model) INCLUDE (id, embedding) WHERE embedding IS NOT NULL"
 )
@@ -108,9 +122,9 @@ COVERING_SCOPED = (
     "messages (user_id, embedding_model) INCLUDE (id, embedding, agent_id, run_id) "
     "WHERE embedding IS NOT NULL"
 )
+USER_MATCH = "user_id = pgrecall_scope_user()"
 # coalesce() makes the array an expression: read once per statement (policy_rewrites puts the
 # call in a subquery), `ANY ((SELECT ...))` would be ANY over a subquery's rows instead.
-USER_MATCH = "user_id = pgrecall_scope_user()"
 SPACE_READ = "user_id = ANY (coalesce(pgrecall_scope_spaces(false), '{}'))"
 SPACE_WRITE = "user_id = ANY (coalesce(pgrecall_scope_spaces(true), '{}'))"
 
@@ -120,7 +134,16 @@ def _citus() -> bool:
     return bool(op.get_bind().execute(text(sql)).scalar_one())
 
 
+def _sequential_on_citus() -> None:
+    """On Citus, the shard commands over one connection per node: the migration replaces the
+    distributed pgrecall_scope_user() after changing distributed tables, which Citus refuses
+    after a parallel operation in the same transaction."""
+    if _citus():
+        op.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
+
+
 def upgrade() -> None:
+    _sequential_on_citus()
     taken = op.get_bind().execute(
         text(
             "SELECT user_id FROM conversations WHERE user_id LIKE 'space:%' UNION "
@@ -222,8 +245,17 @@ def upgrade() -> None:
 
 
 def _user_policy(table: str, match: str) -> None:
+    """The table's user policy made again. On Citus on the coordinator's table alone: Citus 13
+    cannot forward a policy holding a function call to the shards ("unrecognized node type"),
+    so `pgrecall db distribute`, run after the upgrade, gives every shard the table's policies
+    (app/citus.py: sync_shard_policies; docs/scaling.md)."""
+    citus = _citus()
+    if citus:
+        op.execute("SET LOCAL citus.enable_ddl_propagation TO off")
     op.execute(f"DROP POLICY {table}_user ON {table}")
     op.execute(f"CREATE POLICY {table}_user ON {table} USING ({match}) WITH CHECK ({match})")
+    if citus:
+        op.execute("SET LOCAL citus.enable_ddl_propagation TO on")
 
 
 def _read_once() -> None:
@@ -233,6 +265,7 @@ def _read_once() -> None:
 
 
 def downgrade() -> None:
+    _sequential_on_citus()
     # Rows of spaces and of agents' or runs' scopes go with their columns' meaning: the
     # downgrade refuses to merge them silently into the user's memory.
     left = op.get_bind().execute(
