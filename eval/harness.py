@@ -17,7 +17,6 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import httpx
 from fastapi import FastAPI
 
 from app.config import Settings
@@ -86,32 +85,11 @@ class Harness:
     ) -> dict[str, Any]:
         """POST /v1/tools/query_memory as the user (the agent's path, with its cut and floor);
         `spaces`: the shared spaces it reads besides (X-Spaces)."""
+        pgr = self.client.as_user(user_id)
         if spaces:
-            return await self._spaces_query(user_id, query, types, times, spaces)
-        answer = await self.client.as_user(user_id).query_memory(query, types=types, times=times)
+            pgr = pgr.scoped(spaces=list(spaces))
+        answer = await pgr.query_memory(query, types=types, times=times)
         return answer.model_dump(mode="json")
-
-    async def _spaces_query(
-        self,
-        user_id: str,
-        query: str,
-        types: Sequence[str] | None,
-        times: TimeFilters | None,
-        spaces: Sequence[str],
-    ) -> dict[str, Any]:
-        """The agent tool with X-Spaces, over the app itself (as the client's requests go)."""
-        body: dict[str, Any] = {"query": query}
-        if types:
-            body["types"] = list(types)
-        if times is not None:
-            bounds = {"time_from": times.time_from, "time_to": times.time_to, "as_of": times.as_of}
-            body |= {k: v.isoformat() for k, v in bounds.items() if v is not None}
-        headers = {"X-User-Id": user_id, "X-Spaces": ",".join(spaces)}
-        transport = httpx.ASGITransport(app=self.app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://eval") as http:
-            response = await http.post("/v1/tools/query_memory", json=body, headers=headers)
-        response.raise_for_status()
-        return dict(response.json())
 
     async def add_space(self, name: str, members: Mapping[str, str]) -> None:
         """A shared space and its members' grants (user -> read | write), as the admin does."""

@@ -66,8 +66,8 @@ def scope_claim(
     where: str = "header",
 ) -> ScopeClaim:
     """The scope named by a door's headers (`where`: how a refusal names the field): agent and
-    run ids follow the user ids' rule; the mode is `inherit` or `own` (which needs an agent or
-    a run); spaces are a comma-separated list of at most MAX_SPACES space ids."""
+    run ids follow the user ids' rule; the mode is `inherit` or `own` (which narrows nothing
+    without an agent or a run); spaces are a comma-separated list of at most MAX_SPACES ids."""
     names = {
         "agent": f"{where}.{AGENT_HEADER}" if where == "header" else f"{where}.agent_id",
         "run": f"{where}.{RUN_HEADER}" if where == "header" else f"{where}.run_id",

@@ -173,7 +173,7 @@ async def test_ask_as_an_agent_and_with_spaces(
     [
         ({"agent_id": "has space"}, "query.agent_id"),
         ({"run_id": "x" * 256}, "query.run_id"),
-        ({"scope_mode": "own"}, "query.scope_mode"),
+        ({"scope_mode": "mine"}, "query.scope_mode"),
         ({"agent_id": "a", "scope_mode": "mine"}, "query.scope_mode"),
         ({"spaces": "Team"}, "query.spaces"),
     ],

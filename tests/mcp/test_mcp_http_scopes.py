@@ -65,7 +65,7 @@ async def test_agents_never_see_each_others_memory(
         # a key bound to the mail agent cannot act as the calendar agent
         refused = await _initialize(app, mail_key, {"X-Agent-Id": "calendar"})
         assert refused.status_code == 403, refused.text
-        bad = await _initialize(app, token, {"X-Scope-Mode": "own"})
+        bad = await _initialize(app, token, {"X-Scope-Mode": "mine"})
         assert bad.status_code == 422 and "X-Scope-Mode" in bad.text
 
 

@@ -261,7 +261,7 @@ async def test_stdio_refuses_a_bad_scope_and_another_agent_than_the_keys(
 ) -> None:
     bound = await new_key(sessions, f"stdio-bound-{uuid.uuid4()}", "write", agent="mail")
     for options, message in (
-        (["--scope-mode", "own"], "--scope-mode: 'own' needs an agent or a run"),
+        (["--scope-mode", "mine"], "--scope-mode: must be one of"),
         (["--agent-id", "a", "--scope-mode", "mine"], "--scope-mode: must be one of"),
         (["--spaces", "Team"], "--spaces: comma-separated space ids"),
         (["--agent-id", "has space"], "--agent-id:"),

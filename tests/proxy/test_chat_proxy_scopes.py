@@ -84,7 +84,7 @@ async def test_an_agent_never_gets_another_agents_memory_or_turns(
         await chat(client, upstream, bound, "Which support ticket code is walrus?")
         assert "walrus-71" in injected(upstream)
         bad = await client.post(
-            CHAT, json=ask("hi"), headers={"X-User-Id": user_id, "X-Scope-Mode": "own"}
+            CHAT, json=ask("hi"), headers={"X-User-Id": user_id, "X-Scope-Mode": "mine"}
         )
         assert bad.status_code == 422 and "X-Scope-Mode" in bad.text
 
