@@ -34,6 +34,8 @@ from app.roles import (
 )
 
 DISTRIBUTION_COLUMN = "user_id"
+# The tables a shared space's memories live in (migration 0019's space policies).
+SPACE_TABLES = ("memory_items", "search_postings", "search_stats")
 ANCHOR = DISTRIBUTED_TABLES[0]  # the table the others are co-located with
 DEFAULT_SHARD_COUNT = 32
 
@@ -296,6 +298,15 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
                     "creates a shard's policies as permissive, so the service role would see "
                     "every row such a policy admits on the workers; not distributing"
                 )
+            # No shared spaces on Citus yet (migration 0019): their policies read space_members,
+            # which the workers do not have, and every read of a shard would fail there. A
+            # store migrated before Citus was installed has them: dropped before distributing.
+            name = "(space policies)"
+            for table in SPACE_TABLES:
+                for kind in ("read", "write"):
+                    await conn.exec_driver_sql(
+                        f"DROP POLICY IF EXISTS {table}_space_{kind} ON {table}"
+                    )
             # Citus refuses a subquery in a policy of a distributed table: a store migrated
             # before Citus was installed reads its settings once per statement (migration
             # 0017), and goes back to the per-row form here.
