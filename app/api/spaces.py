@@ -12,7 +12,7 @@ from pydantic import AfterValidator
 from app.domain import SPACE_ID_PATTERN_TEXT, space_owner
 from app.errors import PermissionDeniedError
 from app.http.deps import AdminSessionDep, CallerDep, ResourcesDep
-from app.runtime import user_transaction
+from app.runtime import agent_memory_service, user_transaction
 from app.schemas.agent import SaveMemoryArgs, SaveMemoryResult
 from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
 from app.schemas.spaces import (
@@ -23,7 +23,6 @@ from app.schemas.spaces import (
     SpaceList,
     SpaceOut,
 )
-from app.services.agent_memory import AgentMemoryService
 from app.services.spaces import SpaceService
 
 admin = APIRouter(prefix="/v1/admin/spaces", tags=["admin"])
@@ -98,14 +97,7 @@ async def save_to_space(
     # The user's unscoped transaction: a space's memory belongs to no agent or run.
     async with user_transaction(resources.sessionmaker, caller.user_id) as session:
         await SpaceService(session).require(caller.user_id, space_id, write=True)
-        service = AgentMemoryService(
-            session,
-            resources.embeddings,
-            resources.cache,
-            write_limit_per_minute=resources.write_rate_limit_per_minute,
-            max_entries=resources.max_entries_per_user,
-        )
-        saved = await service.save(
+        saved = await agent_memory_service(resources, session).save(
             space_owner(space_id),
             body.content,
             body.type,

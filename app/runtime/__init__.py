@@ -9,12 +9,19 @@ resources, transactions and query service from here; none of them imports anothe
 """
 
 from app.runtime.query import query_config, query_request
-from app.runtime.resources import Resources, embedder_from_settings, open_resources, query_service
+from app.runtime.resources import (
+    Resources,
+    agent_memory_service,
+    embedder_from_settings,
+    open_resources,
+    query_service,
+)
 from app.runtime.uow import admin_transaction, transaction, user_transaction
 
 __all__ = [
     "Resources",
     "admin_transaction",
+    "agent_memory_service",
     "embedder_from_settings",
     "open_resources",
     "query_config",

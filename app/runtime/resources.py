@@ -21,6 +21,7 @@ from app.db import create_engine, create_sessionmaker
 from app.embedding_models import OPTIONAL_LOCAL_MODELS
 from app.roles import database_urls, prepare_database, read_scope_key, warn_unless_rls_binds
 from app.runtime.query import query_config
+from app.services.agent_memory import AgentMemoryService
 from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig, QueryService
@@ -78,6 +79,18 @@ class Resources:
     def extraction_default(self) -> bool | None:
         """Whether a conversation without its own setting is extracted; None: no model."""
         return self.extraction_default_on if self.extract_turns else None
+
+
+def agent_memory_service(resources: Resources, session: AsyncSession) -> AgentMemoryService:
+    """The agent write tools' service in `session`, with the process's write admission (rate
+    limit, per-user cap)."""
+    return AgentMemoryService(
+        session,
+        resources.embeddings,
+        resources.cache,
+        write_limit_per_minute=resources.write_rate_limit_per_minute,
+        max_entries=resources.max_entries_per_user,
+    )
 
 
 def query_service(resources: Resources) -> QueryService:

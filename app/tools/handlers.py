@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.runtime import query_request, query_service, user_transaction
+from app.runtime import agent_memory_service, query_request, query_service, user_transaction
 from app.runtime.query import read_fields, result_status
 from app.schemas.agent import (
     ForgetMemoryArgs,
@@ -25,24 +25,11 @@ from app.schemas.agent import (
     SearchConversationsArgs,
 )
 from app.schemas.memory import QueryMemoryArgs, QueryMemoryResult
-from app.services.agent_memory import AgentMemoryService, search_messages
+from app.services.agent_memory import search_messages
 from app.services.prompt import tool_answer
 
 if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncSession
-
-    from app.runtime import Resources
     from app.tools.call import ToolCall
-
-
-def _agent(resources: Resources, session: AsyncSession) -> AgentMemoryService:
-    return AgentMemoryService(
-        session,
-        resources.embeddings,
-        resources.cache,
-        write_limit_per_minute=resources.write_rate_limit_per_minute,
-        max_entries=resources.max_entries_per_user,
-    )
 
 
 async def query_memory(call: ToolCall, args: QueryMemoryArgs) -> QueryMemoryResult:
@@ -55,7 +42,7 @@ async def query_memory(call: ToolCall, args: QueryMemoryArgs) -> QueryMemoryResu
 async def save_memory(call: ToolCall, args: SaveMemoryArgs) -> SaveMemoryResult:
     user_id = call.caller.user_id
     async with user_transaction(call.resources.sessionmaker, call.caller.memory) as session:
-        saved = await _agent(call.resources, session).save(
+        saved = await agent_memory_service(call.resources, session).save(
             user_id,
             args.content,
             args.type,
@@ -70,14 +57,15 @@ async def save_memory(call: ToolCall, args: SaveMemoryArgs) -> SaveMemoryResult:
 async def forget_memory(call: ToolCall, args: ForgetMemoryArgs) -> ForgetMemoryResult:
     user_id = call.caller.user_id
     async with user_transaction(call.resources.sessionmaker, call.caller.memory) as session:
-        item = await _agent(call.resources, session).forget(user_id, args.id)
+        item = await agent_memory_service(call.resources, session).forget(user_id, args.id)
         return ForgetMemoryResult(id=item.id)
 
 
 async def rate_message(call: ToolCall, args: RateMessageArgs) -> RateMessageResult:
     user_id = call.caller.user_id
     async with user_transaction(call.resources.sessionmaker, call.caller.memory) as session:
-        rated = await _agent(call.resources, session).rate(user_id, args.message_id, args.vote)
+        agent = agent_memory_service(call.resources, session)
+        rated = await agent.rate(user_id, args.message_id, args.vote)
         return RateMessageResult(
             message_id=rated.message_id,
             vote=args.vote,
@@ -90,7 +78,7 @@ async def rate_message(call: ToolCall, args: RateMessageArgs) -> RateMessageResu
 async def list_memories(call: ToolCall, args: ListMemoriesArgs) -> MemoryPage:
     user_id = call.caller.user_id
     async with user_transaction(call.resources.sessionmaker, call.caller.memory) as session:
-        items, total = await _agent(call.resources, session).page(
+        items, total = await agent_memory_service(call.resources, session).page(
             user_id, limit=args.limit, offset=args.offset, type=args.type
         )
         out = [MemoryOut.model_validate(i) for i in items]
