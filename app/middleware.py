@@ -85,6 +85,11 @@ IDENTITY_HEADERS = {
     b"x-user-id": "X-User-Id",
     b"x-pgrecall-key": "X-Pgrecall-Key",
     b"cookie": "Cookie",
+    # the memory scope within the user (app/runtime/identity.py: an agent is a boundary too)
+    b"x-agent-id": "X-Agent-Id",
+    b"x-run-id": "X-Run-Id",
+    b"x-scope-mode": "X-Scope-Mode",
+    b"x-spaces": "X-Spaces",
     b"openai-organization": "OpenAI-Organization",
     b"openai-project": "OpenAI-Project",
 }

@@ -32,6 +32,10 @@ REPEATED = {
     "Authorization": f"Bearer {ADMIN_KEY}",
     "X-Pgrecall-Key": ADMIN_KEY,
     "Cookie": "pgrecall_console=forged",
+    "X-Agent-Id": "another-agent",
+    "X-Run-Id": "another-run",
+    "X-Scope-Mode": "inherit",
+    "X-Spaces": "another-space",
     "OpenAI-Organization": "org-other",
     "OpenAI-Project": "proj-other",
 }

@@ -30,14 +30,7 @@ from app.mcp.server import (
 from app.mcp.streams import StreamLimits
 from app.observability import correlation_id_var
 from app.runtime import Resources
-from app.runtime.identity import (
-    AGENT_HEADER,
-    RUN_HEADER,
-    SCOPE_MODE_HEADER,
-    SPACES_HEADER,
-    resolve_caller,
-    scope_claim,
-)
+from app.runtime.identity import headers_claim, resolve_caller
 from app.services.api_keys import Caller
 
 log = logging.getLogger(__name__)
@@ -139,12 +132,7 @@ class McpHttp:
                 headers.get("x-user-id"),
                 missing="missing Authorization: Bearer <per-user API key>",
                 per_user_only="/mcp takes a per-user API key (pgrecall keys create --user ...)",
-                claim=scope_claim(
-                    headers.get(AGENT_HEADER),
-                    headers.get(RUN_HEADER),
-                    headers.get(SCOPE_MODE_HEADER),
-                    headers.get(SPACES_HEADER),
-                ),
+                claim=headers_claim(headers),
             )
         except sa_exc.SQLAlchemyError as exc:
             log.warning("key lookup failed: %s", type(exc).__name__)

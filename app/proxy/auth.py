@@ -18,14 +18,7 @@ from app.domain import MemoryScope
 from app.errors import PermissionDeniedError
 from app.http.deps import ResourcesDep
 from app.proxy.upstream import ChatUpstream
-from app.runtime.identity import (
-    AGENT_HEADER,
-    RUN_HEADER,
-    SCOPE_MODE_HEADER,
-    SPACES_HEADER,
-    resolve_caller,
-    scope_claim,
-)
+from app.runtime.identity import headers_claim, resolve_caller
 from app.services.api_keys import looks_like_key
 
 KEY_HEADER = "X-Pgrecall-Key"
@@ -52,15 +45,12 @@ def pgrecall_token(
 
 
 async def proxy_caller(
+    request: Request,
     resources: ResourcesDep,
     upstream: UpstreamDep,
     x_user_id: Annotated[str | None, Header(alias="X-User-Id")] = None,
     x_pgrecall_key: Annotated[str | None, Header(alias=KEY_HEADER)] = None,
     authorization: Annotated[str | None, Header()] = None,
-    x_agent_id: Annotated[str | None, Header(alias=AGENT_HEADER)] = None,
-    x_run_id: Annotated[str | None, Header(alias=RUN_HEADER)] = None,
-    x_scope_mode: Annotated[str | None, Header(alias=SCOPE_MODE_HEADER)] = None,
-    x_spaces: Annotated[str | None, Header(alias=SPACES_HEADER)] = None,
 ) -> MemoryScope:
     """The user (and agent, run, spaces) the turns are stored for and the memories read from
     (the proxy writes: a read-only key is refused)."""
@@ -69,7 +59,7 @@ async def proxy_caller(
         pgrecall_token(upstream, x_pgrecall_key, authorization),
         x_user_id,
         missing=f"missing {KEY_HEADER}: <service key or per-user key>",
-        claim=scope_claim(x_agent_id, x_run_id, x_scope_mode, x_spaces),
+        claim=headers_claim(request.headers),
     )
     if not caller.can_write:
         raise PermissionDeniedError("this API key is read-only (the proxy stores turns)")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hmac
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -92,6 +93,17 @@ def scope_claim(
             raise ValidationFailedError(f"{field}: at most {MAX_SPACES} space ids", field)
         chosen = tuple(dict.fromkeys(parts))  # a space named twice is read once
     return ScopeClaim(agent, run, own, chosen)
+
+
+def headers_claim(headers: Mapping[str, str]) -> ScopeClaim:
+    """The scope named by a request's headers (X-Agent-Id, X-Run-Id, X-Scope-Mode, X-Spaces),
+    for a door that reads them itself (MCP over HTTP, the chat proxy)."""
+    return scope_claim(
+        headers.get(AGENT_HEADER),
+        headers.get(RUN_HEADER),
+        headers.get(SCOPE_MODE_HEADER),
+        headers.get(SPACES_HEADER),
+    )
 
 
 def with_claim(caller: Caller, claim: ScopeClaim) -> Caller:
