@@ -67,3 +67,31 @@ async def ranked_contents(client: httpx.AsyncClient, user: str, question: str) -
     )
     assert response.status_code == 200, response.text
     return [i["content"] for i in response.json()["items"]]
+
+
+async def shared_space(
+    client: httpx.AsyncClient,
+    space: str,
+    grants: dict[str, str],
+    *,
+    writer: str | None = None,
+    content: str | None = None,
+) -> None:
+    """A shared space with these grants (user -> read | write), made through the admin routes
+    (the client needs no key or holds the admin key); with `content`, `writer` saves it into
+    the space as a member does."""
+    made = await client.post("/v1/admin/spaces", json={"id": space})
+    assert made.status_code == 201, made.text
+    for user, access in grants.items():
+        grant = await client.put(
+            f"/v1/admin/spaces/{space}/members/{user}", json={"access": access}
+        )
+        assert grant.status_code == 200, grant.text
+    if content is not None:
+        assert writer is not None
+        saved = await client.post(
+            f"/v1/spaces/{space}/memories",
+            json={"content": content, "type": "fact"},
+            headers={"X-User-Id": writer},
+        )
+        assert saved.status_code == 201, saved.text

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.console.test_console_caller import _csrf, _sign_in
+from tests.helpers import shared_space
 
 
 async def _token(client: httpx.AsyncClient) -> str:
@@ -126,18 +127,13 @@ async def test_ask_as_an_agent_and_with_spaces(
             {"X-User-Id": user_id, "X-Agent-Id": "support"}, "The support ticket is walrus-71"
         )
         await save({"X-User-Id": user_id, "X-Agent-Id": "coder"}, "The coder's ticket is osprey-22")
-        assert (await client.post("/v1/admin/spaces", json={"id": space})).status_code == 201
-        for user, access in ((writer, "write"), (user_id, "read")):
-            grant = await client.put(
-                f"/v1/admin/spaces/{space}/members/{user}", json={"access": access}
-            )
-            assert grant.status_code == 200
-        shared = await client.post(
-            f"/v1/spaces/{space}/memories",
-            json={"content": "The team's on-call rotation starts on Mondays", "type": "fact"},
-            headers={"X-User-Id": writer},
+        await shared_space(
+            client,
+            space,
+            {writer: "write", user_id: "read"},
+            writer=writer,
+            content="The team's on-call rotation starts on Mondays",
         )
-        assert shared.status_code == 201, shared.text
 
         await _sign_in(client)
         whole = _formatted(await _ask(client, "which ticket", user=user_id))
@@ -193,17 +189,9 @@ async def test_a_space_is_not_a_user_in_the_directory(make_client: Callable[...,
     space = f"dir-{uuid.uuid4().hex[:8]}"
     member = f"dir-member-{uuid.uuid4().hex[:8]}"
     async with make_client() as (client, _):
-        assert (await client.post("/v1/admin/spaces", json={"id": space})).status_code == 201
-        grant = await client.put(
-            f"/v1/admin/spaces/{space}/members/{member}", json={"access": "write"}
+        await shared_space(
+            client, space, {member: "write"}, writer=member, content="The directory test's note"
         )
-        assert grant.status_code == 200
-        saved = await client.post(
-            f"/v1/spaces/{space}/memories",
-            json={"content": "The directory test's shared note", "type": "note"},
-            headers={"X-User-Id": member},
-        )
-        assert saved.status_code == 201, saved.text
         await _sign_in(client)
         page = await client.get("/console/users", params={"q": space})
         assert page.status_code == 200

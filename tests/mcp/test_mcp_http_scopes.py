@@ -12,7 +12,7 @@ import httpx
 from fastapi import FastAPI
 from mcp import Client
 
-from tests.helpers import make_key
+from tests.helpers import make_key, shared_space
 
 
 async def call(client: Client, name: str, **arguments: Any) -> dict[str, Any]:
@@ -103,18 +103,13 @@ async def test_spaces_over_mcp(
     space = f"team-{uuid.uuid4().hex[:8]}"
     writer = f"writer-{uuid.uuid4()}"
     async with make_client() as (http, app):
-        assert (await http.post("/v1/admin/spaces", json={"id": space})).status_code == 201
-        for user, access in ((writer, "write"), (user_id, "read")):
-            grant = await http.put(
-                f"/v1/admin/spaces/{space}/members/{user}", json={"access": access}
-            )
-            assert grant.status_code == 200, grant.text
-        shared = await http.post(
-            f"/v1/spaces/{space}/memories",
-            json={"content": "The team's on-call rotation starts on Mondays", "type": "fact"},
-            headers={"X-User-Id": writer},
+        await shared_space(
+            http,
+            space,
+            {writer: "write", user_id: "read"},
+            writer=writer,
+            content="The team's on-call rotation starts on Mondays",
         )
-        assert shared.status_code == 201, shared.text
         reader_key = (await make_key(app, user_id)).token
         outsider_key = (await make_key(app, other_user_id)).token
         question = "when does the on-call rotation start"

@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
 from app.services.api_keys import ApiKeyService
+from tests.helpers import shared_space
 from tests.redis_server import RedisServer
 from tests.servers import service_url
 
@@ -199,18 +200,13 @@ async def test_stdio_scopes_agents_and_spaces(
     space = f"team-{uuid.uuid4().hex[:8]}"
     writer = f"writer-{uuid.uuid4()}"
     async with make_client() as (http, _):
-        assert (await http.post("/v1/admin/spaces", json={"id": space})).status_code == 201
-        for user, access in ((writer, "write"), (user_id, "read")):
-            grant = await http.put(
-                f"/v1/admin/spaces/{space}/members/{user}", json={"access": access}
-            )
-            assert grant.status_code == 200, grant.text
-        shared = await http.post(
-            f"/v1/spaces/{space}/memories",
-            json={"content": "The team's on-call rotation starts on Mondays", "type": "fact"},
-            headers={"X-User-Id": writer},
+        await shared_space(
+            http,
+            space,
+            {writer: "write", user_id: "read"},
+            writer=writer,
+            content="The team's on-call rotation starts on Mondays",
         )
-        assert shared.status_code == 201, shared.text
 
         support = stdio(pg, redis_srv, key.token, "--agent-id", "support")
         async with Client(support) as client:

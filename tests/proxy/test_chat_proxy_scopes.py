@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.helpers import make_key
+from tests.helpers import make_key, shared_space
 from tests.proxy.upstream_server import Answer, Upstream
 
 CHAT = "/v1/chat/completions"
@@ -96,18 +96,13 @@ async def test_spaces_through_the_proxy(
     writer = f"writer-{uuid.uuid4()}"
     question = "When does the on-call rotation start?"
     async with make_client(chat_upstream_url=upstream.base) as (client, _):
-        assert (await client.post("/v1/admin/spaces", json={"id": space})).status_code == 201
-        for user, access in ((writer, "write"), (user_id, "read")):
-            grant = await client.put(
-                f"/v1/admin/spaces/{space}/members/{user}", json={"access": access}
-            )
-            assert grant.status_code == 200, grant.text
-        shared = await client.post(
-            f"/v1/spaces/{space}/memories",
-            json={"content": "The team's on-call rotation starts on Mondays", "type": "fact"},
-            headers={"X-User-Id": writer},
+        await shared_space(
+            client,
+            space,
+            {writer: "write", user_id: "read"},
+            writer=writer,
+            content="The team's on-call rotation starts on Mondays",
         )
-        assert shared.status_code == 201, shared.text
         reader = {"X-User-Id": user_id, "X-Spaces": space}
         await chat(client, upstream, reader, question)
         assert "rotation starts on Mondays" in injected(upstream)
