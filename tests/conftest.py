@@ -20,10 +20,18 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from app.adapters.embedder import LocalEmbedder
 from app.config import Settings
+from app.db import with_scope_key
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
 from tests.redis_server import RedisServer
-from tests.servers import app_settings, external_postgres, temporary_postgres, temporary_redis
+from tests.servers import (
+    app_settings,
+    external_postgres,
+    scope_key,
+    service_url,
+    temporary_postgres,
+    temporary_redis,
+)
 
 # CI runs every property test on the same examples (failures found locally are pinned with
 # @example); locally hypothesis keeps exploring. CI=true is set by the CI runner.
@@ -80,6 +88,18 @@ def embedder() -> LocalEmbedder:
 async def db_engine(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
     """A separate engine to look at what the service really committed."""
     engine = create_async_engine(pg.url)
+    try:
+        yield engine
+    finally:
+        await engine.dispose()
+
+
+@pytest.fixture
+async def service_engine(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
+    """The service role with exactly one pooled connection: every session reuses it. It signs
+    its user scopes with the database's scope key, as the service does."""
+    engine = create_async_engine(service_url(pg), pool_size=1, max_overflow=0)
+    with_scope_key(engine, await scope_key(pg))
     try:
         yield engine
     finally:

@@ -35,13 +35,12 @@ from app.db import (
     key_lookup_session,
     set_local_params,
     user_session,
-    with_scope_key,
 )
 from app.embedded import EmbeddedPostgres
 from app.models.base import EMBEDDING_DIMENSION
 from app.roles import ADMIN_ROLE, DEFAULT_APP_ROLE, SCOPE_KEY_TABLE, USER_TABLES, rls_status
 from app.vectors import vector_literal
-from tests.servers import admin_url, scope_key, service_url
+from tests.servers import admin_url
 
 # Deleting from a table as one user must leave the other user's rows; each table's rows.
 TABLES = USER_TABLES
@@ -51,18 +50,6 @@ TABLES = USER_TABLES
 class Pair:
     a: str
     b: str
-
-
-@pytest.fixture
-async def service_engine(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
-    """The service role with exactly one pooled connection: every session reuses it. It signs
-    its user scopes with the database's scope key, as the service does."""
-    engine = create_async_engine(service_url(pg), pool_size=1, max_overflow=0)
-    with_scope_key(engine, await scope_key(pg))
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 @pytest.fixture

@@ -11,40 +11,18 @@ service role: what a statement injected into a request could try.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator
 
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.db import SET_LOCAL, ScopeKey, engine_scope_key, set_local_params, with_scope_key
+from app.db import SET_LOCAL, ScopeKey, engine_scope_key, set_local_params
 from app.domain import MemoryScope, space_owner
-from app.embedded import EmbeddedPostgres
 from app.models.base import EMBEDDING_DIMENSION
 from app.vectors import vector_literal
-from tests.servers import scope_key, service_url
 
 VECTOR = vector_literal([0.1] * EMBEDDING_DIMENSION)
-
-
-@pytest.fixture
-async def service_engine(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
-    engine = create_async_engine(service_url(pg), pool_size=1, max_overflow=0)
-    with_scope_key(engine, await scope_key(pg))
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
-
-
-@pytest.fixture
-async def owner(pg: EmbeddedPostgres) -> AsyncIterator[AsyncEngine]:
-    engine = create_async_engine(pg.url)
-    try:
-        yield engine
-    finally:
-        await engine.dispose()
 
 
 async def _citus(engine: AsyncEngine) -> bool:
@@ -80,9 +58,9 @@ async def run_as(
 
 
 async def seed(
-    owner: AsyncEngine, user: str, agent: str | None, run: str | None, text_: str
+    db_engine: AsyncEngine, user: str, agent: str | None, run: str | None, text_: str
 ) -> None:
-    async with owner.begin() as conn:
+    async with db_engine.begin() as conn:
         await conn.execute(
             text(
                 "INSERT INTO memory_items (id, user_id, agent_id, run_id, content, content_hash, "
@@ -105,7 +83,7 @@ SEEN = "SELECT content FROM memory_items WHERE user_id = :u ORDER BY content"
 
 
 async def test_agents_and_runs_are_kept_apart(
-    service_engine: AsyncEngine, owner: AsyncEngine
+    service_engine: AsyncEngine, db_engine: AsyncEngine
 ) -> None:
     user = f"u-{uuid.uuid4().hex[:8]}"
     for agent, run, content in (
@@ -115,7 +93,7 @@ async def test_agents_and_runs_are_kept_apart(
         ("a", "r1", "a's r1"),
         ("a", "r2", "a's r2"),
     ):
-        await seed(owner, user, agent, run, content)
+        await seed(db_engine, user, agent, run, content)
     key, p = _key(service_engine), {"u": user}
 
     async def seen(scope: MemoryScope) -> list[str]:
@@ -131,13 +109,13 @@ async def test_agents_and_runs_are_kept_apart(
 
 
 async def test_a_changed_scope_setting_shows_nothing(
-    service_engine: AsyncEngine, owner: AsyncEngine
+    service_engine: AsyncEngine, db_engine: AsyncEngine
 ) -> None:
     """b's signed scope with the agent setting changed (or cleared, or own switched off) after
     signing: the signature no longer matches, so no row at all."""
     user = f"u-{uuid.uuid4().hex[:8]}"
-    await seed(owner, user, "a", None, "a's")
-    await seed(owner, user, "b", None, "b's")
+    await seed(db_engine, user, "a", None, "a's")
+    await seed(db_engine, user, "b", None, "b's")
     key = _key(service_engine)
     signed = settings_of(key, MemoryScope(user, "b", own=True))
     for change in (
@@ -151,10 +129,10 @@ async def test_a_changed_scope_setting_shows_nothing(
 
 
 async def test_an_agent_cannot_write_into_another_agents_scope(
-    service_engine: AsyncEngine, owner: AsyncEngine
+    service_engine: AsyncEngine, db_engine: AsyncEngine
 ) -> None:
     user = f"u-{uuid.uuid4().hex[:8]}"
-    await seed(owner, user, "a", None, "a's")
+    await seed(db_engine, user, "a", None, "a's")
     key = _key(service_engine)
     as_b = settings_of(key, MemoryScope(user, "b"))
     insert = (
@@ -188,7 +166,7 @@ async def test_an_agent_cannot_write_into_another_agents_scope(
         "embedding_model) VALUES (:i, :u, 'stamped', :h, 'fact', CAST(:v AS vector), 'm')",
         {"i": uuid.uuid4(), "u": user, "h": uuid.uuid4().hex, "v": VECTOR},
     )
-    async with owner.connect() as conn:
+    async with db_engine.connect() as conn:
         stamped = await conn.scalar(
             text("SELECT agent_id FROM memory_items WHERE user_id = :u AND content = 'stamped'"),
             {"u": user},
@@ -196,13 +174,15 @@ async def test_an_agent_cannot_write_into_another_agents_scope(
     assert stamped == "b"
 
 
-async def test_spaces_follow_their_grants(service_engine: AsyncEngine, owner: AsyncEngine) -> None:
-    if await _citus(owner):
+async def test_spaces_follow_their_grants(
+    service_engine: AsyncEngine, db_engine: AsyncEngine
+) -> None:
+    if await _citus(db_engine):
         pytest.skip("no shared spaces on Citus yet: the workers have no space_members")
     run = uuid.uuid4().hex[:8]
     space, reader, writer, outsider = f"s-{run}", f"r-{run}", f"w-{run}", f"o-{run}"
     room = space_owner(space)
-    async with owner.begin() as conn:
+    async with db_engine.begin() as conn:
         await conn.execute(text("INSERT INTO spaces (id) VALUES (:s)"), {"s": space})
         await conn.execute(
             text(
@@ -211,8 +191,8 @@ async def test_spaces_follow_their_grants(service_engine: AsyncEngine, owner: As
             ),
             {"s": space, "r": reader, "w": writer},
         )
-    await seed(owner, room, None, None, "the team's fact")
-    await seed(owner, writer, None, None, "the writer's own")
+    await seed(db_engine, room, None, None, "the team's fact")
+    await seed(db_engine, writer, None, None, "the writer's own")
     key = _key(service_engine)
 
     def as_(user: str) -> dict[str, str]:
@@ -254,7 +234,7 @@ async def test_spaces_follow_their_grants(service_engine: AsyncEngine, owner: As
             {"s": space, "o": outsider},
         )
     # revoked: the next statement reads nothing of the space
-    async with owner.begin() as conn:
+    async with db_engine.begin() as conn:
         await conn.execute(
             text("DELETE FROM space_members WHERE space_id = :s AND user_id = :r"),
             {"s": space, "r": reader},
