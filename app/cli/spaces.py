@@ -44,6 +44,11 @@ def _when(value: datetime | None) -> str:
     return "-" if value is None else f"{value:%Y-%m-%d %H:%M}"
 
 
+def _reader(data: Any) -> Any:
+    """How a row's fields are read: a dict's keys (the admin API) or an ORM row's attributes."""
+    return data.get if isinstance(data, dict) else lambda name: getattr(data, name)
+
+
 def _time(value: Any) -> datetime | None:
     if value is None or isinstance(value, datetime):
         return value
@@ -60,7 +65,7 @@ class SpaceRow:
 
     @classmethod
     def of(cls, data: Any) -> SpaceRow:
-        get = data.get if isinstance(data, dict) else lambda name: getattr(data, name)
+        get = _reader(data)
         return cls(get("id"), get("description") or "", _time(get("created_at")))
 
 
@@ -75,7 +80,7 @@ class MemberRow:
 
     @classmethod
     def of(cls, data: Any) -> MemberRow:
-        get = data.get if isinstance(data, dict) else lambda name: getattr(data, name)
+        get = _reader(data)
         return cls(get("space_id"), get("user_id"), get("access"), _time(get("created_at")))
 
 

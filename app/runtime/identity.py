@@ -69,11 +69,15 @@ def scope_claim(
     """The scope named by a door's headers (`where`: how a refusal names the field): agent and
     run ids follow the user ids' rule; the mode is `inherit` or `own` (which narrows nothing
     without an agent or a run); spaces are a comma-separated list of at most MAX_SPACES ids."""
+
+    def field(header: str, name: str) -> str:
+        return f"{where}.{header if where == 'header' else name}"
+
     names = {
-        "agent": f"{where}.{AGENT_HEADER}" if where == "header" else f"{where}.agent_id",
-        "run": f"{where}.{RUN_HEADER}" if where == "header" else f"{where}.run_id",
-        "mode": f"{where}.{SCOPE_MODE_HEADER}" if where == "header" else f"{where}.scope_mode",
-        "spaces": f"{where}.{SPACES_HEADER}" if where == "header" else f"{where}.spaces",
+        "agent": field(AGENT_HEADER, "agent_id"),
+        "run": field(RUN_HEADER, "run_id"),
+        "mode": field(SCOPE_MODE_HEADER, "scope_mode"),
+        "spaces": field(SPACES_HEADER, "spaces"),
     }
     agent = validate_user_id(agent_id, names["agent"]) if agent_id is not None else None
     run = validate_user_id(run_id, names["run"]) if run_id is not None else None

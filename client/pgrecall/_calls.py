@@ -391,11 +391,15 @@ def delete_space(space_id: str) -> Call[None]:
     return Call("DELETE", _spaces(f"/{space_id}"), nothing, admin=True)
 
 
+def _members(response: Any) -> list[t.SpaceMember]:
+    return t.SpaceMemberList.model_validate(response.json()).members
+
+
 def space_members(space_id: str) -> Call[list[t.SpaceMember]]:
     return Call(
         "GET",
         _spaces(f"/{space_id}/members"),
-        lambda r: t.SpaceMemberList.model_validate(r.json()).members,
+        _members,
         admin=True,
         idempotent=True,
     )
@@ -420,7 +424,7 @@ def my_spaces() -> Call[list[t.SpaceMember]]:
     return Call(
         "GET",
         "/v1/spaces",
-        lambda r: t.SpaceMemberList.model_validate(r.json()).members,
+        _members,
         idempotent=True,
     )
 
