@@ -109,10 +109,12 @@ def test_no_service_falls_back_to_the_database() -> None:
     assert "('127.0.0.1', 1)" in created.stderr  # it went for the database's address
 
 
-def test_http_path_imports_no_server_stack(served: Served) -> None:
+@pytest.mark.parametrize("command", ["keys", "spaces"])
+def test_http_path_imports_no_server_stack(served: Served, command: str) -> None:
+    """`pgrecall keys` and `pgrecall spaces` through a running service load no server code."""
     probe = (
         "import sys\n"
-        f"sys.argv = ['pgrecall', 'keys', 'list', '--server', {served.base!r}]\n"
+        f"sys.argv = ['pgrecall', {command!r}, 'list', '--server', {served.base!r}]\n"
         "from app.cli import main\n"
         "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
         "heavy = [m for m in ('sqlalchemy', 'asyncpg', 'onnxruntime', 'fastapi', 'uvicorn',\n"

@@ -131,29 +131,6 @@ def test_keys_bound_to_an_agent(served: Served) -> None:
     assert bad.returncode == 2 and bad.stderr.startswith("pgrecall: --agent: ")
 
 
-def test_http_path_imports_no_server_stack(served: Served) -> None:
-    probe = (
-        "import sys\n"
-        f"sys.argv = ['pgrecall', 'spaces', 'list', '--server', {served.base!r}]\n"
-        "from app.cli import main\n"
-        "try:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
-        "heavy = [m for m in ('sqlalchemy', 'asyncpg', 'onnxruntime', 'fastapi', 'uvicorn',\n"
-        "         'app.main', 'app.models', 'app.services') if m in sys.modules]\n"
-        "print('HEAVY', heavy)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", probe],
-        cwd=ROOT,
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr
-    assert "HEAVY []" in out.stdout
-
-
 def test_access_words_agree_with_the_service() -> None:
     """The command checks --access against app.domain's words, which the schema uses too."""
     from app.domain import SPACE_ACCESS
