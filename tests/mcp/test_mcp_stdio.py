@@ -113,20 +113,7 @@ async def test_stdio_refuses_a_bad_key_before_serving(
         ("pgr_nope", "invalid API key; not serving"),
         ("not-a-key", "--key must be a per-user API key"),
     ):
-        done = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "app.cli", "mcp", "--key", token],
-            cwd=ROOT,
-            env=server_env(pg, redis_srv),
-            input="",
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 2, done.stderr
-        assert message in done.stderr
-        assert done.stdout == ""
+        await assert_refused(pg, redis_srv, ["--key", token], message)
 
 
 async def test_a_refused_key_is_the_clients_answer_not_a_closed_connection(
@@ -263,17 +250,24 @@ async def test_stdio_refuses_a_bad_scope_and_another_agent_than_the_keys(
         (["--agent-id", "has space"], "--agent-id:"),
         (["--agent-id", "calendar"], "names another agent than the API key's; not serving"),
     ):
-        done = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "app.cli", "mcp", "--key", bound.token, *options],
-            cwd=ROOT,
-            env=server_env(pg, redis_srv),
-            input="",
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-        assert done.returncode == 2, done.stderr
-        assert message in done.stderr, done.stderr
-        assert done.stdout == ""
+        await assert_refused(pg, redis_srv, ["--key", bound.token, *options], message)
+
+
+async def assert_refused(
+    pg: EmbeddedPostgres, redis_srv: RedisServer, options: list[str], message: str
+) -> None:
+    """`pgrecall mcp` with these options exits 2 before serving, saying `message`."""
+    done = await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "app.cli", "mcp", *options],
+        cwd=ROOT,
+        env=server_env(pg, redis_srv),
+        input="",
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert message in done.stderr, done.stderr
+    assert done.stdout == ""
