@@ -89,7 +89,12 @@ class QueryService:
         if self.usage is not None:
             self.usage.answered(
                 request.user_id,
-                (uuid.UUID(i.id) for i in result.items if i.source_kind == "memory"),
+                # the user's own memories: a shared space's are no user's to stamp
+                (
+                    uuid.UUID(i.id)
+                    for i in result.items
+                    if i.source_kind == "memory" and i.space is None
+                ),
             )
         return result
 
