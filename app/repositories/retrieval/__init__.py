@@ -19,6 +19,7 @@ from app.repositories.retrieval.common import (
 from app.repositories.retrieval.context import ContextReads
 from app.repositories.retrieval.keyword import BM25_SQL, KeywordArm, KeywordHits, source_filter
 from app.repositories.retrieval.passages import passage_messages_sql
+from app.repositories.retrieval.shared import SharedReads, SpaceRows
 from app.repositories.retrieval.stats import SearchSize, Stats
 from app.repositories.retrieval.vector import (
     ANN_RANDOM_PAGE_COST,
@@ -29,8 +30,9 @@ from app.repositories.retrieval.vector import (
 from app.repositories.search_index import Source
 
 
-class RetrievalRepository(KeywordArm, VectorArm, ContextReads, Stats):
-    """The statements of one query, on one session (each arm's methods in its own module)."""
+class RetrievalRepository(KeywordArm, VectorArm, ContextReads, Stats, SharedReads):
+    """The statements of one query, on one session (each arm's methods in its own module; the
+    shared spaces' in shared.py)."""
 
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "KeywordHits",
     "RetrievalRepository",
     "SearchSize",
+    "SpaceRows",
     "Source",
     "TagFilter",
     "TimeFilter",

@@ -182,24 +182,35 @@ class KeywordArm(SessionBound):
         expansion: dict[str, Any] | None,
     ) -> Sequence[Row]:
         """Run the BM25 statement over the query's lexemes, or over the expansion terms."""
-        types, when, tags = scope["types"], scope.get("when", NO_TIME_FILTER), scope.get("tags")
-        visible = source_filter(scope["memories"], scope["messages"], types, when, tags)
-        if visible is None:
+        statement = bm25_statement(query, scope, expansion)
+        if statement is None:
             return []
-        sql = BM25_SQL.format(
-            source_filter=visible,
-            expansion=_EXPANSION_CTE if expansion else "",
-            terms="expansion" if expansion else "idf",
-        )
-        params: dict[str, Any] = {
-            "user_id": user_id,
-            "query": query,
-            "names": " ".join(scope.get("names", ())),
-            "limit": scope["limit"],
-            "k1": scope["k1"],
-            "b": scope["b"],
-            **when.params(),
-            **(expansion or {}),
-            **_scope_params(types, tags),
-        }
-        return await self._rows(sql, params)
+        sql, params = statement
+        return await self._rows(sql, {"user_id": user_id, **params})
+
+
+def bm25_statement(
+    query: str, scope: KeywordScope, expansion: dict[str, Any] | None
+) -> tuple[str, dict[str, Any]] | None:
+    """The BM25 statement (over the query's lexemes, or over the expansion terms) and its
+    parameters but `:user_id`; None when the scope admits no source."""
+    types, when, tags = scope["types"], scope.get("when", NO_TIME_FILTER), scope.get("tags")
+    visible = source_filter(scope["memories"], scope["messages"], types, when, tags)
+    if visible is None:
+        return None
+    sql = BM25_SQL.format(
+        source_filter=visible,
+        expansion=_EXPANSION_CTE if expansion else "",
+        terms="expansion" if expansion else "idf",
+    )
+    params: dict[str, Any] = {
+        "query": query,
+        "names": " ".join(scope.get("names", ())),
+        "limit": scope["limit"],
+        "k1": scope["k1"],
+        "b": scope["b"],
+        **when.params(),
+        **(expansion or {}),
+        **_scope_params(types, tags),
+    }
+    return sql, params

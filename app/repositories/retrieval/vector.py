@@ -114,6 +114,28 @@ def vector_search_settings(
     )
 
 
+def memory_vectors_sql(
+    types: Sequence[str] | None, tags: TagFilter | None, when: TimeFilter
+) -> str:
+    """The vectors of the user's visible, valid memories of the service's model (`:model`)."""
+    visible = memory_visible(types, tags).replace("m.", "t.")
+    return (
+        "SELECT t.id, t.embedding FROM memory_items AS t "
+        f"WHERE {visible} AND t.embedding_model = :model{when.sql('t')}"
+        f"{memory_valid('t', when)}"
+    )
+
+
+def nearest_sql(source: Source, base: str, order: str) -> str:
+    """One source's branch of the vector statement: the `:limit` rows of `base` first by
+    `order`, with their cosine, best first."""
+    return (
+        f"(SELECT {int(source)} AS source, id, 1 - (embedding <=> {QUERY_VECTOR}) "
+        f"AS cosine FROM ({base} ORDER BY {order} LIMIT :limit) AS c "
+        "ORDER BY cosine DESC)"
+    )
+
+
 class VectorArm(SessionBound):
     async def set_vector_search(self, settings: Mapping[str, str]) -> None:
         """Make a transaction's vector_search_settings, in one statement (none when there are
@@ -175,15 +197,7 @@ class VectorArm(SessionBound):
         statements: list[tuple[Source, str]] = []
         # Vectors of another model (mid re-embed) live in another space: never compare them.
         if memories:
-            visible = memory_visible(types, tags).replace("m.", "t.")
-            statements.append(
-                (
-                    Source.MEMORY,
-                    "SELECT t.id, t.embedding FROM memory_items AS t "
-                    f"WHERE {visible} AND t.embedding_model = :model{when.sql('t')}"
-                    f"{memory_valid('t', when)}",
-                )
-            )
+            statements.append((Source.MEMORY, memory_vectors_sql(types, tags, when)))
         messages_sql: str | None = None
         if messages and passage_weight > 0:
             params["w"] = float(passage_weight)
@@ -204,12 +218,7 @@ class VectorArm(SessionBound):
         # Both sources in one round trip. Each branch keeps its own ORDER BY ... LIMIT (and index
         # scan) and its own sort by cosine, so rows of equal cosine (duplicate turns) come in the
         # same order as from one statement per source; Append returns the branches in turn.
-        branches = [
-            f"(SELECT {int(source)} AS source, id, 1 - (embedding <=> {QUERY_VECTOR}) "
-            f"AS cosine FROM ({base} ORDER BY {order(source)} LIMIT :limit) AS c "
-            "ORDER BY cosine DESC)"
-            for source, base in statements
-        ]
+        branches = [nearest_sql(source, base, order(source)) for source, base in statements]
         if messages_sql is not None:
             branches.append(messages_sql)
         rows = await self._rows(" UNION ALL ".join(branches), params)
