@@ -3,15 +3,19 @@
 The bench_<size> store of bench.rls, plus two shared spaces of `--space-size` memories each
 (copies of a few users' memories, vectors and all, indexed by the service's own keyword
 index). Every sampled user is granted read on both. The same questions then go through the
-service's QueryService as the service role, interleaved in a seeded random order per question:
+service's QueryService as the service role (or, with `--served`, over HTTP to `pgrecall serve`
+running as the service role, through the Python client's POST /v1/memory/query), interleaved
+in a seeded random order per question:
 
 - user alone: the user's memory (how a query runs without X-Spaces);
-- user + 2 spaces: the same request naming both spaces (each read on its own, ranked as one).
+- user + 2 spaces: the same request naming both spaces (one statement per stage for both,
+  ranked with the user's as one set).
 
-No query cache (a query that reads spaces is never cached). Query vectors are computed up front
-(the database and ranking stages alone), or with `--embed` by the local model inside each
-request, as a request is served when its question is not in the vector cache. Printed: wall ms
-per mode (p50, p95), the in-process CPU per query (the service's Python and the model), the
+No query cache (a query that reads spaces is never cached; the served mode runs without Redis).
+In process, query vectors are computed up front (the database and ranking stages alone), or
+with `--embed` by the local model inside each request, as a request is served when its question
+is not in the vector cache; served, every request embeds. Printed: wall ms per mode (p50, p95),
+the service's CPU per query (in process: this process; served: the server's processes), the
 Postgres backends' CPU per query (/proc/<pid>/schedstat of every backend of the server, read
 before and after each query), and the ratios of one run. Indicative on a shared machine:
 compare the two rows of one run, not runs.
@@ -22,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -30,6 +35,7 @@ import psutil
 import typer
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
+from tqdm import tqdm
 
 from app.adapters.cache import Cache
 from app.adapters.embedder import LocalEmbedder
@@ -37,13 +43,15 @@ from app.config import load_settings
 from app.db import create_engine
 from app.domain import MemoryScope, space_owner
 from app.repositories.search_index import Document, SearchIndexRepository, Source
-from app.roles import service_engine
+from app.roles import DEFAULT_APP_ROLE, service_engine, with_user
 from app.runtime import query_config
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryRequest, QueryService
-from bench.drive import percentiles
+from bench.drive import BenchQuery, percentiles
 from bench.inprocess import prepared
 from bench.options import ROOT, parse_size
+from bench.server import cpu_seconds, start_server
+from pgrecall.client import NO_RETRY, AsyncClient
 
 cli = typer.Typer(add_completion=False)
 
@@ -93,61 +101,99 @@ async def add_spaces(url: str, users: list[str], size: int) -> None:
         await engine.dispose()
 
 
+MODES: dict[str, tuple[str, ...]] = {"user alone": (), "user + 2 spaces": SPACES}
+# One question in one mode: the number of shared items in its answer.
+Ask = Callable[[BenchQuery, tuple[str, ...]], Awaitable[int]]
+
+
 async def run(
-    size: int, queries: int, out: Path, big_size: int, space_size: int, embed: bool = False
+    size: int,
+    queries: int,
+    out: Path,
+    big_size: int,
+    space_size: int,
+    embed: bool = False,
+    served: bool = False,
 ) -> dict[str, Any]:
     async with prepared(size, queries, out, big_size) as bench:
         url = bench.store.db.url
         users = sorted({q.user_id for q in bench.sample})
         await add_spaces(url, users, space_size)
-        settings = load_settings(rate_limit_per_minute=0)
-        engine = await service_engine(url, pool_size=6)
-        embeddings = EmbeddingService(LocalEmbedder()) if embed else bench.embeddings
-        service = QueryService(engine, embeddings, Cache.from_url(None), query_config(settings))
-        modes = {"user alone": (), "user + 2 spaces": SPACES}
-        wall: dict[str, list[float]] = {m: [] for m in modes}
-        cpu: dict[str, list[float]] = {m: [] for m in modes}
-        pg: dict[str, list[float]] = {m: [] for m in modes}
         postmaster = int((out / "pg" / "pg" / "postmaster.pid").read_text().split()[0])
-        shared_items = 0
-        rng = np.random.default_rng(42)
-        try:
-            for warm in (True, False):
-                for query in bench.sample:
-                    order = list(modes)
-                    rng.shuffle(order)
-                    for mode in order:
-                        scope = MemoryScope(query.user_id, spaces=modes[mode])
-                        request = QueryRequest(
-                            user_id=query.user_id,
-                            query=query.text,
-                            limit=10,
-                            min_score=0.0,
-                            memory=scope if modes[mode] else None,
-                        )
-                        pg0 = backends_ms(postmaster)
-                        started, cpu0 = time.perf_counter(), time.process_time()
-                        result = await service.query(request)
-                        elapsed = (time.perf_counter() - started) * 1000
-                        used = (time.process_time() - cpu0) * 1000
-                        pg1 = backends_ms(postmaster)
-                        if result.error is not None:
-                            raise RuntimeError(f"query failed: {result.error}")
-                        if warm:
-                            continue
-                        wall[mode].append(elapsed)
-                        cpu[mode].append(used)
-                        pg[mode].append(sum(v - pg0.get(p, 0.0) for p, v in pg1.items()))
-                        shared_items += sum(1 for i in result.items if i.space is not None)
-        finally:
-            await engine.dispose()
-        return {
-            "wall": wall,
-            "cpu": cpu,
-            "pg": pg,
-            "shared_items": shared_items,
-            "users": len(users),
-        }
+        if served:
+            server = await start_server(
+                with_user(url, DEFAULT_APP_ROLE), out / "server-spaces.log", {}
+            )
+            try:
+                async with AsyncClient(server.base_url, timeout=30.0, retry=NO_RETRY) as client:
+
+                    async def ask_server(query: BenchQuery, spaces: tuple[str, ...]) -> int:
+                        scoped = client.as_user(query.user_id).scoped(spaces=spaces or None)
+                        answer = await scoped.memory_query(query.text, limit=10, min_score=0.0)
+                        return sum(1 for i in answer.items if i.space is not None)
+
+                    def server_ms() -> float:
+                        return sum(cpu_seconds(server.pids()).values()) * 1000
+
+                    result = await measure(bench.sample, ask_server, server_ms, postmaster)
+            finally:
+                server.stop()
+        else:
+            settings = load_settings(rate_limit_per_minute=0)
+            engine = await service_engine(url, pool_size=6)
+            embeddings = EmbeddingService(LocalEmbedder()) if embed else bench.embeddings
+            config = query_config(settings)
+            service = QueryService(engine, embeddings, Cache.from_url(None), config)
+
+            async def ask(query: BenchQuery, spaces: tuple[str, ...]) -> int:
+                request = QueryRequest(
+                    user_id=query.user_id,
+                    query=query.text,
+                    limit=10,
+                    min_score=0.0,
+                    memory=MemoryScope(query.user_id, spaces=spaces) if spaces else None,
+                )
+                answer = await service.query(request)
+                if answer.error is not None:
+                    raise RuntimeError(f"query failed: {answer.error}")
+                return sum(1 for i in answer.items if i.space is not None)
+
+            try:
+                result = await measure(
+                    bench.sample, ask, lambda: time.process_time() * 1000, postmaster
+                )
+            finally:
+                await engine.dispose()
+        return result | {"users": len(users)}
+
+
+async def measure(
+    sample: list[BenchQuery], ask: Ask, cpu_ms: Callable[[], float], postmaster: int
+) -> dict[str, Any]:
+    """Every question in both modes, in a seeded random order per question, once to warm up
+    and once measured: wall ms, the service's CPU ms (`cpu_ms`) and the Postgres backends'."""
+    wall: dict[str, list[float]] = {m: [] for m in MODES}
+    cpu: dict[str, list[float]] = {m: [] for m in MODES}
+    pg: dict[str, list[float]] = {m: [] for m in MODES}
+    shared_items = 0
+    rng = np.random.default_rng(42)
+    for warm in (True, False):
+        for query in tqdm(sample, desc="warm-up" if warm else "measured", leave=False):
+            order = list(MODES)
+            rng.shuffle(order)
+            for mode in order:
+                pg0, cpu0 = backends_ms(postmaster), cpu_ms()
+                started = time.perf_counter()
+                shared = await ask(query, MODES[mode])
+                elapsed = (time.perf_counter() - started) * 1000
+                used, pg1 = cpu_ms() - cpu0, backends_ms(postmaster)
+                if warm:
+                    continue
+                wall[mode].append(elapsed)
+                cpu[mode].append(used)
+                pg[mode].append(sum(v - pg0.get(p, 0.0) for p, v in pg1.items()))
+                shared_items += shared
+    return {"wall": wall, "cpu": cpu, "pg": pg, "shared_items": shared_items}
 
 
 def backends_ms(postmaster: int) -> dict[int, float]:
@@ -166,10 +212,13 @@ def main(
     big_size: Annotated[int, typer.Option(help="items of the one big user")] = 5000,
     space_size: Annotated[int, typer.Option(help="memories in each space")] = 300,
     embed: Annotated[bool, typer.Option(help="embed each question in the request")] = False,
+    served: Annotated[
+        bool, typer.Option(help="over HTTP to `pgrecall serve` (embeds in each request)")
+    ] = False,
     out: Annotated[Path, typer.Option()] = ROOT / "bench/out",
 ) -> None:
-    """query_memory with and without two shared spaces: wall ms, in-process CPU, ratios."""
-    result = asyncio.run(run(parse_size(size), queries, out, big_size, space_size, embed))
+    """query_memory with and without two shared spaces: wall ms, CPU, ratios."""
+    result = asyncio.run(run(parse_size(size), queries, out, big_size, space_size, embed, served))
     typer.echo(f"{'mode':16} {'n':>4} {'p50':>7} {'p95':>7} {'cpu ms':>7} {'pg ms':>7}")
     for mode, values in result["wall"].items():
         p = percentiles(values)
@@ -187,7 +236,7 @@ def main(
     ]
     typer.echo(
         f"spaces / alone: p50 {ps['p50'] / pa['p50']:.2f}x, p95 {ps['p95'] / pa['p95']:.2f}x, "
-        f"in-process CPU {cpu_ratio:.2f}x, Postgres CPU {pg_ratio:.2f}x, both "
+        f"service CPU {cpu_ratio:.2f}x, Postgres CPU {pg_ratio:.2f}x, both "
         f"{both[1] / both[0]:.2f}x; {result['shared_items']} shared items returned "
         f"over {len(shared)} queries of {result['users']} users"
     )
