@@ -95,7 +95,7 @@ from bench.fresh import import_conversation
 from bench.options import ROOT, MessagesOption, SetOption, parse_levels, parse_settings, parse_size
 from bench.run import measured_level
 from bench.server import start_server
-from bench.store import _schema_fingerprint, create_database, database
+from bench.store import Database, _schema_fingerprint, create_database, database
 from bench.vocabulary import PEOPLE
 from eval.datasets.locomo import Conversation, Turn, load_locomo
 from pgrecall.client import NO_RETRY, AsyncClient
@@ -540,6 +540,41 @@ async def _service_ids(client: AsyncClient, q: BenchQuery) -> tuple[list[str], f
     return [i.id for i in answer.items], (time.perf_counter() - t) * 1000
 
 
+async def real_store(
+    server_url: str, items: int, out: Path, seed: int, big_size: int
+) -> tuple[Database, list[User], list[BenchQuery], float | None]:
+    """The bench_real_<items> database on the server (loaded unless a store made with the same
+    arguments and schema is there), its users, their questions, and the load's seconds (None:
+    reused)."""
+    conversations = load_locomo(LOCOMO)
+    vectors = base_vectors(conversations, out / "cache")
+    users, qs = workload(conversations, items, big_size, seed)
+    db = database(server_url, f"bench_real_{items}")
+    marker = out / f"{db.name}.json"
+    meta = {"items": items, "seed": seed, "users": len(users), "big_size": big_size, "v": 1}
+    meta["schema"] = _schema_fingerprint()
+    admin = database(server_url, "postgres").dsn
+    reuse = marker.exists() and json.loads(marker.read_text()) == meta
+    if reuse and not await create_database(admin, db.name, replace=False):
+        return db, users, qs, None
+    marker.unlink(missing_ok=True)
+    await create_database(admin, db.name, replace=True)
+    await asyncio.to_thread(upgrade_head, db.url)
+    load_s = round(await load_store(db.url, users, vectors), 1)
+    if items > 10_000:
+        from app.services.reindex import reindex
+
+        engine = create_engine(db.url, pool_size=1, statement_timeout_ms=3_600_000)
+        try:
+            async with create_sessionmaker(engine)() as s, s.begin():
+                await reindex(s, "messages")
+        finally:
+            await engine.dispose()
+    await settle(db.dsn)
+    marker.write_text(json.dumps(meta))
+    return db, users, qs, load_s
+
+
 async def run(
     items: int,
     levels: list[tuple[int, int]],
@@ -551,49 +586,23 @@ async def run(
 ) -> dict[str, Any]:
     from app.embedded import EmbeddedPostgres
 
-    conversations = load_locomo(LOCOMO)
-    vectors = base_vectors(conversations, out / "cache")
     big_size = big_size or default_big_size(items)
-    users, qs = workload(conversations, items, big_size, seed)
-    sizes = {u.user_id: u.size for u in users}
     cfg = load_settings(**settings)
     pg = EmbeddedPostgres(out / "pg")
     server_url = await asyncio.to_thread(pg.start)
-    db = database(server_url, f"bench_real_{items}")
-    marker = out / f"{db.name}.json"
-    meta = {"items": items, "seed": seed, "users": len(users), "big_size": big_size, "v": 1}
-    meta["schema"] = _schema_fingerprint()
-    result: dict[str, Any] = {
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "items": items,
-        "stored_turns": sum(sizes.values()),
-        "users": len(users),
-        "big_users": [u.size for u in users if u.big],
-    }
     embedder = LocalEmbedder(threads=cfg.embedding_threads)
     try:
-        reuse = marker.exists() and json.loads(marker.read_text()) == meta
-        if not (
-            reuse
-            and not await create_database(
-                database(server_url, "postgres").dsn, db.name, replace=False
-            )
-        ):
-            marker.unlink(missing_ok=True)
-            await create_database(database(server_url, "postgres").dsn, db.name, replace=True)
-            await asyncio.to_thread(upgrade_head, db.url)
-            result["load_s"] = round(await load_store(db.url, users, vectors), 1)
-            if items > 10_000:
-                from app.services.reindex import reindex
-
-                engine = create_engine(db.url, pool_size=1, statement_timeout_ms=3_600_000)
-                try:
-                    async with create_sessionmaker(engine)() as s, s.begin():
-                        await reindex(s, "messages")
-                finally:
-                    await engine.dispose()
-            await settle(db.dsn)
-            marker.write_text(json.dumps(meta))
+        db, users, qs, load_s = await real_store(server_url, items, out, seed, big_size)
+        sizes = {u.user_id: u.size for u in users}
+        result: dict[str, Any] = {
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            "items": items,
+            "stored_turns": sum(sizes.values()),
+            "users": len(users),
+            "big_users": [u.size for u in users if u.big],
+        }
+        if load_s is not None:
+            result["load_s"] = load_s
         from bench.run import user_indexes
 
         result["user_vector_indexes"] = await user_indexes(
@@ -698,7 +707,7 @@ async def run(
                     await conn.close()
                     await ann_conn.close()
                 # A user imported over HTTP (real embeddings), asked at once.
-                conv = conversations[2]
+                conv = load_locomo(LOCOMO)[2]
                 fresh_user = f"real-fresh-{int(time.time())}"
                 import_s = await import_conversation(client, fresh_user, conv)
                 fresh_q = [BenchQuery(fresh_user, q.question, False) for q in conv.questions]

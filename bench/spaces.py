@@ -26,7 +26,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -42,14 +44,16 @@ from app.adapters.embedder import LocalEmbedder
 from app.config import load_settings
 from app.db import create_engine
 from app.domain import MemoryScope, space_owner
+from app.embedded import EmbeddedPostgres
 from app.repositories.search_index import Document, SearchIndexRepository, Source
-from app.roles import DEFAULT_APP_ROLE, service_engine, with_user
+from app.roles import DEFAULT_APP_ROLE, ensure_service_role, service_engine, with_user
 from app.runtime import query_config
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryRequest, QueryService
 from bench.drive import BenchQuery, percentiles
 from bench.inprocess import prepared
 from bench.options import ROOT, parse_size
+from bench.real import default_big_size, real_store
 from bench.server import cpu_seconds, start_server
 from pgrecall.client import NO_RETRY, AsyncClient
 
@@ -58,9 +62,43 @@ cli = typer.Typer(add_completion=False)
 SPACES = ("bench-team", "bench-family")
 
 
-async def add_spaces(url: str, users: list[str], size: int) -> None:
-    """The two spaces (made again), each with `size` memories copied from stored users', and a
-    read grant for each of `users`."""
+@dataclass(frozen=True)
+class Workload:
+    """The store the questions are asked of: its URL, the sampled questions, their vectors
+    computed up front (the synthetic store's; None: embedded in the request), and the table the
+    spaces' memories are copied from."""
+
+    url: str
+    sample: list[BenchQuery]
+    embeddings: EmbeddingService | None
+    source: str
+
+
+@asynccontextmanager
+async def workload(
+    kind: str, size: int, queries: int, out: Path, big_size: int
+) -> AsyncIterator[Workload]:
+    """`synthetic`: bench.rls's bench_<size> store of memories; `real`: bench.real's store of
+    LoCoMo conversation turns (bench_real_<size>) and its users' own questions."""
+    if kind == "synthetic":
+        async with prepared(size, queries, out, big_size) as bench:
+            yield Workload(bench.store.db.url, bench.sample, bench.embeddings, "memory_items")
+        return
+    pg = EmbeddedPostgres(out / "pg")
+    server_url = await asyncio.to_thread(pg.start)
+    try:
+        db, _, questions, _ = await real_store(server_url, size, out, 42, default_big_size(size))
+        await ensure_service_role(db.url, DEFAULT_APP_ROLE, create=True)
+        yield Workload(db.url, questions[:queries], None, "messages")
+    finally:
+        if pg.started_here:
+            await asyncio.to_thread(pg.stop)
+
+
+async def add_spaces(url: str, users: list[str], size: int, source: str = "memory_items") -> None:
+    """The two spaces (made again), each with `size` memories copied from stored users' rows of
+    `source` (memory_items or messages), and a read grant for each of `users`."""
+    kind = "m.type" if source == "memory_items" else "'fact'"
     engine = create_engine(url)
     try:
         async with engine.begin() as conn:
@@ -77,10 +115,10 @@ async def add_spaces(url: str, users: list[str], size: int) -> None:
                         "INSERT INTO memory_items (id, user_id, content, content_hash, type, "
                         "embedding, embedding_model) "
                         "SELECT gen_random_uuid(), CAST(:o AS text), m.content, "
-                        "md5(m.content || CAST(:o AS text) || m.id::text), m.type, m.embedding, "
-                        "m.embedding_model FROM memory_items AS m "
-                        "WHERE m.user_id NOT LIKE 'space:%' ORDER BY m.id OFFSET :skip LIMIT :n "
-                        "RETURNING id, content"
+                        f"md5(m.content || CAST(:o AS text) || m.id::text), {kind}, m.embedding, "
+                        f"m.embedding_model FROM {source} AS m "
+                        "WHERE m.user_id NOT LIKE 'space:%' AND m.embedding IS NOT NULL "
+                        "ORDER BY m.id OFFSET :skip LIMIT :n RETURNING id, content"
                     ),
                     {"o": owner, "skip": n * size, "n": size},
                 )
@@ -114,11 +152,12 @@ async def run(
     space_size: int,
     embed: bool = False,
     served: bool = False,
+    kind: str = "synthetic",
 ) -> dict[str, Any]:
-    async with prepared(size, queries, out, big_size) as bench:
-        url = bench.store.db.url
+    async with workload(kind, size, queries, out, big_size) as bench:
+        url = bench.url
         users = sorted({q.user_id for q in bench.sample})
-        await add_spaces(url, users, space_size)
+        await add_spaces(url, users, space_size, bench.source)
         postmaster = int((out / "pg" / "pg" / "postmaster.pid").read_text().split()[0])
         if served:
             server = await start_server(
@@ -141,7 +180,9 @@ async def run(
         else:
             settings = load_settings(rate_limit_per_minute=0)
             engine = await service_engine(url, pool_size=6)
-            embeddings = EmbeddingService(LocalEmbedder()) if embed else bench.embeddings
+            embeddings = bench.embeddings
+            if embed or embeddings is None:
+                embeddings = EmbeddingService(LocalEmbedder())
             config = query_config(settings)
             service = QueryService(engine, embeddings, Cache.from_url(None), config)
 
@@ -215,10 +256,17 @@ def main(
     served: Annotated[
         bool, typer.Option(help="over HTTP to `pgrecall serve` (embeds in each request)")
     ] = False,
+    store: Annotated[
+        str, typer.Option(help="synthetic (bench.rls's memories) or real (bench.real's turns)")
+    ] = "synthetic",
     out: Annotated[Path, typer.Option()] = ROOT / "bench/out",
 ) -> None:
     """query_memory with and without two shared spaces: wall ms, CPU, ratios."""
-    result = asyncio.run(run(parse_size(size), queries, out, big_size, space_size, embed, served))
+    if store not in ("synthetic", "real"):
+        raise typer.BadParameter("synthetic or real", param_hint="--store")
+    result = asyncio.run(
+        run(parse_size(size), queries, out, big_size, space_size, embed, served, store)
+    )
     typer.echo(f"{'mode':16} {'n':>4} {'p50':>7} {'p95':>7} {'cpu ms':>7} {'pg ms':>7}")
     for mode, values in result["wall"].items():
         p = percentiles(values)
