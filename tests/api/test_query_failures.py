@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from fastapi import FastAPI
+from pydantic import SecretStr
 from redis.asyncio import Redis
 
 from app.adapters.embedder import LocalEmbedder, Vectors
@@ -353,3 +354,55 @@ async def test_audit_line_per_retrieval_without_the_raw_query(
         if r.levelno >= logging.INFO and (secret in r.getMessage() or secret in repr(r.__dict__))
     ]
     assert leaked == []
+
+
+# -- shared spaces ------------------------------------------------------------------------------
+
+
+async def test_a_query_that_reads_a_space_fails_closed_and_degrades_as_the_users_does(
+    make_client: Callable[..., Any],
+    restore_pg: EmbeddedPostgres,
+    embedder: LocalEmbedder,
+    user_id: str,
+) -> None:
+    """The spaces' statements run on a connection of their own beside the user's
+    (pipeline.gather_shared): Postgres stopped is an empty answer that says why on both doors,
+    and a failing embedder leaves the keyword arm, which still finds the space's memory."""
+    space, admin = f"ops-{nonce()}", {"Authorization": "Bearer admin-key"}
+    shared = headers(user_id, **{"X-Spaces": space})
+    async with make_client(admin_api_key=SecretStr("admin-key")) as (client, _):
+        made = await client.post("/v1/admin/spaces", json={"id": space}, headers=admin)
+        assert made.status_code == 201, made.text
+        member = f"/v1/admin/spaces/{space}/members/{user_id}"
+        granted = await client.put(member, json={"access": "write"}, headers=admin)
+        assert granted.status_code == 200, granted.text
+        saved = await client.post(
+            f"/v1/spaces/{space}/memories",
+            json={"content": ZEPPELIN, "type": "fact"},
+            headers=headers(user_id),
+        )
+        assert saved.status_code == 201, saved.text
+        restore_pg.stop()
+        try:
+            for endpoint in (QUERY, TOOL):
+                response = await client.post(
+                    endpoint, json={"query": f"zeppelin museum {nonce()}"}, headers=shared
+                )
+                assert response.status_code == 200, response.text
+                assert ids(response.json()) == []
+                assert meta(response.json())["error"] == "retrieval_unavailable"
+        finally:
+            restore_pg.start()
+    async with make_client(
+        admin_api_key=SecretStr("admin-key"),
+        embedder=FailingEmbedder(embedder),
+        query_timeout_s=0.5,
+    ) as (client, _):
+        for endpoint in (QUERY, TOOL):
+            response = await client.post(
+                endpoint, json={"query": f"zeppelin museum {nonce()}"}, headers=shared
+            )
+            assert response.status_code == 200, response.text
+            data = response.json()
+            assert meta(data)["degraded"] == "keyword_only"
+            assert ids(data) == [saved.json()["memory"]["id"]]
