@@ -1,11 +1,12 @@
 """`python -m bench.spaces --size 10k`: what reading two shared spaces adds to a query (issue 43).
 
-The bench_<size> store of bench.rls, plus two shared spaces of `--space-size` memories each
-(copies of a few users' memories, vectors and all, indexed by the service's own keyword
-index). Every sampled user is granted read on both. The same questions then go through the
-service's QueryService as the service role (or, with `--served`, over HTTP to `pgrecall serve`
-running as the service role, through the Python client's POST /v1/memory/query), interleaved
-in a seeded random order per question:
+The bench_<size> store of bench.rls (`--store synthetic`: memories), or bench.real's
+bench_real_<size> (`--store real`: LoCoMo conversation turns, its users' own questions), plus two
+shared spaces of `--space-size` memories each (copies of stored memories or turns, vectors and
+all, indexed by the service's own keyword index). Every sampled user is granted read on both.
+The same questions then go through the service's QueryService as the service role (or, with
+`--served`, over HTTP to `pgrecall serve` running as the service role, through the Python
+client's POST /v1/memory/query), interleaved in a seeded random order per question:
 
 - user alone: the user's memory (how a query runs without X-Spaces);
 - user + 2 spaces: the same request naming both spaces (one statement per stage for both,
