@@ -34,6 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 import app.repositories
 from app.adapters.embedder import LOCAL_DIMENSION, LOCAL_MODEL_ID
 from app.db import create_sessionmaker, positional
+from app.domain import space_owner
 from app.embedded import EmbeddedPostgres
 from app.repositories.admin import AdminMemoryRepository, MemoryFilter
 from app.repositories.agent_memory import AgentMemoryRepository
@@ -399,6 +400,40 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
             retrieval.fetch_around(user, keys, [stored[1].id], time),
         )
     await rec.call("RetrievalRepository", "vectors", retrieval.vectors(user, keys))
+    # The shared spaces' statements (retrieval/shared.py): each owner a branch pinned to its
+    # own id, in one statement or one per owner (`split`, as on Citus).
+    owners = [space_owner(f"s-{uuid.uuid4().hex[:6]}"), space_owner(f"t-{uuid.uuid4().hex[:6]}")]
+    shared = {"memories": True, "messages": False, "types": ["fact"], "k1": 1.2, "b": 0.75}
+    for split in (False, True):
+        await rec.call("RetrievalRepository", "sizes", retrieval.sizes(owners, split=split))
+        await rec.call(
+            "RetrievalRepository",
+            "keyword_each",
+            retrieval.keyword_each(
+                owners, "Rex", limit=5, split=split, when=when, tags=TagFilter(["work"]), **shared
+            ),
+        )
+        await rec.call(
+            "RetrievalRepository",
+            "keyword_each",
+            retrieval.keyword_each(
+                owners, "Rex", [[ids[0]], []], terms=3, min_df=1, limit=5, split=split, **shared
+            ),
+        )
+        await rec.call(
+            "RetrievalRepository",
+            "vector_each",
+            retrieval.vector_each(
+                owners, _vector(1), exact=[True, False], limit=5, model=LOCAL_MODEL_ID,
+                types=["fact"], tags=TagFilter(["work"]), when=when, split=split,
+            ),
+        )  # fmt: skip
+        await rec.call(
+            "RetrievalRepository",
+            "rows_each",
+            retrieval.rows_each(owners, [[ids[0]], [ids[1]]], [ids[0]], when=when, split=split),
+        )
+    await rec.call("RetrievalRepository", "citus_loaded", retrieval.citus_loaded())
     await rec.call("RetrievalRepository", "item_count", retrieval.item_count(user))
     await rec.call("RetrievalRepository", "search_size", retrieval.search_size(user, up_to=5))
 
