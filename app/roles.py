@@ -67,6 +67,10 @@ USER_TABLES: tuple[str, ...] = (
 # api_keys stays a table of the coordinator (authentication reads it by hash, not by user).
 COORDINATOR_TABLES: tuple[str, ...] = ("api_keys",)
 DISTRIBUTED_TABLES: tuple[str, ...] = tuple(t for t in USER_TABLES if t not in COORDINATOR_TABLES)
+# Shared spaces and their grants (migration 0019): on Citus, reference tables (a copy on every
+# node), so the space policies' grant check reads them where a shard's statement runs; in
+# foreign-key order (a referenced table first).
+REFERENCE_TABLES: tuple[str, ...] = ("spaces", "space_members")
 READ_ONLY_TABLES: tuple[str, ...] = ("alembic_version",)
 # Shared spaces' grants (migration 0019): row-level security shows the service role its user's
 # own and lets it delete them (leaving a space, a user's purge); granting is the admin role's.

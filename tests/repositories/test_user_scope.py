@@ -638,7 +638,6 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     # owner key (`space:<id>`) like a user's.
     spaces = SpaceRepository(session)
     space = f"scope-{uuid.uuid4().hex[:8]}"
-    await rec.call("SpaceRepository", "on_citus", spaces.on_citus())
     await rec.call("SpaceRepository", "create", spaces.create(space, "driven"))
     await rec.call("SpaceRepository", "get", spaces.get(space))
     await rec.call("SpaceRepository", "list", spaces.list())
