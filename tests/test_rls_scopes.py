@@ -231,6 +231,13 @@ async def test_spaces_follow_their_grants(
             "INSERT INTO space_members (space_id, user_id, access) VALUES (:s, :o, 'write')",
             {"s": space, "o": outsider},
         )
+    # a member leaves as the service role (as a purge does): its own row alone, and from the
+    # next statement on it reads nothing of the space
+    await run_as(
+        service_engine, as_(writer), "DELETE FROM space_members WHERE space_id = :s", {"s": space}
+    )
+    assert await run_as(service_engine, as_(writer), SEEN, p) == []
+    assert await run_as(service_engine, as_(reader), members, {}) == [reader]
     # revoked: the next statement reads nothing of the space
     async with db_engine.begin() as conn:
         await conn.execute(
@@ -238,3 +245,6 @@ async def test_spaces_follow_their_grants(
             {"s": space, "r": reader},
         )
     assert await run_as(service_engine, as_(reader), SEEN, p) == []
+    async with db_engine.connect() as conn:
+        left = "SELECT count(*) FROM space_members WHERE space_id = :s"
+        assert await conn.scalar(text(left), {"s": space}) == 0

@@ -1,4 +1,4 @@
-"""Shared spaces on a Citus cluster: the space policies there too.
+"""Shared spaces on a Citus cluster: the space policies there too; row-level security on spaces.
 
 Issue 43. Migration 0019 made no space policy where Citus is installed (the workers had no
 space_members to read a grant from), so no space was readable there. Now `pgrecall db
@@ -12,7 +12,15 @@ function call to the shards ("unrecognized node type"), so `pgrecall db distribu
 every upgrade, gives each shard its table's policies (app/citus.py: sync_shard_policies). Until
 it runs, the shards keep no space policy: no space is readable there, as before.
 
-Off Citus nothing changes: 0019 made these policies already.
+Off Citus these policies exist already (0019).
+
+Everywhere: `spaces` gets forced row-level security with one policy, the admin role's
+(`spaces_admin`), so the service role's DELETE privilege on it (app/roles.py grant_statements)
+admits no row. Citus needs that privilege: deleting a member's grant (a purge, a member
+leaving) locks the shard of spaces, the table space_members refers to, and Citus refuses the
+lock to a role that could not modify spaces ("permission denied for table spaces", measured
+on the cluster as the service role). The downgrade takes the privilege back from every role
+but the owner and the admin role, with the row-level security.
 
 Revision ID: 0020_spaces_on_citus
 Revises: 0019_memory_scopes
@@ -23,6 +31,8 @@ from collections.abc import Sequence
 
 from alembic import op
 from sqlalchemy import text
+
+from app.roles import ADMIN_ROLE
 
 revision: str = "0020_spaces_on_citus"
 down_revision: str | None = "0019_memory_scopes"
@@ -69,9 +79,16 @@ def _citus() -> bool:
 
 
 def upgrade() -> None:
-    if not _citus():
+    citus = _citus()
+    if citus:
+        op.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
+    op.execute("ALTER TABLE spaces ENABLE ROW LEVEL SECURITY")
+    op.execute("ALTER TABLE spaces FORCE ROW LEVEL SECURITY")
+    op.execute(
+        f"CREATE POLICY spaces_admin ON spaces TO {ADMIN_ROLE} USING (true) WITH CHECK (true)"
+    )
+    if not citus:
         return
-    op.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
     op.execute("SET LOCAL citus.enable_ddl_propagation TO off")
     for table in SPACE_TABLES:
         scoped = f" AND {SCOPE_MATCH}" if table in SCOPED_TABLES else ""
@@ -86,9 +103,25 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    if not _citus():
+    citus = _citus()
+    if citus:
+        op.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
+    # Without row-level security a DELETE privilege on spaces would delete every space.
+    holders = op.get_bind().execute(
+        text(
+            "SELECT DISTINCT quote_ident(r.rolname) FROM pg_class AS c, aclexplode(c.relacl) AS a "
+            "JOIN pg_roles AS r ON r.oid = a.grantee WHERE c.oid = 'spaces'::regclass "
+            "AND a.privilege_type = 'DELETE' AND r.oid <> c.relowner AND r.rolname <> :admin"
+        ),
+        {"admin": ADMIN_ROLE},
+    )
+    for role in holders.scalars():
+        op.execute(f"REVOKE DELETE ON spaces FROM {role}")
+    op.execute("DROP POLICY spaces_admin ON spaces")
+    op.execute("ALTER TABLE spaces NO FORCE ROW LEVEL SECURITY")
+    op.execute("ALTER TABLE spaces DISABLE ROW LEVEL SECURITY")
+    if not citus:
         return
-    op.execute("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
     op.execute("SET LOCAL citus.enable_ddl_propagation TO off")
     for table in SPACE_TABLES:
         op.execute(f"DROP POLICY IF EXISTS {table}_space_read ON {table}")
