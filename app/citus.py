@@ -99,6 +99,12 @@ _REFERENCE_COPIES = text(
 )
 _DISTRIBUTE_SPACES = text("SELECT create_distributed_function('pgrecall_scope_spaces(boolean)')")
 _SPACES_ON_WORKERS = "SELECT pgrecall_scope_spaces(false)"
+# doctor: the spaces function reads space_members' shard (scope_spaces_function), not the table.
+_SPACES_READ_COPY = text(
+    "SELECT coalesce(bool_and(p.prosrc LIKE '%FROM ' || shard_name(s.logicalrelid, s.shardid) "
+    "|| ' AS m%'), false) FROM pg_proc AS p, pg_dist_shard AS s "
+    "WHERE p.proname = 'pgrecall_scope_spaces' AND s.logicalrelid = 'space_members'::regclass"
+)
 _SCOPE_KEY_PLACED = text(
     f"SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = '{SCOPE_KEY_TABLE}'::regclass"
 )
@@ -498,6 +504,12 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
                         ).scalars()
                     )
                     drift += policy_drift(t, table, shards)
+                if not await conn.scalar(_SPACES_READ_COPY):
+                    drift.append(
+                        "pgrecall_scope_spaces() does not read space_members' copy on each node "
+                        "(a migration made it again?): every read of a space fails on the "
+                        "workers; run `pgrecall db distribute`"
+                    )
                 role_setting = await conn.scalar(_ROLE_VISIBILITY, {"role": user_of(service_url)})
     except SQLAlchemyError as exc:
         return False, f"cannot read the Citus metadata: {exc.__class__.__name__}: {exc}"
@@ -529,7 +541,8 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
     shards = next(t.shards for t in tables if t.table == ANCHOR)
     return True, (
         f"Citus {version}: {len(DISTRIBUTED_TABLES)} tables distributed by "
-        f"{DISTRIBUTION_COLUMN} and co-located ({shards} shards); {role} writes and reads back "
+        f"{DISTRIBUTION_COLUMN} and co-located ({shards} shards), "
+        f"{' and '.join(REFERENCE_TABLES)} reference tables; {role} writes and reads back "
         f"its own row on each of {len(probes)} nodes ({', '.join(probes)})"
     )
 

@@ -31,6 +31,8 @@ from app.citus import (
     distribution_problems,
     policy_drift,
     probe_users,
+    shard_expression,
+    shard_policy_statement,
     visibility_advice,
 )
 from app.db import (
@@ -67,6 +69,7 @@ from tests.servers import ExternalPostgres, service_url
 def _layout(**changes: TableDistribution) -> list[TableDistribution]:
     tables = {t: TableDistribution(t, "h", "user_id", 7, 32) for t in DISTRIBUTED_TABLES}
     tables |= {t: TableDistribution(t, None, None, None, 0) for t in COORDINATOR_TABLES}
+    tables |= {t: TableDistribution(t, "n", None, 9, 1, reference=True) for t in REFERENCE_TABLES}
     return list((tables | changes).values())
 
 
@@ -90,10 +93,30 @@ def test_the_documented_layout_has_no_problem() -> None:
             TableDistribution("api_keys", "h", "user_id", 7, 32),
             "api_keys distributed (authentication reads it by hash)",
         ),
+        (
+            TableDistribution("space_members", None, None, None, 0),
+            "space_members not a reference table (the space policies read it)",
+        ),
     ],
 )
 def test_each_misplacement_is_named(change: TableDistribution, problem: str) -> None:
     assert distribution_problems(_layout(**{change.table: change})) == [problem]
+
+
+def test_a_shard_reads_the_space_grants_once_per_statement() -> None:
+    """The shards' space policies call pgrecall_scope_spaces() in a subquery (an InitPlan, once
+    per statement), whatever form the coordinator's policy has; nothing else changes."""
+    per_row = "((user_id)::text = ANY (COALESCE(pgrecall_scope_spaces(false), '{}'::text[])))"
+    once = shard_expression(per_row)
+    assert once == per_row.replace(
+        "pgrecall_scope_spaces(false)", "(SELECT pgrecall_scope_spaces(false))"
+    )
+    assert shard_expression(once) == once
+    user = "((user_id)::text = pgrecall_scope_user())"
+    assert shard_expression(user) == user
+    assert shard_expression(None) is None
+    statement = shard_policy_statement("t_space_write", True, "*", "PUBLIC", per_row, per_row)
+    assert statement.count("(SELECT pgrecall_scope_spaces(false))") == 2
 
 
 def test_doctor_probes_one_user_per_node_holding_shards() -> None:
