@@ -5,6 +5,9 @@ a hash-distributed table on `user_id`, all co-located with `conversations`, so a
 rows sit in one shard group on one worker and every statement the service sends (each names its
 user: tests/repositories/test_user_scope.py) is a router query on that worker. `api_keys` stays a
 plain table of the coordinator: authentication reads it by token hash before it knows the user.
+Shared spaces' `spaces` and `space_members` become reference tables, a copy on every node, which
+the space policies read where a shard's statement runs (issue 43; docs/scaling.md, "Shared
+spaces on Citus").
 
 `distribute` runs as the owner role (Citus lets a table's owner distribute it) after
 `pgrecall db upgrade`; it is idempotent. `cluster_status` is doctor's check.

@@ -5,7 +5,11 @@ service role: what a statement injected into a request could try.
   run or own setting (the signature covers them) shows nothing at all;
 - a run's rows are invisible to another run; `own` hides the unscoped rows;
 - a space's rows are visible to its members only; a read grant cannot write; a revoked grant
-  reads nothing from its next statement; the membership table shows a user its own grants.
+  reads nothing from its next statement; the membership table shows a user its own grants, and
+  a member leaving deletes its own grant alone.
+
+On a Citus coordinator (PGRECALL_TEST_DATABASE_URL) the same: the grants are read on the
+worker, from its copy of space_members (docs/scaling.md, "Shared spaces on Citus").
 """
 
 from __future__ import annotations
@@ -23,12 +27,6 @@ from app.models.base import EMBEDDING_DIMENSION
 from app.vectors import vector_literal
 
 VECTOR = vector_literal([0.1] * EMBEDDING_DIMENSION)
-
-
-async def _citus(engine: AsyncEngine) -> bool:
-    async with engine.connect() as conn:
-        sql = "SELECT count(*) FROM pg_extension WHERE extname = 'citus'"
-        return bool(await conn.scalar(text(sql)))
 
 
 def _key(engine: AsyncEngine) -> ScopeKey:
