@@ -572,12 +572,14 @@ async def test_a_space_owners_query_statements_each_run_on_its_one_shard(
                     model=LOCAL_MODEL_ID,
                 )
             keys = [(Source.MEMORY, made.memory)]
+            await repo.fetch(made.owner, keys)
             await repo.fetch_around(made.owner, keys, [])
             await repo.vectors(made.owner, keys)
+            await repo.item_count(made.owner)
             await repo.search_size(made.owner, up_to=5)
     finally:
         await engine.dispose()
-    assert len(reads.plans) >= 7, reads.plans
+    assert len(reads.plans) >= 9, reads.plans
     (host_port,) = node
     host, port = host_port.split(":")
     for plan in reads.plans:
