@@ -433,6 +433,24 @@ async def test_spaces_are_reference_tables_with_their_policies_on_every_shard(
             {"t": list(REFERENCE_TABLES)},
         )
         assert missing == 0
+        # every copy guarded as its table: forced row-level security, the same policies
+        copy_guard = (
+            "WITH t AS (SELECT CAST('%s' AS regclass) AS r) SELECT (c.relrowsecurity AND "
+            "c.relforcerowsecurity)::text || ' ' || (SELECT string_agg(polname, ',' ORDER BY "
+            "polname) FROM pg_policy WHERE polrelid = t.r) FROM t JOIN pg_class AS c ON c.oid = t.r"
+        )
+        for table, policies in (
+            ("spaces", "spaces_admin"),
+            ("space_members", "space_members_admin,space_members_leave,space_members_user"),
+        ):
+            copies = await conn.execute(
+                text(
+                    "SELECT success, result FROM run_command_on_placements(CAST(:t AS regclass), "
+                    ":command)"
+                ),
+                {"t": table, "command": copy_guard},
+            )
+            assert {(r.success, r.result) for r in copies} == {(True, f"true {policies}")}
         for table in SPACE_TABLES:
             shards = await conn.execute(
                 text(
@@ -496,6 +514,18 @@ async def test_a_revoked_grant_reads_nothing_on_the_worker(
 
     try:
         assert await seen() == (1, 1)
+        # the worker's copy of space_members shows the member its own grants alone
+        async with cluster.connect() as conn:
+            members = await conn.scalar(
+                text(
+                    "SELECT shard_name(logicalrelid, shardid) FROM pg_dist_shard "
+                    "WHERE logicalrelid = 'space_members'::regclass"
+                )
+            )
+        async with on_worker.begin() as c:
+            await c.execute(SET_LOCAL, settings)
+            own = (await c.execute(text(f"SELECT DISTINCT user_id FROM {members}"))).scalars()
+            assert list(own) == [made.reader]
         async with cluster.begin() as conn:
             await conn.execute(
                 text("DELETE FROM space_members WHERE space_id = :s AND user_id = :u"),
