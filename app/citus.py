@@ -335,8 +335,10 @@ def distribution_problems(tables: list[TableDistribution]) -> list[str]:
 
 
 async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) -> list[str]:
-    """Distribute every user table by user_id, co-located (the ones not yet distributed; in
-    foreign-key order: a referenced table goes first). Returns the tables it distributed."""
+    """Distribute every user table by user_id, co-located, and make the shared spaces' tables
+    reference tables (the ones not placed yet; in foreign-key order: a referenced table goes
+    first); point the spaces function at space_members' copies and give every shard its
+    table's policies. Returns the tables it placed."""
     engine = create_async_engine(owner_url, poolclass=NullPool)
     done: list[str] = []
     name = "(metadata)"
