@@ -5,6 +5,9 @@ a hash-distributed table on `user_id`, all co-located with `conversations`, so a
 rows sit in one shard group on one worker and every statement the service sends (each names its
 user: tests/repositories/test_user_scope.py) is a router query on that worker. `api_keys` stays a
 plain table of the coordinator: authentication reads it by token hash before it knows the user.
+Shared spaces' `spaces` and `space_members` become reference tables, a copy on every node, which
+the space policies read where a shard's statement runs (issue 43; docs/scaling.md, "Shared
+spaces on Citus").
 
 `distribute` runs as the owner role (Citus lets a table's owner distribute it) after
 `pgrecall db upgrade`; it is idempotent. `cluster_status` is doctor's check.
@@ -12,13 +15,14 @@ plain table of the coordinator: authentication reads it by token hash before it 
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.ext.asyncio import AsyncConnection, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from app.db import SET_LOCAL, ScopeKey, UserScope, one_line, scope_settings, set_local_params
@@ -27,6 +31,7 @@ from app.roles import (
     COORDINATOR_TABLES,
     DISTRIBUTED_TABLES,
     POLICIES,
+    REFERENCE_TABLES,
     SCOPE_KEY_TABLE,
     policy_rewrites,
     read_scope_key,
@@ -34,8 +39,6 @@ from app.roles import (
 )
 
 DISTRIBUTION_COLUMN = "user_id"
-# The tables a shared space's memories live in (migration 0019's space policies).
-SPACE_TABLES = ("memory_items", "search_postings", "search_stats")
 ANCHOR = DISTRIBUTED_TABLES[0]  # the table the others are co-located with
 DEFAULT_SHARD_COUNT = 32
 
@@ -51,6 +54,7 @@ class TableDistribution:
     column: str | None
     colocation: int | None
     shards: int
+    reference: bool = False  # a reference table: one shard, a copy on every node
 
 
 _VERSION = text("SELECT extversion FROM pg_extension WHERE extname = 'citus'")
@@ -61,7 +65,8 @@ _DISTRIBUTION = text(
                 THEN column_to_column_name(p.logicalrelid, p.partkey) END AS column,
            p.colocationid AS colocation,
            (SELECT count(*) FROM pg_dist_shard AS s WHERE s.logicalrelid = p.logicalrelid)
-               AS shards
+               AS shards,
+           coalesce(p.partmethod = 'n' AND p.repmodel = 't', false) AS reference
     FROM unnest(CAST(:tables AS text[])) AS t(name)
     LEFT JOIN pg_dist_partition AS p ON p.logicalrelid = to_regclass(t.name)
     """
@@ -74,6 +79,34 @@ _DISTRIBUTE_ANCHOR = text(
 _DISTRIBUTE_WITH = text(
     "SELECT create_distributed_table(CAST(:table AS regclass), :column, "
     "colocate_with := :colocate_with)"
+)
+_REFERENCE = text("SELECT create_reference_table(CAST(:table AS regclass))")
+_FORCED = text("SELECT relforcerowsecurity FROM pg_class WHERE oid = CAST(:table AS regclass)")
+# A reference table's one shard: its name (the same on every node) and the active nodes that
+# hold no copy of it ('' when all do; the node running this is one of them).
+_REFERENCE_COPIES = text(
+    """
+    SELECT shard_name(s.logicalrelid, s.shardid) AS name,
+           coalesce((SELECT string_agg(n.nodename || ':' || n.nodeport, ', '
+                                       ORDER BY n.nodename, n.nodeport)
+                     FROM pg_dist_node AS n
+                     WHERE n.isactive AND n.noderole = 'primary'
+                       AND NOT EXISTS (SELECT FROM pg_dist_placement AS p
+                                       WHERE p.shardid = s.shardid AND p.groupid = n.groupid)),
+                    '') AS missing,
+           EXISTS (SELECT FROM pg_dist_placement AS p
+                   WHERE p.shardid = s.shardid
+                     AND p.groupid = (SELECT groupid FROM pg_dist_local_group)) AS local
+    FROM pg_dist_shard AS s WHERE s.logicalrelid = CAST(:table AS regclass)
+    """
+)
+_DISTRIBUTE_SPACES = text("SELECT create_distributed_function('pgrecall_scope_spaces(boolean)')")
+_SPACES_ON_WORKERS = "SELECT pgrecall_scope_spaces(false)"
+# doctor: the spaces function reads space_members' shard (scope_spaces_function), not the table.
+_SPACES_READ_COPY = text(
+    "SELECT coalesce(bool_and(p.prosrc LIKE '%FROM ' || shard_name(s.logicalrelid, s.shardid) "
+    "|| ' AS m%'), false) FROM pg_proc AS p, pg_dist_shard AS s "
+    "WHERE p.proname = 'pgrecall_scope_spaces' AND s.logicalrelid = 'space_members'::regclass"
 )
 _SCOPE_KEY_PLACED = text(
     f"SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = '{SCOPE_KEY_TABLE}'::regclass"
@@ -178,12 +211,40 @@ _ON_SHARDS = text(
     "replace(:command, '{table}', '%s'))"
 )
 _COMMANDS = {"*": "ALL", "r": "SELECT", "a": "INSERT", "w": "UPDATE", "d": "DELETE"}
+# The grants of a space policy read once per shard statement (an InitPlan), not once per row:
+# a shard is a plain table of its worker, which takes the subquery Citus refuses on the
+# distributed table. Per row, a member's count of a 2,000-memory space took 1.1-1.3 s instead
+# of 22-43 ms (docs/scaling.md, "Shared spaces on Citus").
+_SPACES_CALL = re.compile(r"(?<!SELECT )(pgrecall_scope_spaces\((?:true|false)\))")
+
+
+def scope_spaces_function(members: str) -> str:
+    """Migration 0019's pgrecall_scope_spaces() reading the grants from `members`, the name of
+    space_members' one shard: every node has that copy, and a shard's statement reads it as a
+    plain table of its node. (Read through space_members, the reference table, it is "a
+    distributed query from a query on a shard", refused; allowed by
+    citus.allow_nested_distributed_execution it was Citus' local execution of the same read,
+    planned again at every call: docs/scaling.md.)"""
+    return (
+        "CREATE OR REPLACE FUNCTION pgrecall_scope_spaces(writes boolean) RETURNS text[] "
+        "LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$ "
+        "SELECT coalesce(array_agg('space:' || m.space_id), '{}') "
+        f"FROM {members} AS m "
+        "WHERE m.user_id = pgrecall_scope_user() AND (NOT writes OR m.access = 'write') $fn$"
+    )
+
+
+def shard_expression(expression: str | None) -> str | None:
+    """A policy expression as a shard of its table gets it: the grants read once per statement."""
+    return None if expression is None else _SPACES_CALL.sub(r"(SELECT \1)", expression)
 
 
 def shard_policy_statement(
     name: str, permissive: bool, cmd: str, roles: str, using: str | None, check: str | None
 ) -> str:
-    """CREATE POLICY of one table policy for a shard (`{table}` stands for the shard)."""
+    """CREATE POLICY of one table policy for a shard (`{table}` stands for the shard), with a
+    space policy's grants read once per statement (shard_expression)."""
+    using, check = shard_expression(using), shard_expression(check)
     statement = (
         f'CREATE POLICY "{name}" ON {{table}} AS {"PERMISSIVE" if permissive else "RESTRICTIVE"}'
         f" FOR {_COMMANDS[cmd]} TO {roles}"
@@ -240,12 +301,13 @@ async def citus_version(conn: AsyncConnection) -> str | None:
 
 
 async def distribution(conn: AsyncConnection) -> list[TableDistribution]:
-    """How each user table and coordinator table is placed (Citus metadata)."""
-    rows = await conn.execute(
-        _DISTRIBUTION, {"tables": list(DISTRIBUTED_TABLES + COORDINATOR_TABLES)}
-    )
+    """How each user table, coordinator table and reference table is placed (Citus metadata)."""
+    tables = DISTRIBUTED_TABLES + COORDINATOR_TABLES + REFERENCE_TABLES
+    rows = await conn.execute(_DISTRIBUTION, {"tables": list(tables)})
     return [
-        TableDistribution(r.name, r.method, r.column, r.colocation, int(r.shards or 0))
+        TableDistribution(
+            r.name, r.method, r.column, r.colocation, int(r.shards or 0), bool(r.reference)
+        )
         for r in rows
     ]
 
@@ -266,12 +328,17 @@ def distribution_problems(tables: list[TableDistribution]) -> list[str]:
     for name in COORDINATOR_TABLES:
         if by_name[name].method == "h":
             problems.append(f"{name} distributed (authentication reads it by hash)")
+    for name in REFERENCE_TABLES:
+        if name in by_name and not by_name[name].reference:
+            problems.append(f"{name} not a reference table (the space policies read it)")
     return problems
 
 
 async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) -> list[str]:
-    """Distribute every user table by user_id, co-located (the ones not yet distributed; in
-    foreign-key order: a referenced table goes first). Returns the tables it distributed."""
+    """Distribute every user table by user_id, co-located, and make the shared spaces' tables
+    reference tables (the ones not placed yet; in foreign-key order: a referenced table goes
+    first); point the spaces function at space_members' copies and give every shard its
+    table's policies. Returns the tables it placed."""
     engine = create_async_engine(owner_url, poolclass=NullPool)
     done: list[str] = []
     name = "(metadata)"
@@ -298,15 +365,6 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
                     "creates a shard's policies as permissive, so the service role would see "
                     "every row such a policy admits on the workers; not distributing"
                 )
-            # No shared spaces on Citus yet (migration 0019): their policies read space_members,
-            # which the workers do not have, and every read of a shard would fail there. A
-            # store migrated before Citus was installed has them: dropped before distributing.
-            name = "(space policies)"
-            for table in SPACE_TABLES:
-                for kind in ("read", "write"):
-                    await conn.exec_driver_sql(
-                        f"DROP POLICY IF EXISTS {table}_space_{kind} ON {table}"
-                    )
             # Citus refuses a subquery in a policy of a distributed table: a store migrated
             # before Citus was installed reads its settings once per statement (migration
             # 0017), and goes back to the per-row form here.
@@ -348,6 +406,12 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
                     await conn.execute(_DISTRIBUTE_WITH, {**params, "colocate_with": ANCHOR})
                 await conn.exec_driver_sql(f"ALTER TABLE {name} FORCE ROW LEVEL SECURITY")
             done.append(name)
+        for name in REFERENCE_TABLES:
+            if not placed[name].reference:
+                await _make_reference(engine, name)
+                done.append(name)
+        name = "(spaces function)"
+        await _point_spaces_at_copies(engine)
         # Every shard's policies as its table's: migrations change them on the coordinator
         # alone (see _TABLE_POLICIES); made again on every run, so a rerun after an upgrade
         # brings the shards up to date.
@@ -370,6 +434,44 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
     finally:
         await engine.dispose()
     return done
+
+
+async def _make_reference(engine: AsyncEngine, table: str) -> None:
+    """`table` a reference table, in one transaction: the forcing of row-level security lifted
+    for the copy of its rows (as for a distributed table, above) and put back."""
+    async with engine.begin() as conn:
+        forced = bool(await conn.scalar(_FORCED, {"table": table}))
+        if forced:
+            await conn.exec_driver_sql(f"ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY")
+        await conn.execute(_REFERENCE, {"table": table})
+        if forced:
+            await conn.exec_driver_sql(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
+
+
+async def _point_spaces_at_copies(engine: AsyncEngine) -> None:
+    """pgrecall_scope_spaces() on every node reading space_members' copy there (see
+    scope_spaces_function), then called on each worker: a node without the copy fails here,
+    not in a request."""
+    members = REFERENCE_TABLES[-1]
+    async with engine.begin() as conn:
+        copies = (await conn.execute(_REFERENCE_COPIES, {"table": members})).one()
+        if copies.missing or not copies.local:
+            where = copies.missing or "this node"
+            raise CitusError(
+                f"no copy of {members} on {where}: run `SELECT replicate_reference_tables()` "
+                "as a superuser on the coordinator (a node added later gets its copies so), "
+                "then `pgrecall db distribute` again"
+            )
+        await conn.execute(_DISTRIBUTE_SPACES)
+        await conn.exec_driver_sql(scope_spaces_function(copies.name))
+    async with engine.connect() as conn:
+        failed = [
+            f"{r.nodename}:{r.nodeport}: {r.result}"
+            for r in await conn.execute(_ON_WORKERS, {"command": _SPACES_ON_WORKERS})
+            if not r.success
+        ]
+    if failed:
+        raise CitusError("the spaces function on the workers: " + "; ".join(failed))
 
 
 async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] | None:
@@ -408,6 +510,12 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
                         ).scalars()
                     )
                     drift += policy_drift(t, table, shards)
+                if not await conn.scalar(_SPACES_READ_COPY):
+                    drift.append(
+                        "pgrecall_scope_spaces() does not read space_members' copy on each node "
+                        "(a migration made it again?): every read of a space fails on the "
+                        "workers; run `pgrecall db distribute`"
+                    )
                 role_setting = await conn.scalar(_ROLE_VISIBILITY, {"role": user_of(service_url)})
     except SQLAlchemyError as exc:
         return False, f"cannot read the Citus metadata: {exc.__class__.__name__}: {exc}"
@@ -439,7 +547,8 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
     shards = next(t.shards for t in tables if t.table == ANCHOR)
     return True, (
         f"Citus {version}: {len(DISTRIBUTED_TABLES)} tables distributed by "
-        f"{DISTRIBUTION_COLUMN} and co-located ({shards} shards); {role} writes and reads back "
+        f"{DISTRIBUTION_COLUMN} and co-located ({shards} shards), "
+        f"{' and '.join(REFERENCE_TABLES)} reference tables; {role} writes and reads back "
         f"its own row on each of {len(probes)} nodes ({', '.join(probes)})"
     )
 

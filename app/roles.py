@@ -67,11 +67,22 @@ USER_TABLES: tuple[str, ...] = (
 # api_keys stays a table of the coordinator (authentication reads it by hash, not by user).
 COORDINATOR_TABLES: tuple[str, ...] = ("api_keys",)
 DISTRIBUTED_TABLES: tuple[str, ...] = tuple(t for t in USER_TABLES if t not in COORDINATOR_TABLES)
+# Shared spaces and their grants (migration 0019): on Citus, reference tables (a copy on every
+# node), so the space policies' grant check reads them where a shard's statement runs; in
+# foreign-key order (a referenced table first).
+REFERENCE_TABLES: tuple[str, ...] = ("spaces", "space_members")
 READ_ONLY_TABLES: tuple[str, ...] = ("alembic_version",)
 # Shared spaces' grants (migration 0019): row-level security shows the service role its user's
 # own and lets it delete them (leaving a space, a user's purge); granting is the admin role's.
 MEMBER_TABLES: tuple[str, ...] = ("space_members",)
+# Tables the service role may DELETE from without any row to delete: row-level security admits
+# the admin role alone (migration 0020). On Citus a write of space_members first locks the shard
+# of spaces, the table it refers to, which Citus allows only to a role that could modify spaces
+# ("permission denied for table spaces" when a purge as the service role deleted a grant).
+LOCK_ONLY_TABLES: tuple[str, ...] = ("spaces",)
 _LOCK_KEY = 0x70677263  # "pgrc": serialises role set-up across processes
+_CITUS = text("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")
+_SEQUENTIAL = text("SET LOCAL citus.multi_shard_modify_mode TO 'sequential'")
 
 # Every policy of the schema, with its expressions as Postgres prints them (policy_rewrites).
 POLICIES = text(
@@ -214,6 +225,7 @@ def grant_statements(role: str) -> list[str]:
         f"GRANT SELECT, INSERT, UPDATE, DELETE ON {tables} TO {role}",
         f"GRANT SELECT ON {', '.join(READ_ONLY_TABLES)} TO {role}",
         f"GRANT SELECT, DELETE ON {', '.join(MEMBER_TABLES)} TO {role}",
+        f"GRANT DELETE ON {', '.join(LOCK_ONLY_TABLES)} TO {role}",
         # messages.seq is an identity column; inserts work without it, but a future serial may not
         f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}",
     ]
@@ -242,6 +254,10 @@ async def ensure_service_role(owner_url: str, role: str, *, create: bool) -> Non
             # Two processes starting at once (serve and an admin command) take turns: concurrent
             # GRANTs on one table can fail with "tuple concurrently updated".
             await conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _LOCK_KEY})
+            if await conn.scalar(_CITUS):
+                # The grants reach the shards over one connection per node: Citus refuses the
+                # grant on spaces, a reference table another refers to, after a parallel one.
+                await conn.execute(_SEQUENTIAL)
             exists = await conn.scalar(
                 text("SELECT true FROM pg_roles WHERE rolname = :r"), {"r": role}
             )

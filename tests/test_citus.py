@@ -6,15 +6,20 @@ The cluster itself was checked on a real Citus 13.0 coordinator with two workers
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import re
+import uuid
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pytest
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from app.adapters.embedder import LOCAL_DIMENSION, LOCAL_MODEL_ID
 from app.citus import (
     ANCHOR,
     CitusError,
@@ -26,34 +31,45 @@ from app.citus import (
     distribution_problems,
     policy_drift,
     probe_users,
+    shard_expression,
+    shard_policy_statement,
     visibility_advice,
 )
 from app.db import (
     SET_LOCAL,
+    ReadTransaction,
     UserScope,
     create_sessionmaker,
+    engine_scope_key,
+    positional,
+    read_transaction,
     scope_settings,
     set_local_params,
     user_session,
     with_scope_key,
 )
+from app.domain import MemoryScope, space_owner
 from app.embedded import EmbeddedPostgres
 from app.migrate import upgrade_head
 from app.repositories.admin import AdminMemoryRepository
+from app.repositories.retrieval import RetrievalRepository, Source
 from app.roles import (
     COORDINATOR_TABLES,
     DEFAULT_APP_ROLE,
     DISTRIBUTED_TABLES,
+    REFERENCE_TABLES,
     ensure_service_role,
     read_scope_key,
     with_user,
 )
+from app.vectors import vector_literal
 from tests.servers import ExternalPostgres, service_url
 
 
 def _layout(**changes: TableDistribution) -> list[TableDistribution]:
     tables = {t: TableDistribution(t, "h", "user_id", 7, 32) for t in DISTRIBUTED_TABLES}
     tables |= {t: TableDistribution(t, None, None, None, 0) for t in COORDINATOR_TABLES}
+    tables |= {t: TableDistribution(t, "n", None, 9, 1, reference=True) for t in REFERENCE_TABLES}
     return list((tables | changes).values())
 
 
@@ -77,10 +93,30 @@ def test_the_documented_layout_has_no_problem() -> None:
             TableDistribution("api_keys", "h", "user_id", 7, 32),
             "api_keys distributed (authentication reads it by hash)",
         ),
+        (
+            TableDistribution("space_members", None, None, None, 0),
+            "space_members not a reference table (the space policies read it)",
+        ),
     ],
 )
 def test_each_misplacement_is_named(change: TableDistribution, problem: str) -> None:
     assert distribution_problems(_layout(**{change.table: change})) == [problem]
+
+
+def test_a_shard_reads_the_space_grants_once_per_statement() -> None:
+    """The shards' space policies call pgrecall_scope_spaces() in a subquery (an InitPlan, once
+    per statement), whatever form the coordinator's policy has; nothing else changes."""
+    per_row = "((user_id)::text = ANY (COALESCE(pgrecall_scope_spaces(false), '{}'::text[])))"
+    once = shard_expression(per_row)
+    assert once == per_row.replace(
+        "pgrecall_scope_spaces(false)", "(SELECT pgrecall_scope_spaces(false))"
+    )
+    assert shard_expression(once) == once
+    user = "((user_id)::text = pgrecall_scope_user())"
+    assert shard_expression(user) == user
+    assert shard_expression(None) is None
+    statement = shard_policy_statement("t_space_write", True, "*", "PUBLIC", per_row, per_row)
+    assert statement.count("(SELECT pgrecall_scope_spaces(false))") == 2
 
 
 def test_doctor_probes_one_user_per_node_holding_shards() -> None:
@@ -194,6 +230,13 @@ async def populated_store(pg: EmbeddedPostgres) -> AsyncIterator[str]:
         "INSERT INTO memory_items (id, user_id, content, content_hash, type, embedding, "
         "embedding_model) SELECT gen_random_uuid(), c.user_id, 'a note', md5(c.user_id), "
         "'note', CAST(array_fill(0.05, ARRAY[384]) AS halfvec), 'test' FROM conversations AS c",
+        # a shared space mover-1 reads, with one memory
+        "INSERT INTO spaces (id) VALUES ('movers')",
+        "INSERT INTO space_members (space_id, user_id, access) VALUES ('movers', 'mover-1', "
+        "'read')",
+        "INSERT INTO memory_items (id, user_id, content, content_hash, type, embedding, "
+        "embedding_model) VALUES (gen_random_uuid(), 'space:movers', 'a shared note', "
+        "md5('movers'), 'note', CAST(array_fill(0.05, ARRAY[384]) AS halfvec), 'test')",
     )
     await _run_on(
         nodes[0],
@@ -220,7 +263,7 @@ async def test_distribute_moves_a_populated_store_and_keeps_rls_forced(
         await distribute(owner)
     await _run_on(owner, MOVED_DATABASE, "DROP POLICY probe ON messages")
     done = await distribute(owner)
-    assert done == list(DISTRIBUTED_TABLES)
+    assert done == list(DISTRIBUTED_TABLES + REFERENCE_TABLES)
     assert await distribute(owner) == []  # rerun: nothing left to do
     engine = create_async_engine(owner, poolclass=NullPool)
     try:
@@ -229,7 +272,7 @@ async def test_distribute_moves_a_populated_store_and_keeps_rls_forced(
             counts = await conn.execute(
                 text("SELECT (SELECT count(*) FROM messages), (SELECT count(*) FROM memory_items)")
             )
-            assert tuple(counts.one()) == (200, 20)
+            assert tuple(counts.one()) == (200, 21)
             forced = await conn.scalar(
                 text(
                     "SELECT count(*) FROM pg_class WHERE relforcerowsecurity "
@@ -269,6 +312,15 @@ async def test_distribute_moves_a_populated_store_and_keeps_rls_forced(
             async with app_engine.begin() as conn:
                 await conn.execute(SET_LOCAL, set_local_params(scope))
                 assert await conn.scalar(text("SELECT count(*) FROM messages")) == expected
+        # The space's memory: its member reads it, another user does not (the grants read on
+        # the worker, from space_members' copy there).
+        space = "SELECT count(*) FROM memory_items WHERE user_id = 'space:movers'"
+        for member, expected in (("mover-1", 1), ("mover-2", 0)):
+            async with app_engine.begin() as conn:
+                await conn.execute(
+                    SET_LOCAL, set_local_params(scope_settings(UserScope(member), key))
+                )
+                assert await conn.scalar(text(space)) == expected
         # The memory dedup's lateral statement, which the per-row policies written back with
         # an explicit cast made Citus refuse ("cannot push down this subquery").
         async with user_session(
@@ -280,3 +332,290 @@ async def test_distribute_moves_a_populated_store_and_keeps_rls_forced(
             assert [len(found) for found in near] == [1]
     finally:
         await app_engine.dispose()
+
+
+# ---- Shared spaces on the cluster (issue 43): reference tables, shard policies, routing. ----
+
+SPACE_TABLES = ("memory_items", "search_postings", "search_stats")
+# A shard table a plan's node scans ("... on memory_items_102192 ..."): table and shard id.
+SHARD_NAME = re.compile(r"\bon (" + "|".join(DISTRIBUTED_TABLES) + r")_(\d+)\b")
+
+
+@pytest.fixture
+async def cluster(db_engine: AsyncEngine) -> AsyncEngine:
+    """The superuser's engine at the coordinator (PGRECALL_TEST_DATABASE_URL); skipped elsewhere."""
+    async with db_engine.connect() as conn:
+        if await citus_version(conn) is None:
+            pytest.skip("needs PGRECALL_TEST_DATABASE_URL at a Citus coordinator")
+    return db_engine
+
+
+@dataclass(frozen=True)
+class SharedSpace:
+    space: str
+    owner: str  # `space:<id>`
+    reader: str  # a member with a read grant
+    memory: uuid.UUID
+
+
+@pytest.fixture
+async def shared_space(cluster: AsyncEngine) -> AsyncIterator[SharedSpace]:
+    """A space with a read member and one memory, written as the superuser; dropped after."""
+    run = uuid.uuid4().hex[:8]
+    made = SharedSpace(f"c-{run}", space_owner(f"c-{run}"), f"reader-{run}", uuid.uuid4())
+    async with cluster.begin() as conn:
+        await conn.execute(text("INSERT INTO spaces (id) VALUES (:s)"), {"s": made.space})
+        await conn.execute(
+            text("INSERT INTO space_members (space_id, user_id, access) VALUES (:s, :u, 'read')"),
+            {"s": made.space, "u": made.reader},
+        )
+        await conn.execute(
+            text(
+                "INSERT INTO memory_items (id, user_id, content, content_hash, type, embedding, "
+                "embedding_model) VALUES (:i, :o, 'The team meets on Mondays', :h, 'fact', "
+                "CAST(:v AS halfvec), :m)"
+            ),
+            {
+                "i": made.memory,
+                "o": made.owner,
+                "h": run,
+                "v": vector_literal(_unit(1)),
+                "m": LOCAL_MODEL_ID,
+            },
+        )
+    try:
+        yield made
+    finally:
+        async with cluster.begin() as conn:
+            await conn.execute(
+                text("DELETE FROM memory_items WHERE user_id = :o"), {"o": made.owner}
+            )
+            await conn.execute(text("DELETE FROM spaces WHERE id = :s"), {"s": made.space})
+
+
+def _unit(seed: int) -> np.ndarray:
+    v = np.random.default_rng(seed).standard_normal(LOCAL_DIMENSION).astype(np.float32)
+    return v / np.linalg.norm(v)
+
+
+async def _shard_of(conn: AsyncConnection, table: str, owner: str) -> tuple[int, str]:
+    """The shard of `table` holding `owner`'s rows, and the node it is on (host:port)."""
+    row = (
+        await conn.execute(
+            text(
+                "SELECT s.id, n.nodename || ':' || n.nodeport AS node FROM (SELECT "
+                "get_shard_id_for_distribution_column(CAST(:t AS regclass), CAST(:o AS text)) "
+                "AS id) AS s "
+                "JOIN pg_dist_placement AS p ON p.shardid = s.id "
+                "JOIN pg_dist_node AS n ON n.groupid = p.groupid"
+            ),
+            {"t": table, "o": owner},
+        )
+    ).one()
+    return int(row.id), str(row.node)
+
+
+async def test_spaces_are_reference_tables_with_their_policies_on_every_shard(
+    cluster: AsyncEngine,
+) -> None:
+    async with cluster.connect() as conn:
+        placed = {t.table: t for t in await distribution(conn)}
+        assert distribution_problems(list(placed.values())) == []
+        assert all(placed[t].reference for t in REFERENCE_TABLES)
+        # a copy of each on every active node (the coordinator too)
+        missing = await conn.scalar(
+            text(
+                "SELECT count(*) FROM pg_dist_node AS n CROSS JOIN pg_dist_shard AS s "
+                "WHERE n.isactive AND s.logicalrelid = ANY(CAST(:t AS regclass[])) "
+                "AND NOT EXISTS (SELECT FROM pg_dist_placement AS p "
+                "WHERE p.shardid = s.shardid AND p.groupid = n.groupid)"
+            ),
+            {"t": list(REFERENCE_TABLES)},
+        )
+        assert missing == 0
+        # every copy guarded as its table: forced row-level security, the same policies
+        copy_guard = (
+            "WITH t AS (SELECT CAST('%s' AS regclass) AS r) SELECT (c.relrowsecurity AND "
+            "c.relforcerowsecurity)::text || ' ' || (SELECT string_agg(polname, ',' ORDER BY "
+            "polname) FROM pg_policy WHERE polrelid = t.r) FROM t JOIN pg_class AS c ON c.oid = t.r"
+        )
+        for table, policies in (
+            ("spaces", "spaces_admin"),
+            ("space_members", "space_members_admin,space_members_leave,space_members_user"),
+        ):
+            copies = await conn.execute(
+                text(
+                    "SELECT success, result FROM run_command_on_placements(CAST(:t AS regclass), "
+                    ":command)"
+                ),
+                {"t": table, "command": copy_guard},
+            )
+            assert {(r.success, r.result) for r in copies} == {(True, f"true {policies}")}
+        for table in SPACE_TABLES:
+            shards = await conn.execute(
+                text(
+                    "SELECT success, result FROM run_command_on_shards(CAST(:t AS regclass), "
+                    "$$SELECT string_agg(polname || '=' || pg_get_expr(polqual, polrelid), "
+                    "' | ' ORDER BY polname) FROM pg_policy WHERE polrelid = '%s'::regclass "
+                    "AND polname LIKE '%%space%%'$$)"
+                ),
+                {"t": table},
+            )
+            for shard in shards:
+                assert shard.success, shard.result
+                read, write = shard.result.split(" | ")
+                # each shard reads the grants once per statement (an InitPlan)
+                assert read.startswith(f"{table}_space_read=")
+                assert "SELECT pgrecall_scope_spaces(false)" in read
+                assert write.startswith(f"{table}_space_write=")
+                assert "SELECT pgrecall_scope_spaces(true)" in write
+        # the spaces function reads space_members' copy on the node it runs on
+        members = await conn.scalar(
+            text(
+                "SELECT shard_name(logicalrelid, shardid) FROM pg_dist_shard "
+                "WHERE logicalrelid = 'space_members'::regclass"
+            )
+        )
+        bodies = await conn.execute(
+            text(
+                "SELECT result FROM run_command_on_all_nodes($$SELECT prosrc FROM pg_proc "
+                "WHERE proname = 'pgrecall_scope_spaces'$$)"
+            )
+        )
+        assert all(f"FROM {members} AS m" in r.result for r in bodies)
+
+
+async def test_a_revoked_grant_reads_nothing_on_the_worker(
+    cluster: AsyncEngine, service_engine: AsyncEngine, shared_space: SharedSpace
+) -> None:
+    """The member's statements read the space's shard on its worker through the coordinator,
+    and on the worker itself (its shard table, as the service role); the grant revoked on the
+    coordinator, the next statement on either reads nothing."""
+    made = shared_space
+    key = engine_scope_key(service_engine)
+    assert key is not None
+    async with cluster.connect() as conn:
+        shard, node = await _shard_of(conn, "memory_items", made.owner)
+    host, port = node.split(":")
+    on_worker = create_async_engine(
+        service_engine.url.set(host=host, port=int(port)), poolclass=NullPool
+    )
+    settings = set_local_params(scope_settings(UserScope(made.reader), key))
+    through_coordinator = "SELECT count(*) FROM memory_items WHERE user_id = :o"
+    on_shard = f"SELECT count(*) FROM memory_items_{shard} WHERE user_id = :o"
+
+    async def seen() -> tuple[int, int]:
+        counts = []
+        for engine, sql in ((service_engine, through_coordinator), (on_worker, on_shard)):
+            async with engine.begin() as c:
+                await c.execute(SET_LOCAL, settings)
+                counts.append(int(await c.scalar(text(sql), {"o": made.owner})))
+        return counts[0], counts[1]
+
+    try:
+        assert await seen() == (1, 1)
+        # the worker's copy of space_members shows the member its own grants alone
+        async with cluster.connect() as conn:
+            members = await conn.scalar(
+                text(
+                    "SELECT shard_name(logicalrelid, shardid) FROM pg_dist_shard "
+                    "WHERE logicalrelid = 'space_members'::regclass"
+                )
+            )
+        async with on_worker.begin() as c:
+            await c.execute(SET_LOCAL, settings)
+            own = (await c.execute(text(f"SELECT DISTINCT user_id FROM {members}"))).scalars()
+            assert list(own) == [made.reader]
+        async with cluster.begin() as conn:
+            await conn.execute(
+                text("DELETE FROM space_members WHERE space_id = :s AND user_id = :u"),
+                {"s": made.space, "u": made.reader},
+            )
+        assert await seen() == (0, 0)
+    finally:
+        await on_worker.dispose()
+
+
+class ExplainedReads(ReadTransaction):
+    """The query path's transaction, with each read statement EXPLAINed (its parameters bound,
+    as it is sent) before it runs."""
+
+    def __init__(self, driver: Any) -> None:
+        super().__init__(driver)
+        self.plans: list[str] = []
+
+    async def fetch(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any]:
+        query, names = positional(sql)
+        rows = await self.driver.fetch(f"EXPLAIN {query}", *[params[name] for name in names])
+        self.plans.append("\n".join(r[0] for r in rows))
+        return await super().fetch(sql, params)
+
+
+@pytest.mark.parametrize("session_plans", ["default", "force_generic_plan"])
+async def test_a_space_owners_query_statements_each_run_on_its_one_shard(
+    cluster: AsyncEngine, service_engine: AsyncEngine, shared_space: SharedSpace, session_plans: str
+) -> None:
+    """Every statement the query path sends for a space (its member's signed scope, the owner
+    `space:<id>`, memories only) is one task, on the space's shards on one worker: a query of
+    the user and two spaces reads at most the user's shard group and one per space. Also on
+    connections whose session asks for generic plans (as a role's setting could): the scope
+    statement plans the transaction's statements for their values on Citus (app/db.py), and a
+    generic plan of these statements is refused there ("could not create distributed plan").
+    """
+    made = shared_space
+    async with cluster.connect() as conn:
+        shards = {t: await _shard_of(conn, t, made.owner) for t in DISTRIBUTED_TABLES}
+    node = {n for _, n in shards.values()}
+    assert len(node) == 1  # co-located: one node holds the space's shard group
+    key = engine_scope_key(service_engine)
+    assert key is not None
+    settings = {} if session_plans == "default" else {"plan_cache_mode": session_plans}
+    engine = with_scope_key(
+        create_async_engine(
+            service_engine.url, poolclass=NullPool, connect_args={"server_settings": settings}
+        ),
+        key,
+    )
+    try:
+        async with read_transaction(engine, MemoryScope(made.reader)) as tx:
+            reads = ExplainedReads(tx.driver)
+            repo = RetrievalRepository(reads)
+            scope: dict[str, Any] = {
+                "limit": 10,
+                "memories": True,
+                "messages": False,
+                "types": None,
+                "k1": 1.2,
+                "b": 0.75,
+            }
+            await repo.keyword(made.owner, "When does the team meet?", **scope)
+            await repo.expansion(made.owner, "team", [made.memory], terms=3, min_df=1, **scope)
+            for exact in (True, False):
+                await repo.vector(
+                    made.owner,
+                    _unit(1),
+                    limit=10,
+                    memories=True,
+                    messages=False,
+                    types=None,
+                    exact=exact,
+                    model=LOCAL_MODEL_ID,
+                )
+            keys = [(Source.MEMORY, made.memory)]
+            await repo.fetch(made.owner, keys)
+            await repo.fetch_around(made.owner, keys, [])
+            await repo.vectors(made.owner, keys)
+            await repo.item_count(made.owner)
+            await repo.search_size(made.owner, up_to=5)
+    finally:
+        await engine.dispose()
+    assert len(reads.plans) >= 9, reads.plans
+    (host_port,) = node
+    host, port = host_port.split(":")
+    for plan in reads.plans:
+        assert re.findall(r"Task Count: (\d+)", plan) == ["1"], plan
+        assert f"host={host} port={port}" in plan, plan
+        named = SHARD_NAME.findall(plan)
+        assert named, plan
+        owners = {(t, s) for t, (s, _) in shards.items()}
+        assert {(t, int(i)) for t, i in named} - owners == set(), plan

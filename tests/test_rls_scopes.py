@@ -5,7 +5,11 @@ service role: what a statement injected into a request could try.
   run or own setting (the signature covers them) shows nothing at all;
 - a run's rows are invisible to another run; `own` hides the unscoped rows;
 - a space's rows are visible to its members only; a read grant cannot write; a revoked grant
-  reads nothing from its next statement; the membership table shows a user its own grants.
+  reads nothing from its next statement; the membership table shows a user its own grants, and
+  a member leaving deletes its own grant alone.
+
+On a Citus coordinator (PGRECALL_TEST_DATABASE_URL) the same: the grants are read on the
+worker, from its copy of space_members (docs/scaling.md, "Shared spaces on Citus").
 """
 
 from __future__ import annotations
@@ -23,12 +27,6 @@ from app.models.base import EMBEDDING_DIMENSION
 from app.vectors import vector_literal
 
 VECTOR = vector_literal([0.1] * EMBEDDING_DIMENSION)
-
-
-async def _citus(engine: AsyncEngine) -> bool:
-    async with engine.connect() as conn:
-        sql = "SELECT count(*) FROM pg_extension WHERE extname = 'citus'"
-        return bool(await conn.scalar(text(sql)))
 
 
 def _key(engine: AsyncEngine) -> ScopeKey:
@@ -177,8 +175,6 @@ async def test_an_agent_cannot_write_into_another_agents_scope(
 async def test_spaces_follow_their_grants(
     service_engine: AsyncEngine, db_engine: AsyncEngine
 ) -> None:
-    if await _citus(db_engine):
-        pytest.skip("no shared spaces on Citus yet: the workers have no space_members")
     run = uuid.uuid4().hex[:8]
     space, reader, writer, outsider = f"s-{run}", f"r-{run}", f"w-{run}", f"o-{run}"
     room = space_owner(space)
@@ -233,6 +229,13 @@ async def test_spaces_follow_their_grants(
             "INSERT INTO space_members (space_id, user_id, access) VALUES (:s, :o, 'write')",
             {"s": space, "o": outsider},
         )
+    # a member leaves as the service role (as a purge does): its own row alone, and from the
+    # next statement on it reads nothing of the space
+    await run_as(
+        service_engine, as_(writer), "DELETE FROM space_members WHERE space_id = :s", {"s": space}
+    )
+    assert await run_as(service_engine, as_(writer), SEEN, p) == []
+    assert await run_as(service_engine, as_(reader), members, {}) == [reader]
     # revoked: the next statement reads nothing of the space
     async with db_engine.begin() as conn:
         await conn.execute(
@@ -240,3 +243,6 @@ async def test_spaces_follow_their_grants(
             {"s": space, "r": reader},
         )
     assert await run_as(service_engine, as_(reader), SEEN, p) == []
+    async with db_engine.connect() as conn:
+        left = "SELECT count(*) FROM space_members WHERE space_id = :s"
+        assert await conn.scalar(text(left), {"s": space}) == 0

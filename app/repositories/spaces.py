@@ -2,6 +2,8 @@
 
 The admin role manages both tables; the service role reads its own user's grants only (row-level
 security on space_members). A space's memories are memory_items of the owner `space:<id>`.
+On Citus both tables are reference tables (app/citus.py): each statement here is one task,
+a write of them goes to every node's copy in the same transaction.
 """
 
 from __future__ import annotations
@@ -22,11 +24,6 @@ _SPACE_ROWS = ("search_postings", "search_stats", "memory_items")
 class SpaceRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
-
-    async def on_citus(self) -> bool:
-        """Whether the database is a Citus coordinator (no shared spaces there yet)."""
-        sql = text("SELECT count(*) FROM pg_extension WHERE extname = 'citus'")
-        return bool((await self.session.execute(sql)).scalar_one())
 
     async def create(self, space_id: str, description: str) -> Space | None:
         """A new space; None when one of that id exists."""

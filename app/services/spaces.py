@@ -17,10 +17,6 @@ class SpaceService:
         self.repo = SpaceRepository(session)
 
     async def create(self, space_id: str, description: str = "") -> Space:
-        if await self.repo.on_citus():
-            # The policies that read a space's grants need space_members on every worker:
-            # not there yet (migration 0019, docs/scaling.md), so no space can be made.
-            raise ConflictError("shared spaces are not available on a Citus cluster yet")
         space = await self.repo.create(space_id, description)
         if space is None:
             raise ConflictError(f"space {space_id} exists")

@@ -17,8 +17,11 @@ Issue 43. After this migration:
   search_stats let a member read (`<table>_space_read`) or write (`<table>_space_write`) the
   spaces `pgrecall_scope_spaces()` returns for the signed user: read at every statement, so a
   revoked grant is effective on the next one. The service role may read and delete its user's
-  own membership rows only; spaces are managed by the admin role. Not on Citus yet: the workers
-  have no space_members, so there the space policies are not made (no space is readable).
+  own membership rows only; spaces are managed by the admin role. Where Citus is installed this
+  migration makes no space policy (the workers had no space_members to read a grant from):
+  migration 0020 makes them there, and `pgrecall db distribute` makes spaces and space_members
+  reference tables whose copy on each node the function reads (docs/scaling.md, "Shared spaces
+  on Citus").
 - The uniqueness of a valid memory's text (and of a store address) is per scope.
 
 Revision ID: 0019_memory_scopes
@@ -230,9 +233,8 @@ def upgrade() -> None:
     for table in SCOPED_TABLES:
         _user_policy(table, f"{USER_MATCH} AND {SCOPE_MATCH}")
     citus = _citus()
-    # On Citus, no spaces yet: pgrecall_scope_spaces() reads space_members, which the workers
-    # do not have (docs/scaling.md). Without these policies no statement reads or writes a
-    # space there.
+    # On Citus, migration 0020 makes these policies (on the coordinator's tables alone; then
+    # `pgrecall db distribute` gives the shards theirs, with the grants read where they run).
     for table in () if citus else SPACE_TABLES:
         scoped = f" AND {SCOPE_MATCH}" if table in SCOPED_TABLES else ""
         read, write = f"{SPACE_READ}{scoped}", f"{SPACE_WRITE}{scoped}"

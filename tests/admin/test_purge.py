@@ -33,8 +33,9 @@ TABLES = (
 
 
 async def _populate(client: httpx.AsyncClient, user: str) -> list[str]:
-    """Two conversations with messages, memories, a cached session, a rate-limit counter and
-    a cached query result; returns every text the user had embedded."""
+    """Two conversations with messages, memories, a read grant on a shared space of its own, a
+    cached session, a rate-limit counter and a cached query result; returns every text the user
+    had embedded."""
     texts: list[str] = []
     for n in range(2):
         turns = [
@@ -55,6 +56,10 @@ async def _populate(client: httpx.AsyncClient, user: str) -> list[str]:
     )
     assert r.status_code == 201, r.text
     texts += memories
+    space = f"purge-{user[-12:]}"
+    assert (await client.post("/v1/admin/spaces", json={"id": space})).status_code == 201
+    grant = await client.put(f"/v1/admin/spaces/{space}/members/{user}", json={"access": "read"})
+    assert grant.status_code == 200, grant.text
     q = await client.post(
         "/v1/tools/query_memory", json={"query": "seat preference"}, headers=headers(user)
     )
@@ -105,7 +110,7 @@ async def test_purge_user_removes_every_row_and_key_of_that_user_only(
         "extraction_jobs": 0,  # extraction is off here: tests/extraction covers its purge
         "extraction_usage": 0,
         "message_passages": 12,  # two sentences per turn; their texts are never cached
-        "space_members": 0,  # tests/test_rls_scopes.py: a purge leaves the spaces themselves
+        "space_members": 1,  # the user's grant; the space itself is not the user's
     }
     assert before["search_postings"] > 0
     keys = await _user_keys(cache, user_id)
@@ -121,6 +126,9 @@ async def test_purge_user_removes_every_row_and_key_of_that_user_only(
     assert report.rows == before
     assert report.redis_keys >= len(keys) and report.cached_embeddings == len(texts)
     assert await _rows(shared_sessions, user_id) == dict.fromkeys(TABLES, 0)
+    async with shared_sessions() as s:  # the space stays, without the user
+        space = f"purge-{user_id[-12:]}"
+        assert await s.scalar(text("SELECT count(*) FROM spaces WHERE id = :s"), {"s": space}) == 1
     assert await _user_keys(cache, user_id) == set()
     assert await _embedding_keys(cache, texts) == 0
     # The other user is intact, rows and keys.
