@@ -607,9 +607,22 @@ async def test_a_space_owners_query_statements_each_run_on_its_one_shard(
             await repo.vectors(made.owner, keys)
             await repo.item_count(made.owner)
             await repo.search_size(made.owner, up_to=5)
+            # The shared spaces' statements (app/repositories/retrieval/shared.py) as the
+            # pipeline sends them on Citus: one per owner (`split`), here the space's.
+            owners = [made.owner]
+            await repo.sizes(owners, split=True)
+            await repo.keyword_each(owners, "When does the team meet?", split=True, **scope)
+            await repo.keyword_each(
+                owners, "team", [[made.memory]], terms=3, min_df=1, split=True, **scope
+            )
+            for exact in (True, False):
+                await repo.vector_each(
+                    owners, _unit(1), exact=[exact], limit=10, model=LOCAL_MODEL_ID, split=True
+                )
+            await repo.rows_each(owners, [[made.memory]], [made.memory], split=True)
     finally:
         await engine.dispose()
-    assert len(reads.plans) >= 9, reads.plans
+    assert len(reads.plans) >= 15, reads.plans
     (host_port,) = node
     host, port = host_port.split(":")
     for plan in reads.plans:

@@ -25,7 +25,7 @@ from tests.servers import app_settings
 ADMIN = {"Authorization": "Bearer admin-key"}
 SPACES = {
     "garden": [
-        "The garden hose is kept in the blue shed",
+        "The garden hose is kept in the blue shed behind the old barn",
         "Tomatoes in the garden are watered every evening",
         "The garden gate sticks when it rains",
     ],
@@ -35,6 +35,8 @@ SPACES = {
     ],
 }
 KEYWORD = {"memories": True, "messages": False, "types": None, "k1": 1.2, "b": 0.75}
+# The garden's memories hold "garden" once each, in texts of different lengths: their BM25
+# scores differ, so which two make a limit of two does not depend on the order of the rows.
 
 
 @dataclass
