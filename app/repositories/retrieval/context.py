@@ -40,6 +40,37 @@ _NEIGHBOURS_SQL = """
 """
 
 
+# A chosen memory's row (`memory_candidate`), and which rows: the user's `:ids`, visible and
+# valid (in the time filter).
+MEMORY_COLUMNS = "id, content, type, importance, created_at, source, source_message_id"
+
+
+def memory_rows_sql(when: TimeFilter) -> str:
+    """FROM ... WHERE of the user's memories `:ids` that are visible and valid (`when`)."""
+    return (
+        "FROM memory_items WHERE user_id = :user_id AND id = ANY(CAST(:ids AS uuid[])) "
+        "AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())"
+        + when.sql("memory_items")
+        + memory_valid("memory_items", when)
+    )
+
+
+def memory_candidate(r: Row) -> Candidate:
+    message = r["source_message_id"]
+    reference = r["source"] or (f"message:{message}" if message else None)
+    return Candidate(
+        Source.MEMORY,
+        r["id"],
+        r["content"],
+        r["type"],
+        r["importance"],
+        r["created_at"],
+        reference,
+        None,
+        None,
+    )
+
+
 def _message_candidate(r: Row) -> Candidate:
     return Candidate(
         Source.MESSAGE,
@@ -68,19 +99,7 @@ class ContextReads(SessionBound):
         message_ids = [i for s, i in keys if s is Source.MESSAGE]
         if memory_ids:
             for r in await self._memory_rows(user_id, memory_ids, when):
-                message = r["source_message_id"]
-                ref = r["source"] or (f"message:{message}" if message else None)
-                out[(Source.MEMORY, r["id"])] = Candidate(
-                    Source.MEMORY,
-                    r["id"],
-                    r["content"],
-                    r["type"],
-                    r["importance"],
-                    r["created_at"],
-                    ref,
-                    None,
-                    None,
-                )
+                out[(Source.MEMORY, r["id"])] = memory_candidate(r)
         if message_ids:
             rows = await self._rows(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages AS m "
@@ -119,11 +138,7 @@ class ContextReads(SessionBound):
         self, user_id: str, ids: Sequence[uuid.UUID], when: TimeFilter
     ) -> Sequence[Row]:
         return await self._rows(
-            "SELECT id, content, type, importance, created_at, source, source_message_id "
-            "FROM memory_items WHERE user_id = :user_id AND id = ANY(CAST(:ids AS uuid[])) "
-            "AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())"
-            + when.sql("memory_items")
-            + memory_valid("memory_items", when),
+            f"SELECT {MEMORY_COLUMNS} {memory_rows_sql(when)}",
             {"user_id": user_id, "ids": list(ids), **when.params()},
         )
 

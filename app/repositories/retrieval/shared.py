@@ -33,8 +33,8 @@ from app.repositories.retrieval.common import (
     TagFilter,
     TimeFilter,
     _scope_params,
-    memory_valid,
 )
+from app.repositories.retrieval.context import MEMORY_COLUMNS, memory_candidate, memory_rows_sql
 from app.repositories.retrieval.keyword import KeywordHits, KeywordScope, bm25_statement
 from app.repositories.retrieval.vector import memory_vectors_sql, nearest_sql
 from app.repositories.search_index import Source
@@ -193,13 +193,8 @@ class SharedReads(SessionBound):
         if not kept:
             return SpaceRows({}, {})
         sql = (
-            "SELECT id, content, type, importance, created_at, source, source_message_id, "
-            "CASE WHEN id = ANY(CAST(:vectors AS uuid[])) THEN CAST(embedding AS real[]) END "
-            "AS v FROM memory_items WHERE user_id = :user_id "
-            "AND id = ANY(CAST(:ids AS uuid[])) "
-            "AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())"
-            + when.sql("memory_items")
-            + memory_valid("memory_items", when)
+            f"SELECT {MEMORY_COLUMNS}, CASE WHEN id = ANY(CAST(:vectors AS uuid[])) "
+            f"THEN CAST(embedding AS real[]) END AS v {memory_rows_sql(when)}"
         )
         params = {"vectors": list(vectors), **when.params()}
         owned = [list(ids[n]) for n in kept]
@@ -208,19 +203,7 @@ class SharedReads(SessionBound):
         stored: dict[Key, npt.NDArray[np.float32]] = {}
         for r in (r for owner_rows in rows for r in owner_rows):
             key = (Source.MEMORY, r["id"])
-            message = r["source_message_id"]
-            reference = r["source"] or (f"message:{message}" if message else None)
-            candidates[key] = Candidate(
-                Source.MEMORY,
-                r["id"],
-                r["content"],
-                r["type"],
-                r["importance"],
-                r["created_at"],
-                reference,
-                None,
-                None,
-            )
+            candidates[key] = memory_candidate(r)
             if r["v"] is not None:
                 stored[key] = np.asarray(r["v"], dtype=np.float32)
         return SpaceRows(candidates, stored)
