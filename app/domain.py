@@ -33,11 +33,6 @@ def space_owner(space_id: str) -> str:
     return SPACE_PREFIX + space_id
 
 
-def space_of(owner: str) -> str | None:
-    """The space an owner key names (None: a user)."""
-    return owner[len(SPACE_PREFIX) :] if owner.startswith(SPACE_PREFIX) else None
-
-
 # The unit separator joins a signed scope's parts (ids are printable ASCII: none holds it).
 SCOPE_SEPARATOR = "\x1f"
 
@@ -58,9 +53,9 @@ class MemoryScope:
     spaces: tuple[str, ...] = ()
 
     @property
-    def scoped(self) -> bool:
-        """Whether the request names an agent or a run (else: the user's whole memory)."""
-        return self.agent_id is not None or self.run_id is not None
+    def whole(self) -> bool:
+        """Whether this is the user's whole memory: no agent, run, own flag or space."""
+        return self == MemoryScope(self.user_id)
 
     def signed_message(self) -> str:
         """What the database's scope key signs (migration 0019: pgrecall_scope_user()): the

@@ -56,6 +56,7 @@ from bench.inprocess import prepared
 from bench.options import ROOT, parse_size
 from bench.real import default_big_size, real_store
 from bench.server import cpu_seconds, start_server
+from bench.stages import backend_ns
 from pgrecall.client import NO_RETRY, AsyncClient
 
 cli = typer.Typer(add_completion=False)
@@ -242,8 +243,8 @@ def backends_ms(postmaster: int) -> dict[int, float]:
     """CPU ms so far of each process under the postmaster (its backends), from schedstat."""
     out: dict[int, float] = {}
     for child in psutil.Process(postmaster).children():
-        with contextlib.suppress(OSError), open(f"/proc/{child.pid}/schedstat") as f:
-            out[child.pid] = int(f.read().split()[0]) / 1e6
+        with contextlib.suppress(OSError):  # a backend that ended meanwhile
+            out[child.pid] = backend_ns(child.pid) / 1e6
     return out
 
 

@@ -55,7 +55,7 @@ def query_request(
     chosen = {name: tuple(v) if isinstance(v, list) else v for name, v in given.items()}
     return QueryRequest(
         user_id=scope.user_id,
-        memory=scope if scope != MemoryScope(scope.user_id) else None,
+        memory=scope,
         query=query,
         limit=config.max_results if limit is None else limit,
         min_score=config.min_relevance if min_score is None else min_score,

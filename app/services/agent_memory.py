@@ -286,10 +286,11 @@ async def search_messages(
     then the range should be passed down instead.)
     """
     ranged = after is not None or before is not None
+    scope = as_scope(user)
     result = await queries.query(
         QueryRequest(
-            user_id=as_scope(user).user_id,
-            memory=as_scope(user),
+            user_id=scope.user_id,
+            memory=scope,
             query=query,
             limit=_RANGE_CANDIDATES if ranged else limit,
             min_score=min_score,

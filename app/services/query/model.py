@@ -76,8 +76,13 @@ class QueryRequest:
     # + w x exp(-age_days / half_life).
     recency: float | None = None
     # The memory scope within the user's (agent, run, own, spaces; docs/agents.md); None: the
-    # user's whole memory. Its user is `user_id`.
+    # user's whole memory (a whole-memory scope given is stored as None: one form, one cache
+    # key). Its user is `user_id`.
     memory: MemoryScope | None = None
+
+    def __post_init__(self) -> None:
+        if self.memory is not None and self.memory.whole:
+            object.__setattr__(self, "memory", None)
 
     @property
     def scope(self) -> MemoryScope:
