@@ -10,9 +10,8 @@ from fastapi import APIRouter, Path, Response, status
 from pydantic import AfterValidator
 
 from app.domain import SPACE_ID_PATTERN_TEXT, space_owner
-from app.errors import PermissionDeniedError
-from app.http.deps import AdminSessionDep, CallerDep, ResourcesDep
-from app.runtime import agent_memory_service, user_transaction
+from app.http.deps import AdminSessionDep, ResourcesDep, UserDep, WriteUserDep
+from app.runtime import save_memory_for, user_transaction
 from app.schemas.agent import SaveMemoryArgs, SaveMemoryResult
 from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
 from app.schemas.spaces import (
@@ -77,10 +76,10 @@ async def revoke_member(
 
 
 @router.get("", response_model=MemberList)
-async def my_spaces(caller: CallerDep, resources: ResourcesDep) -> MemberList:
+async def my_spaces(user_id: UserDep, resources: ResourcesDep) -> MemberList:
     """The caller's grants: the spaces its queries may name in X-Spaces."""
-    async with user_transaction(resources.sessionmaker, caller.user_id) as session:
-        members = await SpaceService(session).memberships(caller.user_id)
+    async with user_transaction(resources.sessionmaker, user_id) as session:
+        members = await SpaceService(session).memberships(user_id)
         return MemberList(members=[MemberOut.model_validate(m) for m in members])
 
 
@@ -88,22 +87,11 @@ async def my_spaces(caller: CallerDep, resources: ResourcesDep) -> MemberList:
     "/{space_id}/memories", status_code=status.HTTP_201_CREATED, response_model=SaveMemoryResult
 )
 async def save_to_space(
-    space_id: SpacePath, body: SaveMemoryArgs, caller: CallerDep, resources: ResourcesDep
+    space_id: SpacePath, body: SaveMemoryArgs, user_id: WriteUserDep, resources: ResourcesDep
 ) -> SaveMemoryResult:
     """Save a memory into the space (a write grant and a writing key needed): the space's, not
     the caller's nor its agent's, so every member reads it."""
-    if not caller.can_write:
-        raise PermissionDeniedError("this API key is read-only")
     # The user's unscoped transaction: a space's memory belongs to no agent or run.
-    async with user_transaction(resources.sessionmaker, caller.user_id) as session:
-        await SpaceService(session).require(caller.user_id, space_id, write=True)
-        saved = await agent_memory_service(resources, session).save(
-            space_owner(space_id),
-            body.content,
-            body.type,
-            importance=body.importance,
-            expires_at=body.expires_at,
-            supersedes=body.supersedes,
-            tags=body.tags,
-        )
-        return saved.result()
+    async with user_transaction(resources.sessionmaker, user_id) as session:
+        await SpaceService(session).require(user_id, space_id, write=True)
+        return await save_memory_for(resources, session, space_owner(space_id), body)

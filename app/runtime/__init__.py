@@ -15,6 +15,7 @@ from app.runtime.resources import (
     embedder_from_settings,
     open_resources,
     query_service,
+    save_memory_for,
 )
 from app.runtime.uow import admin_transaction, transaction, user_transaction
 
@@ -27,6 +28,7 @@ __all__ = [
     "query_config",
     "query_request",
     "query_service",
+    "save_memory_for",
     "transaction",
     "user_transaction",
 ]

@@ -21,6 +21,7 @@ from app.db import create_engine, create_sessionmaker
 from app.embedding_models import OPTIONAL_LOCAL_MODELS
 from app.roles import database_urls, prepare_database, read_scope_key, warn_unless_rls_binds
 from app.runtime.query import query_config
+from app.schemas.agent import SaveMemoryArgs, SaveMemoryResult
 from app.services.agent_memory import AgentMemoryService
 from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
@@ -91,6 +92,23 @@ def agent_memory_service(resources: Resources, session: AsyncSession) -> AgentMe
         write_limit_per_minute=resources.write_rate_limit_per_minute,
         max_entries=resources.max_entries_per_user,
     )
+
+
+async def save_memory_for(
+    resources: Resources, session: AsyncSession, owner: str, args: SaveMemoryArgs
+) -> SaveMemoryResult:
+    """The save_memory tool's write of `args` for `owner`: the caller, or a shared space it may
+    write (POST /v1/spaces/{id}/memories)."""
+    saved = await agent_memory_service(resources, session).save(
+        owner,
+        args.content,
+        args.type,
+        importance=args.importance,
+        expires_at=args.expires_at,
+        supersedes=args.supersedes,
+        tags=args.tags,
+    )
+    return saved.result()
 
 
 def query_service(resources: Resources) -> QueryService:

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.runtime import agent_memory_service, query_request, query_service, user_transaction
+from app.runtime import (
+    agent_memory_service,
+    query_request,
+    query_service,
+    save_memory_for,
+    user_transaction,
+)
 from app.runtime.query import read_fields, result_status
 from app.schemas.agent import (
     ForgetMemoryArgs,
@@ -40,18 +46,8 @@ async def query_memory(call: ToolCall, args: QueryMemoryArgs) -> QueryMemoryResu
 
 
 async def save_memory(call: ToolCall, args: SaveMemoryArgs) -> SaveMemoryResult:
-    user_id = call.caller.user_id
     async with user_transaction(call.resources.sessionmaker, call.caller.memory) as session:
-        saved = await agent_memory_service(call.resources, session).save(
-            user_id,
-            args.content,
-            args.type,
-            importance=args.importance,
-            expires_at=args.expires_at,
-            supersedes=args.supersedes,
-            tags=args.tags,
-        )
-        return saved.result()
+        return await save_memory_for(call.resources, session, call.caller.user_id, args)
 
 
 async def forget_memory(call: ToolCall, args: ForgetMemoryArgs) -> ForgetMemoryResult:
