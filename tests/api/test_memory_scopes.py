@@ -306,3 +306,30 @@ async def test_turns_of_an_agents_conversation_stay_the_agents(world: World) -> 
     assert not [c for c in as_b if "58" in c]
     other = await w.client.get(f"/v1/conversations/{cid}", headers=as_user(user, agent="b"))
     assert other.status_code == 404
+
+
+async def test_an_agents_cached_answer_is_not_served_to_the_agent_reading_a_space(
+    world: World,
+) -> None:
+    """The agent's answer is cached (Redis); the same question from the same agent naming a
+    space reads the space, not that answer."""
+    w = world
+    space, user = f"cache-{w.run}", w.user("max")
+    assert (await admin(w, "POST", "/v1/admin/spaces", json={"id": space})).status_code == 201
+    r = await admin(w, "PUT", f"/v1/admin/spaces/{space}/members/{user}", json={"access": "write"})
+    assert r.status_code == 200
+    await save(w, as_user(user, agent="a"), "I water the office ferns on Tuesdays")
+    shared = await w.client.post(
+        f"/v1/spaces/{space}/memories",
+        json={"content": "The office ferns are repotted every spring", "type": "fact"},
+        headers=as_user(user),
+    )
+    assert shared.status_code == 201
+    question = {"query": "What do we do with the office ferns?", "min_score": 0.0}
+    for _ in range(2):  # the second is the cached answer
+        alone = await w.client.post(QUERY, json=question, headers=as_user(user, agent="a"))
+    assert all(i["space"] is None for i in alone.json()["items"])
+    both = await w.client.post(QUERY, json=question, headers=as_user(user, agent="a", spaces=space))
+    assert "The office ferns are repotted every spring" in [
+        i["content"] for i in both.json()["items"]
+    ]

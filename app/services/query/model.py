@@ -205,8 +205,9 @@ def _cache_key(request: QueryRequest, preset: RetrievalPreset, budget: int) -> s
             request.tags,
             request.tags_match,
             request.recency,
-            # an agent's or run's answer is not the user's (spaces are never cached)
-            [m.agent_id, m.run_id, m.own] if (m := request.memory) is not None else None,
+            # an agent's or run's answer is not the user's; one that reads spaces is never
+            # stored (service.py), and its key matches no stored answer
+            [m.agent_id, m.run_id, m.own, m.spaces] if (m := request.memory) is not None else None,
             # Relative time expressions ("yesterday") resolve against today's date.
             datetime.now(UTC).date() if request.as_of is None else None,
         ],

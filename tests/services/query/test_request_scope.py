@@ -20,3 +20,6 @@ def test_the_whole_memory_is_one_request_and_one_cache_key() -> None:
     agent = replace(plain, memory=MemoryScope("ana", agent_id="support"))
     assert agent.memory is not None
     assert _cache_key(agent, preset, 500) != _cache_key(plain, preset, 500)
+    # An agent's answer is cached; the same agent reading a space must not be served it.
+    shared = replace(plain, memory=MemoryScope("ana", agent_id="support", spaces=("team",)))
+    assert _cache_key(shared, preset, 500) != _cache_key(agent, preset, 500)
