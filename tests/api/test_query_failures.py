@@ -396,7 +396,6 @@ async def test_a_query_that_reads_a_space_fails_closed_and_degrades_as_the_users
     async with make_client(
         admin_api_key=SecretStr("admin-key"),
         embedder=FailingEmbedder(embedder),
-        query_timeout_s=0.5,
     ) as (client, _):
         for endpoint in (QUERY, TOOL):
             response = await client.post(
