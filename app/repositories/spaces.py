@@ -10,15 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import delete, select, text
+from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from app.domain import space_owner
 from app.models import Space, SpaceMember
-
-# What a space owns besides its members: its memories and their keyword index.
-_SPACE_ROWS = ("search_postings", "search_stats", "memory_items")
 
 
 class SpaceRepository:
@@ -42,12 +38,8 @@ class SpaceRepository:
         return (await self.session.execute(select(Space).order_by(Space.id))).scalars().all()
 
     async def delete(self, space_id: str) -> bool:
-        """The space, its grants and its memories; False when there was none."""
-        owner = space_owner(space_id)
-        for table in _SPACE_ROWS:
-            await self.session.execute(
-                text(f"DELETE FROM {table} WHERE user_id = :owner"), {"owner": owner}
-            )
+        """The space and its grants (the foreign key cascades); False when there was none. Its
+        memories are its owner key's rows: SpaceService.delete purges them first."""
         gone = await self.session.execute(
             delete(Space).where(Space.id == space_id).returning(Space.id)
         )

@@ -7,13 +7,16 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from app.domain import space_owner
 from app.errors import ConflictError, NotFoundError, PermissionDeniedError
 from app.models import Space, SpaceMember
+from app.repositories.purge import PurgeRepository
 from app.repositories.spaces import SpaceRepository
 
 
 class SpaceService:
     def __init__(self, session: AsyncSession) -> None:
+        self.session = session
         self.repo = SpaceRepository(session)
 
     async def create(self, space_id: str, description: str = "") -> Space:
@@ -26,9 +29,12 @@ class SpaceService:
         return await self.repo.list()
 
     async def delete(self, space_id: str) -> None:
-        """The space with its grants and its memories (they are the space's, no member's)."""
-        if not await self.repo.delete(space_id):
+        """The space with its grants and its memories (they are the space's, no member's): its
+        rows go as a purged user's do (PurgeRepository.delete_user of its owner key)."""
+        if await self.repo.get(space_id) is None:
             raise NotFoundError("space not found")
+        await PurgeRepository(self.session).delete_user(space_owner(space_id))
+        await self.repo.delete(space_id)
 
     async def grant(self, space_id: str, user_id: str, access: str) -> SpaceMember:
         if await self.repo.get(space_id) is None:
