@@ -71,6 +71,13 @@ class _Source:
     said_at: datetime
 
 
+def claim_scope(jobs: Sequence[ClaimedJob]) -> MemoryScope:
+    """The scope of a claim's conversation (its agent and run came with the claim): its facts
+    are stored there, and the known memories the model may update are those it reads."""
+    job = jobs[0]
+    return MemoryScope(job.user_id, job.agent_id, job.run_id)
+
+
 @dataclass
 class _Batch:
     """What the model is shown, and what its aliases stand for."""
@@ -79,9 +86,6 @@ class _Batch:
     sources: dict[str, _Source] = field(default_factory=dict)  # t1.. -> the user turn
     known: list[Known] = field(default_factory=list)
     known_ids: dict[str, uuid.UUID] = field(default_factory=dict)  # k1.. -> the memory
-    # The conversation's agent and run (migration 0019): the facts are stored in their scope,
-    # and the known memories the model may update are those the scope reads.
-    scope: MemoryScope | None = None
 
 
 @dataclass
@@ -119,15 +123,12 @@ class ExtractionProcessor:
         user_id = jobs[0].user_id
         if any(j.user_id != user_id for j in jobs):
             raise ValueError("a claim holds one user's jobs")
-        async with user_session(self.sessionmaker, user_id) as session, session.begin():
-            agent, run = await ExtractionRepository(session).conversation_scope(
-                user_id, jobs[0].conversation_id
-            )
-        scope = MemoryScope(user_id, agent, run)
         try:
-            async with user_session(self.sessionmaker, scope) as session, session.begin():
+            async with (
+                user_session(self.sessionmaker, claim_scope(jobs)) as session,
+                session.begin(),
+            ):
                 batch = await self._read(session, user_id, jobs)
-                batch.scope = scope
         except ServiceError as exc:  # the embedder failed
             return await self._settle(user_id, token, jobs, "retry", error=exc.message)
         if not batch.turns:  # the jobs' messages are not user turns: nothing to extract
@@ -274,8 +275,7 @@ class ExtractionProcessor:
             "dropped": dropped,
         }
         ids = [j.id for j in jobs]
-        scope = batch.scope or MemoryScope(user_id)
-        async with user_session(self.sessionmaker, scope) as session, session.begin():
+        async with user_session(self.sessionmaker, claim_scope(jobs)) as session, session.begin():
             repo = ExtractionRepository(session)
             # The fence first: it locks the jobs; a claim that lost them stores nothing.
             if await repo.hold(user_id, token, ids) != len(ids):

@@ -28,6 +28,9 @@ class ClaimedJob:
     message_id: uuid.UUID
     attempts: int  # including the one this claim starts
     tokens_used: int
+    # The conversation's agent and run (migration 0019): its facts are stored in their scope.
+    agent_id: str | None = None
+    run_id: str | None = None
 
 
 # Conversations with due jobs (queued and due, or running with an expired lease), the most
@@ -59,9 +62,11 @@ _CLAIM_SQL = text(
     UPDATE extraction_jobs AS j
     SET state = 'running', claimed_by = :token, attempts = j.attempts + 1,
         lease_until = now() + make_interval(secs => :lease_s), updated_at = now()
-    FROM batch WHERE j.user_id = :user_id AND j.id = batch.id
+    FROM batch, conversations AS c
+    WHERE j.user_id = :user_id AND j.id = batch.id
+      AND c.user_id = :user_id AND c.id = :conversation_id
     RETURNING j.id, j.user_id, j.conversation_id, j.message_id, j.attempts, j.tokens_used,
-              j.created_at
+              j.created_at, c.agent_id, c.run_id
     """
 )
 # How many due conversations one claim tries before it gives up until the next poll.
@@ -94,21 +99,6 @@ class ExtractionRepository:
     def __init__(self, session: AsyncSession) -> None:
         self.session = session
 
-    async def conversation_scope(
-        self, user_id: str, conversation_id: uuid.UUID
-    ) -> tuple[str | None, str | None]:
-        """The agent and run of the conversation (migration 0019): its facts are theirs."""
-        row = (
-            await self.session.execute(
-                text(
-                    "SELECT agent_id, run_id FROM conversations "
-                    "WHERE user_id = :u AND id = :c"
-                ),
-                {"u": user_id, "c": conversation_id},
-            )
-        ).first()
-        return (row.agent_id, row.run_id) if row is not None else (None, None)
-
     async def enqueue(
         self, user_id: str, conversation_id: uuid.UUID, message_ids: Sequence[uuid.UUID]
     ) -> None:
@@ -138,7 +128,16 @@ class ExtractionRepository:
             if claimed:
                 break
         return [
-            ClaimedJob(r.id, r.user_id, r.conversation_id, r.message_id, r.attempts, r.tokens_used)
+            ClaimedJob(
+                r.id,
+                r.user_id,
+                r.conversation_id,
+                r.message_id,
+                r.attempts,
+                r.tokens_used,
+                r.agent_id,
+                r.run_id,
+            )
             for r in claimed
         ]
 

@@ -659,11 +659,6 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
         "ExtractionRepository", "settle_tokens", extraction.settle_tokens(user, today, 10, 5)
     )
     await rec.call("ExtractionRepository", "jobs", extraction.jobs(user))
-    await rec.call(
-        "ExtractionRepository",
-        "conversation_scope",
-        extraction.conversation_scope(user, conv.id),
-    )
     stats = ExtractionStatsRepository(session)
     await rec.call("ExtractionStatsRepository", "summary", stats.summary(today, 5))
 
