@@ -25,7 +25,15 @@ from urllib.parse import urlencode
 import typer
 
 from app.cli.common import checked_user, fail
-from app.cli.remote import Server, ServerOption, Unreachable, local_database, server_for
+from app.cli.remote import (
+    Server,
+    ServerOption,
+    Unreachable,
+    local_database,
+    parse_time,
+    server_for,
+    shown_time,
+)
 
 # add_completion off: `pgrecall keys` runs this group alone (app/cli/__init__.py), and the
 # assembled command has none either.
@@ -34,14 +42,6 @@ keys_app = typer.Typer(
 )
 
 READ, WRITE = "read", "write"  # app.services.api_keys's scopes (tests check they agree)
-
-
-def _parse_time(value: str | None) -> datetime | None:
-    return None if value is None else datetime.fromisoformat(value)
-
-
-def _when(value: datetime | None) -> str:
-    return "-" if value is None else f"{value:%Y-%m-%d %H:%M}"
 
 
 @dataclass(frozen=True)
@@ -66,10 +66,10 @@ class KeyRow:
             data["user_id"],
             data["scope"],
             data.get("agent_id"),
-            _parse_time(data.get("created_at")),
-            _parse_time(data.get("expires_at")),
-            _parse_time(data.get("revoked_at")),
-            _parse_time(data.get("last_used_at")),
+            parse_time(data.get("created_at")),
+            parse_time(data.get("expires_at")),
+            parse_time(data.get("revoked_at")),
+            parse_time(data.get("last_used_at")),
         )
 
     @classmethod
@@ -134,7 +134,7 @@ def keys_create(
     bound = f", agent {key.agent_id}" if key.agent_id else ""
     typer.echo(
         f"key {key.id} for user {key.user_id}{bound}, scope {key.scope}, expires "
-        f"{_when(key.expires_at) if key.expires_at else 'never'}; store the token now: "
+        f"{shown_time(key.expires_at) if key.expires_at else 'never'}; store the token now: "
         "only its hash is kept",
         err=True,
     )
@@ -156,8 +156,8 @@ def keys_list(
     for key in keys:
         typer.echo(
             f"{key.id}  {key.prefix}...  {key.user_id}  {key.scope:<5}  {key.state:<7}  "
-            f"agent {key.agent_id or '-'}  created {_when(key.created_at)}  "
-            f"expires {_when(key.expires_at)}  last used {_when(key.last_used_at)}"
+            f"agent {key.agent_id or '-'}  created {shown_time(key.created_at)}  "
+            f"expires {shown_time(key.expires_at)}  last used {shown_time(key.last_used_at)}"
         )
     typer.echo(f"{len(keys)} keys", err=True)
 
@@ -174,7 +174,7 @@ def keys_revoke(
     except Unreachable:
         local_database(remote)
         key = _revoke_in_database(key_id)
-    typer.echo(f"revoked {key.id} (user {key.user_id}) at {_when(key.revoked_at)}")
+    typer.echo(f"revoked {key.id} (user {key.user_id}) at {shown_time(key.revoked_at)}")
 
 
 def _list_remote(remote: Server, user_id: str | None) -> list[KeyRow]:

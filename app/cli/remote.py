@@ -15,6 +15,7 @@ from __future__ import annotations
 import http.client
 import json
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import urlsplit
 
@@ -132,3 +133,15 @@ def local_database(remote: Server) -> None:
 def server_for(override: str | None) -> Server:
     """The service to ask first; logging stays at WARNING so success prints only the result."""
     return Server.from_settings(settings_or_exit(quiet=True), override)
+
+
+def parse_time(value: str | datetime | None) -> datetime | None:
+    """A timestamp as both paths give it: the admin API's ISO text or the ORM row's datetime."""
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(value)
+
+
+def shown_time(value: datetime | None) -> str:
+    """A timestamp as the commands print it (minutes; "-" for none)."""
+    return "-" if value is None else f"{value:%Y-%m-%d %H:%M}"

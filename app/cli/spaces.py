@@ -16,7 +16,14 @@ from typing import Annotated, Any
 import typer
 
 from app.cli.common import checked_user, fail
-from app.cli.remote import ServerOption, Unreachable, local_database, server_for
+from app.cli.remote import (
+    ServerOption,
+    Unreachable,
+    local_database,
+    parse_time,
+    server_for,
+    shown_time,
+)
 from app.domain import SPACE_ACCESS, SPACE_ID_PATTERN_TEXT
 
 spaces_app = typer.Typer(
@@ -40,19 +47,9 @@ def checked_space(value: str) -> str:
     return value
 
 
-def _when(value: datetime | None) -> str:
-    return "-" if value is None else f"{value:%Y-%m-%d %H:%M}"
-
-
 def _reader(data: Any) -> Any:
     """How a row's fields are read: a dict's keys (the admin API) or an ORM row's attributes."""
     return data.get if isinstance(data, dict) else lambda name: getattr(data, name)
-
-
-def _time(value: Any) -> datetime | None:
-    if value is None or isinstance(value, datetime):
-        return value
-    return datetime.fromisoformat(value)
 
 
 @dataclass(frozen=True)
@@ -66,7 +63,7 @@ class SpaceRow:
     @classmethod
     def of(cls, data: Any) -> SpaceRow:
         get = _reader(data)
-        return cls(get("id"), get("description") or "", _time(get("created_at")))
+        return cls(get("id"), get("description") or "", parse_time(get("created_at")))
 
 
 @dataclass(frozen=True)
@@ -81,7 +78,7 @@ class MemberRow:
     @classmethod
     def of(cls, data: Any) -> MemberRow:
         get = _reader(data)
-        return cls(get("space_id"), get("user_id"), get("access"), _time(get("created_at")))
+        return cls(get("space_id"), get("user_id"), get("access"), parse_time(get("created_at")))
 
 
 # -- the commands ----------------------------------------------------------------------------
@@ -119,7 +116,8 @@ def spaces_list(server: ServerOption = None) -> None:
         local_database(remote)
         spaces = _in_database("spaces list", lambda s: s.list(), many=True)
     for space in spaces:
-        typer.echo(f"{space.id}  created {_when(space.created_at)}  {space.description}".rstrip())
+        created = shown_time(space.created_at)
+        typer.echo(f"{space.id}  created {created}  {space.description}".rstrip())
     typer.echo(f"{len(spaces)} spaces", err=True)
 
 
@@ -150,7 +148,7 @@ def spaces_members(space_id: SpaceArgument, server: ServerOption = None) -> None
             "spaces members", lambda s: s.members(space_id), kind=MemberRow, many=True
         )
     for member in members:
-        typer.echo(f"{member.user_id}  {member.access:<5}  granted {_when(member.created_at)}")
+        typer.echo(f"{member.user_id}  {member.access:<5}  granted {shown_time(member.created_at)}")
     typer.echo(f"{len(members)} members", err=True)
 
 
