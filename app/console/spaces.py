@@ -9,7 +9,6 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict
 
 from app.console.web import (
     ConsoleRoute,
@@ -24,20 +23,14 @@ from app.console.web import (
 from app.domain import SPACE_ID_PATTERN_TEXT
 from app.http.deps import ResourcesDep
 from app.runtime import admin_transaction
-from app.schemas.spaces import MemberGrant, MemberId, SpaceCreate
+from app.runtime.identity import validate_user_id
+from app.schemas.spaces import MemberGrant, SpaceCreate
 from app.services.spaces import SpaceService
 
 router = APIRouter(prefix="/console", route_class=ConsoleRoute, include_in_schema=False)
 
 SpaceQuery = Annotated[str, Query(alias="id", pattern=SPACE_ID_PATTERN_TEXT, max_length=64)]
 Notice = Annotated[str, Query(max_length=200)]
-
-
-class _MemberForm(BaseModel):
-    """The member a grant or revoke form names (the admin API's rule for user ids)."""
-
-    model_config = ConfigDict(extra="ignore")
-    user: MemberId
 
 
 @router.get("/spaces")
@@ -81,8 +74,8 @@ async def space_page(
 
 
 def _member(form: dict[str, str]) -> str:
-    """The form's user id, or a 422 page naming `form.user`."""
-    return parse_form(_MemberForm, {"user": form.get("user", "").strip()}).user  # type: ignore[no-any-return]
+    """The form's user id (the user ids' rule), or a 422 page naming `form.user`."""
+    return validate_user_id(form.get("user", "").strip(), "form.user")
 
 
 @router.post("/space/grant")

@@ -6,10 +6,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from app.domain import SPACE_ID_PATTERN_TEXT, SpaceAccess
-from app.schemas.common import USER_ID_PATTERN_TEXT, check_user_id
 
 SpaceId = Annotated[
     str,
@@ -19,9 +18,6 @@ SpaceId = Annotated[
         pattern=SPACE_ID_PATTERN_TEXT,
         description="lowercase letters, digits, _ . - (1-64 characters)",
     ),
-]
-MemberId = Annotated[
-    str, Field(json_schema_extra={"pattern": USER_ID_PATTERN_TEXT}), AfterValidator(check_user_id)
 ]
 
 
