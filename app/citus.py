@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 from sqlalchemy.pool import NullPool
 
 from app.db import SET_LOCAL, ScopeKey, UserScope, one_line, scope_settings, set_local_params
+from app.domain import MemoryScope
 from app.roles import (
     ADMIN_ROLE,
     COORDINATOR_TABLES,
@@ -605,7 +606,7 @@ async def _round_trip(service_url: str, key: ScopeKey, user_id: str) -> tuple[bo
         async with engine.connect() as conn:
             tx = await conn.begin()
             try:
-                scope = scope_settings(UserScope(user_id), key)
+                scope = scope_settings(UserScope(MemoryScope(user_id)), key)
                 await conn.execute(SET_LOCAL, set_local_params(scope))
                 await conn.execute(_PROBE_INSERT, row)
                 read = await conn.scalar(_PROBE_READ, row) == 1

@@ -186,16 +186,15 @@ class UserScope:
     """Transactions see and write only this user's rows, within `memory`'s agent and run
     (migration 0019: the scope policy; rows are stamped with them)."""
 
-    user_id: str
+    memory: MemoryScope
     custom_plans: bool = False  # the read path: custom plans, no parallel workers (see above)
     # More settings of the read path's transactions, made in the same statement as the user
     # (the vector statement's planner settings, a small user's generic plans).
     settings: tuple[tuple[str, str], ...] = ()
-    memory: MemoryScope | None = None
 
     @property
-    def scope(self) -> MemoryScope:
-        return self.memory if self.memory is not None else MemoryScope(self.user_id)
+    def user_id(self) -> str:
+        return self.memory.user_id
 
 
 @dataclass(frozen=True)
@@ -270,7 +269,7 @@ def user_session(
     scope = (
         read_path_scope(memory, settings)
         if custom_plans
-        else UserScope(memory.user_id, memory=memory)
+        else UserScope(memory)
     )
     return sessionmaker(info={_SCOPE: scope})
 
@@ -281,7 +280,7 @@ def read_path_scope(
     """The scope of the query path's transactions: the user (and agent, run), custom plans, no
     parallel workers, and these settings over them (user_session, read_transaction)."""
     memory = as_scope(user)
-    return UserScope(memory.user_id, True, tuple(sorted((settings or {}).items())), memory)
+    return UserScope(memory, True, tuple(sorted((settings or {}).items())))
 
 
 def admin_sessions(
@@ -320,7 +319,7 @@ def scope_settings(
     admin scopes need none: their rights are the admin role's."""
     if isinstance(scope, UserScope):
         extra = {**READ_PATH_SETTINGS, **dict(scope.settings)} if scope.custom_plans else {}
-        memory = scope.scope
+        memory = scope.memory
         signed = {} if key is None else {"pgrecall.user_sig": key.sign(memory.signed_message())}
         # Always all three, so a setting left on the connection by anything else counts for
         # nothing: the signature covers what is set here.
@@ -430,9 +429,9 @@ async def read_transaction(
     cancelled (a query's time limit) or that cannot roll back is closed instead (the pool
     opens another). BEGIN and COMMIT are sent as plain statements, not through asyncpg's
     Transaction: a connection the pool gets back carries no transaction state of ours."""
-    if not as_scope(user).user_id:
-        raise ValueError("a user-scoped transaction needs a user id")
     scope = read_path_scope(user, settings)
+    if not scope.user_id:
+        raise ValueError("a user-scoped transaction needs a user id")
     begin = begin_scoped(scope_settings(scope, engine_scope_key(engine)))
     async with engine.connect() as connection:
         driver = (await connection.get_raw_connection()).driver_connection

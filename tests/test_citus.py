@@ -306,8 +306,8 @@ async def test_distribute_moves_a_populated_store_and_keeps_rls_forced(
     app_engine = create_async_engine(service, poolclass=NullPool)
     try:
         for scope, expected in (
-            (scope_settings(UserScope("mover-3"), key), 10),
-            (scope_settings(UserScope("mover-3")), 0),  # unsigned
+            (scope_settings(UserScope(MemoryScope("mover-3")), key), 10),
+            (scope_settings(UserScope(MemoryScope("mover-3"))), 0),  # unsigned
         ):
             async with app_engine.begin() as conn:
                 await conn.execute(SET_LOCAL, set_local_params(scope))
@@ -318,7 +318,7 @@ async def test_distribute_moves_a_populated_store_and_keeps_rls_forced(
         for member, expected in (("mover-1", 1), ("mover-2", 0)):
             async with app_engine.begin() as conn:
                 await conn.execute(
-                    SET_LOCAL, set_local_params(scope_settings(UserScope(member), key))
+                    SET_LOCAL, set_local_params(scope_settings(UserScope(MemoryScope(member)), key))
                 )
                 assert await conn.scalar(text(space)) == expected
         # The memory dedup's lateral statement, which the per-row policies written back with
@@ -500,7 +500,7 @@ async def test_a_revoked_grant_reads_nothing_on_the_worker(
     on_worker = create_async_engine(
         service_engine.url.set(host=host, port=int(port)), poolclass=NullPool
     )
-    settings = set_local_params(scope_settings(UserScope(made.reader), key))
+    settings = set_local_params(scope_settings(UserScope(MemoryScope(made.reader)), key))
     through_coordinator = "SELECT count(*) FROM memory_items WHERE user_id = :o"
     on_shard = f"SELECT count(*) FROM memory_items_{shard} WHERE user_id = :o"
 
