@@ -9,29 +9,11 @@ import typer
 
 from app.cli.common import Runtime, fail, run
 from app.errors import ServiceError, ValidationFailedError
-from app.runtime.identity import ScopeClaim, scope_claim
+from app.runtime.identity import ScopeFields, scope_claim
 from app.services.api_keys import looks_like_key
 
-# scope_claim's field names (where="option") as this command spells its options.
-_OPTIONS = {
-    "option.agent_id": "--agent-id",
-    "option.run_id": "--run-id",
-    "option.scope_mode": "--scope-mode",
-    "option.spaces": "--spaces",
-}
-
-
-def _claim(
-    agent_id: str | None, run_id: str | None, scope_mode: str | None, spaces: str | None
-) -> ScopeClaim:
-    """The scope the options name (the headers' rules), or the refusal naming the option."""
-    try:
-        return scope_claim(agent_id, run_id, scope_mode, spaces, where="option")
-    except ValidationFailedError as exc:
-        reason = exc.message
-        for field, option in _OPTIONS.items():
-            reason = reason.replace(field, option)
-        raise ValueError(reason) from None
+# The scope's fields as this command spells its options (a refusal names the option).
+OPTIONS = ScopeFields("--agent-id", "--run-id", "--scope-mode", "--spaces")
 
 
 def mcp_stdio(
@@ -94,10 +76,10 @@ def mcp_stdio(
         refuse_over_stdio(reason)
         raise fail(reason, 2)
     try:
-        claim = _claim(agent_id, run_id, scope_mode, spaces)
-    except ValueError as exc:
-        refuse_over_stdio(str(exc))
-        raise fail(str(exc), 2) from None
+        claim = scope_claim(agent_id, run_id, scope_mode, spaces, fields=OPTIONS)
+    except ValidationFailedError as exc:
+        refuse_over_stdio(exc.message)
+        raise fail(exc.message, 2) from None
 
     async def work(rt: Runtime) -> None:
         assert rt.embeddings is not None

@@ -23,7 +23,7 @@ from app.console.auth import SESSION_COOKIE, ConsoleAuth, ConsoleSession
 from app.errors import ServiceError, ValidationFailedError
 from app.http.deps import ResourcesDep
 from app.runtime.failures import database_error
-from app.runtime.identity import resolve_caller, scope_claim
+from app.runtime.identity import ScopeFields, resolve_caller, scope_claim
 from app.services.api_keys import Caller
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,9 @@ _HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
+
+# The scope fields of "Ask as this user" (query parameters), as a refusal names them.
+QUERY_FIELDS = ScopeFields("query.agent_id", "query.run_id", "query.scope_mode", "query.spaces")
 
 
 def url(path: str, **params: Any) -> str:
@@ -200,7 +203,7 @@ async def console_caller(
     is a 422 page naming `query.<name>`); resolve_caller's rules decide, as for every other door
     (an invalid user id is a 422 page naming `query.user`)."""
     claim = scope_claim(
-        _given(agent_id), _given(run_id), _given(scope_mode), _given(spaces), where="query"
+        _given(agent_id), _given(run_id), _given(scope_mode), _given(spaces), fields=QUERY_FIELDS
     )
     return await resolve_caller(
         resources, None, user, trusted=True, user_field="query.user", claim=claim

@@ -15,7 +15,7 @@ import hmac
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from app.domain import SPACE_ID_PATTERN_TEXT
 from app.errors import AuthenticationError, PermissionDeniedError, ValidationFailedError
@@ -58,43 +58,54 @@ class ScopeClaim:
 NO_CLAIM = ScopeClaim()
 
 
+class ScopeFields(NamedTuple):
+    """How a door names the four scope fields when it refuses one (ValidationFailedError)."""
+
+    agent: str
+    run: str
+    mode: str
+    spaces: str
+
+
+HEADER_FIELDS = ScopeFields(
+    f"header.{AGENT_HEADER}",
+    f"header.{RUN_HEADER}",
+    f"header.{SCOPE_MODE_HEADER}",
+    f"header.{SPACES_HEADER}",
+)
+
+
 def scope_claim(
     agent_id: str | None = None,
     run_id: str | None = None,
     mode: str | None = None,
     spaces: str | None = None,
     *,
-    where: str = "header",
+    fields: ScopeFields = HEADER_FIELDS,
 ) -> ScopeClaim:
-    """The scope named by a door's headers (`where`: how a refusal names the field): agent and
-    run ids follow the user ids' rule; the mode is `inherit` or `own` (which narrows nothing
-    without an agent or a run); spaces are a comma-separated list of at most MAX_SPACES ids."""
-
-    def field(header: str, name: str) -> str:
-        return f"{where}.{header if where == 'header' else name}"
-
-    names = {
-        "agent": field(AGENT_HEADER, "agent_id"),
-        "run": field(RUN_HEADER, "run_id"),
-        "mode": field(SCOPE_MODE_HEADER, "scope_mode"),
-        "spaces": field(SPACES_HEADER, "spaces"),
-    }
-    agent = validate_user_id(agent_id, names["agent"]) if agent_id is not None else None
-    run = validate_user_id(run_id, names["run"]) if run_id is not None else None
+    """The scope named by a door's headers (or its own fields: `fields` are their names in a
+    refusal): agent and run ids follow the user ids' rule; the mode is `inherit` or `own`
+    (which narrows nothing without an agent or a run); spaces are a comma-separated list of at
+    most MAX_SPACES ids."""
+    agent = validate_user_id(agent_id, fields.agent) if agent_id is not None else None
+    run = validate_user_id(run_id, fields.run) if run_id is not None else None
     if mode is not None and mode not in SCOPE_MODES:
-        field = names["mode"]
-        raise ValidationFailedError(f"{field}: must be one of {', '.join(SCOPE_MODES)}", field)
+        raise ValidationFailedError(
+            f"{fields.mode}: must be one of {', '.join(SCOPE_MODES)}", fields.mode
+        )
     own = mode == "own"  # without an agent or a run it narrows nothing
     chosen: tuple[str, ...] = ()
     if spaces is not None:
-        field = names["spaces"]
         parts = spaces.split(",")
         if not all(_SPACE_ID.fullmatch(p) for p in parts):
             raise ValidationFailedError(
-                f"{field}: comma-separated space ids (lowercase letters, digits, _ . -)", field
+                f"{fields.spaces}: comma-separated space ids (lowercase letters, digits, _ . -)",
+                fields.spaces,
             )
         if len(parts) > MAX_SPACES:
-            raise ValidationFailedError(f"{field}: at most {MAX_SPACES} space ids", field)
+            raise ValidationFailedError(
+                f"{fields.spaces}: at most {MAX_SPACES} space ids", fields.spaces
+            )
         chosen = tuple(dict.fromkeys(parts))  # a space named twice is read once
     return ScopeClaim(agent, run, own, chosen)
 
