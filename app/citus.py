@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import re
 import uuid
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 from sqlalchemy import text
@@ -125,10 +126,6 @@ _POLICY_SHAPE = (
     "SELECT coalesce(string_agg(p.polname || ':' || p.polpermissive::text, ',' "
     "ORDER BY p.polname), '') FROM pg_policy AS p WHERE p.polrelid = '{table}'::regclass"
 )
-_SHARD_POLICIES = text(
-    "SELECT DISTINCT result FROM run_command_on_shards(CAST(:table AS regclass), "
-    "replace(:command, '{table}', '%s'))"
-)
 _UNDISTRIBUTE_KEY = text(f"SELECT undistribute_table('{SCOPE_KEY_TABLE}')")
 _READ_KEY = text(f"SELECT inner_pad, outer_pad FROM {SCOPE_KEY_TABLE} WHERE id = 1")
 _ON_WORKERS = text(
@@ -203,10 +200,6 @@ _TABLE_POLICIES = text(
     FROM pg_policy AS p WHERE p.polrelid = CAST(:table AS regclass) ORDER BY p.polname
     """
 )
-_SHARD_POLICY_NAMES = (
-    "SELECT coalesce(string_agg(polname, ',' ORDER BY polname), '') FROM pg_policy "
-    "WHERE polrelid = '{table}'::regclass"
-)
 _ON_SHARDS = text(
     "SELECT shardid, success, result FROM run_command_on_shards(CAST(:table AS regclass), "
     "replace(:command, '{table}', '%s'))"
@@ -263,8 +256,10 @@ async def sync_shard_policies(conn: AsyncConnection, table: str) -> int:
     connections: call after the table's changes have committed."""
     policies = (await conn.execute(_TABLE_POLICIES, {"table": table})).all()
     wanted = {p.name for p in policies}
-    names = await conn.execute(_ON_SHARDS, {"table": table, "command": _SHARD_POLICY_NAMES})
-    stale = {n for r in names if r.success for n in r.result.split(",") if n} | wanted
+    shapes = await conn.execute(_ON_SHARDS, {"table": table, "command": _POLICY_SHAPE})
+    stale = {
+        n.split(":")[0] for r in shapes if r.success for n in r.result.split(",") if n
+    } | wanted
     commands = [f'DROP POLICY IF EXISTS "{n}" ON {{table}}' for n in sorted(stale)]
     commands += [
         shard_policy_statement(p.name, p.permissive, p.cmd, p.roles, p.using, p.check)
@@ -369,7 +364,6 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
             # Citus refuses a subquery in a policy of a distributed table: a store migrated
             # before Citus was installed reads its settings once per statement (migration
             # 0017), and goes back to the per-row form here.
-            name = "(policies)"
             for statement in policy_rewrites((await conn.execute(POLICIES)).all(), once=False):
                 await conn.exec_driver_sql(statement)
             # The policies' signed user (migration 0018) is checked where the rows are, on the
@@ -379,15 +373,8 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
             # shard" (every user-scoped statement failed so on a real cluster).
             name = "(scope key)"
             pads = (await conn.execute(_READ_KEY)).one()
-            failed = [
-                f"{r.nodename}:{r.nodeport}: {r.result}"
-                for r in await conn.execute(
-                    _ON_WORKERS, {"command": _worker_key_command(bytes(pads[0]), bytes(pads[1]))}
-                )
-                if not r.success
-            ]
-            if failed:
-                raise CitusError("copying the scope key to the workers: " + "; ".join(failed))
+            command = _worker_key_command(bytes(pads[0]), bytes(pads[1]))
+            await _on_every_worker(conn, command, "copying the scope key to the workers")
             await conn.execute(text("SELECT create_distributed_function('pgrecall_scope_user()')"))
         for name in DISTRIBUTED_TABLES:
             if placed[name].method == "h":
@@ -398,14 +385,12 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
             # owner ("COPY FROM not supported with row-level security"): the forcing is lifted
             # for this transaction alone and put back before it commits, so no other session
             # ever sees the table unforced, and a failure rolls both back.
-            async with engine.begin() as conn:
+            async with engine.begin() as conn, _unforced(conn, name):
                 params = {"table": name, "column": DISTRIBUTION_COLUMN}
-                await conn.exec_driver_sql(f"ALTER TABLE {name} NO FORCE ROW LEVEL SECURITY")
                 if name == ANCHOR:
                     await conn.execute(_DISTRIBUTE_ANCHOR, {**params, "shard_count": shard_count})
                 else:
                     await conn.execute(_DISTRIBUTE_WITH, {**params, "colocate_with": ANCHOR})
-                await conn.exec_driver_sql(f"ALTER TABLE {name} FORCE ROW LEVEL SECURITY")
             done.append(name)
         for name in REFERENCE_TABLES:
             if not placed[name].reference:
@@ -440,20 +425,29 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
 async def _make_reference(engine: AsyncEngine, table: str) -> None:
     """`table` a reference table, in one transaction: the forcing of row-level security lifted
     for the copy of its rows (as for a distributed table, above) and put back."""
-    async with engine.begin() as conn:
-        forced = bool(await conn.scalar(_FORCED, {"table": table}))
-        if forced:
-            await conn.exec_driver_sql(f"ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY")
+    async with engine.begin() as conn, _unforced(conn, table):
         await conn.execute(_REFERENCE, {"table": table})
-        if forced:
-            await conn.exec_driver_sql(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
+
+
+@asynccontextmanager
+async def _unforced(conn: AsyncConnection, table: str) -> AsyncIterator[None]:
+    """Row-level security's forcing of `table` lifted inside `conn`'s transaction (Citus copies
+    the rows with COPY, which forced row-level security refuses to the owner) and put back
+    before it commits, if it was forced: no other session sees the table unforced, and a
+    failure rolls both back."""
+    forced = bool(await conn.scalar(_FORCED, {"table": table}))
+    if forced:
+        await conn.exec_driver_sql(f"ALTER TABLE {table} NO FORCE ROW LEVEL SECURITY")
+    yield
+    if forced:
+        await conn.exec_driver_sql(f"ALTER TABLE {table} FORCE ROW LEVEL SECURITY")
 
 
 async def _point_spaces_at_copies(engine: AsyncEngine) -> None:
     """pgrecall_scope_spaces() on every node reading space_members' copy there (see
     scope_spaces_function), then called on each worker: a node without the copy fails here,
     not in a request."""
-    members = REFERENCE_TABLES[-1]
+    members = "space_members"
     async with engine.begin() as conn:
         copies = (await conn.execute(_REFERENCE_COPIES, {"table": members})).one()
         if copies.missing or not copies.local:
@@ -466,13 +460,18 @@ async def _point_spaces_at_copies(engine: AsyncEngine) -> None:
         await conn.execute(_DISTRIBUTE_SPACES)
         await conn.exec_driver_sql(scope_spaces_function(copies.name))
     async with engine.connect() as conn:
-        failed = [
-            f"{r.nodename}:{r.nodeport}: {r.result}"
-            for r in await conn.execute(_ON_WORKERS, {"command": _SPACES_ON_WORKERS})
-            if not r.success
-        ]
+        await _on_every_worker(conn, _SPACES_ON_WORKERS, "the spaces function on the workers")
+
+
+async def _on_every_worker(conn: AsyncConnection, command: str, what: str) -> None:
+    """Run `command` on every worker; a worker where it fails is named in the CitusError."""
+    failed = [
+        f"{r.nodename}:{r.nodeport}: {r.result}"
+        for r in await conn.execute(_ON_WORKERS, {"command": command})
+        if not r.success
+    ]
     if failed:
-        raise CitusError("the spaces function on the workers: " + "; ".join(failed))
+        raise CitusError(f"{what}: " + "; ".join(failed))
 
 
 async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] | None:
@@ -503,13 +502,8 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
                 nodes = list((await conn.execute(_SHARD_NODES)).scalars())
                 for t in DISTRIBUTED_TABLES:
                     table = await conn.scalar(text(_POLICY_SHAPE.format(table=t)))
-                    shards = set(
-                        (
-                            await conn.execute(
-                                _SHARD_POLICIES, {"table": t, "command": _POLICY_SHAPE}
-                            )
-                        ).scalars()
-                    )
+                    on_shards = {"table": t, "command": _POLICY_SHAPE}
+                    shards = {r.result for r in await conn.execute(_ON_SHARDS, on_shards)}
                     drift += policy_drift(t, table, shards)
                 if not await conn.scalar(_SPACES_READ_COPY):
                     drift.append(
