@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -75,23 +76,30 @@ async def shared_space(
     grants: dict[str, str],
     *,
     writer: str | None = None,
-    content: str | None = None,
-) -> None:
+    content: str | Sequence[str] | None = None,
+    admin: Mapping[str, str] | None = None,
+    member: Mapping[str, str] | None = None,
+) -> list[str]:
     """A shared space with these grants (user -> read | write), made through the admin routes
-    (the client needs no key or holds the admin key); with `content`, `writer` saves it into
-    the space as a member does."""
-    made = await client.post("/v1/admin/spaces", json={"id": space})
+    (with `admin`'s headers, e.g. the admin key); with `content` (one text or several),
+    `writer` saves it into the space as a member does (with `member`'s headers besides its
+    X-User-Id). The saved memories' ids."""
+    made = await client.post("/v1/admin/spaces", json={"id": space}, headers=admin)
     assert made.status_code == 201, made.text
     for user, access in grants.items():
         grant = await client.put(
-            f"/v1/admin/spaces/{space}/members/{user}", json={"access": access}
+            f"/v1/admin/spaces/{space}/members/{user}", json={"access": access}, headers=admin
         )
         assert grant.status_code == 200, grant.text
-    if content is not None:
+    texts = [content] if isinstance(content, str) else list(content or ())
+    ids = []
+    for text in texts:
         assert writer is not None
         saved = await client.post(
             f"/v1/spaces/{space}/memories",
-            json={"content": content, "type": "fact"},
-            headers={"X-User-Id": writer},
+            json={"content": text, "type": "fact"},
+            headers={**(member or {}), "X-User-Id": writer},
         )
         assert saved.status_code == 201, saved.text
+        ids.append(str(saved.json()["memory"]["id"]))
+    return ids

@@ -25,7 +25,7 @@ from app.db import user_session
 from app.embedded import EmbeddedPostgres
 from app.errors import EmbeddingError
 from app.services.memory import MemoryInput, MemoryService
-from tests.helpers import headers
+from tests.helpers import headers, shared_space
 from tests.redis_server import RedisServer
 from tests.servers import temporary_redis
 
@@ -371,17 +371,9 @@ async def test_a_query_that_reads_a_space_fails_closed_and_degrades_as_the_users
     space, admin = f"ops-{nonce()}", {"Authorization": "Bearer admin-key"}
     shared = headers(user_id, **{"X-Spaces": space})
     async with make_client(admin_api_key=SecretStr("admin-key")) as (client, _):
-        made = await client.post("/v1/admin/spaces", json={"id": space}, headers=admin)
-        assert made.status_code == 201, made.text
-        member = f"/v1/admin/spaces/{space}/members/{user_id}"
-        granted = await client.put(member, json={"access": "write"}, headers=admin)
-        assert granted.status_code == 200, granted.text
-        saved = await client.post(
-            f"/v1/spaces/{space}/memories",
-            json={"content": ZEPPELIN, "type": "fact"},
-            headers=headers(user_id),
+        (saved,) = await shared_space(
+            client, space, {user_id: "write"}, writer=user_id, content=ZEPPELIN, admin=admin
         )
-        assert saved.status_code == 201, saved.text
         restore_pg.stop()
         try:
             for endpoint in (QUERY, TOOL):
@@ -404,4 +396,4 @@ async def test_a_query_that_reads_a_space_fails_closed_and_degrades_as_the_users
             assert response.status_code == 200, response.text
             data = response.json()
             assert meta(data)["degraded"] == "keyword_only"
-            assert ids(data) == [saved.json()["memory"]["id"]]
+            assert ids(data) == [saved]

@@ -19,6 +19,7 @@ from app.domain import MemoryScope, space_owner
 from app.embedded import EmbeddedPostgres
 from app.main import create_app
 from app.repositories.retrieval import RetrievalRepository, Source
+from tests.helpers import shared_space
 from tests.redis_server import RedisServer
 from tests.servers import app_settings
 
@@ -64,18 +65,10 @@ async def shared(
             for name, texts in SPACES.items():
                 space = f"{name}-{run}"
                 owners.append(space_owner(space))
-                r = await client.post("/v1/admin/spaces", json={"id": space}, headers=ADMIN)
-                assert r.status_code == 201, r.text
-                member = f"/v1/admin/spaces/{space}/members/{user}"
-                r = await client.put(member, json={"access": "write"}, headers=ADMIN)
-                assert r.status_code == 200, r.text
-                for text in texts:
-                    r = await client.post(
-                        f"/v1/spaces/{space}/memories",
-                        json={"content": text, "type": "fact"},
-                        headers={"Authorization": "Bearer k", "X-User-Id": user},
-                    )
-                    assert r.status_code == 201, r.text
+                await shared_space(
+                    client, space, {user: "write"}, writer=user, content=texts,
+                    admin=ADMIN, member={"Authorization": "Bearer k"},
+                )  # fmt: skip
             yield Shared(app.state.resources.engine, user, stranger, owners)
 
 
