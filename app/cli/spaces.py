@@ -102,7 +102,9 @@ def spaces_create(
         space = SpaceRow.of(remote.call("POST", "/v1/admin/spaces", body))
     except Unreachable:
         local_database(remote)
-        space = _in_database("spaces create", lambda s: s.create(space_id, description))
+        space = SpaceRow.of(
+            _in_database("spaces create", lambda s: s.create(space_id, description))
+        )
     typer.echo(f"created space {space.id}")
 
 
@@ -114,7 +116,7 @@ def spaces_list(server: ServerOption = None) -> None:
         spaces = [SpaceRow.of(s) for s in remote.call("GET", "/v1/admin/spaces")["spaces"]]
     except Unreachable:
         local_database(remote)
-        spaces = _in_database("spaces list", lambda s: s.list(), many=True)
+        spaces = [SpaceRow.of(s) for s in _in_database("spaces list", lambda s: s.list())]
     for space in spaces:
         created = shown_time(space.created_at)
         typer.echo(f"{space.id}  created {created}  {space.description}".rstrip())
@@ -130,7 +132,7 @@ def spaces_delete(space_id: SpaceArgument, server: ServerOption = None) -> None:
         remote.call("DELETE", f"/v1/admin/spaces/{space_id}")
     except Unreachable:
         local_database(remote)
-        _in_database("spaces delete", lambda s: s.delete(space_id), rows=False)
+        _in_database("spaces delete", lambda s: s.delete(space_id))
     typer.echo(f"deleted space {space_id} with its grants and memories")
 
 
@@ -144,9 +146,8 @@ def spaces_members(space_id: SpaceArgument, server: ServerOption = None) -> None
         members = [MemberRow.of(m) for m in answer["members"]]
     except Unreachable:
         local_database(remote)
-        members = _in_database(
-            "spaces members", lambda s: s.members(space_id), kind=MemberRow, many=True
-        )
+        found = _in_database("spaces members", lambda s: s.members(space_id))
+        members = [MemberRow.of(m) for m in found]
     for member in members:
         typer.echo(f"{member.user_id}  {member.access:<5}  granted {shown_time(member.created_at)}")
     typer.echo(f"{len(members)} members", err=True)
@@ -169,8 +170,8 @@ def spaces_grant(
         member = MemberRow.of(remote.call("PUT", path, {"access": access}))
     except Unreachable:
         local_database(remote)
-        member = _in_database(
-            "spaces grant", lambda s: s.grant(space_id, user_id, access), kind=MemberRow
+        member = MemberRow.of(
+            _in_database("spaces grant", lambda s: s.grant(space_id, user_id, access))
         )
     typer.echo(f"granted {member.user_id} {member.access} access to space {member.space_id}")
 
@@ -188,7 +189,7 @@ def spaces_revoke(
         remote.call("DELETE", f"/v1/admin/spaces/{space_id}/members/{user_id}")
     except Unreachable:
         local_database(remote)
-        _in_database("spaces revoke", lambda s: s.revoke(space_id, user_id), rows=False)
+        _in_database("spaces revoke", lambda s: s.revoke(space_id, user_id))
     typer.echo(f"revoked {user_id}'s access to space {space_id}")
 
 
@@ -197,17 +198,10 @@ def spaces_revoke(
 # which the HTTP path above must not pay for at start-up.
 
 
-def _in_database(
-    reason: str,
-    action: Any,
-    *,
-    kind: type[SpaceRow] | type[MemberRow] = SpaceRow,
-    many: bool = False,
-    rows: bool = True,
-) -> Any:
-    """Run `action(SpaceService)` in an audited admin transaction (`reason` in the audit log);
-    its rows as `kind` (a list with `many`; nothing without `rows`). A service error (no such
-    space, one that exists) is exit 1 with its message."""
+def _in_database(reason: str, action: Any) -> Any:
+    """Run `action(SpaceService)` in an audited admin transaction (`reason` in the audit log)
+    and return its answer (ORM rows stay readable after the commit: expire_on_commit is off).
+    A service error (no such space, one that exists) is exit 1 with its message."""
     from app.cli.common import Runtime, run
     from app.errors import ServiceError
     from app.runtime import admin_transaction
@@ -215,10 +209,7 @@ def _in_database(
 
     async def work(rt: Runtime) -> Any:
         async with admin_transaction(rt.sessionmaker, reason) as session:
-            answer = await action(SpaceService(session))
-            if not rows:
-                return None
-            return [kind.of(a) for a in answer] if many else kind.of(answer)
+            return await action(SpaceService(session))
 
     try:
         return run(work, quiet=True)
