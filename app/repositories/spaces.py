@@ -69,6 +69,14 @@ class SpaceRepository:
         )
         return (await self.session.execute(stmt)).scalars().all()
 
+    async def access(self, user_id: str, space_id: str) -> str | None:
+        """The user's grant on one space ("read" or "write"), None without one (as the service
+        role: row-level security shows its own grants only)."""
+        stmt = select(SpaceMember.access).where(
+            SpaceMember.user_id == user_id, SpaceMember.space_id == space_id
+        )
+        return (await self.session.execute(stmt)).scalar_one_or_none()
+
     async def memberships(self, user_id: str) -> Sequence[SpaceMember]:
         """The user's grants (as the service role: row-level security shows its own only)."""
         stmt = (

@@ -56,8 +56,7 @@ class SpaceService:
     async def require(self, user_id: str, space_id: str, *, write: bool) -> None:
         """Refuse (403) a user without the grant: a clear answer before row-level security,
         which refuses the write itself, would."""
-        grants = {m.space_id: m.access for m in await self.repo.memberships(user_id)}
-        access = grants.get(space_id)
+        access = await self.repo.access(user_id, space_id)
         if access is None or (write and access != "write"):
             need = "write" if write else "read"
             raise PermissionDeniedError(f"no {need} grant on space {space_id}")
