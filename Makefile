@@ -71,3 +71,11 @@ bench: venv
 lint: venv
 	.venv/bin/ruff check .
 	.venv/bin/lint-imports
+
+# Opt-in, measured and not chosen (docs/retrieval.md, "The answer verifier"): issue 45's
+# cross-encoder, trained in a throwaway venv (about 30 min on 2 cores) into
+# app/adapters/models/pgrecall-verifier-v1 (not committed); then
+# PGRECALL_EMBEDDING_MODEL=pgrecall-minilm-answers-v1 PGRECALL_RETRIEVAL_PRESET=verified.
+.PHONY: train-verifier
+train-verifier: venv
+	.venv/bin/python scripts/train_verifier.py

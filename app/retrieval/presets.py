@@ -124,6 +124,10 @@ class RetrievalPreset:
     # Which relevance model of the embedder the learned fusion reads (relevance.model_file):
     # "" its plain (listwise) one, "answers" the pointwise one with the answer head's weight.
     relevance_model: str = ""
+    # The answer verifier (app/adapters/verifier.py, a cross-encoder of our own) reads the first
+    # this many candidates of the calibrated ranking with their text, and its probability
+    # becomes their relevance (app/retrieval/verdicts.apply_verified; 0 = off).
+    verify_depth: int = 0
     # The keyword index: how the lexemes of a turn's neighbouring turns count beside its own
     # (app.domain.ContextWeights); the index's writers apply them, so a change needs the index
     # rebuilt (`pgrecall rebuild-keywords`, app/services/keywords.py).
@@ -171,6 +175,9 @@ ANSWERS = LEARNED.with_(
     topic_link=0.55,
     question_odds=0.3,
 )
+# Issue 45's verifier over `answers`: the first candidates' relevance is the cross-encoder's
+# probability that they answer (it needs the trained embedder, whose cosine it reads).
+VERIFIED = ANSWERS.with_(name="verified", verify_depth=8)
 DEFAULT = LEARNED.with_(name="default")
 
 PRESETS: dict[str, RetrievalPreset] = {
@@ -178,6 +185,7 @@ PRESETS: dict[str, RetrievalPreset] = {
     "convex": CONVEX,
     "learned": LEARNED,
     "answers": ANSWERS,
+    "verified": VERIFIED,
     "keyword_only": DEFAULT.with_(name="keyword_only", use_vector=False),
     "vector_only": DEFAULT.with_(name="vector_only", use_keyword=False),
     # The ranking without the time preference (what a caller who wants no date reading gets).

@@ -51,3 +51,30 @@ def apply_verdicts(
         else:
             rejected.append(lowered(r))
     return kept + rejected
+
+
+def apply_verified(ranked: list[Ranked[K]], verified: Mapping[K, float]) -> list[Ranked[K]]:
+    """The ranking after the local answer verifier (app/adapters/verifier.py): `verified` is
+    the probability that each item it read answers the question.
+
+    - An item it read reports that probability, and its ranking score is the same number: the
+      read items are ordered by it.
+    - An item it did not read (it ranked past the verifier's depth, or had no stored vector)
+      keeps its relevance but never stands above the lowest read item's, and stays behind the
+      read items in its own order: the verifier read the better candidates.
+    """
+    if not verified:
+        return ranked
+    lowest = min(verified.values())
+    read = [
+        replace(r, relevance=verified[r.key], fused=verified[r.key])
+        for r in ranked
+        if r.key in verified
+    ]
+    read.sort(key=lambda r: -r.relevance)  # stable: equal probabilities keep the local order
+    rest = [
+        replace(r, relevance=min(r.relevance, lowest), fused=min(r.relevance, lowest))
+        for r in ranked
+        if r.key not in verified
+    ]
+    return read + rest

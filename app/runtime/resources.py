@@ -16,6 +16,7 @@ from app.adapters.cache import Cache
 from app.adapters.embedder import Embedder, build_embedder
 from app.adapters.judge import JudgeLLM
 from app.adapters.local_models import OnnxSentenceEmbedder
+from app.adapters.verifier import verifier_for
 from app.config import EmbeddingProvider, ExtractionMode, JudgeMode, Settings
 from app.db import create_engine, create_sessionmaker
 from app.embedding_models import OPTIONAL_LOCAL_MODELS
@@ -254,6 +255,10 @@ async def open_resources(
         embeddings = EmbeddingService(the_embedder, cache if cache.enabled else None)
         sessionmaker = create_sessionmaker(engine, admin_engine)
         resources = resources_from(settings, sessionmaker, embeddings, cache)
+        if resources.query_config.preset.verify_depth > 0:
+            # A preset that reads the answer verifier does not start without it: a clear
+            # LocalModelMissingError now, not a failing query later (loaded once per process).
+            await asyncio.to_thread(verifier_for, the_embedder.model)
         await warn_of_other_models(resources.sessionmaker, the_embedder.model)
         yield resources
     finally:

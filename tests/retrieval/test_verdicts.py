@@ -1,4 +1,5 @@
-"""What the LLM judge's verdicts do to a ranking (app/retrieval/verdicts.py), pure."""
+"""What the LLM judge's verdicts and the local verifier's probabilities do to a ranking
+(app/retrieval/verdicts.py), pure."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.retrieval.scoring import Ranked, apply_thresholds
-from app.retrieval.verdicts import REJECTED_SHARE, apply_verdicts
+from app.retrieval.verdicts import REJECTED_SHARE, apply_verdicts, apply_verified
 
 FLOOR = 0.3
 
@@ -71,3 +72,44 @@ def test_verdicts_move_relevance_one_way_and_keep_every_item(
     order = [r.key for r in ranked]
     kept = [r.key for r in out if judged.get(r.key) is not False]
     assert kept == [k for k in order if k in kept]
+
+
+def test_verified_items_report_their_probability_in_its_order() -> None:
+    ranked = ranking(0.6, 0.5, 0.4, 0.35)
+    out = apply_verified(ranked, {"k0": 0.1, "k1": 0.8, "k2": 0.3})
+    assert [r.key for r in out] == ["k1", "k2", "k0", "k3"]
+    # k3 was not read: never above the lowest read item's probability
+    assert relevance(out) == {"k1": 0.8, "k2": 0.3, "k0": 0.1, "k3": 0.1}
+    assert [r.fused for r in out[:3]] == [0.8, 0.3, 0.1]
+    assert [r.key for r in apply_thresholds(out, FLOOR, 0.0)] == ["k1", "k2"]
+
+
+def test_a_near_miss_the_ranking_put_first_falls_under_the_floor() -> None:
+    # the relevance model's first place (0.6) is read as no answer: nothing is returned
+    out = apply_verified(ranking(0.6, 0.5), {"k0": 0.05, "k1": 0.02})
+    assert apply_thresholds(out, FLOOR, 0.3) == []
+
+
+def test_no_probabilities_is_the_ranking_itself() -> None:
+    ranked = ranking(0.6, 0.1)
+    assert apply_verified(ranked, {}) is ranked
+
+
+@given(
+    st.lists(st.floats(0.0, 1.0), min_size=1, max_size=12),
+    st.lists(st.floats(0.0, 1.0), min_size=1, max_size=12),
+)
+def test_verified_keeps_every_item_and_the_read_ones_lead(
+    relevances: list[float], probabilities: list[float]
+) -> None:
+    ranked = ranking(*relevances)
+    verified = {r.key: p for r, p in zip(ranked, probabilities, strict=False)}
+    out = apply_verified(ranked, verified)
+    assert sorted(r.key for r in out) == sorted(r.key for r in ranked)
+    read = [r for r in out if r.key in verified]
+    assert out[: len(read)] == read
+    assert [r.relevance for r in read] == sorted(verified.values(), reverse=True)
+    assert all(r.relevance <= min(verified.values()) for r in out[len(read) :])
+    # the unread keep their own order
+    rest = [r.key for r in out[len(read) :]]
+    assert rest == [r.key for r in ranked if r.key not in verified]

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 MAX_QUERY_CHARS = 8192
 SourceName = Literal["memory", "message"]
 JudgeOutcome = Literal["llm", "fallback"]
+VerifierOutcome = Literal["local", "fallback"]
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,10 @@ class QueryResult:
     # first items, "fallback" it failed and the local ranking stands; None: off or nothing to
     # judge.
     judge: JudgeOutcome | None = None
+    # The local answer verifier's part (preset verify_depth, app/adapters/verifier.py):
+    # "local" its probabilities re-scored the first candidates, "fallback" it failed and the
+    # calibrated ranking stands; None: off, or the query had no vector.
+    verifier: VerifierOutcome | None = None
 
     def to_json(self) -> bytes:
         # Field by field, not dataclasses.asdict: asdict deep-copies every value (about 1 ms

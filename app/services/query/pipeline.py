@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from app.db import read_transaction
+from app.errors import EmbeddingError
 from app.repositories.retrieval import (
     Candidate,
     KeywordHits,
@@ -59,6 +61,7 @@ from app.retrieval.scoring import (
     rank,
 )
 from app.retrieval.topics import Linked, link_topics
+from app.retrieval.verdicts import apply_verified
 from app.services.query.model import (
     QueryConfig,
     QueryItem,
@@ -71,6 +74,11 @@ from app.services.query.sizes import SearchSizes
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from app.adapters.verifier import Verifier
+
+# The query package's logger: operators filter the query's warnings by it.
+log = logging.getLogger("app.services.query")
 
 Key = tuple[Source, Any]
 Embedding = asyncio.Task[tuple[Any | None, str | None, int]]
@@ -95,6 +103,8 @@ class Scope:
     messages: bool
     # The answer head of the service's embedder (answer_head.head_for; None: it has none).
     head: AnswerHead | None = None
+    # The answer verifier (app/adapters/verifier.py) when the preset reads it (verify_depth).
+    verifier: Verifier | None = None
 
 
 @dataclass(frozen=True)
@@ -148,6 +158,7 @@ def scope(
     preset: RetrievalPreset,
     relevance: RelevanceModel,
     head: AnswerHead | None = None,
+    verifier: Verifier | None = None,
 ) -> Scope:
     return Scope(
         request,
@@ -159,6 +170,7 @@ def scope(
         # Messages carry no memory type nor tags: either filter restricts results to memories.
         messages="message" in request.sources and not request.types and not request.tags,
         head=head,
+        verifier=verifier if preset.verify_depth > 0 else None,
     )
 
 
@@ -179,7 +191,11 @@ async def retrieve(
         gathered = await gather(s, embedding, vectors, slots, result, trace)
     else:
         gathered = await gather_shared(s, spaces, embedding, vectors, slots, result, trace)
-    return ranking(s, gathered, trace)
+    if s.verifier is None:
+        return ranking(s, gathered, trace)
+    ranked = scored(s, gathered, trace)
+    verified = await verify(s, ranked, gathered, result)
+    return linked(s, gathered, apply_verified(ranked, verified))
 
 
 @dataclass(frozen=True)
@@ -239,15 +255,52 @@ async def gather(
 def ranking(s: Scope, gathered: Gathered, trace: QueryTrace | None = None) -> Retrieved:
     """Stages 5 and 6 over what the database stages found: the answer head, the rerank, the
     calibration, newer wins on one topic."""
+    return linked(s, gathered, scored(s, gathered, trace))
+
+
+def scored(s: Scope, gathered: Gathered, trace: QueryTrace | None = None) -> list[Ranked[Key]]:
+    """The answer head, the rerank and the calibration."""
     rows, stored = gathered.rows, gathered.stored
     head = answer_logits(s, stored)
     if trace is not None:
         trace.head = head
     rows = replace(rows, ranked=with_answer_head(s, rows.ranked, head))
-    ranked = calibrate(s, rerank_rows(s, rows), rows.candidates)
-    linked = newer_wins(s, ranked, rows.candidates, topic_pairs(s, ranked, stored.items))
-    ranked = own_first(linked.ranked, gathered.origin)
-    return Retrieved(rows.candidates, ranked, linked.newer, gathered.origin)
+    return calibrate(s, rerank_rows(s, rows), rows.candidates)
+
+
+def linked(s: Scope, gathered: Gathered, ranked: list[Ranked[Key]]) -> Retrieved:
+    """Newer wins on one topic; the user's own first on a tie."""
+    candidates = gathered.rows.candidates
+    topics = newer_wins(s, ranked, candidates, topic_pairs(s, ranked, gathered.stored.items))
+    ranked = own_first(topics.ranked, gathered.origin)
+    return Retrieved(candidates, ranked, topics.newer, gathered.origin)
+
+
+async def verify(
+    s: Scope, ranked: list[Ranked[Key]], gathered: Gathered, result: QueryResult
+) -> dict[Key, float]:
+    """The answer verifier's probability for each of the first `verify_depth` candidates with a
+    row and a stored vector (its second input is the pair's cosine). Nothing when the query has
+    no vector (keyword only) or the verifier fails: the calibrated ranking then stands, and the
+    result says `verifier = "fallback"`."""
+    verifier, stored = s.verifier, gathered.stored
+    if verifier is None or stored.query is None:
+        return {}
+    candidates = gathered.rows.candidates
+    keys = [r.key for r in ranked if r.key in candidates and r.key in stored.items]
+    keys = keys[: s.preset.verify_depth]
+    if not keys:
+        return {}
+    query = np.asarray(stored.query, dtype=np.float32)
+    cosines = [float(np.dot(query, np.asarray(stored.items[k], dtype=np.float32))) for k in keys]
+    try:
+        logits = await verifier.logits(s.query, [candidates[k].content for k in keys], cosines)
+    except EmbeddingError as exc:
+        log.warning("answer verifier failed (%s): the calibrated ranking stands", exc)
+        result.verifier = "fallback"
+        return {}
+    result.verifier = "local"
+    return dict(zip(keys, verifier.probabilities(logits).tolist(), strict=True))
 
 
 async def gather_shared(

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from app.adapters.verifier import verifier_for
 from app.domain import space_owner
 from app.errors import EmbeddingError
 from app.retrieval.answer_head import head_for
@@ -76,6 +77,12 @@ class QueryService:
         self.relevance = model_for(embeddings.model, variant=variant)
         # The answer head trained on this embedder's vectors (None: it has none).
         self.head = head_for(embeddings.model)
+        # The answer verifier, when the preset reads it (verify_depth; app/adapters/verifier.py).
+        self.verifier = (
+            verifier_for(embeddings.model)
+            if config is not None and config.preset.verify_depth > 0
+            else None
+        )
         # Users' sizes from their last seconds of queries (sizes.py): the process's, shared by
         # every request's service, else this service's own.
         self.sizes = sizes if sizes is not None else SearchSizes(config.search_size_ttl_s)
@@ -134,7 +141,12 @@ class QueryService:
         result.query_truncated = query_cut
         # Not a fallback answer either: the next identical query asks the judge again. Nor one
         # that read shared spaces: a grant revoked, or another member's write, counts at once.
-        fresh = result.error is None and result.degraded is None and result.judge != "fallback"
+        fresh = (
+            result.error is None
+            and result.degraded is None
+            and result.judge != "fallback"
+            and result.verifier != "fallback"
+        )
         if fresh and not request.scope.spaces:
             await self.cache.set_query_result(request.user_id, key, result.to_json())
         return self._finish(request, result, started, correlation_id)
@@ -187,7 +199,7 @@ class QueryService:
     ) -> QueryResult:
         """The pipeline's stages (pipeline.py), in order, failing closed."""
         result = QueryResult()
-        s = scope(request, query, preset, self.relevance, self.head)
+        s = scope(request, query, preset, self.relevance, self.head, self.verifier)
         # 1. The query is embedded (in a worker thread) while the keyword arm runs in Postgres:
         # for a large store that hides most of the embedding time (docs/performance.md).
         embedding = (
