@@ -681,6 +681,7 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
     await rec.call("SpaceRepository", "grant", spaces.grant(space, user, "read"))
     await rec.call("SpaceRepository", "members", spaces.members(space))
     await rec.call("SpaceRepository", "memberships", spaces.memberships(user))
+    await rec.call("SpaceRepository", "access", spaces.access(user, space))
     await rec.call("SpaceRepository", "revoke", spaces.revoke(space, user))
     await rec.call("SpaceRepository", "delete", spaces.delete(space))
 
