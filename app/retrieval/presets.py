@@ -128,6 +128,9 @@ class RetrievalPreset:
     # this many candidates of the calibrated ranking with their text, and its probability
     # becomes their relevance (app/retrieval/verdicts.apply_verified; 0 = off).
     verify_depth: int = 0
+    # The question model (app/retrieval/abstention.py): the best item's relevance is the
+    # probability that the store answers the question at all; the others keep their ratio to it.
+    question_model: bool = False
     # The keyword index: how the lexemes of a turn's neighbouring turns count beside its own
     # (app.domain.ContextWeights); the index's writers apply them, so a change needs the index
     # rebuilt (`pgrecall rebuild-keywords`, app/services/keywords.py).
@@ -174,10 +177,11 @@ ANSWERS = LEARNED.with_(
     relative_cutoff=0.3,
     topic_link=0.55,
     question_odds=0.3,
+    question_model=True,
 )
 # Issue 45's verifier over `answers`: the first candidates' relevance is the cross-encoder's
 # probability that they answer (it needs the trained embedder, whose cosine it reads).
-VERIFIED = ANSWERS.with_(name="verified", verify_depth=8)
+VERIFIED = ANSWERS.with_(name="verified", verify_depth=8, question_model=False)
 DEFAULT = LEARNED.with_(name="default")
 
 PRESETS: dict[str, RetrievalPreset] = {

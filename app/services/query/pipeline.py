@@ -46,6 +46,8 @@ from app.repositories.retrieval import (
     vector_search_settings,
 )
 from app.repositories.search_index import Source
+from app.retrieval.abstention import DEPTH as QUESTION_DEPTH
+from app.retrieval.abstention import QuestionModel, question_features, rescaled
 from app.retrieval.answer_head import AnswerHead
 from app.retrieval.budget import PackResult, pack
 from app.retrieval.dates import TimeWindow, parse_time_expression
@@ -107,6 +109,8 @@ class Scope:
     head: AnswerHead | None = None
     # The answer verifier (app/adapters/verifier.py) when the preset reads it (verify_depth).
     verifier: Verifier | None = None
+    # The question model of the service's embedder (abstention.question_model_for; None: none).
+    question: QuestionModel | None = None
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,7 @@ def scope(
     relevance: RelevanceModel,
     head: AnswerHead | None = None,
     verifier: Verifier | None = None,
+    question: QuestionModel | None = None,
 ) -> Scope:
     return Scope(
         request,
@@ -173,6 +178,7 @@ def scope(
         messages="message" in request.sources and not request.types and not request.tags,
         head=head,
         verifier=verifier if preset.verify_depth > 0 else None,
+        question=question if preset.question_model else None,
     )
 
 
@@ -267,7 +273,42 @@ def scored(s: Scope, gathered: Gathered, trace: QueryTrace | None = None) -> lis
     if trace is not None:
         trace.head = head
     rows = replace(rows, ranked=with_answer_head(s, rows.ranked, head))
-    return calibrate(s, rerank_rows(s, rows), rows.candidates)
+    ranked = calibrate(s, rerank_rows(s, rows), rows.candidates)
+    return answerable(s, ranked, gathered.hits, head)
+
+
+def answerable(
+    s: Scope, ranked: list[Ranked[Key]], hits: ArmHits, head: dict[Key, float]
+) -> list[Ranked[Key]]:
+    """The question model (app/retrieval/abstention.py; a preset with `question_model`): the
+    best item's relevance becomes P(the store answers the question) on the spec's scale, every
+    other item's stays in its ratio to the best. The order is unchanged."""
+    model = s.question
+    if model is None or not s.preset.question_model or not ranked:
+        return ranked
+    has_names = bool(query_names(s.query))
+    by_key = features(
+        hits.keyword.scores,
+        hits.keyword.plain or {},
+        hits.keyword.max_score,
+        hits.cosines,
+        has_names,
+        s.relevance.neutral_cosine_z,
+    )
+    first = [r.key for r in ranked if r.key in by_key][:QUESTION_DEPTH]
+    if not first:
+        return ranked
+    x = question_features(
+        [s.relevance.logit(by_key[k], k[0] is Source.MEMORY) for k in first],
+        [by_key[k] for k in first],
+        [head[k] for k in first if k in head],
+    )
+    reported = model.relevance(model.probability(x))
+    relevances = rescaled([r.relevance for r in ranked], reported)
+    return [
+        replace(r, relevance=v, fused=r.fused * v / r.relevance if r.relevance > 0 else r.fused)
+        for r, v in zip(ranked, relevances, strict=True)
+    ]
 
 
 def linked(s: Scope, gathered: Gathered, ranked: list[Ranked[Key]]) -> Retrieved:

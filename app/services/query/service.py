@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from app.adapters.verifier import verifier_for
 from app.domain import space_owner
 from app.errors import EmbeddingError
+from app.retrieval.abstention import question_model_for
 from app.retrieval.answer_head import head_for
 from app.retrieval.frames import core_question
 from app.retrieval.presets import RetrievalPreset
@@ -77,6 +78,8 @@ class QueryService:
         self.relevance = model_for(embeddings.model, variant=variant)
         # The answer head trained on this embedder's vectors (None: it has none).
         self.head = head_for(embeddings.model)
+        # The question-level abstention model of this embedder (None: it has none).
+        self.question = question_model_for(embeddings.model)
         # The answer verifier, when the preset reads it (verify_depth; app/adapters/verifier.py).
         self.verifier = (
             verifier_for(embeddings.model)
@@ -199,7 +202,7 @@ class QueryService:
     ) -> QueryResult:
         """The pipeline's stages (pipeline.py), in order, failing closed."""
         result = QueryResult()
-        s = scope(request, query, preset, self.relevance, self.head, self.verifier)
+        s = scope(request, query, preset, self.relevance, self.head, self.verifier, self.question)
         # 1. The query is embedded (in a worker thread) while the keyword arm runs in Postgres:
         # for a large store that hides most of the embedding time (docs/performance.md).
         embedding = (

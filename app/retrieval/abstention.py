@@ -1,0 +1,143 @@
+"""Does anything here answer the question? A question-level model over the whole ranking.
+
+The relevance model scores each (question, item) pair on its own, so a question's best
+probability is the best of its pairs: a near miss ("Electricity bill in August" for "What was
+the bill in January?") can score as an answer does. Whether a question has an answer at all
+shows in the ranking as a whole: how high its best cosine and best answer-head logit stand,
+whether the best candidates carry the name the question asks about, how much of the match is
+on ordinary words. This model reads those features of a question's first DEPTH candidates and
+gives P(the store answers this question); the query pipeline (the `answers` preset with
+`question_model`) puts the best item's relevance at that probability, on the spec's scale, and
+keeps every other item's relevance in its ratio to the best: the order is the relevance
+model's, the floor and `confidence` are this model's.
+
+Fitted per embedder by `python -m eval.fit_question` (logistic regression on the corpus's
+train people, numpy) into `question_models/<embedder>.json`; pure arithmetic here.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from app.retrieval.relevance import FEATURES, SPEC_FLOOR
+
+MODELS_DIR = Path(__file__).with_name("question_models")
+DEPTH = 20  # the candidates a question's features read (the answer head's depth)
+QUESTION_FEATURES = (
+    "best_logit",  # the relevance model's best logit among them
+    "best_cosine",  # the question's best cosine
+    "cosine_z",  # how far it stands above the other cosines
+    "best_head",  # the answer head's best logit
+    "second_head",  # and its second best
+    "best_keyword",  # the best BM25 share of the ideal document
+    "best_plain",  # the same over the question's words that are not names
+    "name_missing",  # some candidate lacks the name the question asks about
+)
+_COSINE, _Z = FEATURES.index("best_cosine"), FEATURES.index("cosine_z")
+_KEYWORD, _PLAIN = FEATURES.index("keyword"), FEATURES.index("plain")
+_NAME_MISSING = FEATURES.index("name_missing")
+NO_HEAD = -10.0  # a question with no head logit (keyword only): as if the head said no
+
+
+def question_features(
+    logits: Sequence[float], features: Sequence[Sequence[float]], heads: Sequence[float]
+) -> list[float]:
+    """QUESTION_FEATURES of one question from its first candidates: each one's relevance
+    logit, relevance features (FEATURES order) and answer-head logit (those it has)."""
+    if not features:
+        raise ValueError("a question without candidates has no features")
+    ordered = sorted(heads, reverse=True)
+    first = features[0]
+    return [
+        max(logits),
+        first[_COSINE],
+        first[_Z],
+        ordered[0] if ordered else NO_HEAD,
+        ordered[1] if len(ordered) > 1 else NO_HEAD,
+        max(f[_KEYWORD] for f in features),
+        max(f[_PLAIN] for f in features),
+        max(f[_NAME_MISSING] for f in features),
+    ]
+
+
+@dataclass(frozen=True)
+class QuestionModel:
+    """Standardised features -> logistic regression -> P(the store answers the question)."""
+
+    mean: tuple[float, ...]
+    scale: tuple[float, ...]
+    weights: tuple[float, ...]
+    bias: float
+    # The probability reported at the spec's floor (0.3): the operating point, chosen on the
+    # validation people.
+    floor_probability: float
+    version: str = ""
+
+    def probability(self, x: Sequence[float]) -> float:
+        if len(x) != len(self.weights):
+            raise ValueError(f"{len(x)} question features for {len(self.weights)} weights")
+        z = self.bias + sum(
+            w * (v - m) / s
+            for w, v, m, s in zip(self.weights, x, self.mean, self.scale, strict=True)
+        )
+        z = max(-30.0, min(30.0, z))
+        return 1.0 / (1.0 + math.exp(-z))
+
+    def relevance(self, probability: float) -> float:
+        """The reported relevance of a probability: floor_probability reports SPEC_FLOOR."""
+        p = min(max(self.floor_probability, 1e-6), 1.0 - 1e-6)
+        gamma = math.log(SPEC_FLOOR) / math.log(p)
+        return max(probability, 0.0) ** gamma
+
+    def to_json(self, extra: dict[str, object] | None = None) -> str:
+        body = {
+            "version": self.version,
+            "features": list(QUESTION_FEATURES),
+            "mean": [round(v, 6) for v in self.mean],
+            "scale": [round(v, 6) for v in self.scale],
+            "weights": [round(v, 6) for v in self.weights],
+            "bias": round(self.bias, 6),
+            "floor_probability": self.floor_probability,
+            **(extra or {}),
+        }
+        return json.dumps(body, indent=2) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str) -> QuestionModel:
+        body = json.loads(text)
+        if body["features"] != list(QUESTION_FEATURES):
+            raise ValueError(f"question model features {body['features']}, not this code's")
+        return cls(
+            mean=tuple(body["mean"]),
+            scale=tuple(body["scale"]),
+            weights=tuple(body["weights"]),
+            bias=float(body["bias"]),
+            floor_probability=float(body["floor_probability"]),
+            version=str(body.get("version", "")),
+        )
+
+
+def question_file(embedder: str, directory: Path = MODELS_DIR) -> Path:
+    return directory / (re.sub(r"[^A-Za-z0-9._-]", "_", embedder) + ".json")
+
+
+@cache
+def question_model_for(embedder: str) -> QuestionModel | None:
+    """The embedder's question model (read once per process), None when it has none."""
+    path = question_file(embedder)
+    return QuestionModel.from_json(path.read_text()) if path.exists() else None
+
+
+def rescaled(relevances: Sequence[float], reported: float) -> list[float]:
+    """A question's relevances with the best at `reported` and every other in its ratio to the
+    best (the order is kept; a question with no positive relevance is left as it is)."""
+    best = max(relevances, default=0.0)
+    if best <= 0.0:
+        return list(relevances)
+    return [reported * r / best for r in relevances]
