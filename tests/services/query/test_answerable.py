@@ -1,0 +1,61 @@
+"""The pipeline's question-model stage (app/services/query/pipeline.py `answerable`), pure: the
+best item's relevance becomes the question's probability on the spec's scale, the others keep
+their ratio to it, the order is unchanged, and a preset without the model is left alone."""
+
+from __future__ import annotations
+
+import math
+import uuid
+
+import pytest
+
+from app.repositories.retrieval import KeywordHits
+from app.repositories.search_index import Source
+from app.retrieval.abstention import QUESTION_FEATURES, QuestionModel
+from app.retrieval.presets import PRESETS
+from app.retrieval.relevance import load_model
+from app.retrieval.scoring import Ranked
+from app.services.query.model import QueryRequest
+from app.services.query.pipeline import ArmHits, answerable, scope
+
+QUESTION = "What is my blood type?"
+
+
+def key(n: int) -> tuple[Source, uuid.UUID]:
+    return (Source.MEMORY, uuid.UUID(int=n))
+
+
+def hits() -> ArmHits:
+    keys = [key(n) for n in range(3)]
+    return ArmHits(
+        KeywordHits({keys[0]: 2.0}, 4.0, plain={keys[0]: 2.0}),
+        {keys[0]: 0.7, keys[1]: 0.5, keys[2]: 0.3},
+    )
+
+
+def ranked() -> list[Ranked[tuple[Source, uuid.UUID]]]:
+    return [Ranked(key(n), r, r, 0.0, 0.0) for n, r in enumerate((0.8, 0.4, 0.2))]
+
+
+def question_model(bias: float) -> QuestionModel:
+    n = len(QUESTION_FEATURES)
+    return QuestionModel((0.0,) * n, (1.0,) * n, (0.0,) * n, bias, floor_probability=0.1)
+
+
+@pytest.mark.parametrize("bias", [-3.0, 0.0, 3.0])
+def test_the_best_reports_the_questions_probability_and_the_rest_their_ratio(bias: float) -> None:
+    request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
+    model = question_model(bias)
+    s = scope(request, QUESTION, PRESETS["answers"], load_model(), question=model)
+    out = answerable(s, ranked(), hits(), {})
+    reported = model.relevance(1 / (1 + math.exp(-bias)))
+    assert [r.key for r in out] == [key(0), key(1), key(2)]
+    assert [r.relevance for r in out] == pytest.approx([reported, reported / 2, reported / 4])
+
+
+def test_a_preset_without_the_question_model_is_left_alone() -> None:
+    request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
+    s = scope(request, QUESTION, PRESETS["learned"], load_model(), question=question_model(3.0))
+    assert s.question is None
+    before = ranked()
+    assert answerable(s, before, hits(), {}) is before
