@@ -36,6 +36,11 @@ from typing import Any
 import numpy as np
 import onnxruntime
 import torch
+
+# export_onnx and finetune are beside this file (its directory is the path's first entry
+# when it runs): their one-thread session and AUC, not copies of them.
+from export_onnx import session
+from finetune import auc
 from onnxruntime.quantization import QuantType, quantize_dynamic
 from tokenizers import Tokenizer
 from transformers import AutoModel
@@ -91,11 +96,6 @@ def feeds(tokenizer: Tokenizer, questions: list[str], items: list[str]) -> dict[
         "attention_mask": np.array([e.attention_mask for e in encodings], dtype=np.int64),
         "token_type_ids": np.array([e.type_ids for e in encodings], dtype=np.int64),
     }
-
-
-def auc(positive: list[float], negative: list[float]) -> float:
-    p, n = np.asarray(positive)[:, None], np.asarray(negative)[None, :]
-    return float((p > n).mean() + 0.5 * (p == n).mean())
 
 
 def figures(questions: list[dict[str, Any]], scores: list[list[float]]) -> dict[str, float]:
@@ -178,12 +178,6 @@ class _Graph(torch.nn.Module):
         self, ids: torch.Tensor, mask: torch.Tensor, types: torch.Tensor, cosine: torch.Tensor
     ) -> torch.Tensor:
         return self.model(ids, mask, types, cosine)
-
-
-def session(path: Path) -> onnxruntime.InferenceSession:
-    options = onnxruntime.SessionOptions()
-    options.intra_op_num_threads = 1
-    return onnxruntime.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def onnx_logits(
