@@ -14,7 +14,8 @@ Fit: logistic regression on the train people (standardised features, L2 1.0, New
 method; deterministic). Printed: the AUC of each question's probability (answerable over
 none) on the train and validation people beside the best item's logit's, and, for the
 validation people, the share of questions without an answer that clear the floor at each
-share of answerable questions left under it. `--floor-empty SHARE` sets the operating point:
+share of answerable questions left under it, and the validation AUC of a refit without each
+feature in turn. `--floor-empty SHARE` sets the operating point:
 the probability under which that share of the validation people's answerable questions falls.
 `--write` writes app/retrieval/question_models/<embedder>.json.
 """
@@ -25,6 +26,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -37,28 +39,27 @@ from app.retrieval.abstention import (
     question_features,
     question_file,
 )
-from app.retrieval.relevance import model_file
+from app.retrieval.relevance import RelevanceModel, load_model, model_file
+from eval.curated_metrics import auc
 from eval.fit_relevance import Question, load
 
 L2 = 1.0
 
 
-def _features(q: Question, model: object) -> list[float]:
-    n = len(model.weights)  # type: ignore[attr-defined]
+def _features(q: Question, model: RelevanceModel) -> list[float]:
+    n = len(model.weights)
     memory = q.memories()
-    logits = [model.logit(list(x[:n]), bool(m)) for x, m in zip(q.x, memory, strict=True)]  # type: ignore[attr-defined]
+    logits = [model.logit(list(x[:n]), bool(m)) for x, m in zip(q.x, memory, strict=True)]
     heads = [float(x[n]) for x in q.x]
-    order = np.argsort(
-        [-(lg + model.head_weight * h) for lg, h in zip(logits, heads, strict=True)], kind="stable"
-    )[:DEPTH]  # type: ignore[attr-defined]
+    scores = [-(lg + model.head_weight * h) for lg, h in zip(logits, heads, strict=True)]
+    order = np.argsort(scores, kind="stable")[:DEPTH]
     return question_features(
         [logits[i] for i in order], [list(q.x[i][:n]) for i in order], [heads[i] for i in order]
     )
 
 
 def _auc(scores: np.ndarray, labels: np.ndarray) -> float:
-    p, n = scores[labels == 1][:, None], scores[labels == 0][None, :]
-    return float((p > n).mean() + 0.5 * (p == n).mean())
+    return auc(scores[labels == 1].tolist(), scores[labels == 0].tolist())
 
 
 def _fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -81,8 +82,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
     embedder = os.environ.get("PGRECALL_EMBEDDING_MODEL", DEFAULT_MODEL_ID)
-    from app.retrieval.relevance import load_model
-
     model = load_model(model_file(embedder, variant="answers"))
     questions = [q for q in load(args.dump, embedder) if q.dataset in ("curated", "validation")]
     rows = {"curated": ([], [], []), "validation": ([], [], [])}
@@ -92,12 +91,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         f = _features(q, model)
         xs, ys, best = rows[q.dataset]
         xs.append(f)
-        ys.append(1.0 if q.shape not in ("no_answer",) and q.y.sum() > 0 else 0.0)
+        ys.append(1.0 if q.y.sum() > 0 else 0.0)  # an answer among its candidates
         best.append(f[0])
     xt, yt, bt = (np.asarray(v) for v in rows["curated"])
     xv, yv, bv = (np.asarray(v) for v in rows["validation"])
     mean, scale = xt.mean(axis=0), xt.std(axis=0) + 1e-9
-    w = _fit((xt - mean) / scale, yt)
+    zt, zv = (xt - mean) / scale, (xv - mean) / scale
+    w = _fit(zt, yt)
     qm = QuestionModel(tuple(mean), tuple(scale), tuple(w[:-1]), float(w[-1]), 0.5, "v1")
     pt = np.array([qm.probability(x) for x in xt])
     pv = np.array([qm.probability(x) for x in xv])
@@ -108,6 +108,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "weights: " + ", ".join(f"{n} {v:+.2f}" for n, v in zip(QUESTION_FEATURES, w, strict=False))
     )
+    print("validation AUC with one feature left out:")
+    for i, name in enumerate(QUESTION_FEATURES):
+        rest = [j for j in range(len(QUESTION_FEATURES)) if j != i]
+        wi = _fit(zt[:, rest], yt)
+        scores = zv[:, rest] @ wi[:-1] + wi[-1]
+        print(f"  without {name:<14} {_auc(scores, yv):.3f}")
     print("validation: answerable left under the floor -> no-answer over it")
     answerable = np.sort(pv[yv == 1])
     for empty in (0.05, 0.08, 0.10, 0.12, 0.15, 0.20):
@@ -116,7 +122,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     floor = float(answerable[int(args.floor_empty * len(answerable))])
     print(f"operating point: P {floor:.4f} (validation answerable under it {args.floor_empty})")
     if args.write:
-        chosen = QuestionModel(qm.mean, qm.scale, qm.weights, qm.bias, round(floor, 4), "v1")
+        chosen = replace(qm, floor_probability=round(floor, 4))
         path = question_file(embedder)
         path.write_text(
             chosen.to_json(
