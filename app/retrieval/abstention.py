@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from app.retrieval.relevance import FEATURES, SPEC_FLOOR
+from app.retrieval.relevance import FEATURES, SPEC_FLOOR, file_stem
 
 MODELS_DIR = Path(__file__).with_name("question_models")
 DEPTH = 20  # the candidates a question's features read (the answer head's depth)
@@ -124,7 +123,7 @@ class QuestionModel:
 
 
 def question_file(embedder: str, directory: Path = MODELS_DIR) -> Path:
-    return directory / (re.sub(r"[^A-Za-z0-9._-]", "_", embedder) + ".json")
+    return directory / (file_stem(embedder) + ".json")
 
 
 @cache

@@ -17,13 +17,14 @@ without one has no head: the stage is skipped).
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+
+from app.retrieval.relevance import file_stem
 
 HEADS_DIR = Path(__file__).with_name("answer_heads")
 
@@ -77,7 +78,7 @@ class AnswerHead:
 
 def head_file(embedder: str, directory: Path = HEADS_DIR) -> Path:
     """Where the head trained on `embedder`'s vectors lives (whether or not it exists)."""
-    return directory / (re.sub(r"[^A-Za-z0-9._-]", "_", embedder) + ".npz")
+    return directory / (file_stem(embedder) + ".npz")
 
 
 @cache

@@ -185,13 +185,19 @@ def _read(path: Path) -> RelevanceModel:
     return parse_model(path.read_text())
 
 
+def file_stem(embedder: str) -> str:
+    """An embedder's name as a file name: a character outside letters, digits, `.`, `_` and
+    `-` (e.g. the `/` of a hub name) written `_`. Every per-embedder model file is named so."""
+    return re.sub(r"[^A-Za-z0-9._-]", "_", embedder)
+
+
 def model_file(embedder: str, directory: Path = MODELS_DIR, variant: str = "") -> Path:
     """Where the model fitted on `embedder`'s cosines lives (whether or not it exists):
     MODEL_PATH for DEFAULT_EMBEDDER, else `directory/<embedder>.json` (a character outside
     letters, digits, `.`, `_` and `-`, e.g. the `/` of a hub name, written `_`). A preset's
     `relevance_model` variant ("answers": the pointwise model with the answer head's weight)
     lives in `directory/<embedder>.<variant>.json`, for every embedder."""
-    name = re.sub(r"[^A-Za-z0-9._-]", "_", embedder)
+    name = file_stem(embedder)
     if variant:
         return directory / f"{name}.{variant}.json"
     if embedder == DEFAULT_EMBEDDER:
