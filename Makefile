@@ -58,10 +58,11 @@ eval: venv
 OPT_IN = PGRECALL_EMBEDDING_MODEL=pgrecall-minilm-answers-v1 PGRECALL_RETRIEVAL_PRESET=answers
 eval-corpus: venv
 	.venv/bin/python -m eval --dataset curated --path eval/corpus --split test \
-		--gate-present 0.70 --gate-first 0.57 --gate-empty 0.08 --gate-abstain 0.99
+		--gate-present 0.70 --gate-first 0.57 --gate-empty 0.08 --gate-abstain 0.99 \
+		--gate-newer 0.60
 	$(OPT_IN) .venv/bin/python -m eval --dataset curated --path eval/corpus --split test \
 		--gate-present 0.78 --gate-first 0.70 --gate-empty 0.12 --gate-abstain 0.45 \
-		--gate-newer 0.70 --gate-auc 0.82
+		--gate-newer 0.80 --gate-auc 0.82
 
 eval-locomo: venv
 	.venv/bin/python -m eval --dataset locomo --path ../shared/datasets/locomo/locomo-dev.json

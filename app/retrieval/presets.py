@@ -113,6 +113,12 @@ class RetrievalPreset:
     # where the older stood, and the older is reported as possibly outdated (0 = off).
     topic_link: float = 0.0
     topic_depth: int = 8
+    # Newer wins between two decisions (memories of type `decision`) among those first
+    # `topic_depth` memories whose stored vectors have a cosine at or over this: a question
+    # that both answer is their topic, and a later decision revises an earlier one even when
+    # their words differ ("a 12-frame radial extractor from Lega", later "ordering the
+    # 20-frame electric one from Lyson"); 0 = off (docs/retrieval.md, "Newer wins").
+    decision_link: float = 0.0
     # A past turn that asks a question ("What is my dog's name?") is where a fact was wanted,
     # not where it was told: its odds (learned fusion's ranking score, and so its relevance)
     # are multiplied by this, after its answer inherited from it (1 = off).
@@ -135,6 +141,11 @@ class RetrievalPreset:
     # (app.domain.ContextWeights); the index's writers apply them, so a change needs the index
     # rebuilt (`pgrecall rebuild-keywords`, app/services/keywords.py).
     context_weights: ContextWeights = field(default_factory=ContextWeights)
+
+    @property
+    def links_topics(self) -> bool:
+        """Whether the ranking links memories of one topic (newer wins)."""
+        return self.topic_link > 0.0 or self.decision_link > 0.0
 
     def as_params(self) -> dict[str, object]:
         """Flat name -> value, for logs and MLflow."""
@@ -176,13 +187,16 @@ ANSWERS = LEARNED.with_(
     answer_depth=20,
     relative_cutoff=0.3,
     topic_link=0.55,
+    decision_link=0.2,
     question_odds=0.3,
     question_model=True,
 )
 # Issue 45's verifier over `answers`: the first candidates' relevance is the cross-encoder's
 # probability that they answer (it needs the trained embedder, whose cosine it reads).
 VERIFIED = ANSWERS.with_(name="verified", verify_depth=8, question_model=False)
-DEFAULT = LEARNED.with_(name="default")
+# Issue 45: newer wins between two decisions a question finds (chosen on the corpus's
+# validation people: docs/retrieval.md, "Newer wins").
+DEFAULT = LEARNED.with_(name="default", decision_link=0.2)
 
 PRESETS: dict[str, RetrievalPreset] = {
     "default": DEFAULT,

@@ -6,9 +6,11 @@ ranking that compares each with the question alone puts whichever shares more wo
 Here two memories among the first places of the ranking for a question are one topic when
 their own vectors are close (cosine at or over a threshold, measured between the stored vectors
 in Postgres): the question says what the topic is, the pair's cosine that they are about the
-same thing. Names do not keep two memories apart: a change of mind usually swaps one named
-thing for another ("a radial extractor from Lega", later "the electric one from Lyson"). Of a
-linked pair:
+same thing. Two decisions a question finds need less of a cosine (a threshold per kind): a
+decision is a stance that a later decision revises, and the words of the two often differ.
+Names do not keep two memories apart: a change of mind usually swaps one named thing for
+another ("a radial extractor from Lega", later "the electric one from Lyson"). Of a linked
+pair:
 
 - the newer one ranks at least where the older one did (it takes the older one's score and
   relevance when those are higher: what answered the question then answers it now);
@@ -44,16 +46,27 @@ def link_topics(
     created: Mapping[K, datetime],
     similarity: Mapping[tuple[K, K], float],
     threshold: float,
+    kinds: Mapping[K, str | None] | None = None,
+    same_kind: Mapping[str, float] | None = None,
 ) -> Linked[K]:
     """Link the pairs of `similarity` (cosine between two items' vectors, either order of the
-    keys) at or over `threshold`, and rank each pair's newer
-    item at least where its older one stands (see the module). Items without a creation time
-    are never linked; `threshold` <= 0 links nothing."""
-    if threshold <= 0.0 or not similarity:
+    keys) at or over `threshold` (<= 0: none), or, for two items of one kind (`kinds`) named in
+    `same_kind`, at or over that kind's threshold (two decisions: a revised decision), and
+    rank each pair's newer item at least where its older one stands (see the module). Items
+    without a creation time are never linked."""
+    if not similarity or (threshold <= 0.0 and not same_kind):
         return Linked(list(ranked), {})
+    kinds, same_kind = kinds or {}, same_kind or {}
+
+    def linked(a: K, b: K, cosine: float) -> bool:
+        kind = kinds.get(a)
+        if kind is not None and kind == kinds.get(b) and kind in same_kind:
+            return cosine >= same_kind[kind]
+        return threshold > 0.0 and cosine >= threshold
+
     newer: dict[K, K] = {}
     for (a, b), cosine in similarity.items():
-        if cosine < threshold or a == b or a not in created or b not in created:
+        if not linked(a, b, cosine) or a == b or a not in created or b not in created:
             continue
         old, new = (a, b) if created[a] < created[b] else (b, a)
         if created[old] == created[new]:

@@ -65,3 +65,29 @@ def test_an_item_without_a_time_or_outside_the_ranking_is_left_alone() -> None:
     assert linked.newer == {} and linked.ranked == order
     gone = link_topics(order, ages(a=100, b=10, c=1), {("b", "c"): 0.95}, threshold=0.6)
     assert gone.newer == {}  # c is not ranked: b has no newer item to point to here
+
+
+def test_two_decisions_link_at_their_own_lower_threshold_and_other_kinds_do_not() -> None:
+    order = ranked(("lega", 0.8), ("lyson", 0.6), ("hives", 0.5), ("honey", 0.4))
+    created = ages(lega=170, lyson=20, hives=400, honey=30)
+    kinds = {"lega": "decision", "lyson": "decision", "hives": "fact", "honey": "fact"}
+    pairs = {("lega", "lyson"): 0.35, ("hives", "honey"): 0.35, ("lega", "hives"): 0.35}
+    linked = link_topics(order, created, pairs, 0.0, kinds, {"decision": 0.2})
+    assert linked.newer == {"lega": "lyson"}
+    assert [r.key for r in linked.ranked] == ["lyson", "lega", "hives", "honey"]
+    # Under the kind's threshold, or without kinds, nothing links (the general one is off).
+    assert link_topics(order, created, pairs, 0.0, kinds, {"decision": 0.4}).newer == {}
+    assert link_topics(order, created, pairs, 0.0).newer == {}
+
+
+def test_the_general_threshold_still_links_other_kinds_beside_the_decisions_own() -> None:
+    order = ranked(("pens", 0.8), ("pump", 0.6), ("tea", 0.5), ("coffee", 0.4))
+    created = ages(pens=200, pump=20, tea=300, coffee=10)
+    kinds = {"pens": "fact", "pump": "fact", "tea": "decision", "coffee": "decision"}
+    pairs = {("pens", "pump"): 0.7, ("tea", "coffee"): 0.3}
+    linked = link_topics(order, created, pairs, 0.6, kinds, {"decision": 0.2})
+    assert linked.newer == {"pens": "pump", "tea": "coffee"}
+    # A pair of two kinds (a fact and a decision) takes the general threshold.
+    mixed = {"pens": "decision", "pump": "fact"}
+    one_pair = {("pens", "pump"): 0.5}
+    assert link_topics(order, created, one_pair, 0.6, mixed, {"decision": 0.2}).newer == {}

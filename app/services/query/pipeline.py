@@ -54,7 +54,7 @@ from app.retrieval.dates import TimeWindow, parse_time_expression
 from app.retrieval.names import query_names
 from app.retrieval.phatic import acknowledges
 from app.retrieval.presets import RetrievalPreset
-from app.retrieval.relevance import RelevanceModel, features
+from app.retrieval.relevance import SPEC_FLOOR, RelevanceModel, features
 from app.retrieval.rerank import rerank
 from app.retrieval.scoring import (
     Ranked,
@@ -429,7 +429,7 @@ def vector_keys(s: Scope, ranked: list[Ranked[Key]]) -> set[Key]:
     keys: set[Key] = set()
     if s.head is not None and s.preset.answer_depth > 0:
         keys |= {r.key for r in ranked[: s.preset.answer_depth]}
-    if s.preset.topic_link > 0.0 and s.memories:
+    if s.preset.links_topics and s.memories:
         memories = [r.key for r in ranked if r.key[0] is Source.MEMORY]
         keys |= set(memories[: s.preset.topic_depth])
     return keys
@@ -870,9 +870,13 @@ async def item_vectors(
     if s.head is not None and preset.answer_depth > 0 and query is not None:
         wanted = [r.key for r in rows.ranked if r.key in rows.candidates][: preset.answer_depth]
     scored = list(wanted)
-    if preset.topic_link > 0.0 and s.memories:
+    if preset.links_topics and s.memories:
         memories = [r.key for r in rows.ranked if r.key[0] is Source.MEMORY]
-        wanted += [k for k in memories[: preset.topic_depth] if k not in wanted]
+        first = memories[: preset.topic_depth]
+        if preset.topic_link <= 0.0:  # decisions alone: none to read unless two are here
+            decisions = [k for k in first if _kind(rows.candidates, k) == DECISION]
+            first = decisions if len(decisions) > 1 else []
+        wanted += [k for k in first if k not in wanted]
     if not wanted:
         return Stored(query, {}, [])
     return Stored(query, await repo.vectors(s.request.user_id, wanted), scored)
@@ -910,7 +914,7 @@ def topic_pairs(
 ) -> dict[tuple[Key, Key], float]:
     """The cosines between the stored vectors of the ranking's first `topic_depth` memories
     (none when the preset does not link topics)."""
-    if s.preset.topic_link <= 0.0 or not s.memories:
+    if not s.preset.links_topics or not s.memories:
         return {}
     keys = [r.key for r in ranked if r.key[0] is Source.MEMORY and r.key in vectors]
     keys = keys[: s.preset.topic_depth]
@@ -931,7 +935,25 @@ def newer_wins(
     older is marked possibly outdated (app/retrieval/topics.py)."""
     linked_keys = {k for pair in pairs for k in pair}
     created = {k: candidates[k].created_at for k in linked_keys if k in candidates}
-    return link_topics(ranked, created, pairs, s.preset.topic_link)
+    # A decision is linked as one only when it would be returned on its own (its relevance at
+    # the spec's floor): a newer decision on a neighbouring matter ("the worktop" for a
+    # question about "the cabinets") is not lifted over the one that answers.
+    relevance = {r.key: r.relevance for r in ranked}
+    kinds = {
+        k: _kind(candidates, k) if relevance.get(k, 0.0) >= SPEC_FLOOR else None
+        for k in linked_keys
+    }
+    decisions = {DECISION: s.preset.decision_link} if s.preset.decision_link > 0.0 else {}
+    return link_topics(ranked, created, pairs, s.preset.topic_link, kinds, decisions)
+
+
+DECISION = "decision"
+
+
+def _kind(candidates: dict[Key, Candidate], key: Key) -> str | None:
+    """A memory's type (None for a turn, or an item without a row)."""
+    candidate = candidates.get(key)
+    return candidate.type if candidate is not None and key[0] is Source.MEMORY else None
 
 
 # -- 7. floor and cut ---------------------------------------------------------------------------

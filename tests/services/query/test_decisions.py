@@ -1,0 +1,61 @@
+"""Newer wins between two decisions (app/services/query/pipeline.py `newer_wins`, preset
+`decision_link`), pure: two decisions a question finds are one topic at a low cosine, a newer
+decision is lifted only when it would be returned on its own, other kinds keep the general
+threshold, and a preset without the link leaves the ranking alone."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from app.repositories.retrieval import Candidate
+from app.repositories.search_index import Source
+from app.retrieval.presets import PRESETS
+from app.retrieval.relevance import SPEC_FLOOR, load_model
+from app.retrieval.scoring import Ranked
+from app.services.query.model import QueryRequest
+from app.services.query.pipeline import newer_wins, scope
+
+QUESTION = "Which extractor am I buying?"
+NOW = datetime(2026, 12, 5, tzinfo=UTC)
+Key = tuple[Source, uuid.UUID]
+
+
+def key(n: int) -> Key:
+    return (Source.MEMORY, uuid.UUID(int=n))
+
+
+def candidate(n: int, kind: str, age_days: int) -> Candidate:
+    return Candidate(
+        Source.MEMORY, uuid.UUID(int=n), f"memory {n}", kind, 0.5,
+        NOW - timedelta(days=age_days), None, None, None,
+    )  # fmt: skip
+
+
+def run(preset: str, relevances: tuple[float, float, float], kinds: tuple[str, str, str]):
+    request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
+    s = scope(request, QUESTION, PRESETS[preset], load_model())
+    ranked = [Ranked(key(n), r, r, 0.0, 0.0) for n, r in enumerate(relevances)]
+    candidates = {key(n): candidate(n, kinds[n], age) for n, age in enumerate((170, 20, 400))}
+    pairs = {(key(0), key(1)): 0.35, (key(0), key(2)): 0.35, (key(1), key(2)): 0.35}
+    return newer_wins(s, ranked, candidates, pairs)
+
+
+def test_the_newer_of_two_decisions_comes_first_and_the_older_is_marked() -> None:
+    linked = run("default", (0.8, 0.5, 0.4), ("decision", "decision", "fact"))
+    assert [r.key for r in linked.ranked] == [key(1), key(0), key(2)]
+    assert linked.newer == {key(0): key(1)}
+
+
+def test_a_newer_decision_under_the_floor_is_not_lifted() -> None:
+    below = SPEC_FLOOR - 0.01
+    linked = run("default", (0.8, below, 0.1), ("decision", "decision", "fact"))
+    assert linked.newer == {}
+    assert [r.key for r in linked.ranked] == [key(0), key(1), key(2)]
+
+
+def test_facts_keep_the_general_threshold_and_the_learned_preset_links_nothing() -> None:
+    facts = run("default", (0.8, 0.5, 0.4), ("fact", "fact", "fact"))
+    assert facts.newer == {}
+    assert PRESETS["learned"].decision_link == 0.0
+    assert run("learned", (0.8, 0.5, 0.4), ("decision", "decision", "fact")).newer == {}
