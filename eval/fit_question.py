@@ -8,7 +8,8 @@ people are never in it. For each curated question, the first DEPTH candidates by
 relevance model's logit (with the head, as the pipeline orders them) give its
 QUESTION_FEATURES (app/retrieval/abstention.py); the label is whether the question has an
 answer. LoCoMo's questions all have one and are left out (a question-level model needs
-questions without an answer).
+questions without an answer) unless `--locomo` fits on them too (dialogue, and questions that
+share their answers' words, beside the corpus's written ones).
 
 Fit: logistic regression on the train people (standardised features, L2 1.0, Newton's
 method; deterministic). Printed: the AUC of each question's probability (answerable over
@@ -17,7 +18,11 @@ validation people, the share of questions without an answer that clear the floor
 share of answerable questions left under it, and the validation AUC of a refit without each
 feature in turn. `--floor-empty SHARE` sets the operating point:
 the probability under which that share of the validation people's answerable questions falls.
-`--write` writes app/retrieval/question_models/<embedder>.json.
+`--variant` names the relevance model whose logit it reads (default `answers`; '' the
+embedder's plain model, as the default preset reads it; an embedder without one reads the
+default's, as the service does). `--signs` holds each weight to the sign of SIGNS, `--without`
+holds the named features' weights at 0. `--write` writes
+app/retrieval/question_models/<embedder>[.<variant>].json.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from app.retrieval.abstention import (
     question_features,
     question_file,
 )
-from app.retrieval.relevance import RelevanceModel, load_model, model_file
+from app.retrieval.relevance import DEFAULT_EMBEDDER, RelevanceModel, load_model, model_file
 from eval.curated_metrics import auc
 from eval.fit_relevance import Question, load
 
@@ -47,14 +52,19 @@ L2 = 1.0
 
 
 def _features(q: Question, model: RelevanceModel) -> list[float]:
+    """The question's QUESTION_FEATURES as the pipeline computes them: its first DEPTH
+    candidates by the relevance model's logit (with the head's when the model weighs it; a
+    model without a head weight is read without the answer head, as its preset runs)."""
     n = len(model.weights)
     memory = q.memories()
     logits = [model.logit(list(x[:n]), bool(m)) for x, m in zip(q.x, memory, strict=True)]
-    heads = [float(x[n]) for x in q.x]
+    heads = [float(x[n]) if model.head_weight and len(x) > n else 0.0 for x in q.x]
     scores = [-(lg + model.head_weight * h) for lg, h in zip(logits, heads, strict=True)]
     order = np.argsort(scores, kind="stable")[:DEPTH]
     return question_features(
-        [logits[i] for i in order], [list(q.x[i][:n]) for i in order], [heads[i] for i in order]
+        [logits[i] for i in order],
+        [list(q.x[i][:n]) for i in order],
+        [heads[i] for i in order] if model.head_weight else [],
     )
 
 
@@ -62,8 +72,23 @@ def _auc(scores: np.ndarray, labels: np.ndarray) -> float:
     return auc(scores[labels == 1].tolist(), scores[labels == 0].tolist())
 
 
-def _fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    design = np.hstack([x, np.ones((len(x), 1))])
+# With `--signs`, the sign each feature's weight may take: more evidence of an answer never
+# lowers P(an answer) (0: either sign). Without it the fit may learn how a corpus was written
+# instead: its paraphrases share no word with their answers by construction, so a keyword
+# match "means" no answer there, which is not so where people write as they speak.
+SIGNS = {
+    "best_logit": 1,
+    "best_cosine": 1,
+    "cosine_z": 0,
+    "best_head": 1,
+    "second_head": 0,
+    "best_keyword": 1,
+    "best_plain": 1,
+    "name_missing": -1,
+}
+
+
+def _newton(design: np.ndarray, y: np.ndarray) -> np.ndarray:
     w = np.zeros(design.shape[1])
     penalty = L2 * np.eye(len(w))
     penalty[-1, -1] = 0.0
@@ -75,29 +100,70 @@ def _fit(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     return w
 
 
+def _fit(
+    x: np.ndarray, y: np.ndarray, signs: Sequence[int] = (), held: Sequence[int] = ()
+) -> np.ndarray:
+    """L2 logistic regression (the bias last). The features in `held` keep a weight of 0, and
+    so does a weight whose sign `signs` forbids, the rest refitted until every weight has its
+    sign (an active set; deterministic)."""
+    design = np.hstack([x, np.ones((len(x), 1))])
+    free = [i for i in range(x.shape[1]) if i not in held]
+    while True:
+        w = np.zeros(design.shape[1])
+        w[[*free, -1]] = _newton(design[:, [*free, x.shape[1]]], y)
+        wrong = [i for i in free if signs and signs[i] * w[i] < 0]
+        if not wrong:
+            return w
+        free.remove(min(wrong, key=lambda i: signs[i] * w[i]))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dump", type=Path)
     parser.add_argument("--floor-empty", type=float, default=0.12)
+    parser.add_argument(
+        "--variant",
+        default="answers",
+        help="the relevance model whose logit it reads (relevance.model_file; '': the "
+        "embedder's plain model, as the default preset reads it)",
+    )
+    parser.add_argument("--signs", action="store_true", help="hold each weight to SIGNS' sign")
+    parser.add_argument(
+        "--without", nargs="*", default=[], choices=QUESTION_FEATURES, help="weights held at 0"
+    )
+    parser.add_argument(
+        "--locomo",
+        action="store_true",
+        help="fit on the dump's LoCoMo questions too (all answerable: dialogue, and questions "
+        "whose words are their answers')",
+    )
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
     embedder = os.environ.get("PGRECALL_EMBEDDING_MODEL", DEFAULT_MODEL_ID)
-    model = load_model(model_file(embedder, variant="answers"))
-    questions = [q for q in load(args.dump, embedder) if q.dataset in ("curated", "validation")]
+    path = model_file(embedder, variant=args.variant)
+    model = load_model(path if path.exists() else model_file(DEFAULT_EMBEDDER))
+    kept = ("curated", "validation", *(("locomo",) if args.locomo else ()))
+    questions = [q for q in load(args.dump, embedder) if q.dataset in kept]
+    rows: dict[str, tuple[list[list[float]], list[float], list[float]]]
     rows = {"curated": ([], [], []), "validation": ([], [], [])}
     for q in questions:
         if len(q.x) == 0:
             continue  # nothing to read: the pipeline returns nothing either
         f = _features(q, model)
-        xs, ys, best = rows[q.dataset]
+        xs, ys, best = rows["validation" if q.dataset == "validation" else "curated"]
         xs.append(f)
         ys.append(1.0 if q.y.sum() > 0 else 0.0)  # an answer among its candidates
         best.append(f[0])
     xt, yt, bt = (np.asarray(v) for v in rows["curated"])
     xv, yv, bv = (np.asarray(v) for v in rows["validation"])
-    mean, scale = xt.mean(axis=0), xt.std(axis=0) + 1e-9
+    mean, scale = xt.mean(axis=0), xt.std(axis=0)
+    # A feature that never varies (no answer head: its logits) reads nothing.
+    constant = scale < 1e-9
+    scale[constant] = 1.0
     zt, zv = (xt - mean) / scale, (xv - mean) / scale
-    w = _fit(zt, yt)
+    signs = [SIGNS[name] for name in QUESTION_FEATURES] if args.signs else []
+    held = [i for i, name in enumerate(QUESTION_FEATURES) if name in args.without or constant[i]]
+    w = _fit(zt, yt, signs, held)
     qm = QuestionModel(tuple(mean), tuple(scale), tuple(w[:-1]), float(w[-1]), 0.5, "v1")
     pt = np.array([qm.probability(x) for x in xt])
     pv = np.array([qm.probability(x) for x in xv])
@@ -111,7 +177,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("validation AUC with one feature left out:")
     for i, name in enumerate(QUESTION_FEATURES):
         rest = [j for j in range(len(QUESTION_FEATURES)) if j != i]
-        wi = _fit(zt[:, rest], yt)
+        wi = _fit(
+            zt[:, rest],
+            yt,
+            [signs[j] for j in rest] if signs else [],
+            [n for n, j in enumerate(rest) if j in held],
+        )
         scores = zv[:, rest] @ wi[:-1] + wi[-1]
         print(f"  without {name:<14} {_auc(scores, yv):.3f}")
     print("validation: answerable left under the floor -> no-answer over it")
@@ -123,13 +194,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"operating point: P {floor:.4f} (validation answerable under it {args.floor_empty})")
     if args.write:
         chosen = replace(qm, floor_probability=round(floor, 4))
-        path = question_file(embedder)
+        path = question_file(embedder, args.variant)
         path.write_text(
             chosen.to_json(
                 {
                     "embedder": embedder,
+                    "relevance_model": args.variant,
                     "command": "python -m eval.fit_question DUMP --floor-empty "
-                    f"{args.floor_empty} --write",
+                    f"{args.floor_empty} --variant '{args.variant}'"
+                    + (" --signs" if args.signs else "")
+                    + (" --locomo" if args.locomo else "")
+                    + (f" --without {' '.join(args.without)}" if args.without else "")
+                    + " --write",
                     "train_questions": len(yt),
                     "validation_auc": round(_auc(pv, yv), 4),
                     "validation_best_item_auc": round(_auc(bv, yv), 4),

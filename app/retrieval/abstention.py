@@ -6,13 +6,16 @@ the bill in January?") can score as an answer does. Whether a question has an an
 shows in the ranking as a whole: how high its best cosine and best answer-head logit stand,
 whether the best candidates carry the name the question asks about, how much of the match is
 on ordinary words. This model reads those features of a question's first DEPTH candidates and
-gives P(the store answers this question); the query pipeline (the `answers` preset with
-`question_model`) puts the best item's relevance at that probability, on the spec's scale, and
-keeps every other item's relevance in its ratio to the best: the order is the relevance
-model's, the floor and `confidence` are this model's.
+gives P(the store answers this question); the query pipeline (a preset with
+`question_model`: `answers`, and `default` with `question_caps`) puts the best item's relevance
+at that probability (or, capping, at most that), on the spec's scale, and keeps every other
+item's relevance in its ratio to the best: the order is the relevance model's, the floor and
+`confidence` are this model's.
 
-Fitted per embedder by `python -m eval.fit_question` (logistic regression on the corpus's
-train people, numpy) into `question_models/<embedder>.json`; pure arithmetic here.
+Fitted per embedder and relevance model by `python -m eval.fit_question` (logistic regression
+on the corpus's train people, numpy) into `question_models/<embedder>[.<variant>].json` (the
+variant of the relevance model whose logit it reads, as relevance.model_file names them); pure
+arithmetic here.
 """
 
 from __future__ import annotations
@@ -122,14 +125,16 @@ class QuestionModel:
         )
 
 
-def question_file(embedder: str, directory: Path = MODELS_DIR) -> Path:
-    return directory / (file_stem(embedder) + ".json")
+def question_file(embedder: str, variant: str = "", directory: Path = MODELS_DIR) -> Path:
+    """The question model over `embedder`'s cosines and its relevance model `variant`'s logit."""
+    return directory / (file_stem(embedder) + (f".{variant}" if variant else "") + ".json")
 
 
 @cache
-def question_model_for(embedder: str) -> QuestionModel | None:
-    """The embedder's question model (read once per process), None when it has none."""
-    path = question_file(embedder)
+def question_model_for(embedder: str, variant: str = "") -> QuestionModel | None:
+    """The question model of the embedder and relevance model variant (read once per
+    process), None when it has none."""
+    path = question_file(embedder, variant)
     return QuestionModel.from_json(path.read_text()) if path.exists() else None
 
 

@@ -78,8 +78,9 @@ class QueryService:
         self.relevance = model_for(embeddings.model, variant=variant)
         # The answer head trained on this embedder's vectors (None: it has none).
         self.head = head_for(embeddings.model)
-        # The question-level abstention model of this embedder (None: it has none).
-        self.question = question_model_for(embeddings.model)
+        # The question-level abstention model over this embedder and relevance model (None:
+        # it has none).
+        self.question = question_model_for(embeddings.model, variant)
         # The answer verifier, when the preset reads it (verify_depth; app/adapters/verifier.py).
         self.verifier = (
             verifier_for(embeddings.model)
