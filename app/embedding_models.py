@@ -21,11 +21,13 @@ FLOAT_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 # with `pgrecall reembed`.
 TRAINED_MODEL_ID = "pgrecall-minilm-answers-v1"
 LOCAL_MODELS = (LOCAL_MODEL_ID, FLOAT_MODEL_ID, TRAINED_MODEL_ID)
-# The service's default embedder (PGRECALL_EMBEDDING_MODEL unset). Still the int8 MiniLM: the
-# trained one with preset `answers` abstains better and ranks paraphrases better, but costs the
-# golden set's Recall@5 and Precision@5 their gates (docs/retrieval.md, "Models of our own"),
-# so it is opt-in until it holds them.
-DEFAULT_MODEL_ID = LOCAL_MODEL_ID
+# The service's default embedder (PGRECALL_EMBEDDING_MODEL unset): the MiniLM trained here
+# since 2026-12-05. With the default preset it holds the golden set's gates and ranks the
+# corpus's paraphrases and LoCoMo's held-out conversations better than the int8 MiniLM
+# (docs/retrieval.md, "The trained MiniLM by default"). A store written by another model moves
+# to it with `pgrecall reembed` (the service says so at start), or keeps its model by setting
+# PGRECALL_EMBEDDING_MODEL=all-MiniLM-L6-v2-onnx-dq8.
+DEFAULT_MODEL_ID = TRAINED_MODEL_ID
 LOCAL_DIMENSION = 384
 
 

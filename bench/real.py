@@ -47,7 +47,7 @@ import asyncpg
 import numpy as np
 import typer
 
-from app.adapters.embedder import LOCAL_MODEL_ID, LocalEmbedder
+from app.adapters.embedder import LocalEmbedder
 from app.config import load_settings
 from app.db import (
     READ_PATH_SETTINGS,
@@ -56,6 +56,7 @@ from app.db import (
     create_sessionmaker,
     positional,
 )
+from app.embedding_models import DEFAULT_MODEL_ID
 from app.migrate import upgrade_head
 from app.observability import configure_logging
 from app.repositories.maintenance import user_index_name
@@ -153,7 +154,7 @@ def base_vectors(conversations: Sequence[Conversation], cache: Path) -> dict[str
 class BaseVectorEmbedder:
     """Looks up the real vector of a turn's base text (perturbed copies reuse it)."""
 
-    model = LOCAL_MODEL_ID
+    model = DEFAULT_MODEL_ID
     dimension = 384
 
     def __init__(self, vectors: dict[str, np.ndarray]) -> None:
@@ -401,7 +402,7 @@ async def floor_query(
         "k1": preset.bm25_k1,
         "b": preset.bm25_b,
         "q": query_vector(vector),
-        "model": LOCAL_MODEL_ID,
+        "model": DEFAULT_MODEL_ID,
         "w": preset.passage_weight,
         "names": " ".join(query_names(query)),
     }

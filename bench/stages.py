@@ -24,10 +24,11 @@ from typing import Annotated, Any
 import typer
 from sqlalchemy import event
 
-from app.adapters.embedder import LOCAL_MODEL_ID, LocalEmbedder
+from app.adapters.embedder import LocalEmbedder
 from app.config import load_settings
 from app.db import create_engine
 from app.embedded import EmbeddedPostgres
+from app.embedding_models import DEFAULT_MODEL_ID
 from app.repositories.retrieval import RetrievalRepository
 from app.retrieval.relevance import model_for
 from app.roles import DEFAULT_APP_ROLE, service_engine
@@ -149,11 +150,11 @@ async def run(
                     limit=cfg.max_results,
                     min_score=cfg.min_relevance,
                 )
-                s = scope(request, q.text, config.preset, model_for(LOCAL_MODEL_ID))
+                s = scope(request, q.text, config.preset, model_for(DEFAULT_MODEL_ID))
                 await retrieve(
                     s,
                     done,  # type: ignore[arg-type]
-                    Vectors(engine, config, LOCAL_MODEL_ID, sizes),
+                    Vectors(engine, config, DEFAULT_MODEL_ID, sizes),
                     asyncio.Semaphore(1),
                     QueryResult(),
                 )

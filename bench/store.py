@@ -26,8 +26,8 @@ import numpy.typing as npt
 from sqlalchemy import text
 from sqlalchemy.engine import make_url
 
-from app.adapters.embedder import LOCAL_MODEL_ID
 from app.db import create_engine, create_sessionmaker
+from app.embedding_models import DEFAULT_MODEL_ID
 from app.migrate import ROOT, upgrade_head
 from app.repositories.bulk import BulkMemory, BulkRepository
 from app.repositories.maintenance import lists_for
@@ -140,7 +140,7 @@ def _rows(store: Store) -> Iterator[BulkMemory]:
                 content_hash=content_hash(memory.text),
                 type=memory.type,
                 embedding=store.vector_at(position),
-                embedding_model=LOCAL_MODEL_ID,
+                embedding_model=DEFAULT_MODEL_ID,
                 importance=round(rng.uniform(0.2, 0.9), 2),
                 created_at=now - timedelta(minutes=rng.randrange(0, 2 * 365 * 24 * 60)),
             )

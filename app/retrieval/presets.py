@@ -137,6 +137,9 @@ class RetrievalPreset:
     # The question model (app/retrieval/abstention.py): the best item's relevance is the
     # probability that the store answers the question at all; the others keep their ratio to it.
     question_model: bool = False
+    # The question model caps the best item's relevance instead of setting it: it can only
+    # lower it (say that nothing answers), and the rest of the ranking keeps its own scale.
+    question_caps: bool = False
     # The keyword index: how the lexemes of a turn's neighbouring turns count beside its own
     # (app.domain.ContextWeights); the index's writers apply them, so a change needs the index
     # rebuilt (`pgrecall rebuild-keywords`, app/services/keywords.py).
@@ -194,9 +197,11 @@ ANSWERS = LEARNED.with_(
 # Issue 45's verifier over `answers`: the first candidates' relevance is the cross-encoder's
 # probability that they answer (it needs the trained embedder, whose cosine it reads).
 VERIFIED = ANSWERS.with_(name="verified", verify_depth=8, question_model=False)
-# Issue 45: newer wins between two decisions a question finds (chosen on the corpus's
-# validation people: docs/retrieval.md, "Newer wins").
-DEFAULT = LEARNED.with_(name="default", decision_link=0.2)
+# Issue 45: newer wins between two decisions a question finds, and the question model (of the
+# service's embedder, when it has one) caps the best relevance when nothing seems to answer
+# (chosen on the corpus's validation people: docs/retrieval.md, "Newer wins" and "The trained
+# MiniLM by default").
+DEFAULT = LEARNED.with_(name="default", decision_link=0.2, question_model=True, question_caps=True)
 
 PRESETS: dict[str, RetrievalPreset] = {
     "default": DEFAULT,

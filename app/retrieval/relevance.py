@@ -33,10 +33,16 @@ from typing import TypeVar
 K = TypeVar("K", bound=Hashable)
 
 MODEL_PATH = Path(__file__).with_name("relevance_model.json")
-# The embedder whose cosines MODEL_PATH was fitted on (app.config's default LOCAL_MODEL_ID; a
+# The embedder whose cosines MODEL_PATH was fitted on (app.embedding_models' LOCAL_MODEL_ID; a
 # test keeps the two equal) and the directory of the other embedders' models.
 DEFAULT_EMBEDDER = "all-MiniLM-L6-v2-onnx-dq8"
 MODELS_DIR = Path(__file__).with_name("relevance_models")
+# Embedders whose plain relevance model is MODEL_PATH itself, chosen by measurement: the MiniLM
+# fine-tuned here (issue 45, the service's default embedder since 2026-12-05) holds the golden
+# set with it (Recall@5 0.963, Precision@5 0.905 with the question model), where a listwise fit
+# of its own (`python -m eval.fit_relevance --samples conv-41 conv-42 conv-43`) gave 0.798 /
+# 0.826 (docs/retrieval.md, "The trained MiniLM by default").
+SHARES_DEFAULT_MODEL = ("pgrecall-minilm-answers-v1",)
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +206,7 @@ def model_file(embedder: str, directory: Path = MODELS_DIR, variant: str = "") -
     name = file_stem(embedder)
     if variant:
         return directory / f"{name}.{variant}.json"
-    if embedder == DEFAULT_EMBEDDER:
+    if embedder == DEFAULT_EMBEDDER or embedder in SHARES_DEFAULT_MODEL:
         return MODEL_PATH
     return directory / (name + ".json")
 

@@ -26,7 +26,7 @@ from app.adapters.embedder import (
     build_embedder,
     local_model_files,
 )
-from app.embedding_models import FLOAT_MODEL_ID
+from app.embedding_models import DEFAULT_MODEL_ID, FLOAT_MODEL_ID
 from app.errors import EmbeddingError
 
 # -- local model ------------------------------------------------------------------------------
@@ -53,7 +53,7 @@ async def test_unit_norm_and_shape(embedder: LocalEmbedder) -> None:
     assert vectors.shape == (3, LOCAL_DIMENSION)
     assert vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
-    assert embedder.model == LOCAL_MODEL_ID == "all-MiniLM-L6-v2-onnx-dq8"
+    assert embedder.model == DEFAULT_MODEL_ID == "pgrecall-minilm-answers-v1"
     assert (await embedder.embed([])).shape == (0, LOCAL_DIMENSION)
 
 
@@ -89,7 +89,7 @@ def test_tampered_files_fail_sha256(
     files = (copy, tokenizer) if tampered == "model" else (model, copy)
     monkeypatch.setattr(embedder_module, "local_model_files", lambda: files)
     with pytest.raises(EmbeddingError, match="sha256"):
-        LocalEmbedder()
+        LocalEmbedder(model=LOCAL_MODEL_ID)
 
 
 @pytest.mark.parametrize("model", [LOCAL_MODEL_ID, FLOAT_MODEL_ID])
@@ -104,9 +104,10 @@ def test_unknown_local_model_is_refused() -> None:
         LocalEmbedder(model="all-MiniLM-L12-v2")
 
 
-def test_int8_graph_stays_close_to_the_float_one(embedder: LocalEmbedder) -> None:
-    # The default runs int8 arithmetic; the earlier graph (float arithmetic) is kept by name.
-    # Same model, different arithmetic: close vectors, and the same neighbours.
+def test_int8_graph_stays_close_to_the_float_one() -> None:
+    # The int8 MiniLM runs int8 arithmetic; the earlier graph (float arithmetic) is kept by
+    # name. Same model, different arithmetic: close vectors, and the same neighbours.
+    embedder = LocalEmbedder(model=LOCAL_MODEL_ID)
     texts = [
         "I prefer uv over pip for Python projects",
         "which package manager should I use?",

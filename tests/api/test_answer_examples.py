@@ -1,7 +1,7 @@
 """The relevance issue's own examples through the agent tool, on issue 45's models (real
-Postgres and Redis; the trained MiniLM, its answer head and preset `answers`, opt-in by two
-settings): memories as agents write them answer the user's questions in the first person, and
-a question nothing answers gets nothing."""
+Postgres and Redis; the trained MiniLM, the service's default embedder, with the default preset
+and with the opt-in preset `answers`): memories as agents write them answer the user's
+questions in the first person, and a question nothing answers gets nothing."""
 
 from __future__ import annotations
 
@@ -24,11 +24,11 @@ def trained() -> LocalEmbedder:
     return LocalEmbedder(model=TRAINED_MODEL_ID)
 
 
-@pytest.fixture
+@pytest.fixture(params=["default", "answers"])
 async def client(
-    make_client: Callable[..., Any], trained: LocalEmbedder
+    request: pytest.FixtureRequest, make_client: Callable[..., Any], trained: LocalEmbedder
 ) -> AsyncIterator[httpx.AsyncClient]:
-    settings = {"embedding_model": TRAINED_MODEL_ID, "retrieval_preset": "answers"}
+    settings = {"embedding_model": TRAINED_MODEL_ID, "retrieval_preset": request.param}
     async with make_client(embedder=trained, **settings) as (c, _):
         yield c
 

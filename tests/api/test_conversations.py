@@ -16,7 +16,8 @@ from redis.asyncio import Redis
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from app.adapters.embedder import LOCAL_MODEL_ID, LocalEmbedder
+from app.adapters.embedder import LocalEmbedder
+from app.embedding_models import DEFAULT_MODEL_ID
 from app.services.conversation import GATED_WRITE_CHARS
 from tests.helpers import add_messages, headers, new_conversation
 from tests.redis_server import RedisServer
@@ -125,7 +126,7 @@ async def test_post_message_stores_embedding_and_correlation(
             )
         ).one()
     assert row.user_id == user_id
-    assert row.embedding_model == LOCAL_MODEL_ID
+    assert row.embedding_model == DEFAULT_MODEL_ID
     assert str(row.correlation_id) == correlation
     stored = np.array([float(v) for v in row.emb.strip("[]").split(",")], dtype=np.float32)
     assert stored.shape == (384,)

@@ -10,8 +10,8 @@ import pytest
 from redis.asyncio import Redis
 from sqlalchemy import text
 
-from app.adapters.embedder import LOCAL_MODEL_ID
 from app.db import user_session
+from app.embedding_models import DEFAULT_MODEL_ID
 from tests.helpers import add_messages, as_stored, headers, new_conversation
 
 
@@ -28,7 +28,7 @@ async def test_message_write_caches_its_embedding_for_seven_days(make_client, re
     content = f"My sister Ines moved to Porto last spring ({user_id})"
     async with make_client() as (client, app):
         await add_messages(client, user_id, [content])
-        digest = hashlib.sha256(f"{LOCAL_MODEL_ID}:{content}".encode()).hexdigest()
+        digest = hashlib.sha256(f"{DEFAULT_MODEL_ID}:{content}".encode()).hexdigest()
         key = f"embedding_cache:{digest}"
         raw = await redis.get(key)
         assert raw is not None and len(raw) == 384 * 4

@@ -146,9 +146,13 @@ async def test_admin_create_update_and_seed_files_set_tags(
         line = {"user_id": user_id, "content": "The user likes chess", "type": "fact"}
         jsonl.write_text(json.dumps({**line, "tags": ["hobby"]}) + "\n")
         assert (await _seed(app_, jsonl)).added == 1
-        ask = {"query": "what does the user do?", "min_score": 0.0}
-        assert await _internal(client, user_id, **ask, tags=["work"]) == [STANDUP]
-        assert await _internal(client, user_id, **ask, tags=["hobby"]) == ["The user likes chess"]
+        # Each question has one answer in the store; the tag filter keeps the one tagged so.
+        for question, tag, expected in (
+            ("when is the team standup?", "work", STANDUP),
+            ("which game does the user like?", "hobby", "The user likes chess"),
+        ):
+            ask = {"query": question, "min_score": 0.0}
+            assert await _internal(client, user_id, **ask, tags=[tag]) == [expected]
         bad = tmp_path / "bad.csv"
         bad.write_text(f"user_id,content,type,tags\n{user_id},x,fact,Not-Lower\n")
         rejected = await _seed(app_, bad)

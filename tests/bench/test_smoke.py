@@ -11,9 +11,10 @@ from pathlib import Path
 import asyncpg
 import numpy as np
 
-from app.adapters.embedder import LOCAL_MODEL_ID, LocalEmbedder
+from app.adapters.embedder import LocalEmbedder
 from app.db import create_engine, create_sessionmaker
 from app.embedded import EmbeddedPostgres
+from app.embedding_models import DEFAULT_MODEL_ID
 from app.repositories.bulk import BulkMemory, BulkRepository
 from app.repositories.search_index import Document, SearchIndexRepository, Source
 from app.services.memory import content_hash
@@ -85,7 +86,7 @@ async def test_bulk_postings_match_the_service_index(pg: EmbeddedPostgres) -> No
             content_hash(t),
             "note",
             vector,
-            LOCAL_MODEL_ID,
+            DEFAULT_MODEL_ID,
             0.5,
             datetime.now(UTC),
         )

@@ -66,9 +66,9 @@ def test_store_public_methods(store: PgrecallStore) -> None:
         "editor",
         {"content": "Prefers Helix over Vim"},
     )
-    store.put(ns, "editor", {"content": "Prefers Zed now"})
+    store.put(ns, "editor", {"content": "Prefers the Zed editor now"})
     replaced = store.get(ns, "editor")
-    assert replaced is not None and replaced.value == {"content": "Prefers Zed now"}
+    assert replaced is not None and replaced.value == {"content": "Prefers the Zed editor now"}
     assert replaced.created_at == item.created_at and replaced.updated_at > item.updated_at
 
     hits = store.search(("memories",), query="which text editor?", limit=2)

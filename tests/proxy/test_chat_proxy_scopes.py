@@ -63,7 +63,7 @@ async def test_an_agent_never_gets_another_agents_memory_or_turns(
         await save(client, {"X-User-Id": user_id}, "The user's name is Ada Lovelace")
         await chat(client, upstream, support, "What is my ticket code?")
         assert "walrus-71" in injected(upstream)
-        answered = await chat(client, upstream, sales, "What is my ticket code, Ada?")
+        answered = await chat(client, upstream, sales, "What is my name and my ticket code?")
         assert "walrus-71" not in injected(upstream)
         assert "Ada Lovelace" in injected(upstream)  # the user's unscoped memory (inherit)
         own = {**sales, "X-Scope-Mode": "own"}

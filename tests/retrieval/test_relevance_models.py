@@ -14,11 +14,13 @@ import pytest
 
 from app.adapters.embedder import LOCAL_MODEL_ID
 from app.config import Settings
+from app.embedding_models import TRAINED_MODEL_ID
 from app.retrieval.relevance import (
     DEFAULT_EMBEDDER,
     FEATURES,
     MODEL_PATH,
     MODELS_DIR,
+    SHARES_DEFAULT_MODEL,
     RelevanceModel,
     load_model,
     model_file,
@@ -39,10 +41,13 @@ def write(directory: Path, name: str, model: RelevanceModel) -> Path:
 
 
 def test_the_default_file_belongs_to_the_default_embedder() -> None:
-    # relevance.py cannot import app.config: its constant must follow the product's default
-    assert DEFAULT_EMBEDDER == LOCAL_MODEL_ID == Settings.model_fields["embedding_model"].default
-    assert model_file(DEFAULT_EMBEDDER) == MODEL_PATH
-    assert model_for(DEFAULT_EMBEDDER) is load_model()
+    # relevance.py cannot import app.config: its constants must follow the product's models
+    assert DEFAULT_EMBEDDER == LOCAL_MODEL_ID
+    default = Settings.model_fields["embedding_model"].default
+    assert default == TRAINED_MODEL_ID and default in SHARES_DEFAULT_MODEL
+    for embedder in (DEFAULT_EMBEDDER, default):
+        assert model_file(embedder) == MODEL_PATH
+        assert model_for(embedder) is load_model()
 
 
 def test_the_default_embedder_ignores_a_file_of_its_name_in_the_directory(tmp_path: Path) -> None:

@@ -281,10 +281,17 @@ def answerable(
     s: Scope, ranked: list[Ranked[Key]], hits: ArmHits, head: dict[Key, float]
 ) -> list[Ranked[Key]]:
     """The question model (app/retrieval/abstention.py; a preset with `question_model`): the
-    best item's relevance becomes P(the store answers the question) on the spec's scale, every
-    other item's stays in its ratio to the best. The order is unchanged."""
+    best item's relevance becomes P(the store answers the question) on the spec's scale (with
+    `question_caps`, at most its own), every other item's stays in its ratio to the best. The
+    order is unchanged. Not for a question without a vector (keyword only) or one whose vector
+    arm found fewer than QUESTION_DEPTH items, unlike those it was fitted on."""
     model = s.question
     if model is None or not s.preset.question_model or not ranked:
+        return ranked
+    if len(hits.cosines) < QUESTION_DEPTH:
+        # Keyword only (no query vector), or a store of fewer items than the candidates it
+        # reads: fitted on stores of ~40 memories, it has not learned what a best cosine's
+        # standing among a handful of items says.
         return ranked
     has_names = bool(query_names(s.query))
     by_key = features(
@@ -304,6 +311,8 @@ def answerable(
         [head[k] for k in first if k in head],
     )
     reported = model.relevance(model.probability(x))
+    if s.preset.question_caps:  # it may only lower the best (abstain), not raise it
+        reported = min(reported, max(r.relevance for r in ranked))
     relevances = rescaled([r.relevance for r in ranked], reported)
     return [
         replace(r, relevance=v, fused=r.fused * v / r.relevance if r.relevance > 0 else r.fused)

@@ -11,6 +11,7 @@ import pytest
 
 from app.repositories.retrieval import KeywordHits
 from app.repositories.search_index import Source
+from app.retrieval.abstention import DEPTH as QUESTION_DEPTH
 from app.retrieval.abstention import QUESTION_FEATURES, QuestionModel
 from app.retrieval.presets import PRESETS
 from app.retrieval.relevance import load_model
@@ -25,11 +26,13 @@ def key(n: int) -> tuple[Source, uuid.UUID]:
     return (Source.MEMORY, uuid.UUID(int=n))
 
 
-def hits() -> ArmHits:
-    keys = [key(n) for n in range(3)]
+def hits(items: int = QUESTION_DEPTH + 5) -> ArmHits:
+    """The arms' hits of a store of `items` memories: a keyword match on the first, and every
+    memory's cosine (the vector arm reads them all)."""
+    keys = [key(n) for n in range(items)]
     return ArmHits(
-        KeywordHits({keys[0]: 2.0}, 4.0, plain={keys[0]: 2.0}),
-        {keys[0]: 0.7, keys[1]: 0.5, keys[2]: 0.3},
+        KeywordHits({key(0): 2.0}, 4.0, plain={key(0): 2.0}),
+        {k: 0.7 - 0.02 * n for n, k in enumerate(keys)},
     )
 
 
@@ -59,3 +62,24 @@ def test_a_preset_without_the_question_model_is_left_alone() -> None:
     assert s.question is None
     before = ranked()
     assert answerable(s, before, hits(), {}) is before
+
+
+@pytest.mark.parametrize("items", [0, QUESTION_DEPTH - 1])
+def test_keyword_only_and_a_store_smaller_than_its_depth_are_left_alone(items: int) -> None:
+    # No vector (keyword only), or fewer memories than the candidates it was fitted to read.
+    request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
+    s = scope(request, QUESTION, PRESETS["answers"], load_model(), question=question_model(-3.0))
+    before = ranked()
+    assert answerable(s, before, hits(items), {}) is before
+
+
+@pytest.mark.parametrize("bias", [-3.0, 3.0])
+def test_the_default_preset_caps_the_best_and_never_raises_it(bias: float) -> None:
+    request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
+    model = question_model(bias)
+    s = scope(request, QUESTION, PRESETS["default"], load_model(), question=model)
+    assert s.preset.question_caps
+    out = answerable(s, ranked(), hits(), {})
+    best = min(0.8, model.relevance(1 / (1 + math.exp(-bias))))
+    assert [r.key for r in out] == [key(0), key(1), key(2)]
+    assert [r.relevance for r in out] == pytest.approx([best, best / 2, best / 4])
