@@ -1,4 +1,4 @@
-"""CPU per query embedding: the default model against the trained one, in one process.
+"""CPU per query embedding: the int8 MiniLM against the trained one (the default), in one process.
 
 Run by the project's interpreter (it loads both through app.adapters.embedder.LocalEmbedder,
 one intra-op thread each, as the service does by default). The same short questions are embedded
