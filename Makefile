@@ -54,13 +54,17 @@ eval: venv
 # the agent tool; gated at the figures measured on 2026-12-05 less a margin (docs/retrieval.md,
 # "Models of our own"). First the default (the trained MiniLM, preset `default`: the int8
 # MiniLM's relevance model, the question model capping the best relevance, newer wins between
-# decisions), then issue 45's opt-in preset `answers` on the same embedder (its own relevance
-# model, answer head and question model).
+# decisions), then the same people as new users (their first 12 memories: a store the question
+# model does not read), then issue 45's opt-in preset `answers` on the same embedder (its own
+# relevance model, answer head and question model).
 OPT_IN = PGRECALL_EMBEDDING_MODEL=pgrecall-minilm-answers-v1 PGRECALL_RETRIEVAL_PRESET=answers
 eval-corpus: venv
 	.venv/bin/python -m eval --dataset curated --path eval/corpus --split test \
 		--gate-present 0.78 --gate-first 0.70 --gate-empty 0.13 --gate-abstain 0.55 \
 		--gate-newer 0.60 --gate-auc 0.73
+	.venv/bin/python -m eval --dataset curated --path eval/corpus --split test \
+		--first-memories 12 --gate-present 0.87 --gate-first 0.80 --gate-empty 0.08 \
+		--gate-abstain 0.55 --gate-auc 0.78
 	$(OPT_IN) .venv/bin/python -m eval --dataset curated --path eval/corpus --split test \
 		--gate-present 0.78 --gate-first 0.70 --gate-empty 0.12 --gate-abstain 0.45 \
 		--gate-newer 0.80 --gate-auc 0.82

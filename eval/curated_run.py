@@ -52,6 +52,7 @@ from eval.datasets.curated import (
     CuratedDataset,
     CuratedQuestion,
     CuratedUser,
+    first_memories,
     load_curated,
 )
 from eval.golden_run import time_shift
@@ -600,11 +601,15 @@ async def run_dataset(
     limit: int | None = None,
     progress: bool = True,
     split: str = "",
+    memories: int | None = None,
 ) -> DatasetRun:
     """The whole run for `python -m eval --dataset curated`: a throwaway service, the set's
     questions, the house cases (shape = category) and the set's own figures and artifacts.
-    `path` may be a corpus directory; `split` keeps the people of one split."""
+    `path` may be a corpus directory; `split` keeps the people of one split; `memories` keeps
+    each person's first memories only (datasets.curated.first_memories: new users' stores)."""
     dataset = load_curated(path, split)
+    if memories is not None:
+        dataset = first_memories(dataset, memories)
     async with running_service(settings) as harness:
         harness.use_preset(preset)
         outcomes = await run_questions(harness, dataset, limit=limit, progress=progress)
@@ -615,6 +620,7 @@ async def run_dataset(
         params={
             "dataset_version": dataset.version,
             "split": split or "all",
+            "first_memories": memories or "all",
             "cases": len(outcomes),
             "endpoint": TOOL_PATH,
             "token_budget": settings.token_budget,

@@ -78,6 +78,7 @@ class Options:
     locomo_import: str = "sessions"  # LoCoMo: eval.locomo_run.IMPORTS
     curated_gate: CuratedGate = field(default_factory=CuratedGate)  # the curated set's targets
     split: str = ""  # curated: only the people of this corpus split ("" = all)
+    first_memories: int | None = None  # curated: each person's first N memories (None = all)
 
 
 def _positive_int(text: str) -> int:
@@ -120,6 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
         choices=("train", "validation", "test"),
         default="",
         help="curated only: the people of this corpus split (eval/corpus: split by person)",
+    )
+    parser.add_argument(
+        "--first-memories",
+        type=_positive_int,
+        metavar="N",
+        help="curated only: each person's first N memories (a new user's store) and the "
+        "questions they still answer, with every question nothing answers",
     )
     parser.add_argument(
         "--preset",
@@ -201,8 +209,8 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         )
     default = curated_run.DEFAULT_PATH if args.dataset == "curated" else golden_run.DEFAULT_PATH
     path = args.path or default
-    if args.dataset != "curated" and args.split:
-        parser.error("--split applies to --dataset curated only")
+    if args.dataset != "curated" and (args.split or args.first_memories):
+        parser.error("--split and --first-memories apply to --dataset curated only")
     if not (path.is_file() or (args.dataset == "curated" and path.is_dir())):
         parser.error(f"dataset file not found: {path}")
     if args.dataset == "curated":
@@ -234,6 +242,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Options:
         locomo_import=args.locomo_import,
         curated_gate=curated_run.gate_from(args),
         split=args.split,
+        first_memories=args.first_memories,
     )
 
 
@@ -347,6 +356,7 @@ async def run_curated(options: Options, settings: Settings) -> DatasetRun:
         limit=options.limit,
         progress=options.progress,
         split=options.split,
+        memories=options.first_memories,
     )
 
 

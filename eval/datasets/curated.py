@@ -270,3 +270,16 @@ def _load_file(path: Path) -> CuratedDataset:
         reference_date=reference,
         users=tuple(users),
     )
+
+
+def first_memories(dataset: CuratedDataset, count: int) -> CuratedDataset:
+    """Every person with only their first `count` memories, as a new user's store would be, and
+    the questions still labelled by them: an answerable one whose answers (and stale
+    memories) are all kept, and every question nothing answers."""
+    users = []
+    for user in dataset.users:
+        memories = user.memories[:count]
+        kept = {m.key for m in memories}
+        questions = tuple(q for q in user.questions if {*q.answers, *q.stale} <= kept)
+        users.append(replace(user, memories=memories, questions=questions))
+    return replace(dataset, users=tuple(users))
