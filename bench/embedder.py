@@ -22,7 +22,12 @@ import typer
 
 from app.adapters.embedder import InProcessEmbedder, LocalEmbedder
 from app.adapters.local_models import OnnxSentenceEmbedder
-from app.embedding_models import FLOAT_MODEL_ID, LOCAL_MODEL_ID, OPTIONAL_LOCAL_MODELS
+from app.embedding_models import (
+    FLOAT_MODEL_ID,
+    LOCAL_MODEL_ID,
+    OPTIONAL_LOCAL_MODELS,
+    TRAINED_MODEL_ID,
+)
 from app.errors import LocalModelMissingError
 from bench.drive import percentiles
 from bench.real import LOCOMO
@@ -30,6 +35,8 @@ from eval.datasets.locomo import load_locomo
 
 # (model, intra-op threads); more than one thread never spins (LocalEmbedder).
 MINILM_VARIANTS: list[tuple[str, int]] = [
+    (TRAINED_MODEL_ID, 1),  # the default (issue 45)
+    (TRAINED_MODEL_ID, 2),
     (LOCAL_MODEL_ID, 1),
     (LOCAL_MODEL_ID, 2),
     (FLOAT_MODEL_ID, 2),
