@@ -20,8 +20,8 @@ feature in turn. `--floor-empty SHARE` sets the operating point:
 the probability under which that share of the validation people's answerable questions falls.
 `--variant` names the relevance model whose logit it reads (default `answers`; '' the
 embedder's plain model, as the default preset reads it; an embedder without one reads the
-default's, as the service does). `--signs` holds each weight to the sign of SIGNS, `--without`
-holds the named features' weights at 0. `--write` writes
+default's, as the service does). `--signs` holds each weight to the sign of SIGNS. `--write`
+writes
 app/retrieval/question_models/<embedder>[.<variant>].json.
 """
 
@@ -44,9 +44,9 @@ from app.retrieval.abstention import (
     question_features,
     question_file,
 )
-from app.retrieval.relevance import DEFAULT_EMBEDDER, RelevanceModel, load_model, model_file
+from app.retrieval.relevance import RelevanceModel, model_for
 from eval.curated_metrics import auc
-from eval.fit_relevance import Question, load
+from eval.fit_relevance import Question, load, logistic
 
 L2 = 1.0
 
@@ -88,29 +88,16 @@ SIGNS = {
 }
 
 
-def _newton(design: np.ndarray, y: np.ndarray) -> np.ndarray:
-    w = np.zeros(design.shape[1])
-    penalty = L2 * np.eye(len(w))
-    penalty[-1, -1] = 0.0
-    for _ in range(100):
-        p = 1.0 / (1.0 + np.exp(-(design @ w)))
-        gradient = design.T @ (p - y) + penalty @ w
-        hessian = design.T @ (design * (p * (1 - p))[:, None]) + penalty
-        w -= np.linalg.solve(hessian, gradient)
-    return w
-
-
 def _fit(
     x: np.ndarray, y: np.ndarray, signs: Sequence[int] = (), held: Sequence[int] = ()
 ) -> np.ndarray:
-    """L2 logistic regression (the bias last). The features in `held` keep a weight of 0, and
-    so does a weight whose sign `signs` forbids, the rest refitted until every weight has its
-    sign (an active set; deterministic)."""
-    design = np.hstack([x, np.ones((len(x), 1))])
+    """L2 logistic regression (eval.fit_relevance.logistic; the bias last). The features in
+    `held` keep a weight of 0, and so does a weight whose sign `signs` forbids, the rest
+    refitted until every weight has its sign (an active set; deterministic)."""
     free = [i for i in range(x.shape[1]) if i not in held]
     while True:
-        w = np.zeros(design.shape[1])
-        w[[*free, -1]] = _newton(design[:, [*free, x.shape[1]]], y)
+        w = np.zeros(x.shape[1] + 1)
+        w[[*free, -1]] = logistic(x[:, free], y, np.ones(len(y)), L2)
         wrong = [i for i in free if signs and signs[i] * w[i] < 0]
         if not wrong:
             return w
@@ -129,9 +116,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--signs", action="store_true", help="hold each weight to SIGNS' sign")
     parser.add_argument(
-        "--without", nargs="*", default=[], choices=QUESTION_FEATURES, help="weights held at 0"
-    )
-    parser.add_argument(
         "--locomo",
         action="store_true",
         help="fit on the dump's LoCoMo questions too (all answerable: dialogue, and questions "
@@ -140,8 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
     embedder = os.environ.get("PGRECALL_EMBEDDING_MODEL", DEFAULT_MODEL_ID)
-    path = model_file(embedder, variant=args.variant)
-    model = load_model(path if path.exists() else model_file(DEFAULT_EMBEDDER))
+    model = model_for(embedder, variant=args.variant)  # as the service reads it
     kept = ("curated", "validation", *(("locomo",) if args.locomo else ()))
     questions = [q for q in load(args.dump, embedder) if q.dataset in kept]
     rows: dict[str, tuple[list[list[float]], list[float], list[float]]]
@@ -162,7 +145,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     scale[constant] = 1.0
     zt, zv = (xt - mean) / scale, (xv - mean) / scale
     signs = [SIGNS[name] for name in QUESTION_FEATURES] if args.signs else []
-    held = [i for i, name in enumerate(QUESTION_FEATURES) if name in args.without or constant[i]]
+    held = [i for i in range(len(QUESTION_FEATURES)) if constant[i]]
     w = _fit(zt, yt, signs, held)
     qm = QuestionModel(tuple(mean), tuple(scale), tuple(w[:-1]), float(w[-1]), 0.5, "v1")
     pt = np.array([qm.probability(x) for x in xt])
@@ -204,7 +187,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{args.floor_empty} --variant '{args.variant}'"
                     + (" --signs" if args.signs else "")
                     + (" --locomo" if args.locomo else "")
-                    + (f" --without {' '.join(args.without)}" if args.without else "")
                     + " --write",
                     "train_questions": len(yt),
                     "validation_auc": round(_auc(pv, yv), 4),

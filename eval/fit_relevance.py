@@ -421,22 +421,28 @@ def _listwise(questions: Sequence[Question], l2: float, memory_l2: float = 1.0) 
     return w
 
 
-def _pointwise(questions: Sequence[Question], l2: float) -> RelevanceModel:
-    """Weighted L2 logistic regression (bias unpenalised), Newton's method to convergence."""
-    x, y, w = _design(questions)
-    w = w / w.sum()
+def logistic(x: np.ndarray, y: np.ndarray, weights: np.ndarray, l2: float) -> np.ndarray:
+    """Weighted L2 logistic regression of `y` on `x` plus a bias (the last coefficient,
+    unpenalised), Newton's method to convergence; deterministic."""
     a = np.hstack([x, np.ones((len(x), 1))])
     beta = np.zeros(a.shape[1])
-    penalty = np.full(a.shape[1], l2 * 1e-3)
+    penalty = np.full(a.shape[1], l2)
     penalty[-1] = 0.0
     for _ in range(100):
         p = 1.0 / (1.0 + np.exp(-np.clip(a @ beta, -30, 30)))
-        grad = a.T @ (w * (p - y)) + penalty * beta
-        hess = (a * (w * p * (1 - p))[:, None]).T @ a + np.diag(penalty) + 1e-9 * np.eye(len(beta))
-        step = np.linalg.solve(hess, grad)
+        grad = a.T @ (weights * (p - y)) + penalty * beta
+        hess = (a * (weights * p * (1 - p))[:, None]).T @ a
+        step = np.linalg.solve(hess + np.diag(penalty) + 1e-9 * np.eye(len(beta)), grad)
         beta -= step
         if np.abs(step).max() < 1e-8:
             break
+    return beta
+
+
+def _pointwise(questions: Sequence[Question], l2: float) -> RelevanceModel:
+    """Weighted L2 logistic regression (bias unpenalised), Newton's method to convergence."""
+    x, y, w = _design(questions)
+    beta = logistic(x, y, w / w.sum(), l2 * 1e-3)
     return RelevanceModel("fitted", tuple(float(b) for b in beta[:-1]), float(beta[-1]))
 
 

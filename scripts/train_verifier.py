@@ -49,7 +49,7 @@ from train_embedder import (
     training_python,
 )
 
-from app.adapters.embedder import LocalEmbedder, file_sha256
+from app.adapters.embedder import TRAINED_MODEL_ID, LocalEmbedder, file_sha256
 from app.adapters.verifier import GRAPH, VERIFIER_ID, verifier_dir
 
 HERE = Path(__file__).resolve().parent
@@ -61,7 +61,7 @@ def mine(corpus: list[Path], out: Path) -> dict[str, Any]:
     """The pairs file scripts/train/verifier.py reads."""
     data = load_data(corpus, LOCOMO, dev=False)
     step(data.summary())
-    embedder = LocalEmbedder(model="pgrecall-minilm-answers-v1")
+    embedder = LocalEmbedder(model=TRAINED_MODEL_ID)
     vectors: dict[str, np.ndarray] = {}
 
     def embed(texts: list[str]) -> np.ndarray:

@@ -39,7 +39,7 @@ DEFAULT_EMBEDDER = "all-MiniLM-L6-v2-onnx-dq8"
 MODELS_DIR = Path(__file__).with_name("relevance_models")
 # Embedders whose plain relevance model is MODEL_PATH itself, chosen by measurement: the MiniLM
 # fine-tuned here (issue 45, the service's default embedder since 2026-12-05) holds the golden
-# set with it (Recall@5 0.963, Precision@5 0.905 with the question model), where a listwise fit
+# set with it (Recall@5 0.975, Precision@5 0.905 with the question model), where a listwise fit
 # of its own (`python -m eval.fit_relevance --samples conv-41 conv-42 conv-43`) gave 0.798 /
 # 0.826 (docs/retrieval.md, "The trained MiniLM by default").
 SHARES_DEFAULT_MODEL = ("pgrecall-minilm-answers-v1",)

@@ -285,8 +285,8 @@ def answerable(
     `question_caps`, at most its own), every other item's stays in its ratio to the best. The
     order is unchanged. Not for a question without a vector (keyword only) or one whose vector
     arm found fewer than QUESTION_DEPTH items, unlike those it was fitted on."""
-    model = s.question
-    if model is None or not s.preset.question_model or not ranked:
+    model = s.question  # None unless the preset reads it (`scope`)
+    if model is None or not ranked:
         return ranked
     if len(hits.cosines) < QUESTION_DEPTH:
         # Keyword only (no query vector), or a store of fewer items than the candidates it
