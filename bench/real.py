@@ -89,7 +89,7 @@ from app.schemas.conversation import MessageCreate
 from app.services.conversation import ConversationService
 from app.services.embedding import EmbeddingService, Priority
 from app.services.query import QueryRequest, ann_probes, informative, time_preference
-from app.services.query.pipeline import SearchPath
+from app.services.query.arms import SearchPath
 from app.vectors import QUERY_VECTOR, query_vector, vector_literal
 from bench.drive import BenchQuery, percentiles, run_alternately, run_level, timing_breakdown
 from bench.fresh import import_conversation
@@ -651,7 +651,7 @@ async def run(
                         max_scan_tuples=cfg.hnsw_max_scan_tuples,
                     ),
                 )
-                # The path the service takes for each user (pipeline.SearchPath, from what
+                # The path the service takes for each user (arms.SearchPath, from what
                 # search_size reads): the exact or ANN statement, passages re-scoring the turns
                 # found, the user's own index (bench.run.user_indexes above, found by name as
                 # the service finds it). The floor takes the same one.

@@ -34,8 +34,9 @@ from app.retrieval.relevance import model_for
 from app.roles import DEFAULT_APP_ROLE, service_engine
 from app.runtime.query import query_config
 from app.services.query import QueryRequest, QueryResult
-from app.services.query.pipeline import Vectors, retrieve, scope
+from app.services.query.pipeline import retrieve
 from app.services.query.sizes import SearchSizes
+from app.services.query.state import Vectors, scope
 from bench.options import ROOT, SetOption, parse_settings, parse_size
 from bench.real import LOCOMO, make_users, questions
 from bench.store import database

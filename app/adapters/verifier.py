@@ -6,7 +6,7 @@ fine-tuned on the corpus's train people: scripts/train_verifier.py) and gives th
 the candidate answers the question, with the pair's cosine under the trained embedder as a
 second input. The Platt scale fitted on the validation people turns it into a probability
 (`manifest.json`). The query pipeline reads it for the first candidates of the `answers`
-preset's ranking (app/services/query/pipeline.py, `verify`).
+preset's ranking (app/services/query/calibrate.py, `verify`).
 
 The graph is dynamically quantised (int8 arithmetic, activations scaled per inference), so it
 runs one pair per inference, as the embedder does one text. No network, no torch. It is not

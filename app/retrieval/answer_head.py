@@ -6,7 +6,7 @@ network over the pair of vectors the service already has (the query's, and the i
 one): [q, m, q * m, |q - m|, q . m] -> one hidden layer (GELU) -> a logit of "m answers q". It
 is trained per embedder on the corpus's train people (`python -m eval.fit_answer_head`, numpy,
 seconds) and read by the query pipeline for the first candidates of a ranking
-(app/services/query/pipeline.py, the `answer` stage): its logit joins the relevance model's
+(app/services/query/calibrate.py, `answer_logits`): its logit joins the relevance model's
 (RelevanceModel.head_weight), so the absolute "nothing here answers" the cosine cannot give has
 an input that differs between a near miss and an answer.
 

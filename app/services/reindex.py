@@ -127,7 +127,7 @@ async def reindex_users(
     every user's rows, so a user holding 5% of a 1M-row table needs a tenth of its lists
     probed for recall 0.95; in an index of its own, every probe reads that user's rows only
     (docs/performance.md, "Big users"). Users at or under it get an HNSW index: their queries
-    read it instead of scoring every vector exactly (pipeline.SearchPath; a 5,520-turn user's
+    read it instead of scoring every vector exactly (arms.SearchPath; a 5,520-turn user's
     statement, docs/performance.md, "An HNSW index of their own"). A user who crosses the
     threshold either way gets the other method at the next run (is_stale)."""
     repo = MaintenanceRepository(session)

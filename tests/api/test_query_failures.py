@@ -366,7 +366,7 @@ async def test_a_query_that_reads_a_space_fails_closed_and_degrades_as_the_users
     user_id: str,
 ) -> None:
     """The spaces' statements run on a connection of their own beside the user's
-    (pipeline.gather_shared): Postgres stopped is an empty answer that says why on both doors,
+    (gather.gather_shared): Postgres stopped is an empty answer that says why on both doors,
     and a failing embedder leaves the keyword arm, which still finds the space's memory."""
     space, admin = f"ops-{nonce()}", {"Authorization": "Bearer admin-key"}
     shared = headers(user_id, **{"X-Spaces": space})

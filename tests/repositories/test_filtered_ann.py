@@ -28,7 +28,7 @@ from app.repositories.maintenance import MaintenanceRepository, user_index_name
 from app.repositories.retrieval import RetrievalRepository, vector_search_settings
 from app.repositories.search_index import Source
 from app.runtime.query import query_config
-from app.services.query.pipeline import SearchPath, path_settings
+from app.services.query.arms import SearchPath, path_settings
 from app.services.reindex import reindex_users
 from tests.servers import scope_key, service_url
 
@@ -406,7 +406,7 @@ async def test_users_under_the_threshold_read_an_hnsw_index_of_their_own(
 ) -> None:
     """PGRECALL_USER_HNSW_MIN_ITEMS: `pgrecall reindex` gives the users between the floor and
     the exact threshold an HNSW index of their own; the exact path's statement for such a user
-    (pipeline.SearchPath `indexed`, with its path_settings), run as the service runs it (the
+    (arms.SearchPath `indexed`, with its path_settings), run as the service runs it (the
     service role, under row-level security, in the user's session), reads it, returns full k
     rows and recall@10 >= 0.95 against the exact top 10. Row-level security is the hard case:
     its policy's condition cut the planner's row estimate 40-fold, and without path_settings'

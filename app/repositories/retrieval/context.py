@@ -114,7 +114,7 @@ class ContextReads(SessionBound):
         self, user_id: str, keys: Sequence[tuple[Source, uuid.UUID]]
     ) -> dict[tuple[Source, uuid.UUID], npt.NDArray[np.float32]]:
         """The stored vectors of these items of the user (float32), in one statement: the
-        answer head and the topic links read them (app/services/query/pipeline.py). `real[]`
+        answer head and the topic links read them (app/services/query/calibrate.py). `real[]`
         crosses the wire in binary and decodes in the driver, with no text parsing."""
         memory_ids = [i for s, i in keys if s is Source.MEMORY]
         message_ids = [i for s, i in keys if s is Source.MESSAGE]

@@ -23,7 +23,7 @@ def passage_messages_sql(exact: bool, when_sql: str, *, rescore: bool = False) -
 
     rescore (exact only): the messages are found exactly by their own vectors and their
     passages re-score them, as on the ANN path, instead of scoring every passage of the user:
-    for a user of few turns and many passages (pipeline.arms)."""
+    for a user of few turns and many passages (app/services/query/arms.py)."""
     own = f"1 - (t.embedding <=> {QUERY_VECTOR})"
     scope = (
         f"t.user_id = :user_id AND t.embedding IS NOT NULL AND t.embedding_model = :model{when_sql}"

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from app.repositories.search_index import Source
+from app.services.query.context import informative, time_preference
 from app.services.query.model import (
     MAX_QUERY_CHARS,
     QueryConfig,
@@ -15,7 +16,6 @@ from app.services.query.model import (
     ann_probes,
     query_hash,
 )
-from app.services.query.pipeline import informative, time_preference
 from app.services.query.service import QueryService
 
 __all__ = [

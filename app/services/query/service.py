@@ -36,8 +36,9 @@ from app.services.query.model import (
     _cache_key,
     query_hash,
 )
-from app.services.query.pipeline import Vectors, answer, item, retrieve, scope
+from app.services.query.pipeline import answer, item, retrieve
 from app.services.query.sizes import SearchSizes
+from app.services.query.state import Vectors, scope
 
 if TYPE_CHECKING:
     from app.adapters.cache import Admission, Cache

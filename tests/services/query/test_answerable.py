@@ -1,4 +1,4 @@
-"""The pipeline's question-model stage (app/services/query/pipeline.py `answerable`), pure: the
+"""The pipeline's question-model stage (app/services/query/calibrate.py `answerable`), pure: the
 best item's relevance becomes the question's probability on the spec's scale, the others keep
 their ratio to it, the order is unchanged, and a preset without the model is left alone."""
 
@@ -16,8 +16,9 @@ from app.retrieval.abstention import QUESTION_FEATURES, QuestionModel
 from app.retrieval.presets import PRESETS
 from app.retrieval.relevance import load_model
 from app.retrieval.scoring import Ranked
+from app.services.query.calibrate import answerable
 from app.services.query.model import QueryRequest
-from app.services.query.pipeline import ArmHits, answerable, scope
+from app.services.query.state import ArmHits, scope
 
 QUESTION = "What is my blood type?"
 

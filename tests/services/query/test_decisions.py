@@ -1,4 +1,4 @@
-"""Newer wins between two decisions (app/services/query/pipeline.py `newer_wins`, preset
+"""Newer wins between two decisions (app/services/query/calibrate.py `newer_wins`, preset
 `decision_link`), pure: two decisions a question finds are one topic at a low cosine, a newer
 decision is lifted only when it would be returned on its own, other kinds keep the general
 threshold, and a preset without the link leaves the ranking alone."""
@@ -13,8 +13,9 @@ from app.repositories.search_index import Source
 from app.retrieval.presets import PRESETS
 from app.retrieval.relevance import SPEC_FLOOR, load_model
 from app.retrieval.scoring import Ranked
+from app.services.query.calibrate import newer_wins
 from app.services.query.model import QueryRequest
-from app.services.query.pipeline import newer_wins, scope
+from app.services.query.state import scope
 
 QUESTION = "Which extractor am I buying?"
 NOW = datetime(2026, 12, 5, tzinfo=UTC)

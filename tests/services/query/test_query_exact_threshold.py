@@ -1,4 +1,4 @@
-"""Exact search and passages (app/services/query/pipeline.py arms): a user whose items fit
+"""Exact search and passages (app/services/query/arms.py): a user whose items fit
 under the exact threshold is searched exactly; when its items and passages do not fit, its
 passages re-score the messages found instead of all being scored. On a small store both
 statements return the same items."""

@@ -1,7 +1,7 @@
 """A user under the exact threshold with an HNSW index of its own (`pgrecall reindex` builds one
 for users of more than PGRECALL_USER_HNSW_MIN_ITEMS vectors) has its vector statement read
 that index on the request's connection instead of scoring every vector
-(app/services/query/pipeline.py SearchPath), with custom plans (the partial index's predicate
+(app/services/query/arms.py SearchPath), with custom plans (the partial index's predicate
 is proven from the user id), reads no passage count, and gets the same items as the exact scan
 on a small store."""
 
@@ -20,7 +20,7 @@ from app.repositories.maintenance import MaintenanceRepository, user_index_name
 from app.repositories.retrieval import RetrievalRepository, SearchSize
 from app.repositories.search_index import Source
 from app.runtime.query import query_config
-from app.services.query.pipeline import SearchPath, path_settings
+from app.services.query.arms import SearchPath, path_settings
 from tests.helpers import add_messages, headers
 
 TURNS = [

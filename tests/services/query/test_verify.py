@@ -1,4 +1,4 @@
-"""The query pipeline's answer-verifier stage (app/services/query/pipeline.py `verify`), pure:
+"""The query pipeline's answer-verifier stage (app/services/query/calibrate.py `verify`), pure:
 which candidates it reads, with which cosine, and what a failing verifier leaves. The verifier
 here is a stand-in object (no ONNX graph): the graph is built by `make train-verifier`, not
 committed, and its arithmetic on a ranking is tests/retrieval/test_verdicts.py's."""
@@ -18,15 +18,9 @@ from app.repositories.search_index import Source
 from app.retrieval.presets import PRESETS
 from app.retrieval.relevance import load_model
 from app.retrieval.scoring import Ranked
+from app.services.query.calibrate import verify
 from app.services.query.model import QueryRequest, QueryResult
-from app.services.query.pipeline import (
-    ArmHits,
-    Gathered,
-    Rows,
-    Stored,
-    scope,
-    verify,
-)
+from app.services.query.state import ArmHits, Gathered, Rows, Stored, scope
 
 QUESTION = "What do you remember about my diet?"
 

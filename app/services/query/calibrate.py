@@ -1,0 +1,238 @@
+"""Stage 6, the calibration: the answer head, the relevance and recency (app/retrieval/scoring
+.finalise), the question model (`answerable`), the answer verifier (`verify`, presets that read
+it) and newer wins on one topic (app/retrieval/topics.py)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+from app.errors import EmbeddingError
+from app.repositories.retrieval import Candidate, RetrievalRepository
+from app.repositories.search_index import Source
+from app.retrieval.abstention import DEPTH as QUESTION_DEPTH
+from app.retrieval.abstention import question_features, rescaled
+from app.retrieval.names import query_names
+from app.retrieval.relevance import SPEC_FLOOR, features
+from app.retrieval.scoring import Ranked, finalise, own_first
+from app.retrieval.topics import Linked, link_topics
+from app.services.query.context import rerank_rows
+from app.services.query.model import QueryResult, QueryTrace
+from app.services.query.state import (
+    ArmHits,
+    Embedding,
+    Gathered,
+    Key,
+    Retrieved,
+    Rows,
+    Scope,
+    Stored,
+)
+
+# The query package's logger: operators filter the query's warnings by it.
+log = logging.getLogger("app.services.query")
+
+
+def scored(s: Scope, gathered: Gathered, trace: QueryTrace | None = None) -> list[Ranked[Key]]:
+    """The answer head, the rerank and the calibration."""
+    rows, stored = gathered.rows, gathered.stored
+    head = answer_logits(s, stored)
+    if trace is not None:
+        trace.head = head
+    rows = replace(rows, ranked=with_answer_head(s, rows.ranked, head))
+    ranked = calibrate(s, rerank_rows(s, rows), rows.candidates)
+    return answerable(s, ranked, gathered.hits, head)
+
+
+def answerable(
+    s: Scope, ranked: list[Ranked[Key]], hits: ArmHits, head: dict[Key, float]
+) -> list[Ranked[Key]]:
+    """The question model (app/retrieval/abstention.py; a preset with `question_model`): the
+    best item's relevance becomes P(the store answers the question) on the spec's scale (with
+    `question_caps`, at most its own), every other item's stays in its ratio to the best. The
+    order is unchanged. Not for a question without a vector (keyword only) or one whose vector
+    arm found fewer than QUESTION_DEPTH items, unlike those it was fitted on."""
+    model = s.question  # None unless the preset reads it (`scope`)
+    if model is None or not ranked:
+        return ranked
+    if len(hits.cosines) < QUESTION_DEPTH:
+        # Keyword only (no query vector), or a store of fewer items than the candidates it
+        # reads: fitted on stores of ~40 memories, it has not learned what a best cosine's
+        # standing among a handful of items says.
+        return ranked
+    has_names = bool(query_names(s.query))
+    by_key = features(
+        hits.keyword.scores,
+        hits.keyword.plain or {},
+        hits.keyword.max_score,
+        hits.cosines,
+        has_names,
+        s.relevance.neutral_cosine_z,
+    )
+    first = [r.key for r in ranked if r.key in by_key][:QUESTION_DEPTH]
+    if not first:
+        return ranked
+    x = question_features(
+        [s.relevance.logit(by_key[k], k[0] is Source.MEMORY) for k in first],
+        [by_key[k] for k in first],
+        [head[k] for k in first if k in head],
+    )
+    reported = model.relevance(model.probability(x))
+    if s.preset.question_caps:  # it may only lower the best (abstain), not raise it
+        reported = min(reported, max(r.relevance for r in ranked))
+    relevances = rescaled([r.relevance for r in ranked], reported)
+    return [
+        replace(r, relevance=v, fused=r.fused * v / r.relevance if r.relevance > 0 else r.fused)
+        for r, v in zip(ranked, relevances, strict=True)
+    ]
+
+
+def linked(s: Scope, gathered: Gathered, ranked: list[Ranked[Key]]) -> Retrieved:
+    """Newer wins on one topic; the user's own first on a tie."""
+    candidates = gathered.rows.candidates
+    topics = newer_wins(s, ranked, candidates, topic_pairs(s, ranked, gathered.stored.items))
+    ranked = own_first(topics.ranked, gathered.origin)
+    return Retrieved(candidates, ranked, topics.newer, gathered.origin)
+
+
+async def verify(
+    s: Scope, ranked: list[Ranked[Key]], gathered: Gathered, result: QueryResult
+) -> dict[Key, float]:
+    """The answer verifier's probability for each of the first `verify_depth` candidates with a
+    row and a stored vector (its second input is the pair's cosine). Nothing when the query has
+    no vector (keyword only) or the verifier fails: the calibrated ranking then stands, and the
+    result says `verifier = "fallback"`."""
+    verifier, stored = s.verifier, gathered.stored
+    if verifier is None or stored.query is None:
+        return {}
+    candidates = gathered.rows.candidates
+    keys = [r.key for r in ranked if r.key in candidates and r.key in stored.items]
+    keys = keys[: s.preset.verify_depth]
+    if not keys:
+        return {}
+    query = np.asarray(stored.query, dtype=np.float32)
+    cosines = [float(np.dot(query, np.asarray(stored.items[k], dtype=np.float32))) for k in keys]
+    try:
+        logits = await verifier.logits(s.query, [candidates[k].content for k in keys], cosines)
+    except EmbeddingError as exc:
+        log.warning("answer verifier failed (%s): the calibrated ranking stands", exc)
+        result.verifier = "fallback"
+        return {}
+    result.verifier = "local"
+    return dict(zip(keys, verifier.probabilities(logits).tolist(), strict=True))
+
+
+def calibrate(
+    s: Scope, ranked: list[Ranked[Key]], candidates: dict[Key, Candidate]
+) -> list[Ranked[Key]]:
+    """Relevance (the learned model or the preset's fusion) and the recency weight."""
+    request = s.request
+    now = request.as_of or datetime.now(UTC)
+    ages = {k: (now - c.created_at).total_seconds() / 86400 for k, c in candidates.items()}
+    weight = s.preset.recency_weight if request.recency is None else request.recency
+    return finalise(ranked, s.preset, ages, weight, s.relevance)
+
+
+async def item_vectors(
+    repo: RetrievalRepository, s: Scope, rows: Rows, embedding: Embedding | None
+) -> Stored:
+    """The stored vectors of the ranking's first `answer_depth` candidates with a row (the
+    answer head's input) and of its first `topic_depth` memories (the topic links'), in one
+    statement; nothing when neither stage is on or the query has no vector (keyword only)."""
+    query = None
+    if embedding is not None and embedding.done() and not embedding.cancelled():
+        query = embedding.result()[0]
+    preset = s.preset
+    wanted: list[Key] = []
+    if s.head is not None and preset.answer_depth > 0 and query is not None:
+        wanted = [r.key for r in rows.ranked if r.key in rows.candidates][: preset.answer_depth]
+    scored = list(wanted)
+    if preset.links_topics and s.memories:
+        memories = [r.key for r in rows.ranked if r.key[0] is Source.MEMORY]
+        first = memories[: preset.topic_depth]
+        if preset.topic_link <= 0.0:  # decisions alone: none to read unless two are here
+            decisions = [k for k in first if _kind(rows.candidates, k) == DECISION]
+            first = decisions if len(decisions) > 1 else []
+        wanted += [k for k in first if k not in wanted]
+    if not wanted:
+        return Stored(query, {}, [])
+    return Stored(query, await repo.vectors(s.request.user_id, wanted), scored)
+
+
+def answer_logits(s: Scope, stored: Stored) -> dict[Key, float]:
+    """The answer head's logit of each of the first candidates (app/retrieval/answer_head.py)."""
+    if s.head is None or stored.query is None or s.preset.answer_depth <= 0:
+        return {}
+    keys = [k for k in stored.scored if k in stored.items]
+    if not keys:
+        return {}
+    items = np.stack([stored.items[k] for k in keys])
+    logits = s.head.logits(np.asarray(stored.query, dtype=np.float32), items)
+    return {k: float(v) for k, v in zip(keys, logits, strict=True)}
+
+
+def with_answer_head(
+    s: Scope, ranked: list[Ranked[Key]], head: dict[Key, float]
+) -> list[Ranked[Key]]:
+    """Learned fusion: each candidate's odds x exp(head_weight x its head logit), the second
+    half of the relevance model's logit (RelevanceModel.head_weight); a candidate past the
+    head's depth counts as the lowest logit it gave. The ranking is re-sorted."""
+    weight = s.relevance.head_weight
+    if not head or weight == 0.0 or s.preset.fusion != "learned":
+        return ranked
+    floor = min(head.values())
+    out = [replace(r, fused=r.fused * math.exp(weight * head.get(r.key, floor))) for r in ranked]
+    out.sort(key=lambda r: (-r.fused, -r.relevance))
+    return out
+
+
+def topic_pairs(
+    s: Scope, ranked: list[Ranked[Key]], vectors: dict[Key, Any]
+) -> dict[tuple[Key, Key], float]:
+    """The cosines between the stored vectors of the ranking's first `topic_depth` memories
+    (none when the preset does not link topics)."""
+    if not s.preset.links_topics or not s.memories:
+        return {}
+    keys = [r.key for r in ranked if r.key[0] is Source.MEMORY and r.key in vectors]
+    keys = keys[: s.preset.topic_depth]
+    return {
+        (a, b): float(np.dot(vectors[a], vectors[b]))
+        for i, a in enumerate(keys)
+        for b in keys[i + 1 :]
+    }
+
+
+def newer_wins(
+    s: Scope,
+    ranked: list[Ranked[Key]],
+    candidates: dict[Key, Candidate],
+    pairs: dict[tuple[Key, Key], float],
+) -> Linked[Key]:
+    """Two memories of one topic: the newer ranks at least where the older stood, and the
+    older is marked possibly outdated (app/retrieval/topics.py)."""
+    linked_keys = {k for pair in pairs for k in pair}
+    created = {k: candidates[k].created_at for k in linked_keys if k in candidates}
+    # A decision is linked as one only when it would be returned on its own (its relevance at
+    # the spec's floor): a newer decision on a neighbouring matter ("the worktop" for a
+    # question about "the cabinets") is not lifted over the one that answers.
+    relevance = {r.key: r.relevance for r in ranked}
+    kinds = {
+        k: _kind(candidates, k) if relevance.get(k, 0.0) >= SPEC_FLOOR else None
+        for k in linked_keys
+    }
+    decisions = {DECISION: s.preset.decision_link} if s.preset.decision_link > 0.0 else {}
+    return link_topics(ranked, created, pairs, s.preset.topic_link, kinds, decisions)
+
+
+DECISION = "decision"
+
+
+def _kind(candidates: dict[Key, Candidate], key: Key) -> str | None:
+    """A memory's type (None for a turn, or an item without a row)."""
+    candidate = candidates.get(key)
+    return candidate.type if candidate is not None and key[0] is Source.MEMORY else None
