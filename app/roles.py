@@ -62,7 +62,7 @@ USER_TABLES: tuple[str, ...] = (
     "extraction_usage",
     "message_passages",  # migration 0009_passages
 )
-# On a Citus cluster (app/citus.py, docs/scaling.md) every user table but api_keys is
+# On a Citus cluster (app/citus/, docs/scaling.md) every user table but api_keys is
 # distributed by user_id, the first one listed being the one the others are co-located with;
 # api_keys stays a table of the coordinator (authentication reads it by hash, not by user).
 COORDINATOR_TABLES: tuple[str, ...] = ("api_keys",)
@@ -415,7 +415,7 @@ def policy_rewrites(policies: Iterable[Sequence[str | None]], *, once: bool) -> 
     and the call looks its setting up by name each time (docs/performance.md, "Half-precision
     vectors and index-only exact search": the exact path of a 5,520-turn user). Citus refuses a
     subquery in a policy of a distributed table, so a Citus database keeps the per-row form
-    (migration 0017_halfvec_covering; app/citus.py distribute)."""
+    (migration 0017_halfvec_covering; app/citus/distribute.py)."""
     find, replacement = (_SETTING_CALL, r"(SELECT \1)") if once else (_SETTING_ONCE, r"\1")
     statements = []
     for table, name, using, check in policies:

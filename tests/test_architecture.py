@@ -63,7 +63,7 @@ def test_the_contracts_hold() -> None:
         # The settings importing an adapter.
         ("app/config.py", "import app.adapters.embedder", "Settings do not import the adapters"),
         # The loop between folders issue 41 found (doctor -> citus -> doctor).
-        ("app/citus.py", "import app.doctor.checks", "No loop between the folders"),
+        ("app/citus/doctor.py", "import app.doctor.checks", "No loop between the folders"),
     ],
 )
 def test_a_forbidden_import_breaks_a_contract(

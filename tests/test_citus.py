@@ -1,4 +1,4 @@
-"""app/citus.py where there is no Citus (CI): the placement rules, and plain Postgres refused.
+"""app/citus/ where there is no Citus (CI): the placement rules, and plain Postgres refused.
 
 The cluster itself was checked on a real Citus 13.0 coordinator with two workers
 (docs/scaling.md, "Verified on a real cluster")."""

@@ -130,7 +130,8 @@ async def check_row_security(settings: Settings, url: str) -> Check:
 
 async def check_citus(settings: Settings, url: str) -> Check | None:
     """On a Citus coordinator: tables distributed and co-located, and the service role writing
-    and reading back its own row through the workers (app/citus.py). None on plain Postgres."""
+    and reading back its own row through the workers (app/citus/doctor.py). None on plain
+    Postgres."""
     from app.citus import cluster_status
 
     if not settings.database_url:

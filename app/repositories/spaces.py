@@ -2,7 +2,7 @@
 
 The admin role manages both tables; the service role reads its own user's grants only (row-level
 security on space_members). A space's memories are memory_items of the owner `space:<id>`.
-On Citus both tables are reference tables (app/citus.py): each statement here is one task,
+On Citus both tables are reference tables (app/citus/): each statement here is one task,
 a write of them goes to every node's copy in the same transaction.
 """
 

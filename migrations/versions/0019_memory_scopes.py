@@ -250,7 +250,7 @@ def _user_policy(table: str, match: str) -> None:
     """The table's user policy made again. On Citus on the coordinator's table alone: Citus 13
     cannot forward a policy holding a function call to the shards ("unrecognized node type"),
     so `pgrecall db distribute`, run after the upgrade, gives every shard the table's policies
-    (app/citus.py: sync_shard_policies; docs/scaling.md)."""
+    (app/citus/policies.py: sync_shard_policies; docs/scaling.md)."""
     citus = _citus()
     if citus:
         op.execute("SET LOCAL citus.enable_ddl_propagation TO off")

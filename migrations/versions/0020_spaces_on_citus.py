@@ -4,13 +4,14 @@ Issue 43. Migration 0019 made no space policy where Citus is installed (the work
 space_members to read a grant from), so no space was readable there. Now `pgrecall db
 distribute` makes `spaces` and `space_members` reference tables (a copy on every node) and has
 `pgrecall_scope_spaces()` read the grants from the copy on the node that runs a shard's
-statement (app/citus.py, docs/scaling.md). This migration gives memory_items, search_postings
+statement (app/citus/, docs/scaling.md). This migration gives memory_items, search_postings
 and search_stats the same two permissive policies as 0019 does off Citus (`<table>_space_read`,
 `<table>_space_write`), in the per-row form (Citus refuses a subquery in a policy of a
 distributed table), on the coordinator's tables alone: Citus 13 cannot forward a policy holding a
 function call to the shards ("unrecognized node type"), so `pgrecall db distribute`, run after
-every upgrade, gives each shard its table's policies (app/citus.py: sync_shard_policies). Until
-it runs, the shards keep no space policy: no space is readable there, as before.
+every upgrade, gives each shard its table's policies (app/citus/policies.py:
+sync_shard_policies). Until it runs, the shards keep no space policy: no space is readable
+there, as before.
 
 Off Citus these policies exist already (0019).
 
