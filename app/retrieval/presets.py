@@ -119,6 +119,11 @@ class RetrievalPreset:
     # their words differ ("a 12-frame radial extractor from Lega", later "ordering the
     # 20-frame electric one from Lyson"); 0 = off (docs/retrieval.md, "Newer wins").
     decision_link: float = 0.0
+    # Who a question is about (app/retrieval/subjects.py): a memory that names none of the
+    # people or things the question names, when the store knows them, reports at most this
+    # relevance, under the spec's floor (unless both it and the question are about the user);
+    # 0 = off (docs/retrieval.md, "Who a question is about").
+    subject_cap: float = 0.0
     # A past turn that asks a question ("What is my dog's name?") is where a fact was wanted,
     # not where it was told: its odds (learned fusion's ranking score, and so its relevance)
     # are multiplied by this, after its answer inherited from it (1 = off).
@@ -193,6 +198,7 @@ ANSWERS = LEARNED.with_(
     decision_link=0.2,
     question_odds=0.3,
     question_model=True,
+    subject_cap=0.2,
 )
 # Issue 45's verifier over `answers`: the first candidates' relevance is the cross-encoder's
 # probability that they answer (it needs the trained embedder, whose cosine it reads).
@@ -201,7 +207,9 @@ VERIFIED = ANSWERS.with_(name="verified", verify_depth=8, question_model=False)
 # service's embedder, when it has one) caps the best relevance when nothing seems to answer
 # (chosen on the corpus's validation people: docs/retrieval.md, "Newer wins" and "The trained
 # MiniLM by default").
-DEFAULT = LEARNED.with_(name="default", decision_link=0.2, question_model=True, question_caps=True)
+DEFAULT = LEARNED.with_(
+    name="default", decision_link=0.2, question_model=True, question_caps=True, subject_cap=0.2
+)
 
 PRESETS: dict[str, RetrievalPreset] = {
     "default": DEFAULT,

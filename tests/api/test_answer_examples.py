@@ -67,3 +67,34 @@ async def test_a_question_nothing_answers_is_not_answered(
     await save(client, user_id, "Alice's brother Tom repairs bicycles.")
     body = await ask(client, user_id, "What is Tom's phone number?")
     assert body["memories"] == [] and body["metadata"]["supported"] is False
+
+
+GRANDMOTHER = (
+    "Keiko's birthday is 22 April.",
+    "Daisuke is our grandson; he started school in September.",
+    "My pension is paid on the 15th of even-numbered months.",
+    "I drink green tea every morning.",
+    "Hiroshi had a stent put in in 2023.",
+    "The car is a 2019 Toyota Prius.",
+    "Keiko knits scarves for the church bazaar.",
+    "The garden has three persimmon trees.",
+    "The cardiologist is Dr Nakamura at Sakai City Hospital.",
+    "Keiko is allergic to penicillin.",
+    "We walk along the river after dinner.",
+    "Our daughter Yumi lives in Osaka and teaches piano.",
+    "The church bazaar is on the first Sunday of December.",
+    "I take the bus to the library on Wednesdays.",
+)
+
+
+async def test_someone_elses_birthday_does_not_answer_a_question_about_a_person_it_knows(
+    client: httpx.AsyncClient, user_id: str
+) -> None:
+    """A name trap (app/retrieval/subjects.py): the store knows Daisuke but not his birthday;
+    Keiko's birthday, the nearest memory, is no answer. Asked about Keiko, it is."""
+    for content in GRANDMOTHER:
+        await save(client, user_id, content)
+    body = await ask(client, user_id, "When is Daisuke's birthday?")
+    assert "Keiko's birthday is 22 April." not in [m["content"] for m in body["memories"]]
+    body = await ask(client, user_id, "When is Keiko's birthday?")
+    assert [m["content"] for m in body["memories"]][:1] == ["Keiko's birthday is 22 April."]

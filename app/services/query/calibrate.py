@@ -20,6 +20,7 @@ from app.retrieval.abstention import question_features, rescaled
 from app.retrieval.names import query_names
 from app.retrieval.relevance import SPEC_FLOOR, features
 from app.retrieval.scoring import Ranked, finalise, own_first
+from app.retrieval.subjects import off_subject
 from app.retrieval.topics import Linked, link_topics
 from app.services.query.context import rerank_rows
 from app.services.query.model import QueryResult, QueryTrace
@@ -46,7 +47,45 @@ def scored(s: Scope, gathered: Gathered, trace: QueryTrace | None = None) -> lis
         trace.head = head
     rows = replace(rows, ranked=with_answer_head(s, rows.ranked, head))
     ranked = calibrate(s, rerank_rows(s, rows), rows.candidates)
-    return answerable(s, ranked, gathered.hits, head)
+    ranked = answerable(s, ranked, gathered.hits, head)
+    return on_subject(s, ranked, rows.candidates, gathered.hits)
+
+
+def name_share(hits: ArmHits) -> float:
+    """The share of the items the arms searched whose keyword score owes something to a name
+    of the question (app/retrieval/names.py): of a store of fewer items than the arms return,
+    the share of the store that carries the question's names."""
+    k = hits.keyword
+    plain = k.plain or {}
+    named = sum(1 for key, v in k.scores.items() if v - plain.get(key, v) > 1e-9)
+    searched = len(set(k.scores) | set(hits.cosines))
+    return named / searched if searched else 0.0
+
+
+def on_subject(
+    s: Scope, ranked: list[Ranked[Key]], candidates: dict[Key, Candidate], hits: ArmHits
+) -> list[Ranked[Key]]:
+    """Who the question is about (app/retrieval/subjects.py; a preset with `subject_cap`): a
+    memory about none of the subjects the question names, when the fetched candidates know
+    them, reports at most `subject_cap` (its ranking score scaled with it) and moves down to
+    where that score stands; the others keep their order."""
+    cap = s.preset.subject_cap
+    if cap <= 0.0 or not ranked:
+        return ranked
+    texts = {k: c.content for k, c in candidates.items()}
+    memories = [r.key for r in ranked if r.key[0] is Source.MEMORY and r.key in texts]
+    off = off_subject(s.query, texts, memories, name_share(hits))
+    if not off:
+        return ranked
+    kept = [r for r in ranked if r.key not in off]
+    for r in ranked:
+        if r.key not in off:
+            continue
+        ratio = min(1.0, cap / r.relevance) if r.relevance > 0.0 else 1.0
+        capped = replace(r, relevance=r.relevance * ratio, fused=r.fused * ratio)
+        at = next((n for n, k in enumerate(kept) if k.fused < capped.fused), len(kept))
+        kept.insert(at, capped)
+    return kept
 
 
 def answerable(
