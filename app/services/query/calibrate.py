@@ -66,9 +66,10 @@ def on_subject(
     s: Scope, ranked: list[Ranked[Key]], candidates: dict[Key, Candidate], hits: ArmHits
 ) -> list[Ranked[Key]]:
     """Who the question is about (app/retrieval/subjects.py; a preset with `subject_cap`): a
-    memory about none of the subjects the question names, when the fetched candidates know
-    them, reports at most `subject_cap` (its ranking score scaled with it) and moves down to
-    where that score stands; the others keep their order."""
+    memory about none of the subjects the question names, when the store knows them (a
+    keyword match on one of the names, or a fetched candidate naming one), reports at most
+    `subject_cap` (its ranking score scaled with it) and moves down to where that score
+    stands; the others keep their order."""
     cap = s.preset.subject_cap
     if cap <= 0.0 or not ranked:
         return ranked
