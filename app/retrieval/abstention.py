@@ -144,4 +144,6 @@ def rescaled(relevances: Sequence[float], reported: float) -> list[float]:
     best = max(relevances, default=0.0)
     if best <= 0.0:
         return list(relevances)
-    return [reported * r / best for r in relevances]
+    # r / best first: the best's share is exactly 1 however small it is (a subnormal best made
+    # reported * best / best drift from `reported`).
+    return [reported * (r / best) for r in relevances]
