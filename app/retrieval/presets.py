@@ -203,10 +203,11 @@ ANSWERS = LEARNED.with_(
 # Issue 45's verifier over `answers`: the first candidates' relevance is the cross-encoder's
 # probability that they answer (it needs the trained embedder, whose cosine it reads).
 VERIFIED = ANSWERS.with_(name="verified", verify_depth=8, question_model=False)
-# Issue 45: newer wins between two decisions a question finds, and the question model (of the
-# service's embedder, when it has one) caps the best relevance when nothing seems to answer
-# (chosen on the corpus's validation people: docs/retrieval.md, "Newer wins" and "The trained
-# MiniLM by default").
+# Issue 45: newer wins between two decisions a question finds, the question model (of the
+# service's embedder, when it has one) caps the best relevance when nothing seems to answer,
+# and a memory about none of the people a question names stays under the floor (chosen on the
+# corpus's validation people: docs/retrieval.md, "Newer wins", "The trained MiniLM by default"
+# and "Who a question is about").
 DEFAULT = LEARNED.with_(
     name="default", decision_link=0.2, question_model=True, question_caps=True, subject_cap=0.2
 )

@@ -1,5 +1,6 @@
-"""Who a question is about: a question about someone the store knows is answered by a memory
-about them.
+"""Who a question is about, for memories: a question about someone the store knows is answered
+by a memory about them. (For turns, app/retrieval/speakers.py: their speaker says who they are
+about, and a question naming a speaker raises that speaker's turns.)
 
 "When is Daisuke's birthday?" against a store that knows Daisuke (a memory names him) but not
 his birthday: the nearest memory is someone else's birthday ("Keiko's birthday is 22 April"),
@@ -14,7 +15,8 @@ and is reported so (`off_subject`: the pipeline caps its relevance under the flo
   person, or the user's own name) and the memory is about the user: written in the first
   person ("I", "my", "we"), of "the user", of the user's family by role ("Mum's birthday"), or
   naming the user;
-- turns of a conversation are never judged: who speaks a turn is not in its words;
+- turns of a conversation are never judged: who speaks a turn is not in its words
+  (speakers.py reads their speaker instead);
 - days, months and family roles are no subjects ("Which home is Mum in?").
 
 The user's own name is a name that many of the store's items carry (agents write "Alice is
@@ -47,9 +49,8 @@ _MONTHS = "january february march april may june july august september october n
 _FAMILY = "mum mom mummy mommy mam ma dad daddy pa mother father nan nana gran granny grandma"
 _FAMILY_MORE = "grandpa grandad granddad grandmother grandfather auntie aunt uncle sis bro"
 _FAMILY_ROLES = frozenset(f"{_FAMILY} {_FAMILY_MORE}".split())
-NOT_SUBJECTS = frozenset(
-    {d + "s" for d in _DAYS.split()} | set(f"{_DAYS} {_MONTHS} {_FAMILY} {_FAMILY_MORE}".split())
-)
+_CALENDAR = {w for d in _DAYS.split() for w in (d, d + "s")} | set(_MONTHS.split())
+NOT_SUBJECTS = _FAMILY_ROLES | _CALENDAR
 
 _FIRST_PERSON = frozenset(
     {"i", "i'm", "i've", "i'd", "i'll", "me", "my", "mine", "myself"}

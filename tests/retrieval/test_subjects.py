@@ -26,7 +26,8 @@ MEMORIES = list(STORE)
 
 
 def test_someone_elses_birthday_does_not_answer_a_question_about_a_person_the_store_knows() -> None:
-    off = off_subject("When is Daisuke's birthday?", STORE, MEMORIES, name_share=2 / 12 / 2)
+    # The keyword arm matched Daisuke in few of the store's items: under OWN_SHARE.
+    off = off_subject("When is Daisuke's birthday?", STORE, MEMORIES, name_share=0.05)
     assert "keiko-birthday" in off
     assert "daisuke" not in off and "daisuke-school" not in off
 
@@ -58,11 +59,11 @@ def test_a_question_about_someone_and_the_user_keeps_the_memories_about_the_user
 
 def test_a_question_without_names_and_turns_are_never_judged() -> None:
     assert off_subject("What is my blood type?", STORE, MEMORIES) == set()
-    turns = ["keiko-birthday"]  # not among the memories: a turn is never judged
-    assert off_subject("When is Daisuke's birthday?", STORE, [], name_share=0.05) == set()
-    assert "keiko-birthday" not in off_subject(
-        "When is Daisuke's birthday?", STORE, [k for k in MEMORIES if k not in turns], 0.05
-    )
+    # Keiko's birthday as a turn (a key of the texts, not of the memories): never judged, while
+    # the memories about neither are.
+    memories = [k for k in MEMORIES if k != "keiko-birthday"]
+    off = off_subject("When is Daisuke's birthday?", STORE, memories, name_share=0.05)
+    assert "keiko-birthday" not in off and "van" in off
 
 
 @pytest.mark.parametrize(

@@ -7,11 +7,13 @@
       4. context     the rows of the first `depth` items and the turns around the seed
                      messages; neighbours raised (propagate)
       5. rerank      the stages that read the rows (app/retrieval/rerank.py)
-      6. calibrate   relevance and recency (app/retrieval/scoring.finalise); with a preset
-                     that reads it (`verified`), the answer verifier's probability for the
-                     first candidates (`verify`); then newer wins on one topic
-                     (app/retrieval/topics.py: the pair cosines of the first memories are read
-                     with the context)
+      6. calibrate   relevance and recency (app/retrieval/scoring.finalise); the question
+                     model (`answerable`: the best relevance at most P(the store answers));
+                     a memory about none of the people the question names under the floor
+                     (`on_subject`, app/retrieval/subjects.py); with a preset that reads it
+                     (`verified`), the answer verifier's probability for the first candidates
+                     (`verify`); then newer wins on one topic (app/retrieval/topics.py: the
+                     pair cosines of the first memories are read with the context)
     answer:
       7. floor_and_cut  the score floor and relative cutoff, then the request's limit
       8. pack_items     the token budget (app/retrieval/budget.pack)
