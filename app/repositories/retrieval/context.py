@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -18,6 +19,7 @@ from app.repositories.retrieval.common import (
     memory_valid,
 )
 from app.repositories.search_index import Source
+from app.vectors import decode_halfvec, stored_vector
 
 _MESSAGE_COLUMNS = (
     "m.id, m.content, m.role, m.created_at, m.conversation_id, m.seq, "
@@ -86,6 +88,18 @@ def _message_candidate(r: Row) -> Candidate:
     )
 
 
+Key = tuple[Source, uuid.UUID]
+
+
+class Around(NamedTuple):
+    """`fetch_around`'s answer: each seed's (previous, next) turn, the rows, and the stored
+    vectors asked for with them."""
+
+    neighbours: dict[uuid.UUID, tuple[uuid.UUID | None, uuid.UUID | None]]
+    candidates: dict[Key, Candidate]
+    vectors: dict[Key, npt.NDArray[np.float32]]
+
+
 class ContextReads(SessionBound):
     async def fetch(
         self,
@@ -98,8 +112,7 @@ class ContextReads(SessionBound):
         memory_ids = [i for s, i in keys if s is Source.MEMORY]
         message_ids = [i for s, i in keys if s is Source.MESSAGE]
         if memory_ids:
-            for r in await self._memory_rows(user_id, memory_ids, when):
-                out[(Source.MEMORY, r["id"])] = memory_candidate(r)
+            out, _ = await self._memories(user_id, memory_ids, when)
         if message_ids:
             rows = await self._rows(
                 f"SELECT {_MESSAGE_COLUMNS} FROM messages AS m "
@@ -114,33 +127,53 @@ class ContextReads(SessionBound):
         self, user_id: str, keys: Sequence[tuple[Source, uuid.UUID]]
     ) -> dict[tuple[Source, uuid.UUID], npt.NDArray[np.float32]]:
         """The stored vectors of these items of the user (float32), in one statement: the
-        answer head and the topic links read them (app/services/query/calibrate.py). `real[]`
-        crosses the wire in binary and decodes in the driver, with no text parsing."""
+        answer head and the topic links read them (app/services/query/calibrate.py), as
+        halfvec's binary form (app/vectors.py, `decode_halfvec`)."""
         memory_ids = [i for s, i in keys if s is Source.MEMORY]
         message_ids = [i for s, i in keys if s is Source.MESSAGE]
         if not keys:
             return {}
         rows = await self._rows(
-            "SELECT 0 AS source, id, CAST(embedding AS real[]) AS v FROM memory_items "
+            f"SELECT 0 AS source, id, {stored_vector('embedding')} AS v FROM memory_items "
             "WHERE user_id = :user_id AND id = ANY(CAST(:memories AS uuid[])) "
             "UNION ALL "
-            "SELECT 1, id, CAST(embedding AS real[]) FROM messages "
+            f"SELECT 1, id, {stored_vector('embedding')} FROM messages "
             "WHERE user_id = :user_id AND id = ANY(CAST(:messages AS uuid[]))",
             {"user_id": user_id, "memories": memory_ids, "messages": message_ids},
         )
         return {
-            (Source(r["source"]), r["id"]): np.asarray(r["v"], dtype=np.float32)
+            (Source(r["source"]), r["id"]): decode_halfvec(r["v"])
             for r in rows
             if r["v"] is not None
         }
 
-    async def _memory_rows(
-        self, user_id: str, ids: Sequence[uuid.UUID], when: TimeFilter
-    ) -> Sequence[Row]:
-        return await self._rows(
-            f"SELECT {MEMORY_COLUMNS} {memory_rows_sql(when)}",
-            {"user_id": user_id, "ids": list(ids), **when.params()},
+    async def _memories(
+        self,
+        user_id: str,
+        ids: Sequence[uuid.UUID],
+        when: TimeFilter,
+        vectors: Sequence[uuid.UUID] = (),
+    ) -> tuple[dict[Key, Candidate], dict[Key, npt.NDArray[np.float32]]]:
+        """The rows of these memories, and the stored vectors of those in `vectors` with them
+        (app/vectors.py's binary form: the topic links read them without a statement of their
+        own)."""
+        vector = (
+            f"CASE WHEN id = ANY(CAST(:vectors AS uuid[])) THEN {stored_vector('embedding')} END"
+            if vectors
+            else "NULL::bytea"
         )
+        rows = await self._rows(
+            f"SELECT {MEMORY_COLUMNS}, {vector} AS v {memory_rows_sql(when)}",
+            {"user_id": user_id, "ids": list(ids), "vectors": list(vectors), **when.params()},
+        )
+        candidates: dict[Key, Candidate] = {}
+        stored: dict[Key, npt.NDArray[np.float32]] = {}
+        for r in rows:
+            key = (Source.MEMORY, r["id"])
+            candidates[key] = memory_candidate(r)
+            if r["v"] is not None:
+                stored[key] = decode_halfvec(r["v"])
+        return candidates, stored
 
     async def fetch_around(
         self,
@@ -148,15 +181,15 @@ class ContextReads(SessionBound):
         keys: Sequence[tuple[Source, uuid.UUID]],
         seeds: Sequence[uuid.UUID],
         when: TimeFilter = NO_TIME_FILTER,
-    ) -> tuple[
-        dict[uuid.UUID, tuple[uuid.UUID | None, uuid.UUID | None]],
-        dict[tuple[Source, uuid.UUID], Candidate],
-    ]:
+        vectors: Sequence[uuid.UUID] = (),
+    ) -> Around:
         """(previous, next) message of each seed in its own conversation, and `fetch` of the keys
         and of those neighbours, with one statement for the messages (one round trip on the
-        query path); the memories as in `fetch`. The wanted ids reach the messages' primary key
-        as one array (`= ANY(ARRAY(...))`): as `IN (SELECT ...)` the planner, which estimates a
-        user's rows low under row-level security, joined every message of the user first.
+        query path); the memories as in `fetch`, with the stored vectors of the memories in
+        `vectors` (the topic links' input) in the same statement. The wanted ids reach the
+        messages' primary key as one array (`= ANY(ARRAY(...))`): as `IN (SELECT ...)` the
+        planner, which estimates a user's rows low under row-level security, joined every
+        message of the user first.
         The messages are read by their primary key alone: the foreign key (user_id,
         conversation_id) already holds each to a conversation of the same user, and a join to
         conversations let the generic plan read the user's messages conversation by
@@ -166,10 +199,11 @@ class ContextReads(SessionBound):
         memory_ids = [i for s, i in keys if s is Source.MEMORY]
         message_ids = [i for s, i in keys if s is Source.MESSAGE]
         around: dict[uuid.UUID, tuple[uuid.UUID | None, uuid.UUID | None]] = {}
+        stored: dict[Key, npt.NDArray[np.float32]] = {}
         if memory_ids:
-            out = await self.fetch(user_id, [(Source.MEMORY, i) for i in memory_ids], when)
+            out, stored = await self._memories(user_id, memory_ids, when, vectors)
         if not message_ids and not seeds:
-            return around, out
+            return Around(around, out, stored)
         rows = await self._rows(
             f"""
             WITH nb AS MATERIALIZED ({_NEIGHBOURS_SQL}), wanted AS (
@@ -192,4 +226,4 @@ class ContextReads(SessionBound):
                 around[r["id"]] = (r["previous_id"], r["next_id"])
             else:
                 out[(Source.MESSAGE, r["id"])] = _message_candidate(r)
-        return around, out
+        return Around(around, out, stored)

@@ -38,7 +38,7 @@ from app.repositories.retrieval.context import MEMORY_COLUMNS, memory_candidate,
 from app.repositories.retrieval.keyword import KeywordHits, KeywordScope, bm25_statement
 from app.repositories.retrieval.vector import memory_vectors_sql, nearest_sql
 from app.repositories.search_index import Source
-from app.vectors import QUERY_VECTOR, query_vector
+from app.vectors import QUERY_VECTOR, decode_halfvec, query_vector, stored_vector
 
 Key = tuple[Source, uuid.UUID]
 
@@ -194,7 +194,7 @@ class SharedReads(SessionBound):
             return SpaceRows({}, {})
         sql = (
             f"SELECT {MEMORY_COLUMNS}, CASE WHEN id = ANY(CAST(:vectors AS uuid[])) "
-            f"THEN CAST(embedding AS real[]) END AS v {memory_rows_sql(when)}"
+            f"THEN {stored_vector('embedding')} END AS v {memory_rows_sql(when)}"
         )
         params = {"vectors": list(vectors), **when.params()}
         owned = [list(ids[n]) for n in kept]
@@ -205,5 +205,5 @@ class SharedReads(SessionBound):
             key = (Source.MEMORY, r["id"])
             candidates[key] = memory_candidate(r)
             if r["v"] is not None:
-                stored[key] = np.asarray(r["v"], dtype=np.float32)
+                stored[key] = decode_halfvec(r["v"])
         return SpaceRows(candidates, stored)
