@@ -119,6 +119,13 @@ class RetrievalPreset:
     # their words differ ("a 12-frame radial extractor from Lega", later "ordering the
     # 20-frame electric one from Lyson"); 0 = off (docs/retrieval.md, "Newer wins").
     decision_link: float = 0.0
+    # Newer wins a near tie on one topic (app/retrieval/topics.py): of two memories among
+    # those first `topic_depth`, of any kinds, whose stored vectors have a cosine at or over
+    # `tie_link` and whose newer one's relevance is at least `tie_ratio` of the older one's,
+    # the newer ranks at least where the older stands; nothing is marked outdated (0 = off;
+    # docs/retrieval.md, "Newer wins a near tie").
+    tie_link: float = 0.0
+    tie_ratio: float = 0.95
     # Who a question is about (app/retrieval/subjects.py): a memory that names none of the
     # people or things the question names, when the store knows them, reports at most this
     # relevance, under the spec's floor (unless both it and the question are about the user);
@@ -153,7 +160,7 @@ class RetrievalPreset:
     @property
     def links_topics(self) -> bool:
         """Whether the ranking links memories of one topic (newer wins)."""
-        return self.topic_link > 0.0 or self.decision_link > 0.0
+        return self.topic_link > 0.0 or self.decision_link > 0.0 or self.tie_link > 0.0
 
     def as_params(self) -> dict[str, object]:
         """Flat name -> value, for logs and MLflow."""
@@ -203,13 +210,18 @@ ANSWERS = LEARNED.with_(
 # Issue 45's verifier over `answers`: the first candidates' relevance is the cross-encoder's
 # probability that they answer (it needs the trained embedder, whose cosine it reads).
 VERIFIED = ANSWERS.with_(name="verified", verify_depth=8, question_model=False)
-# Issue 45: newer wins between two decisions a question finds, the question model (of the
-# service's embedder, when it has one) caps the best relevance when nothing seems to answer,
-# and a memory about none of the people a question names stays under the floor (chosen on the
-# corpus's validation people: docs/retrieval.md, "Newer wins", "The trained MiniLM by default"
-# and "Who a question is about").
+# Issue 45: newer wins between two decisions a question finds and a near tie on one topic, the
+# question model (of the service's embedder, when it has one) caps the best relevance when
+# nothing seems to answer, and a memory about none of the people a question names stays under
+# the floor (chosen on the corpus's validation people: docs/retrieval.md, "Newer wins", "Newer
+# wins a near tie", "The trained MiniLM by default" and "Who a question is about").
 DEFAULT = LEARNED.with_(
-    name="default", decision_link=0.2, question_model=True, question_caps=True, subject_cap=0.2
+    name="default",
+    decision_link=0.2,
+    tie_link=0.5,
+    question_model=True,
+    question_caps=True,
+    subject_cap=0.2,
 )
 
 PRESETS: dict[str, RetrievalPreset] = {

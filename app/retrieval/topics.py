@@ -16,6 +16,14 @@ pair:
   relevance when those are higher: what answered the question then answers it now);
 - the older one is reported as possibly outdated, naming the newer one.
 
+A near tie is weaker evidence, of any kinds: two of those memories whose vectors are close
+(`tie`'s cosine) and whose relevance to the question is about the same (the newer's at least
+`tie`'s ratio of the older's) are ordered newer first, as a person would answer with the later
+of two equal accounts ("dry dock at Perama in February", later "at Elefsina on 10 March"), but
+nothing is marked: two near answers on one subject are as often two facts that both hold
+("Keiko's pension", "my pension"). Order by creation, not by age, so memories written a
+second apart are ordered too.
+
 Pure: keys, scores, creation times and the pair cosines in; a new ranking and the links
 out. What a threshold links wrongly is measured on the corpus (docs/retrieval.md, "Newer wins").
 """
@@ -48,15 +56,21 @@ def link_topics(
     threshold: float,
     kinds: Mapping[K, str | None] | None = None,
     same_kind: Mapping[str, float] | None = None,
+    tie: tuple[float, float] | None = None,
 ) -> Linked[K]:
     """Link the pairs of `similarity` (cosine between two items' vectors, either order of the
     keys) at or over `threshold` (<= 0: none), or, for two items of one kind (`kinds`) named in
     `same_kind`, at or over that kind's threshold (two decisions: a revised decision), and
-    rank each pair's newer item at least where its older one stands (see the module). Items
-    without a creation time are never linked."""
-    if not similarity or (threshold <= 0.0 and not same_kind):
+    rank each pair's newer item at least where its older one stands (see the module). With
+    `tie` (a cosine, a ratio), a pair at or over that cosine whose newer item's relevance is at
+    least the ratio of the older one's is a near tie on one topic: its newer item ranks at least
+    where the older stands too, but the older is not reported outdated (two near answers on
+    one subject are as often two facts that both hold). Items without a creation time are
+    never linked."""
+    if not similarity or (threshold <= 0.0 and not same_kind and tie is None):
         return Linked(list(ranked), {})
     kinds, same_kind = kinds or {}, same_kind or {}
+    relevance = {r.key: r.relevance for r in ranked}
 
     def linked(a: K, b: K, cosine: float) -> bool:
         kind = kinds.get(a)
@@ -64,30 +78,37 @@ def link_topics(
             return cosine >= same_kind[kind]
         return threshold > 0.0 and cosine >= threshold
 
-    newer: dict[K, K] = {}
+    def near_tie(old: K, new: K, cosine: float) -> bool:
+        if tie is None or cosine < tie[0]:
+            return False
+        return relevance.get(new, 0.0) >= tie[1] * relevance.get(old, 0.0) > 0.0
+
+    newer: dict[K, K] = {}  # linked: the older is possibly outdated
+    tied: dict[K, K] = {}  # a near tie: the newer first, nothing marked
     for (a, b), cosine in similarity.items():
-        if not linked(a, b, cosine) or a == b or a not in created or b not in created:
-            continue
-        old, new = (a, b) if created[a] < created[b] else (b, a)
-        if created[old] == created[new]:
+        if a == b or a not in created or b not in created or created[a] == created[b]:
             continue  # written together: two parts of one account, not a change of mind
+        old, new = (a, b) if created[a] < created[b] else (b, a)
+        found = newer if linked(a, b, cosine) else tied if near_tie(old, new, cosine) else None
         # The newest memory of the topic is what the older ones point to.
-        if old not in newer or created[new] > created[newer[old]]:
-            newer[old] = new
-    if not newer:
+        if found is not None and (old not in found or created[new] > created[found[old]]):
+            found[old] = new
+    if not newer and not tied:
         return Linked(list(ranked), {})
     by_key = {r.key: r for r in ranked}
     lifted = dict(by_key)
-    for old, new in newer.items():
+    pairs = [*tied.items(), *newer.items()]
+    for old, new in sorted(pairs, key=lambda pair: created[pair[1]]):
         if old not in by_key or new not in by_key:
             continue
-        was, now = by_key[old], lifted[new]
+        was, now = lifted[old], lifted[new]
         if (was.fused, was.relevance) > (now.fused, now.relevance):
             lifted[new] = replace(now, fused=was.fused, relevance=max(was.relevance, now.relevance))
+    behind = newer.keys() | tied.keys()
     position = {r.key: n for n, r in enumerate(ranked)}
     out = sorted(
         lifted.values(),
         # Equal scores: the current one first, then the ranking's own order.
-        key=lambda r: (-r.fused, -r.relevance, r.key in newer, position[r.key]),
+        key=lambda r: (-r.fused, -r.relevance, r.key in behind, position[r.key]),
     )
     return Linked(out, {o: n for o, n in newer.items() if o in by_key and n in by_key})

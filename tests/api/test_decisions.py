@@ -65,3 +65,25 @@ async def test_two_facts_in_the_same_words_are_not_linked(
     await store(client, user_id, "fact")
     memories = await ask(client, user_id)
     assert not any("possibly outdated" in str(m["context"]) for m in memories)
+
+
+DOCK_OLDER = "Dry dock for the Agia Marina booked at Perama for February."
+DOCK_NEWER = "Agia Marina goes into dry dock at Elefsina on 10 March."
+
+
+async def test_of_two_near_answers_on_one_topic_the_newer_comes_first_unmarked(
+    client: httpx.AsyncClient, user_id: str
+) -> None:
+    """Two notes (not decisions) on one subject that answer a question about as well as each
+    other: the newer first (`tie_link`), and neither is marked outdated: a near tie says they
+    are on one topic, not that the older no longer holds."""
+    for n, other in enumerate(OTHERS):
+        await admin_save(client, user_id, other, "fact", 300 + n)
+    older = await admin_save(client, user_id, DOCK_OLDER, "note", 150)
+    newer = await admin_save(client, user_id, DOCK_NEWER, "note", 20)
+    body = {"query": "Where is the Agia Marina going for her dry dock?"}
+    response = await client.post(QUERY, json=body, headers=headers(user_id))
+    assert response.status_code == 200, response.text
+    memories = response.json()["memories"]
+    assert [m["id"] for m in memories][:2] == [newer, older], memories
+    assert not any("possibly outdated" in str(m["context"]) for m in memories)

@@ -8,9 +8,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
+
 from app.db import user_session
 from app.repositories.retrieval import RetrievalRepository, Source, TimeFilter
-from tests.helpers import add_messages
+from tests.helpers import add_messages, headers
 
 
 async def test_fetch_around_gives_neighbours_and_fetches_them(
@@ -29,7 +31,8 @@ async def test_fetch_around_gives_neighbours_and_fetches_them(
         ):
             repo = RetrievalRepository(session)
             for when in (TimeFilter(), TimeFilter(as_of=datetime.now(UTC) - timedelta(days=1))):
-                around, fetched = await repo.fetch_around(user_id, keys, seeds, when)
+                around, fetched, vectors = await repo.fetch_around(user_id, keys, seeds, when)
+                assert vectors == {}  # none asked for
                 assert around == {
                     ids[3]: (ids[2], ids[4]),
                     ids[7]: (ids[6], None),  # a conversation's last turn
@@ -44,4 +47,39 @@ async def test_fetch_around_gives_neighbours_and_fetches_them(
             session.begin(),
         ):
             repo = RetrievalRepository(session)
-            assert await repo.fetch_around(f"{user_id}-x", keys, seeds) == ({}, {})
+            assert await repo.fetch_around(f"{user_id}-x", keys, seeds) == ({}, {}, {})
+
+
+async def test_fetch_around_reads_the_asked_vectors_with_the_memories_rows(
+    make_client: Callable[..., Any], user_id: str
+) -> None:
+    """The topic links' vectors come in the memories' statement: exactly those asked for, as
+    `vectors` reads them, and none of another user's."""
+    async with make_client() as (client, app):
+        ids = []
+        texts = ("Staying on insulin pens for now", "Switched to an insulin pump", "Owns a cat")
+        for text in texts:
+            response = await client.post(
+                "/v1/tools/save_memory",
+                json={"content": text, "type": "decision"},
+                headers=headers(user_id),
+            )
+            assert response.status_code == 200, response.text
+            ids.append(uuid.UUID(response.json()["memory"]["id"]))
+        keys = [(Source.MEMORY, i) for i in ids]
+        for user in (user_id, f"{user_id}-x"):
+            async with (
+                user_session(app.state.resources.sessionmaker, user) as session,
+                session.begin(),
+            ):
+                repo = RetrievalRepository(session)
+                _, fetched, vectors = await repo.fetch_around(user, keys, [], vectors=ids[:2])
+                if user != user_id:
+                    assert (fetched, vectors) == ({}, {})
+                    continue
+                assert set(fetched) == set(keys)
+                assert set(vectors) == set(keys[:2])
+                expected = await repo.vectors(user, keys[:2])
+                for key in keys[:2]:
+                    assert vectors[key].dtype == np.float32
+                    np.testing.assert_array_equal(vectors[key], expected[key])

@@ -91,3 +91,42 @@ def test_the_general_threshold_still_links_other_kinds_beside_the_decisions_own(
     mixed = {"pens": "decision", "pump": "fact"}
     one_pair = {("pens", "pump"): 0.5}
     assert link_topics(order, created, one_pair, 0.6, mixed, {"decision": 0.2}).newer == {}
+
+
+def test_a_near_tie_on_one_topic_puts_the_newer_first_and_marks_nothing() -> None:
+    order = ranked(("perama", 0.416), ("elefsina", 0.412), ("crew", 0.30))
+    created = ages(perama=150, elefsina=20, crew=5)
+    pairs = {("perama", "elefsina"): 0.78, ("perama", "crew"): 0.2}
+    linked = link_topics(order, created, pairs, 0.0, tie=(0.5, 0.95))
+    assert [r.key for r in linked.ranked] == ["elefsina", "perama", "crew"]
+    assert linked.ranked[0].relevance == 0.416  # the older's place, and its relevance
+    assert linked.newer == {}  # two near answers on one subject may both hold
+
+
+def test_a_newer_memory_further_behind_or_on_another_topic_is_not_a_tie() -> None:
+    created = ages(old=150, new=20)
+    behind = ranked(("old", 0.50), ("new", 0.47))  # 0.94 of the older's relevance
+    assert link_topics(behind, created, {("old", "new"): 0.9}, 0.0, tie=(0.5, 0.95)).ranked == (
+        behind
+    )
+    close = ranked(("old", 0.50), ("new", 0.49))
+    far = link_topics(close, created, {("old", "new"): 0.49}, 0.0, tie=(0.5, 0.95))
+    assert far.ranked == close  # a cosine under the tie's: not one topic
+    same_time = link_topics(
+        close, ages(old=20, new=20), {("old", "new"): 0.9}, 0.0, tie=(0.5, 0.95)
+    )
+    assert same_time.ranked == close
+    # With the tie in the default's values, the newer of the close pair comes first.
+    tied = link_topics(close, created, {("old", "new"): 0.9}, 0.0, tie=(0.5, 0.95))
+    assert [r.key for r in tied.ranked] == ["new", "old"]
+
+
+def test_a_linked_pair_still_marks_the_older_when_ties_are_on_too() -> None:
+    order = ranked(("pens", 0.8), ("pump", 0.79))
+    created = ages(pens=200, pump=20)
+    kinds = {"pens": "decision", "pump": "decision"}
+    linked = link_topics(
+        order, created, {("pens", "pump"): 0.3}, 0.0, kinds, {"decision": 0.2}, (0.5, 0.95)
+    )
+    assert [r.key for r in linked.ranked] == ["pump", "pens"]
+    assert linked.newer == {"pens": "pump"}

@@ -195,13 +195,20 @@ async def item_vectors(
     if preset.links_topics and s.memories:
         memories = [r.key for r in rows.ranked if r.key[0] is Source.MEMORY]
         first = memories[: preset.topic_depth]
-        if preset.topic_link <= 0.0:  # decisions alone: none to read unless two are here
+        if preset.topic_link <= 0.0 and preset.tie_link <= 0.0:
+            # decisions alone: none to read unless two are here
             decisions = [k for k in first if _kind(rows.candidates, k) == DECISION]
             first = decisions if len(decisions) > 1 else []
         wanted += [k for k in first if k not in wanted]
     if not wanted:
         return Stored(query, {}, [])
-    return Stored(query, await repo.vectors(s.request.user_id, wanted), scored)
+    # The first memories' vectors came with their rows (context.topic_vectors) when the topic
+    # links read every kind; a statement reads the rest.
+    read = {k: rows.vectors[k] for k in wanted if k in rows.vectors}
+    missing = [k for k in wanted if k not in read]
+    if missing:
+        read |= await repo.vectors(s.request.user_id, missing)
+    return Stored(query, read, scored)
 
 
 def answer_logits(s: Scope, stored: Stored) -> dict[Key, float]:
@@ -266,7 +273,8 @@ def newer_wins(
         for k in linked_keys
     }
     decisions = {DECISION: s.preset.decision_link} if s.preset.decision_link > 0.0 else {}
-    return link_topics(ranked, created, pairs, s.preset.topic_link, kinds, decisions)
+    tie = (s.preset.tie_link, s.preset.tie_ratio) if s.preset.tie_link > 0.0 else None
+    return link_topics(ranked, created, pairs, s.preset.topic_link, kinds, decisions, tie)
 
 
 DECISION = "decision"

@@ -32,11 +32,12 @@ async def context(repo: RetrievalRepository, s: Scope, ranked: list[Ranked[Key]]
     seeds: list[Any] = []
     if s.messages and (preset.next_turn_weight > 0 or preset.previous_turn_weight > 0):
         seeds = [r.key for r in ranked if r.key[0] is Source.MESSAGE][: preset.neighbour_seeds]
-    around, fetched = await repo.fetch_around(
+    around, fetched, vectors = await repo.fetch_around(
         request.user_id,
         [r.key for r in ranked[:depth]],
         [i for _, i in seeds],
         request.when,
+        [i for _, i in topic_vectors(s, ranked)],
     )
     if seeds:
         neighbours = {
@@ -53,7 +54,17 @@ async def context(repo: RetrievalRepository, s: Scope, ranked: list[Ranked[Key]]
             previous_weight=preset.previous_turn_weight,
         )
     keep = [r.key for r in ranked[:depth]]
-    return Rows(ranked, {k: fetched[k] for k in keep if k in fetched}, neighbours)
+    return Rows(ranked, {k: fetched[k] for k in keep if k in fetched}, neighbours, vectors)
+
+
+def topic_vectors(s: Scope, ranked: list[Ranked[Key]]) -> list[Key]:
+    """The memories whose stored vectors the context stage reads with their rows: the first
+    `topic_depth` when the topic links read memories of every kind (`topic_link`, `tie_link`;
+    the decisions alone are read after, once the rows say which are decisions)."""
+    preset = s.preset
+    if not s.memories or (preset.topic_link <= 0.0 and preset.tie_link <= 0.0):
+        return []
+    return [r.key for r in ranked if r.key[0] is Source.MEMORY][: preset.topic_depth]
 
 
 def informative(

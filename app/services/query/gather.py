@@ -148,7 +148,12 @@ async def gather_shared(
     rows = user.rows
     candidates = rows.candidates | fetched.candidates
     keep = [r.key for r in rows.ranked[: context_depth(s)]]
-    rows = Rows(rows.ranked, {k: candidates[k] for k in keep if k in candidates}, rows.neighbours)
+    rows = Rows(
+        rows.ranked,
+        {k: candidates[k] for k in keep if k in candidates},
+        rows.neighbours,
+        rows.vectors,
+    )
     stored = user.stored.items | fetched.vectors
     query = user.stored.query
     scored = [r.key for r in rows.ranked if r.key in rows.candidates and r.key in stored]

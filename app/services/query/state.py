@@ -70,12 +70,14 @@ class ArmHits:
 
 @dataclass(frozen=True)
 class Rows:
-    """The ranking after the context stage, the fetched rows it can still be cut to, and the
-    seed messages' (previous, next) turns."""
+    """The ranking after the context stage, the fetched rows it can still be cut to, the
+    seed messages' (previous, next) turns, and the stored vectors read with the rows (the
+    first memories', when the topic links read every kind: `topic_vectors`)."""
 
     ranked: list[Ranked[Key]]
     candidates: dict[Key, Candidate]
     neighbours: dict[Key, tuple[Any, Any]]
+    vectors: dict[Key, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

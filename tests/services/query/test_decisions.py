@@ -60,3 +60,22 @@ def test_facts_keep_the_general_threshold_and_the_learned_preset_links_nothing()
     assert facts.newer == {}
     assert PRESETS["learned"].decision_link == 0.0
     assert run("learned", (0.8, 0.5, 0.4), ("decision", "decision", "fact")).newer == {}
+
+
+def test_the_default_puts_the_newer_of_a_near_tie_first_and_the_learned_preset_does_not() -> None:
+    """`tie_link` 0.5 / `tie_ratio` 0.95 in the default: two facts on one topic (their vectors'
+    cosine 0.6) whose newer stands within 5% of the older come newer first, unmarked; 10%
+    behind, or in `learned`, they keep their order."""
+    request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
+    candidates = {key(n): candidate(n, "fact", age) for n, age in enumerate((170, 20))}
+    pairs = {(key(0), key(1)): 0.6}
+    for preset, relevances, first in (
+        ("default", (0.50, 0.48), key(1)),
+        ("default", (0.50, 0.45), key(0)),
+        ("learned", (0.50, 0.49), key(0)),
+    ):
+        s = scope(request, QUESTION, PRESETS[preset], load_model())
+        ranked = [Ranked(key(n), r, r, 0.0, 0.0) for n, r in enumerate(relevances)]
+        linked = newer_wins(s, ranked, candidates, pairs)
+        assert linked.ranked[0].key == first, (preset, relevances)
+        assert linked.newer == {}
