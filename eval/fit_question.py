@@ -31,7 +31,7 @@ import argparse
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +46,7 @@ from app.retrieval.abstention import (
 )
 from app.retrieval.relevance import RelevanceModel, model_for
 from eval.curated_metrics import auc
+from eval.datasets.curated import some_people
 from eval.fit_relevance import Question, load, logistic
 
 L2 = 1.0
@@ -104,29 +105,47 @@ def _fit(
         free.remove(min(wrong, key=lambda i: signs[i] * w[i]))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("dump", type=Path)
-    parser.add_argument("--floor-empty", type=float, default=0.12)
-    parser.add_argument(
-        "--variant",
-        default="answers",
-        help="the relevance model whose logit it reads (relevance.model_file; '': the "
-        "embedder's plain model, as the default preset reads it)",
-    )
-    parser.add_argument("--signs", action="store_true", help="hold each weight to SIGNS' sign")
-    parser.add_argument(
-        "--locomo",
-        action="store_true",
-        help="fit on the dump's LoCoMo questions too (all answerable: dialogue, and questions "
-        "whose words are their answers')",
-    )
-    parser.add_argument("--write", action="store_true")
-    args = parser.parse_args(argv)
-    embedder = os.environ.get("PGRECALL_EMBEDDING_MODEL", DEFAULT_MODEL_ID)
-    model = model_for(embedder, variant=args.variant)  # as the service reads it
-    kept = ("curated", "validation", *(("locomo",) if args.locomo else ()))
-    questions = [q for q in load(args.dump, embedder) if q.dataset in kept]
+@dataclass(frozen=True)
+class Fit:
+    """A question model and the data it was fitted and validated on: for each split the
+    features, labels (1: the question has an answer), the best item's logit and the
+    standardised features."""
+
+    model: QuestionModel
+    train: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    validation: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+    signs: list[int]
+    held: list[int]
+
+    def validation_auc(self) -> float:
+        xv, yv = self.validation[0], self.validation[1]
+        return _auc(np.array([self.model.probability(x) for x in xv]), yv)
+
+    def answered_at(self, empty: float) -> float:
+        """The share of the validation questions without an answer over the floor that leaves
+        `empty` of the answerable ones under it."""
+        xv, yv = self.validation[0], self.validation[1]
+        pv = np.array([self.model.probability(x) for x in xv])
+        answerable = np.sort(pv[yv == 1])
+        return float(np.mean(pv[yv == 0] >= answerable[int(empty * len(answerable))]))
+
+
+def fit(
+    questions: Sequence[Question],
+    model: RelevanceModel,
+    signs: bool = False,
+    locomo: bool = False,
+    train_people: int | None = None,
+) -> Fit:
+    """The question model of a dump's questions (see the module): the train people's (and with
+    `locomo` the LoCoMo conversations'), or only `train_people` of them
+    (eval.datasets.curated.some_people), validated on the validation people."""
+    kept = ("curated", "validation", *(("locomo",) if locomo else ()))
+    questions = [q for q in questions if q.dataset in kept]
+    if train_people is not None:
+        train = {q.group for q in questions if q.dataset == "curated"}
+        people = some_people(train, train_people)
+        questions = [q for q in questions if q.dataset != "curated" or q.group in people]
     rows: dict[str, tuple[list[list[float]], list[float], list[float]]]
     rows = {"curated": ([], [], []), "validation": ([], [], [])}
     for q in questions:
@@ -144,19 +163,55 @@ def main(argv: Sequence[str] | None = None) -> int:
     constant = scale < 1e-9
     scale[constant] = 1.0
     zt, zv = (xt - mean) / scale, (xv - mean) / scale
-    signs = [SIGNS[name] for name in QUESTION_FEATURES] if args.signs else []
+    held_signs = [SIGNS[name] for name in QUESTION_FEATURES] if signs else []
     held = [i for i in range(len(QUESTION_FEATURES)) if constant[i]]
-    w = _fit(zt, yt, signs, held)
+    w = _fit(zt, yt, held_signs, held)
     qm = QuestionModel(tuple(mean), tuple(scale), tuple(w[:-1]), float(w[-1]), 0.5, "v1")
+    return Fit(qm, (xt, yt, bt, zt), (xv, yv, bv, zv), held_signs, held)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dump", type=Path)
+    parser.add_argument("--floor-empty", type=float, default=0.12)
+    parser.add_argument(
+        "--variant",
+        default="answers",
+        help="the relevance model whose logit it reads (relevance.model_file; '': the "
+        "embedder's plain model, as the default preset reads it)",
+    )
+    parser.add_argument("--signs", action="store_true", help="hold each weight to SIGNS' sign")
+    parser.add_argument(
+        "--locomo",
+        action="store_true",
+        help="fit on the dump's LoCoMo questions too (all answerable: dialogue, and questions "
+        "whose words are their answers')",
+    )
+    parser.add_argument(
+        "--train-people",
+        type=int,
+        default=None,
+        help="fit on this many of the train people (eval.datasets.curated.some_people): what "
+        "more people buy; not with --write",
+    )
+    parser.add_argument("--write", action="store_true")
+    args = parser.parse_args(argv)
+    if args.write and args.train_people is not None:
+        parser.error("--train-people measures; a model fitted on fewer people is not written")
+    embedder = os.environ.get("PGRECALL_EMBEDDING_MODEL", DEFAULT_MODEL_ID)
+    model = model_for(embedder, variant=args.variant)  # as the service reads it
+    questions = load(args.dump, embedder)
+    f = fit(questions, model, args.signs, args.locomo, args.train_people)
+    qm, (xt, yt, bt, zt), (xv, yv, bv, zv) = f.model, f.train, f.validation
+    signs, held = f.signs, f.held
     pt = np.array([qm.probability(x) for x in xt])
     pv = np.array([qm.probability(x) for x in xv])
     print(f"{len(yt)} train questions ({yt.mean():.3f} answerable), {len(yv)} validation")
     print(f"{'':<24} {'train AUC':>10} {'validation AUC':>15}")
     print(f"{'best item logit':<24} {_auc(bt, yt):>10.3f} {_auc(bv, yv):>15.3f}")
     print(f"{'question model':<24} {_auc(pt, yt):>10.3f} {_auc(pv, yv):>15.3f}")
-    print(
-        "weights: " + ", ".join(f"{n} {v:+.2f}" for n, v in zip(QUESTION_FEATURES, w, strict=False))
-    )
+    weights = zip(QUESTION_FEATURES, qm.weights, strict=True)
+    print("weights: " + ", ".join(f"{n} {v:+.2f}" for n, v in weights))
     print("validation AUC with one feature left out:")
     for i, name in enumerate(QUESTION_FEATURES):
         rest = [j for j in range(len(QUESTION_FEATURES)) if j != i]

@@ -181,9 +181,17 @@ def main() -> None:
     parser.add_argument("--work-dir", type=Path, default=None, help="scratch (default: tmp)")
     parser.add_argument("--reuse-venv", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument(
+        "--train-people",
+        type=int,
+        default=None,
+        help="train on this many of the corpus's train people into --out (a learning curve)",
+    )
     args = parser.parse_args()
     if args.dev and args.out is None:
         parser.error("--dev needs --out: a model trained on the development set is not installed")
+    if args.train_people is not None and args.out is None:
+        parser.error("--train-people needs --out: a model trained on fewer people is not installed")
     started = time.monotonic()
     corpus = corpus_files(args.dev)
     with tempfile.TemporaryDirectory(prefix="pgrecall-train-", dir=args.work_dir) as tmp:
@@ -209,12 +217,14 @@ def main() -> None:
             command.append("--dev")
         if args.epochs is not None:
             command += ["--epochs", str(args.epochs)]
+        if args.train_people is not None:
+            command += ["--train-people", str(args.train_people)]
         step("training: " + " ".join(command[1:]))
         # Idle OpenMP threads sleep instead of spinning: with other work on the 2 cores, torch's
         # 2 spinning threads cost 4-5x the CPU per step (measured: 29 s against 6 s).
         environment = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
         subprocess.run(command, check=True, cwd=REPO, env=environment)
-        if args.dev:
+        if args.dev or args.train_people is not None:
             step(
                 f"development run written to {out} (not installed) in "
                 f"{time.monotonic() - started:.0f} s"

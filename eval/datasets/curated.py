@@ -13,8 +13,9 @@ Postgres' stemmer: tests/eval/test_curated_dataset.py checks them.
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -283,3 +284,10 @@ def first_memories(dataset: CuratedDataset, count: int) -> CuratedDataset:
         questions = tuple(q for q in user.questions if {*q.answers, *q.stale} <= kept)
         users.append(replace(user, memories=memories, questions=questions))
     return replace(dataset, users=tuple(users))
+
+
+def some_people(ids: Iterable[str], count: int) -> set[str]:
+    """`count` of the people `ids` (all when count covers them), chosen by a digest of each id:
+    the same people for the same count on every run, and those of a smaller count among those
+    of a larger one, so a learning curve adds people rather than swapping them."""
+    return set(sorted(ids, key=lambda i: hashlib.sha256(i.encode()).hexdigest())[:count])

@@ -365,7 +365,7 @@ def seed_everything(seed: int) -> None:
 def train(args: argparse.Namespace) -> None:
     started = time.monotonic()
     seed_everything(args.seed)
-    data = load_data(args.corpus, args.locomo, args.dev)
+    data = load_data(args.corpus, args.locomo, args.dev, args.train_people)
     print(data.summary(), flush=True)
     encoder = Encoder(args.checkpoint, args.tokenizer)
     rng = random.Random(args.seed)
@@ -482,6 +482,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
     parser.add_argument("--pointwise-weight", type=float, default=POINTWISE_WEIGHT)
+    parser.add_argument(
+        "--train-people", type=int, default=None, help="only this many curated train people"
+    )
     train(parser.parse_args())
 
 

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from eval.datasets.curated import CuratedUser, load_curated
+from eval.datasets.curated import CuratedUser, load_curated, some_people
 from eval.datasets.locomo import load_locomo
 
 # LoCoMo conversations kept out of training: held out for the lead's honest measurement and
@@ -143,8 +143,13 @@ def locomo_groups(path: Path) -> tuple[list[Group], list[Group]]:
     return train, held_out
 
 
-def load_data(corpus: Sequence[Path], locomo: Path | None, dev: bool) -> Data:
+def load_data(
+    corpus: Sequence[Path], locomo: Path | None, dev: bool, train_people: int | None = None
+) -> Data:
     train, validation = curated_groups(corpus, dev)
+    if train_people is not None:
+        kept = some_people([g.id for g in train], train_people)
+        train = [g for g in train if g.id in kept]
     if not train or not validation:
         raise ValueError("the curated files give no train or no validation people")
     locomo_train: list[Group] = []
