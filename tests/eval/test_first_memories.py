@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
-from eval.datasets.curated import CORPUS_PATH, first_memories, load_curated
+import itertools
+
+from eval.datasets.curated import CORPUS_PATH, first_memories, load_curated, some_people
 
 
 def test_each_person_keeps_their_first_memories_and_the_questions_those_still_answer() -> None:
@@ -22,3 +24,15 @@ def test_each_person_keeps_their_first_memories_and_the_questions_those_still_an
             assert (question in user.questions) == (labelled <= kept)
     assert any(q.answerable for u in small.users for q in u.questions)
     assert first_memories(corpus, 10_000) == corpus
+
+
+def test_a_learning_curve_adds_people_and_chooses_the_same_ones_every_run() -> None:
+    """eval.datasets.curated.some_people (`--train-people`, eval.learning_curve): the corpus's
+    train people, a count at a time; a smaller count's people are among a larger's."""
+    train = [u.id for u in load_curated(CORPUS_PATH, "train").users]
+    assert len(train) == 24
+    curve = [some_people(train, n) for n in (3, 6, 12, 18, 24)]
+    assert [len(people) for people in curve] == [3, 6, 12, 18, 24]
+    assert all(a < b for a, b in itertools.pairwise(curve))
+    assert curve[-1] == set(train) == some_people(reversed(train), 30)
+    assert some_people(reversed(train), 6) == curve[1]  # not the order they come in
