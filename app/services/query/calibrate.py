@@ -22,7 +22,7 @@ from app.retrieval.relevance import SPEC_FLOOR, features
 from app.retrieval.scoring import Ranked, finalise, own_first
 from app.retrieval.subjects import off_subject
 from app.retrieval.topics import Linked, link_topics
-from app.services.query.context import rerank_rows
+from app.services.query.context import rerank_rows, topic_vectors_read
 from app.services.query.model import QueryResult, QueryTrace
 from app.services.query.state import (
     ArmHits,
@@ -182,33 +182,29 @@ async def item_vectors(
     repo: RetrievalRepository, s: Scope, rows: Rows, embedding: Embedding | None
 ) -> Stored:
     """The stored vectors of the ranking's first `answer_depth` candidates with a row (the
-    answer head's input) and of its first `topic_depth` memories (the topic links'), in one
-    statement; nothing when neither stage is on or the query has no vector (keyword only)."""
+    answer head's input; none when the query has no vector) and of its first `topic_depth`
+    memories (the topic links'): those read with the rows, the rest in one statement."""
     query = None
     if embedding is not None and embedding.done() and not embedding.cancelled():
         query = embedding.result()[0]
     preset = s.preset
-    wanted: list[Key] = []
+    head: list[Key] = []
     if s.head is not None and preset.answer_depth > 0 and query is not None:
-        wanted = [r.key for r in rows.ranked if r.key in rows.candidates][: preset.answer_depth]
-    scored = list(wanted)
-    if preset.links_topics and s.memories:
-        memories = [r.key for r in rows.ranked if r.key[0] is Source.MEMORY]
-        first = memories[: preset.topic_depth]
-        if preset.topic_link <= 0.0 and preset.tie_link <= 0.0:
-            # decisions alone: none to read unless two are here
-            decisions = [k for k in first if _kind(rows.candidates, k) == DECISION]
-            first = decisions if len(decisions) > 1 else []
-        wanted += [k for k in first if k not in wanted]
-    if not wanted:
-        return Stored(query, {}, [])
-    # The first memories' vectors came with their rows (context.topic_vectors) when the topic
-    # links read every kind; a statement reads the rest.
-    read = {k: rows.vectors[k] for k in wanted if k in rows.vectors}
-    missing = [k for k in wanted if k not in read]
-    if missing:
-        read |= await repo.vectors(s.request.user_id, missing)
-    return Stored(query, read, scored)
+        head = [r.key for r in rows.ranked if r.key in rows.candidates][: preset.answer_depth]
+    topic: list[Key] = []
+    if preset.links_topics and s.memories and not topic_vectors_read(preset):
+        # Decisions alone: none to read unless two are among the first memories.
+        first = [r.key for r in rows.ranked if r.key[0] is Source.MEMORY][: preset.topic_depth]
+        decisions = [k for k in first if _kind(rows.candidates, k) == DECISION]
+        topic = decisions if len(decisions) > 1 else []
+    # The first memories' vectors came with their rows when the links read every kind
+    # (context.topic_vectors); a statement reads the rest of the user's own. A shared space's
+    # come with the spaces' rows, and a memory read with its row but without a vector has none.
+    read = dict(rows.vectors)
+    ask = [k for k in dict.fromkeys(head + topic) if k in rows.candidates and k not in read]
+    if ask:
+        read |= await repo.vectors(s.request.user_id, ask)
+    return Stored(query, read, head)
 
 
 def answer_logits(s: Scope, stored: Stored) -> dict[Key, float]:

@@ -61,10 +61,15 @@ def topic_vectors(s: Scope, ranked: list[Ranked[Key]]) -> list[Key]:
     """The memories whose stored vectors the context stage reads with their rows: the first
     `topic_depth` when the topic links read memories of every kind (`topic_link`, `tie_link`;
     the decisions alone are read after, once the rows say which are decisions)."""
-    preset = s.preset
-    if not s.memories or (preset.topic_link <= 0.0 and preset.tie_link <= 0.0):
+    if not s.memories or not topic_vectors_read(s.preset):
         return []
-    return [r.key for r in ranked if r.key[0] is Source.MEMORY][: preset.topic_depth]
+    return [r.key for r in ranked if r.key[0] is Source.MEMORY][: s.preset.topic_depth]
+
+
+def topic_vectors_read(preset: RetrievalPreset) -> bool:
+    """Whether the first memories' vectors come with their rows: when the links read memories
+    of every kind (`topic_link`, `tie_link`), not the decisions alone."""
+    return preset.topic_link > 0.0 or preset.tie_link > 0.0
 
 
 def informative(
