@@ -152,11 +152,6 @@ class RetrievalPreset:
     # The question model caps the best item's relevance instead of setting it: it can only
     # lower it (say that nothing answers), and the rest of the ranking keeps its own scale.
     question_caps: bool = False
-    # The evidence floor (`vector_floor`'s part in learned fusion: a candidate with no keyword
-    # match needs a cosine over it) where the question model reads the question, which says
-    # there whether anything answers (0 = `vector_floor` everywhere; measured at 0.05-0.2 and
-    # not taken: docs/retrieval.md, "The evidence floor where the question model reads").
-    question_vector_floor: float = 0.0
     # The keyword index: how the lexemes of a turn's neighbouring turns count beside its own
     # (app.domain.ContextWeights); the index's writers apply them, so a change needs the index
     # rebuilt (`pgrecall rebuild-keywords`, app/services/keywords.py).

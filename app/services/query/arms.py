@@ -18,7 +18,7 @@ from app.repositories.search_index import Source
 from app.retrieval.names import query_names
 from app.retrieval.scoring import Ranked, rank
 from app.services.query.model import QueryConfig, QueryResult, ann_probes
-from app.services.query.state import ArmHits, Embedding, Key, Scope, Vectors, question_reads
+from app.services.query.state import ArmHits, Embedding, Key, Scope, Vectors
 
 
 def size_cap(s: Scope, vectors: Vectors) -> int:
@@ -205,12 +205,8 @@ async def nearest(
 
 def fuse(s: Scope, hits: ArmHits) -> list[Ranked[Key]]:
     k = hits.keyword
-    preset = s.preset
-    if preset.question_vector_floor > 0.0 and question_reads(s, hits):
-        # The question model says whether anything answers: the evidence floor is its own.
-        preset = preset.with_(vector_floor=preset.question_vector_floor)
     return rank(
-        k.scores, k.max_score, hits.cosines, preset, k.expansion,
+        k.scores, k.max_score, hits.cosines, s.preset, k.expansion,
         plain=k.plain, model=s.relevance, has_names=bool(query_names(s.query)),
         memories={key for key in (*k.scores, *hits.cosines) if key[0] is Source.MEMORY},
     )  # fmt: skip

@@ -33,7 +33,6 @@ from app.services.query.state import (
     Rows,
     Scope,
     Stored,
-    question_reads,
 )
 
 # The query package's logger: operators filter the query's warnings by it.
@@ -99,7 +98,9 @@ def answerable(
     order is unchanged. Not for a question without a vector (keyword only) or one whose vector
     arm found fewer than QUESTION_DEPTH items, unlike those it was fitted on."""
     model = s.question  # None unless the preset reads it (`scope`)
-    if model is None or not ranked or not question_reads(s, hits):
+    if model is None or not ranked:
+        return ranked
+    if len(hits.cosines) < QUESTION_DEPTH:
         # Keyword only (no query vector), or a store of fewer items than the candidates it
         # reads: fitted on stores of ~40 memories, it has not learned what a best cosine's
         # standing among a handful of items says.

@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING, Any
 
 from app.repositories.retrieval import Candidate, KeywordHits
 from app.repositories.search_index import Source
-from app.retrieval.abstention import DEPTH as QUESTION_DEPTH
 from app.retrieval.abstention import QuestionModel
 from app.retrieval.answer_head import AnswerHead
 from app.retrieval.presets import RetrievalPreset
@@ -143,10 +142,3 @@ class Stored:
     query: Any | None
     items: dict[Key, Any]
     scored: list[Key]  # the candidates the answer head scores, in ranking order
-
-
-def question_reads(s: Scope, hits: ArmHits) -> bool:
-    """Whether the question model reads this question (a preset with `question_model` and a
-    model of the embedder): not a question without a vector (keyword only) nor one whose vector
-    arm found fewer than QUESTION_DEPTH items, unlike the stores it was fitted on."""
-    return s.question is not None and len(hits.cosines) >= QUESTION_DEPTH
