@@ -15,7 +15,6 @@ from app.repositories.retrieval import (
     vector_search_settings,
 )
 from app.repositories.search_index import Source
-from app.retrieval.names import query_names
 from app.retrieval.scoring import Ranked, rank
 from app.services.query.model import QueryConfig, QueryResult, ann_probes
 from app.services.query.state import ArmHits, Embedding, Key, Scope, Vectors
@@ -136,7 +135,7 @@ async def keyword_arm(repo: RetrievalRepository, s: Scope) -> KeywordHits:
         "k1": preset.bm25_k1,
         "b": preset.bm25_b,
         "when": request.when,
-        "names": query_names(s.query),
+        "names": s.names,
     }
     hits = await repo.keyword(request.user_id, s.query, **arm)
     if preset.prf_docs <= 0 or not hits.scores:
@@ -207,6 +206,6 @@ def fuse(s: Scope, hits: ArmHits) -> list[Ranked[Key]]:
     k = hits.keyword
     return rank(
         k.scores, k.max_score, hits.cosines, s.preset, k.expansion,
-        plain=k.plain, model=s.relevance, has_names=bool(query_names(s.query)),
+        plain=k.plain, model=s.relevance, has_names=bool(s.names),
         memories={key for key in (*k.scores, *hits.cosines) if key[0] is Source.MEMORY},
     )  # fmt: skip

@@ -17,7 +17,6 @@ from app.repositories.retrieval import Candidate, RetrievalRepository
 from app.repositories.search_index import Source
 from app.retrieval.abstention import DEPTH as QUESTION_DEPTH
 from app.retrieval.abstention import question_features, rescaled
-from app.retrieval.names import query_names
 from app.retrieval.relevance import SPEC_FLOOR, features
 from app.retrieval.scoring import Ranked, finalise, own_first
 from app.retrieval.subjects import off_subject
@@ -105,7 +104,7 @@ def answerable(
         # reads: fitted on stores of ~40 memories, it has not learned what a best cosine's
         # standing among a handful of items says.
         return ranked
-    has_names = bool(query_names(s.query))
+    has_names = bool(s.names)
     by_key = features(
         hits.keyword.scores,
         hits.keyword.plain or {},

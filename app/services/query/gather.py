@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from app.db import read_transaction
 from app.repositories.retrieval import KeywordHits, RetrievalRepository, SearchSize
 from app.repositories.search_index import Source
-from app.retrieval.names import query_names
 from app.retrieval.relevance import features
 from app.retrieval.scoring import Ranked
 from app.services.query.arms import (
@@ -83,7 +82,7 @@ async def gather(
                 hits.keyword.plain or {},
                 hits.keyword.max_score,
                 hits.cosines,
-                bool(query_names(s.query)),
+                bool(s.names),
                 s.relevance.neutral_cosine_z,
             )
     return Gathered(hits, rows, stored)
@@ -217,7 +216,7 @@ async def space_arms(
         "k1": preset.bm25_k1,
         "b": preset.bm25_b,
         "when": request.when,
-        "names": query_names(p.query),
+        "names": p.names,
     }
     keyword = [KeywordHits({}, 0.0) for _ in owners]
     if preset.use_keyword:

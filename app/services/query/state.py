@@ -12,6 +12,7 @@ from app.repositories.retrieval import Candidate, KeywordHits
 from app.repositories.search_index import Source
 from app.retrieval.abstention import QuestionModel
 from app.retrieval.answer_head import AnswerHead
+from app.retrieval.names import query_names
 from app.retrieval.presets import RetrievalPreset
 from app.retrieval.relevance import RelevanceModel
 from app.retrieval.scoring import Ranked
@@ -49,6 +50,8 @@ class Scope:
     verifier: Verifier | None = None
     # The question model of the service's embedder (abstention.question_model_for; None: none).
     question: QuestionModel | None = None
+    # The names the question mentions (app/retrieval/names.py), read once for every stage.
+    names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,7 @@ def scope(
         head=head,
         verifier=verifier if preset.verify_depth > 0 else None,
         question=question if preset.question_model else None,
+        names=tuple(query_names(query)),
     )
 
 
