@@ -25,20 +25,16 @@ compare the two rows of one run, not runs.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
-import psutil
 import typer
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
-from tqdm import tqdm
 
 from app.adapters.cache import Cache
 from app.adapters.embedder import LocalEmbedder
@@ -51,12 +47,12 @@ from app.roles import DEFAULT_APP_ROLE, ensure_service_role, service_engine, wit
 from app.runtime import query_config
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryRequest, QueryService
-from bench.drive import BenchQuery, percentiles
+from bench.drive import BenchQuery
 from bench.inprocess import prepared
+from bench.modes import echo_modes, measure, ratios
 from bench.options import ROOT, parse_size
 from bench.real import default_big_size, real_store
 from bench.server import cpu_seconds, start_server
-from bench.stages import backend_ns
 from pgrecall.client import NO_RETRY, AsyncClient
 
 cli = typer.Typer(add_completion=False)
@@ -141,9 +137,8 @@ async def add_spaces(url: str, users: list[str], size: int, source: str = "memor
         await engine.dispose()
 
 
+# Each mode's spaces; a question in a mode counts the shared items in its answer.
 MODES: dict[str, tuple[str, ...]] = {"user alone": (), "user + 2 spaces": SPACES}
-# One question in one mode: the number of shared items in its answer.
-Ask = Callable[[BenchQuery, tuple[str, ...]], Awaitable[int]]
 
 
 async def run(
@@ -176,7 +171,7 @@ async def run(
                     def server_ms() -> float:
                         return sum(cpu_seconds(server.pids()).values()) * 1000
 
-                    result = await measure(bench.sample, ask_server, server_ms, postmaster)
+                    result = await measure(bench.sample, MODES, ask_server, server_ms, postmaster)
             finally:
                 server.stop()
         else:
@@ -203,49 +198,11 @@ async def run(
 
             try:
                 result = await measure(
-                    bench.sample, ask, lambda: time.process_time() * 1000, postmaster
+                    bench.sample, MODES, ask, lambda: time.process_time() * 1000, postmaster
                 )
             finally:
                 await engine.dispose()
         return result | {"users": len(users)}
-
-
-async def measure(
-    sample: list[BenchQuery], ask: Ask, cpu_ms: Callable[[], float], postmaster: int
-) -> dict[str, Any]:
-    """Every question in both modes, in a seeded random order per question, once to warm up
-    and once measured: wall ms, the service's CPU ms (`cpu_ms`) and the Postgres backends'."""
-    wall: dict[str, list[float]] = {m: [] for m in MODES}
-    cpu: dict[str, list[float]] = {m: [] for m in MODES}
-    pg: dict[str, list[float]] = {m: [] for m in MODES}
-    shared_items = 0
-    rng = np.random.default_rng(42)
-    for warm in (True, False):
-        for query in tqdm(sample, desc="warm-up" if warm else "measured", leave=False):
-            order = list(MODES)
-            rng.shuffle(order)
-            for mode in order:
-                pg0, cpu0 = backends_ms(postmaster), cpu_ms()
-                started = time.perf_counter()
-                shared = await ask(query, MODES[mode])
-                elapsed = (time.perf_counter() - started) * 1000
-                used, pg1 = cpu_ms() - cpu0, backends_ms(postmaster)
-                if warm:
-                    continue
-                wall[mode].append(elapsed)
-                cpu[mode].append(used)
-                pg[mode].append(sum(v - pg0.get(p, 0.0) for p, v in pg1.items()))
-                shared_items += shared
-    return {"wall": wall, "cpu": cpu, "pg": pg, "shared_items": shared_items}
-
-
-def backends_ms(postmaster: int) -> dict[int, float]:
-    """CPU ms so far of each process under the postmaster (its backends), from schedstat."""
-    out: dict[int, float] = {}
-    for child in psutil.Process(postmaster).children():
-        with contextlib.suppress(OSError):  # a backend that ended meanwhile
-            out[child.pid] = backend_ns(child.pid) / 1e6
-    return out
 
 
 @cli.command()
@@ -269,26 +226,11 @@ def main(
     result = asyncio.run(
         run(parse_size(size), queries, out, big_size, space_size, embed, served, store)
     )
-    typer.echo(f"{'mode':16} {'n':>4} {'p50':>7} {'p95':>7} {'cpu ms':>7} {'pg ms':>7}")
-    for mode, values in result["wall"].items():
-        p = percentiles(values)
-        typer.echo(
-            f"{mode:16} {len(values):4d} {p['p50']:7.2f} {p['p95']:7.2f} "
-            f"{np.mean(result['cpu'][mode]):7.2f} {np.mean(result['pg'][mode]):7.2f}"
-        )
-    alone, shared = result["wall"]["user alone"], result["wall"]["user + 2 spaces"]
-    pa, ps = percentiles(alone), percentiles(shared)
-    cpu_ratio = np.mean(result["cpu"]["user + 2 spaces"]) / np.mean(result["cpu"]["user alone"])
-    pg_ratio = np.mean(result["pg"]["user + 2 spaces"]) / np.mean(result["pg"]["user alone"])
-    both = [
-        np.mean(result["cpu"][m]) + np.mean(result["pg"][m])
-        for m in ("user alone", "user + 2 spaces")
-    ]
+    echo_modes(result)
     typer.echo(
-        f"spaces / alone: p50 {ps['p50'] / pa['p50']:.2f}x, p95 {ps['p95'] / pa['p95']:.2f}x, "
-        f"service CPU {cpu_ratio:.2f}x, Postgres CPU {pg_ratio:.2f}x, both "
-        f"{both[1] / both[0]:.2f}x; {result['shared_items']} shared items returned "
-        f"over {len(shared)} queries of {result['users']} users"
+        f"spaces / alone: {ratios(result, 'user + 2 spaces', 'user alone')}; "
+        f"{result['counted']} shared items returned over {len(result['wall']['user alone'])} "
+        f"queries of {result['users']} users"
     )
 
 
