@@ -32,6 +32,7 @@ import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -117,17 +118,23 @@ class Fit:
     signs: list[int]
     held: list[int]
 
+    @cached_property
+    def probabilities(self) -> np.ndarray:
+        """The model's probability of each validation question."""
+        return np.array([self.model.probability(x) for x in self.validation[0]])
+
     def validation_auc(self) -> float:
-        xv, yv = self.validation[0], self.validation[1]
-        return _auc(np.array([self.model.probability(x) for x in xv]), yv)
+        return _auc(self.probabilities, self.validation[1])
+
+    def floor_at(self, empty: float) -> float:
+        """The probability under which `empty` of the answerable validation questions fall."""
+        answerable = np.sort(self.probabilities[self.validation[1] == 1])
+        return float(answerable[int(empty * len(answerable))])
 
     def answered_at(self, empty: float) -> float:
-        """The share of the validation questions without an answer over the floor that leaves
-        `empty` of the answerable ones under it."""
-        xv, yv = self.validation[0], self.validation[1]
-        pv = np.array([self.model.probability(x) for x in xv])
-        answerable = np.sort(pv[yv == 1])
-        return float(np.mean(pv[yv == 0] >= answerable[int(empty * len(answerable))]))
+        """The share of the validation questions without an answer over `floor_at(empty)`."""
+        none = self.probabilities[self.validation[1] == 0]
+        return float(np.mean(none >= self.floor_at(empty)))
 
 
 def fit(
@@ -202,10 +209,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     model = model_for(embedder, variant=args.variant)  # as the service reads it
     questions = load(args.dump, embedder)
     f = fit(questions, model, args.signs, args.locomo, args.train_people)
-    qm, (xt, yt, bt, zt), (xv, yv, bv, zv) = f.model, f.train, f.validation
+    qm, (xt, yt, bt, zt), (_, yv, bv, zv) = f.model, f.train, f.validation
     signs, held = f.signs, f.held
-    pt = np.array([qm.probability(x) for x in xt])
-    pv = np.array([qm.probability(x) for x in xv])
+    pt, pv = np.array([qm.probability(x) for x in xt]), f.probabilities
     print(f"{len(yt)} train questions ({yt.mean():.3f} answerable), {len(yv)} validation")
     print(f"{'':<24} {'train AUC':>10} {'validation AUC':>15}")
     print(f"{'best item logit':<24} {_auc(bt, yt):>10.3f} {_auc(bv, yv):>15.3f}")
@@ -224,11 +230,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         scores = zv[:, rest] @ wi[:-1] + wi[-1]
         print(f"  without {name:<14} {_auc(scores, yv):.3f}")
     print("validation: answerable left under the floor -> no-answer over it")
-    answerable = np.sort(pv[yv == 1])
     for empty in (0.05, 0.08, 0.10, 0.12, 0.15, 0.20):
-        t = float(answerable[int(empty * len(answerable))])
-        print(f"  {empty:.2f} (P {t:.3f}) -> {np.mean(pv[yv == 0] >= t):.3f}")
-    floor = float(answerable[int(args.floor_empty * len(answerable))])
+        print(f"  {empty:.2f} (P {f.floor_at(empty):.3f}) -> {f.answered_at(empty):.3f}")
+    floor = f.floor_at(args.floor_empty)
     print(f"operating point: P {floor:.4f} (validation answerable under it {args.floor_empty})")
     if args.write:
         chosen = replace(qm, floor_probability=round(floor, 4))

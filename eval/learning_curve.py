@@ -61,7 +61,7 @@ def embedder_curve(runs: Sequence[Path]) -> list[dict[str, float]]:
     rows: list[dict[str, float]] = []
     for run in runs:
         report = json.loads((run / "report.json").read_text())
-        people = int(report["data"].split("train curated: ")[1].split(" groups")[0])
+        people = report["train_people"]
         epochs = {e["epoch"]: e for e in report["validation"]}
         if not rows:
             rows.append({"people": 0.0, **_figures(epochs[0])})

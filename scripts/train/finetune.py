@@ -455,6 +455,7 @@ def train(args: argparse.Namespace) -> None:
             "selection": list(SELECTION),
         },
         "data": data.summary(),
+        "train_people": sum(1 for g in data.train if g.source == "curated"),
         "validation": table,
         "export": export,
         "train_seconds": train_seconds,
