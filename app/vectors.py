@@ -7,9 +7,10 @@ value, which moved none of `make eval`'s and `make eval-locomo`'s figures at fou
 statement reads half the bytes: the exact path's scan, the ANN indexes' lists, the shared
 buffers they occupy.
 
-Stored vectors come back the same way, as halfvec's binary form (`STORED_VECTOR`, decoded by
-`decode_halfvec` into float32 without a Python float per value: 8 vectors of 384 cost about
-55 µs of the client's CPU against 225 µs as `real[]`, the query path's topic links read them).
+Stored vectors come back the same way, as halfvec's binary form (`stored_vector` in a SELECT,
+`decode_halfvec`: float32 without a Python float per value, which `real[]` makes; the topic
+links' eight vectors per query cost 1.098x of the service's CPU as `real[]` and 1.04x so,
+`python -m bench.topics`, docs/retrieval.md "Newer wins a near tie").
 The query path sends the query vector as a `real[]` bind (`query_vector`, cast with
 `QUERY_VECTOR`: Postgres rounds each value to half precision): asyncpg encodes the array in
 binary, about 9 µs against 160 µs for the text form. Other raw SQL sends vectors as text

@@ -72,7 +72,7 @@ def test_someone_elses_birthday_is_capped_under_the_floor_and_moves_down(preset:
 def test_turns_a_preset_without_the_stage_and_the_users_own_name_are_left_alone() -> None:
     assert run("learned") == ranked()
     assert run("default", Source.MESSAGE) == ranked(Source.MESSAGE)
-    assert run("default", named=8) == ranked()  # 8 of 40 items carry the name: the user's
+    assert run("default", named=8) == ranked()  # 8 of the 48 items searched carry the name
 
 
 def test_the_share_of_the_store_that_carries_the_questions_names() -> None:
