@@ -115,7 +115,7 @@ def test_a_shard_reads_the_space_grants_once_per_statement() -> None:
     user = "((user_id)::text = pgrecall_scope_user())"
     assert shard_expression(user) == user
     assert shard_expression(None) is None
-    statement = shard_policy_statement("t_space_write", True, "*", "PUBLIC", per_row, per_row)
+    statement = shard_policy_statement("t_space_update", True, "w", "PUBLIC", per_row, per_row)
     assert statement.count("(SELECT pgrecall_scope_spaces(false))") == 2
 
 
@@ -455,20 +455,22 @@ async def test_spaces_are_reference_tables_with_their_policies_on_every_shard(
             shards = await conn.execute(
                 text(
                     "SELECT success, result FROM run_command_on_shards(CAST(:t AS regclass), "
-                    "$$SELECT string_agg(polname || '=' || pg_get_expr(polqual, polrelid), "
-                    "' | ' ORDER BY polname) FROM pg_policy WHERE polrelid = '%s'::regclass "
-                    "AND polname LIKE '%%space%%'$$)"
+                    "$$SELECT string_agg(polname || '=' || pg_get_expr(coalesce(polqual, "
+                    "polwithcheck), polrelid), ' | ' ORDER BY polname) FROM pg_policy "
+                    "WHERE polrelid = '%s'::regclass AND polname LIKE '%%space%%'$$)"
                 ),
                 {"t": table},
             )
             for shard in shards:
                 assert shard.success, shard.result
-                read, write = shard.result.split(" | ")
-                # each shard reads the grants once per statement (an InitPlan)
-                assert read.startswith(f"{table}_space_read=")
+                found = dict(p.split("=", 1) for p in shard.result.split(" | "))
+                read = found.pop(f"{table}_space_read")
+                # each shard reads the grants once per statement (an InitPlan); reads check
+                # the read grants alone, each write command its write grants (migration 0021)
                 assert "SELECT pgrecall_scope_spaces(false)" in read
-                assert write.startswith(f"{table}_space_write=")
-                assert "SELECT pgrecall_scope_spaces(true)" in write
+                assert "pgrecall_scope_spaces(true)" not in read
+                assert set(found) == {f"{table}_space_{c}" for c in ("delete", "insert", "update")}
+                assert all("SELECT pgrecall_scope_spaces(true)" in w for w in found.values())
         # the spaces function reads space_members' copy on the node it runs on
         members = await conn.scalar(
             text(
@@ -483,6 +485,8 @@ async def test_spaces_are_reference_tables_with_their_policies_on_every_shard(
             )
         )
         assert all(f"FROM {members} AS m" in r.result for r in bodies)
+        # the signed user read once per call, not once per membership row (migration 0021)
+        assert all("(SELECT pgrecall_scope_user())" in r.result for r in bodies)
 
 
 async def test_a_revoked_grant_reads_nothing_on_the_worker(

@@ -526,7 +526,8 @@ async def test_every_table_with_user_data_has_forced_rls_and_both_policies(
         # api_keys: the authentication lookup by token hash; the spaces' grants on the tables
         # a space's memories live in (migration 0019).
         t = r.relname
-        space = {f"{t}_space_read", f"{t}_space_write"}  # on Citus too (migration 0020)
+        # on Citus too (migration 0020); a write grant per writing command (0021)
+        space = {f"{t}_space_{c}" for c in ("read", "insert", "update", "delete")}
         more = {
             "api_keys": {"api_keys_lookup", "api_keys_touch"},
             "memory_items": space,

@@ -47,7 +47,7 @@ _SPACES_CALL = re.compile(r"(?<!SELECT )(pgrecall_scope_spaces\((?:true|false)\)
 
 
 def scope_spaces_function(members: str) -> str:
-    """Migration 0019's pgrecall_scope_spaces() reading the grants from `members`, the name of
+    """Migration 0021's pgrecall_scope_spaces() reading the grants from `members`, the name of
     space_members' one shard: every node has that copy, and a shard's statement reads it as a
     plain table of its node. (Read through space_members, the reference table, it is "a
     distributed query from a query on a shard", refused; allowed by
@@ -58,7 +58,8 @@ def scope_spaces_function(members: str) -> str:
         "LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$ "
         "SELECT coalesce(array_agg('space:' || m.space_id), '{}') "
         f"FROM {members} AS m "
-        "WHERE m.user_id = pgrecall_scope_user() AND (NOT writes OR m.access = 'write') $fn$"
+        "WHERE m.user_id = (SELECT pgrecall_scope_user()) AND (NOT writes OR m.access = 'write') "
+        "$fn$"
     )
 
 
