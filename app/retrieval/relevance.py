@@ -24,7 +24,7 @@ import logging
 import math
 import operator
 import re
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
@@ -245,15 +245,18 @@ def features(
     cosines: Mapping[K, float],
     has_names: bool,
     neutral_z: float = 0.0,
+    only: Iterable[K] | None = None,
 ) -> dict[K, tuple[float, ...]]:
-    """FEATURES for every candidate of either arm, in FEATURES order.
+    """FEATURES for every candidate of either arm (or for the candidates `only` names), in
+    FEATURES order.
 
     An item the vector arm did not return gets the lowest cosine it returned (its own is at
     most that); an item the keyword arm did not return matched no query lexeme (0).
     `has_names`: the question names someone (app/retrieval/names.py). `neutral_z` is the
-    cosine_z of a question with fewer than MIN_SPREAD cosines.
+    cosine_z of a question with fewer than MIN_SPREAD cosines. The question's own features
+    (best cosine, cosine_z, best BM25) are always of all candidates.
     """
-    keys = list({**keyword_scores, **cosines})
+    keys = list({**keyword_scores, **cosines}) if only is None else list(only)
     values = list(cosines.values())
     floor = min(values, default=0.0)
     best_cos = max(values, default=0.0)

@@ -166,18 +166,24 @@ def _learned(
     the user; the floor is what keeps a store of unrelated items from answering a question
     about nothing in it (as in the convex preset).
     """
-    x = features(keyword_scores, plain, max_bm25, cosines, has_names, model.neutral_cosine_z)
     # An item the vector arm did not return has a cosine at most the lowest it returned; with
     # no vector arm (keyword-only search) the cosine says nothing.
     lowest = min(cosines.values(), default=None)
-    results = []
-    for k, row in x.items():
+    evidenced = []
+    for k in {**keyword_scores, **cosines}:
         if vec_rel.get(k, 0.0) <= 0.0:
             if plain.get(k, keyword_scores.get(k, 0.0)) <= 0.0:
                 continue
             cosine = cosines.get(k, lowest)
             if cosine is not None and cosine <= preset.keyword_cosine_floor:
                 continue
+        evidenced.append(k)
+    # the features of the candidates with evidence alone (most of the vector arm's are not)
+    x = features(
+        keyword_scores, plain, max_bm25, cosines, has_names, model.neutral_cosine_z, evidenced
+    )
+    results = []
+    for k, row in x.items():
         p = model.probability(row, k in memories)
         results.append(
             Ranked(

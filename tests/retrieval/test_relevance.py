@@ -72,6 +72,19 @@ def test_name_flags_and_plain_share() -> None:
     assert features({}, {}, 0.0, {"a": 0.4}, False, 3.0)["a"][-1] == 3.0
 
 
+def test_the_features_of_some_candidates_are_theirs_among_all() -> None:
+    """`only`: the named candidates' rows, as among all candidates (the question's own values,
+    best cosine, cosine_z and best BM25, are of all of them), in the order named."""
+    cosines = dict(zip("abcdef", [0.9, 0.6, 0.5, 0.45, 0.3, 0.1], strict=True))
+    keyword = {"b": 4.0, "e": 2.0, "g": 1.0}
+    plain = {"b": 4.0, "e": 0.0, "g": 1.0}
+    every = features(keyword, plain, 8.0, cosines, True, 2.0)
+    some = features(keyword, plain, 8.0, cosines, True, 2.0, only=["g", "e", "a"])
+    assert list(some) == ["g", "e", "a"]
+    assert some == {k: every[k] for k in ("g", "e", "a")}
+    assert features(keyword, plain, 8.0, cosines, True, 2.0, only=[]) == {}
+
+
 def _model(**weights: float) -> RelevanceModel:
     # floor probability 0.3: reported relevance = probability (gamma 1)
     return RelevanceModel("test", tuple(weights.get(f, 0.0) for f in FEATURES), -1.0)

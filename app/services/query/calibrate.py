@@ -105,6 +105,10 @@ def answerable(
         # standing among a handful of items says.
         return ranked
     has_names = bool(s.names)
+    found = hits.keyword.scores.keys() | hits.cosines.keys()
+    first = [r.key for r in ranked if r.key in found][:QUESTION_DEPTH]
+    if not first:
+        return ranked
     by_key = features(
         hits.keyword.scores,
         hits.keyword.plain or {},
@@ -112,10 +116,8 @@ def answerable(
         hits.cosines,
         has_names,
         s.relevance.neutral_cosine_z,
+        first,
     )
-    first = [r.key for r in ranked if r.key in by_key][:QUESTION_DEPTH]
-    if not first:
-        return ranked
     x = question_features(
         [s.relevance.logit(by_key[k], k[0] is Source.MEMORY) for k in first],
         [by_key[k] for k in first],
