@@ -103,17 +103,26 @@ def test_each_misplacement_is_named(change: TableDistribution, problem: str) -> 
     assert distribution_problems(_layout(**{change.table: change})) == [problem]
 
 
-def test_a_shard_reads_the_space_grants_once_per_statement() -> None:
-    """The shards' space policies call pgrecall_scope_spaces() in a subquery (an InitPlan, once
-    per statement), whatever form the coordinator's policy has; nothing else changes."""
+def test_a_shard_reads_its_scope_once_per_statement() -> None:
+    """The shards' policies call pgrecall_scope_spaces(), pgrecall_scope_user() and read their
+    settings in subqueries (InitPlans, once per statement), whatever form the coordinator's
+    policy has; nothing else changes."""
     per_row = "((user_id)::text = ANY (COALESCE(pgrecall_scope_spaces(false), '{}'::text[])))"
     once = shard_expression(per_row)
     assert once == per_row.replace(
         "pgrecall_scope_spaces(false)", "(SELECT pgrecall_scope_spaces(false))"
     )
     assert shard_expression(once) == once
-    user = "((user_id)::text = pgrecall_scope_user())"
-    assert shard_expression(user) == user
+    user = (
+        "(((user_id)::text = pgrecall_scope_user()) AND "
+        "((agent_id)::text = current_setting('pgrecall.agent_id'::text, true)))"
+    )
+    assert shard_expression(user) == (
+        "(((user_id)::text = (SELECT pgrecall_scope_user())) AND "
+        "((agent_id)::text = (SELECT current_setting('pgrecall.agent_id'::text, true))))"
+    )
+    printed = "((user_id)::text = ( SELECT pgrecall_scope_user() AS pgrecall_scope_user))"
+    assert shard_expression(printed) == printed  # as a shard's policy prints it: already once
     assert shard_expression(None) is None
     statement = shard_policy_statement("t_space_update", True, "w", "PUBLIC", per_row, per_row)
     assert statement.count("(SELECT pgrecall_scope_spaces(false))") == 2

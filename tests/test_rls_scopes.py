@@ -14,7 +14,10 @@ worker, from its copy of space_members (docs/scaling.md, "Shared spaces on Citus
 
 from __future__ import annotations
 
+import importlib.util
 import uuid
+from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy import text
@@ -304,3 +307,69 @@ async def test_the_spaces_function_checks_the_signature_once_per_call(
         )
     assert spaces == [space_owner(f"c0-{run}")]
     assert calls == 1
+
+
+def _migration(stem: str) -> Any:
+    path = Path(__file__).parent.parent / "migrations" / "versions" / f"{stem}.py"
+    spec = importlib.util.spec_from_file_location(f"migration_{stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("plpgsql", [True, False])
+async def test_both_forms_of_the_scope_functions_answer_alike(
+    service_engine: AsyncEngine, db_engine: AsyncEngine, plpgsql: bool
+) -> None:
+    """Migration 0022's two forms of the scope functions (PL/pgSQL before Postgres 18, SQL from
+    18 on: the test server runs one of them) give the same answers: the signed user, nothing
+    for a wrong signature, the scope's user, and the grants of the signed user. Made in a schema
+    of their own in a rolled-back transaction, beside the server's own."""
+    run = uuid.uuid4().hex[:8]
+    space, member = f"f-{run}", f"fm-{run}"
+    async with db_engine.begin() as conn:
+        await conn.execute(text("INSERT INTO spaces (id) VALUES (:s)"), {"s": space})
+        await conn.execute(
+            text("INSERT INTO space_members (space_id, user_id, access) VALUES (:s, :m, 'read')"),
+            {"s": space, "m": member},
+        )
+    key = _key(service_engine)
+    made = _migration("0022_scope_functions_plpgsql").scope_functions(plpgsql)
+    schema = f"forms_{run}"
+    async with db_engine.connect() as conn, conn.begin() as outer:
+        await conn.execute(text(f"CREATE SCHEMA {schema}"))
+        await conn.execute(text(f"SET LOCAL search_path = {schema}, public"))
+        for statement in made:
+            await conn.exec_driver_sql(statement)
+        language = await conn.scalar(
+            text(
+                "SELECT string_agg(DISTINCT l.lanname, ',') FROM pg_proc AS p "
+                "JOIN pg_language AS l ON l.oid = p.prolang "
+                "WHERE p.pronamespace = CAST(:n AS regnamespace)"
+            ),
+            {"n": schema},
+        )
+        assert language == ("plpgsql" if plpgsql else "sql")
+
+        async def ask(scope: MemoryScope, sig: str | None = None) -> tuple[Any, Any]:
+            settings = settings_of(key, scope)
+            if sig is not None:
+                settings["pgrecall.user_sig"] = sig
+            async with conn.begin_nested():
+                await conn.execute(SET_LOCAL, set_local_params(settings))
+                row = (
+                    await conn.execute(
+                        text(
+                            f"SELECT {schema}.pgrecall_scope_user(), "
+                            f"{schema}.pgrecall_scope_spaces(false)"
+                        )
+                    )
+                ).one()
+            return row[0], row[1]
+
+        assert await ask(MemoryScope(member)) == (member, [space_owner(space)])
+        assert await ask(MemoryScope(member), sig="0" * 64) == (None, [])
+        scoped = MemoryScope(member, agent_id="planner", run_id="r1")
+        assert (await ask(scoped))[0] == member
+        await outer.rollback()

@@ -60,6 +60,10 @@ _REFERENCE_COPIES = text(
     FROM pg_dist_shard AS s WHERE s.logicalrelid = CAST(:table AS regclass)
     """
 )
+_SERVER_VERSION = text("SELECT current_setting('server_version_num')::int")
+# Postgres caches the plans of SQL functions from 18 on; before, the scope functions are
+# PL/pgSQL (migration 0022).
+CACHES_SQL_FUNCTIONS = 180000
 _DISTRIBUTE_SPACES = text("SELECT create_distributed_function('pgrecall_scope_spaces(boolean)')")
 _SPACES_ON_WORKERS = "SELECT pgrecall_scope_spaces(false)"
 
@@ -235,7 +239,9 @@ async def _point_spaces_at_copies(engine: AsyncEngine) -> None:
                 "then `pgrecall db distribute` again"
             )
         await conn.execute(_DISTRIBUTE_SPACES)
-        await conn.exec_driver_sql(scope_spaces_function(copies.name))
+        version = int(await conn.scalar(_SERVER_VERSION))
+        plpgsql = version < CACHES_SQL_FUNCTIONS
+        await conn.exec_driver_sql(scope_spaces_function(copies.name, plpgsql))
     async with engine.connect() as conn:
         await _on_every_worker(conn, _SPACES_ON_WORKERS, "the spaces function on the workers")
 

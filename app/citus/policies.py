@@ -1,15 +1,14 @@
 """Row-level security on the shards: every shard carries its table's policies (migrations change
-them on the coordinator alone), with the space policies' grants read once per statement; the
-spaces function reads space_members' copy on each node."""
+them on the coordinator alone), with their scope calls (settings, the signed user, the grants)
+read once per statement; the spaces function reads space_members' copy on each node."""
 
 from __future__ import annotations
-
-import re
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.citus.metadata import CitusError
+from app.roles import read_once
 
 # Each distributed table's policies, as "name:permissive" sorted, on the coordinator and on
 # each of its shards (doctor: a shard whose policies differ is not guarded as the table is).
@@ -39,40 +38,47 @@ ON_SHARDS = text(
     "replace(:command, '{table}', '%s'))"
 )
 _COMMANDS = {"*": "ALL", "r": "SELECT", "a": "INSERT", "w": "UPDATE", "d": "DELETE"}
-# The grants of a space policy read once per shard statement (an InitPlan), not once per row:
-# a shard is a plain table of its worker, which takes the subquery Citus refuses on the
-# distributed table. Per row, a member's count of a 2,000-memory space took 1.1-1.3 s instead
-# of 22-43 ms (docs/scaling.md, "Shared spaces on Citus").
-_SPACES_CALL = re.compile(r"(?<!SELECT )(pgrecall_scope_spaces\((?:true|false)\))")
+# A shard's policies read their scope calls (settings, the signed user, a space's grants) once
+# per statement (InitPlans), not once per row: a shard is a plain table of its worker, which
+# takes the subquery Citus refuses on the distributed table. Per row, a member's count of a
+# 2,000-memory space took 1.1-1.3 s instead of 22-43 ms (docs/scaling.md, "Shared spaces on
+# Citus"), and a small user's keyword statement called the signed user's check for each of the
+# ~240 postings it read (docs/scaling.md, "The policies on the shards").
 
 
-def scope_spaces_function(members: str) -> str:
+def scope_spaces_function(members: str, plpgsql: bool = True) -> str:
     """Migration 0021's pgrecall_scope_spaces() reading the grants from `members`, the name of
     space_members' one shard: every node has that copy, and a shard's statement reads it as a
     plain table of its node. (Read through space_members, the reference table, it is "a
     distributed query from a query on a shard", refused; allowed by
     citus.allow_nested_distributed_execution it was Citus' local execution of the same read,
-    planned again at every call: docs/scaling.md.)"""
-    return (
-        "CREATE OR REPLACE FUNCTION pgrecall_scope_spaces(writes boolean) RETURNS text[] "
-        "LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, public AS $fn$ "
+    planned again at every call: docs/scaling.md.) In PL/pgSQL (`plpgsql`: the nodes' Postgres
+    is before 18, as Citus 13's always is), whose plan is kept for the session, as migration
+    0022 makes it off Citus."""
+    query = (
         "SELECT coalesce(array_agg('space:' || m.space_id), '{}') "
         f"FROM {members} AS m "
-        "WHERE m.user_id = (SELECT pgrecall_scope_user()) AND (NOT writes OR m.access = 'write') "
-        "$fn$"
+        "WHERE m.user_id = (SELECT pgrecall_scope_user()) AND (NOT writes OR m.access = 'write')"
+    )
+    language, body = ("plpgsql", f"BEGIN RETURN ({query}); END") if plpgsql else ("sql", query)
+    return (
+        "CREATE OR REPLACE FUNCTION pgrecall_scope_spaces(writes boolean) RETURNS text[] "
+        f"LANGUAGE {language} STABLE SECURITY DEFINER SET search_path = pg_catalog, public "
+        f"AS $fn$ {body} $fn$"
     )
 
 
 def shard_expression(expression: str | None) -> str | None:
-    """A policy expression as a shard of its table gets it: the grants read once per statement."""
-    return None if expression is None else _SPACES_CALL.sub(r"(SELECT \1)", expression)
+    """A policy expression as a shard of its table gets it: its scope calls read once per
+    statement (app/roles.read_once)."""
+    return None if expression is None else read_once(expression)
 
 
 def shard_policy_statement(
     name: str, permissive: bool, cmd: str, roles: str, using: str | None, check: str | None
 ) -> str:
-    """CREATE POLICY of one table policy for a shard (`{table}` stands for the shard), with a
-    space policy's grants read once per statement (shard_expression)."""
+    """CREATE POLICY of one table policy for a shard (`{table}` stands for the shard), with its
+    scope calls read once per statement (shard_expression)."""
     using, check = shard_expression(using), shard_expression(check)
     statement = (
         f'CREATE POLICY "{name}" ON {{table}} AS {"PERMISSIVE" if permissive else "RESTRICTIVE"}'
