@@ -31,6 +31,7 @@ from app.citus import (
     distribution_problems,
     policy_drift,
     probe_users,
+    scope_spaces_function,
     shard_expression,
     shard_policy_statement,
     visibility_advice,
@@ -126,6 +127,53 @@ def test_a_shard_reads_its_scope_once_per_statement() -> None:
     assert shard_expression(None) is None
     statement = shard_policy_statement("t_space_update", True, "w", "PUBLIC", per_row, per_row)
     assert statement.count("(SELECT pgrecall_scope_spaces(false))") == 2
+
+
+@pytest.mark.parametrize("plpgsql", [True, False])
+async def test_the_spaces_function_of_the_nodes_reads_its_copy_in_either_language(
+    db_engine: AsyncEngine, plpgsql: bool
+) -> None:
+    """What `distribute` makes on each node (PL/pgSQL before Postgres 18, as Citus 13's nodes
+    are): the grants of the signed user read from the copy it names, the signed user once per
+    call. Made in a schema of its own in a rolled-back transaction of the test server, over a
+    stand-in copy of space_members, and called there."""
+    run = uuid.uuid4().hex[:8]
+    schema = f"nodes_{run}"
+    statement = scope_spaces_function(f"{schema}.members_copy", plpgsql)
+    assert f"FROM {schema}.members_copy AS m" in statement
+    assert "(SELECT pgrecall_scope_user())" in statement
+    async with db_engine.connect() as conn, conn.begin() as outer:
+        await conn.execute(text(f"CREATE SCHEMA {schema}"))
+        await conn.execute(
+            text(
+                f"CREATE TABLE {schema}.members_copy AS SELECT 's1' AS space_id, "
+                "'u1' AS user_id, 'read' AS access UNION ALL SELECT 's2', 'u1', 'write' "
+                "UNION ALL SELECT 's3', 'u2', 'write'"
+            )
+        )
+        await conn.execute(text(f"SET LOCAL search_path = {schema}, public"))
+        await conn.exec_driver_sql(statement)
+        language = await conn.scalar(
+            text(
+                "SELECT l.lanname FROM pg_proc AS p JOIN pg_language AS l ON l.oid = p.prolang "
+                "WHERE p.pronamespace = CAST(:n AS regnamespace)"
+            ),
+            {"n": schema},
+        )
+        assert language == ("plpgsql" if plpgsql else "sql")
+        # the signed user as the service signs it (the key's pads are the owner's to read)
+        await conn.execute(
+            text(
+                "SELECT set_config('pgrecall.user_id', 'u1', true), "
+                "set_config('pgrecall.user_sig', encode(sha256(k.outer_pad || "
+                "sha256(k.inner_pad || convert_to('u1', 'UTF8'))), 'hex'), true) "
+                "FROM pgrecall_scope_key AS k"
+            )
+        )
+        reads = await conn.scalar(text(f"SELECT {schema}.pgrecall_scope_spaces(false)"))
+        writes = await conn.scalar(text(f"SELECT {schema}.pgrecall_scope_spaces(true)"))
+        assert sorted(reads) == ["space:s1", "space:s2"] and writes == ["space:s2"]
+        await outer.rollback()
 
 
 def test_doctor_probes_one_user_per_node_holding_shards() -> None:
