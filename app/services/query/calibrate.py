@@ -38,16 +38,35 @@ from app.services.query.state import (
 log = logging.getLogger("app.services.query")
 
 
-def scored(s: Scope, gathered: Gathered, trace: QueryTrace | None = None) -> list[Ranked[Key]]:
-    """The answer head, the rerank and the calibration."""
+def scored(
+    s: Scope, gathered: Gathered, trace: QueryTrace | None = None
+) -> tuple[list[Ranked[Key]], float | None]:
+    """The answer head, the rerank and the calibration; and the question's confidence where
+    the question model reads (`confidence`; None: the best relevance says it)."""
     rows, stored = gathered.rows, gathered.stored
     head = answer_logits(s, stored)
     if trace is not None:
         trace.head = head
     rows = replace(rows, ranked=with_answer_head(s, rows.ranked, head))
     ranked = calibrate(s, rerank_rows(s, rows), rows.candidates)
-    ranked = answerable(s, ranked, gathered.hits, head)
-    return on_subject(s, ranked, rows.candidates, gathered.hits)
+    reported = question_probability(s, ranked, gathered.hits, head)
+    ranked = answerable(s, ranked, gathered.hits, head, reported)
+    subject = on_subject(s, ranked, rows.candidates, gathered.hits)
+    return subject, confidence(reported, ranked, subject)
+
+
+def confidence(
+    reported: float | None, before: list[Ranked[Key]], after: list[Ranked[Key]]
+) -> float | None:
+    """The question's confidence that the store answers it: the question model's probability
+    on the spec's scale (uncapped: a capping preset lowers the items' relevance with it, not
+    the other way round), lowered as the subject rule lowered the best item (a question whose
+    best matches are about someone else). None without the model."""
+    if reported is None:
+        return None
+    best_before = max((r.relevance for r in before), default=0.0)
+    best_after = max((r.relevance for r in after), default=0.0)
+    return reported * (best_after / best_before if best_before > 0.0 else 1.0)
 
 
 def name_share(hits: ArmHits) -> float:
@@ -88,27 +107,26 @@ def on_subject(
     return kept
 
 
-def answerable(
+def question_probability(
     s: Scope, ranked: list[Ranked[Key]], hits: ArmHits, head: dict[Key, float]
-) -> list[Ranked[Key]]:
-    """The question model (app/retrieval/abstention.py; a preset with `question_model`): the
-    best item's relevance becomes P(the store answers the question) on the spec's scale (with
-    `question_caps`, at most its own), every other item's stays in its ratio to the best. The
-    order is unchanged. Not for a question without a vector (keyword only) or one whose vector
-    arm found fewer than QUESTION_DEPTH items, unlike those it was fitted on."""
+) -> float | None:
+    """The question model's P(the store answers the question) on the spec's scale
+    (app/retrieval/abstention.py; a preset with `question_model`), or None where it does not
+    read: no model, nothing ranked, a question without a vector (keyword only) or one whose
+    vector arm found fewer than QUESTION_DEPTH items, unlike those it was fitted on."""
     model = s.question  # None unless the preset reads it (`scope`)
     if model is None or not ranked:
-        return ranked
+        return None
     if len(hits.cosines) < QUESTION_DEPTH:
         # Keyword only (no query vector), or a store of fewer items than the candidates it
         # reads: fitted on stores of ~40 memories, it has not learned what a best cosine's
         # standing among a handful of items says.
-        return ranked
+        return None
     has_names = bool(s.names)
     found = hits.keyword.scores.keys() | hits.cosines.keys()
     first = [r.key for r in ranked if r.key in found][:QUESTION_DEPTH]
     if not first:
-        return ranked
+        return None
     by_key = features(
         hits.keyword.scores,
         hits.keyword.plain or {},
@@ -123,7 +141,23 @@ def answerable(
         [by_key[k] for k in first],
         [head[k] for k in first if k in head],
     )
-    reported = model.relevance(model.probability(x))
+    return model.relevance(model.probability(x))
+
+
+def answerable(
+    s: Scope,
+    ranked: list[Ranked[Key]],
+    hits: ArmHits,
+    head: dict[Key, float],
+    reported: float | None = None,
+) -> list[Ranked[Key]]:
+    """The question model's probability (`question_probability`, or `reported` when computed
+    already) as the best item's relevance (with `question_caps`, at most its own); every other
+    item's stays in its ratio to the best. The order is unchanged."""
+    if reported is None:
+        reported = question_probability(s, ranked, hits, head)
+    if reported is None:
+        return ranked
     if s.preset.question_caps:  # it may only lower the best (abstain), not raise it
         reported = min(reported, max(r.relevance for r in ranked))
     relevances = rescaled([r.relevance for r in ranked], reported)
@@ -133,12 +167,14 @@ def answerable(
     ]
 
 
-def linked(s: Scope, gathered: Gathered, ranked: list[Ranked[Key]]) -> Retrieved:
+def linked(
+    s: Scope, gathered: Gathered, ranked: list[Ranked[Key]], confidence: float | None = None
+) -> Retrieved:
     """Newer wins on one topic; the user's own first on a tie."""
     candidates = gathered.rows.candidates
     topics = newer_wins(s, ranked, candidates, topic_pairs(s, ranked, gathered.stored.items))
     ranked = own_first(topics.ranked, gathered.origin)
-    return Retrieved(candidates, ranked, topics.newer, gathered.origin)
+    return Retrieved(candidates, ranked, topics.newer, gathered.origin, confidence)
 
 
 async def verify(

@@ -61,7 +61,7 @@ async def retrieve(
         gathered = await gather_shared(s, spaces, embedding, vectors, slots, result, trace)
     if s.verifier is None:
         return ranking(s, gathered, trace)
-    ranked = scored(s, gathered, trace)
+    ranked, _ = scored(s, gathered, trace)  # the verifier's probabilities say the confidence
     verified = await verify(s, ranked, gathered, result)
     return linked(s, gathered, apply_verified(ranked, verified))
 
@@ -69,7 +69,8 @@ async def retrieve(
 def ranking(s: Scope, gathered: Gathered, trace: QueryTrace | None = None) -> Retrieved:
     """Stages 5 and 6 over what the database stages found: the answer head, the rerank, the
     calibration, newer wins on one topic."""
-    return linked(s, gathered, scored(s, gathered, trace))
+    ranked, confidence = scored(s, gathered, trace)
+    return linked(s, gathered, ranked, confidence)
 
 
 def answer(

@@ -248,9 +248,14 @@ class QueryService:
         candidates, ranked = retrieved.candidates, retrieved.ranked
         # The optional LLM judge (judge.py): may lower or raise the first items' relevance;
         # falls back to this ranking on any failure, within its own deadline.
+        best = max((r.relevance for r in ranked), default=0.0)
         if self.judge is not None:
             ranked = await self.judge.review(request, query, ranked, candidates, result)
-        result.confidence = round(max((r.relevance for r in ranked), default=0.0), 4)
+            best = max((r.relevance for r in ranked), default=0.0)
+        elif retrieved.confidence is not None:
+            # The question model's: how likely the store answers at all (calibrate.confidence)
+            best = retrieved.confidence
+        result.confidence = round(best, 4)
 
         cut, packed = answer(s, ranked, candidates, budget)
         result.total_count = len(cut.kept)

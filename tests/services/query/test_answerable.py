@@ -16,7 +16,7 @@ from app.retrieval.abstention import QUESTION_FEATURES, QuestionModel
 from app.retrieval.presets import PRESETS
 from app.retrieval.relevance import load_model
 from app.retrieval.scoring import Ranked
-from app.services.query.calibrate import answerable
+from app.services.query.calibrate import answerable, confidence, question_probability
 from app.services.query.model import QueryRequest
 from app.services.query.state import ArmHits, scope
 
@@ -84,3 +84,34 @@ def test_the_default_preset_caps_the_best_and_never_raises_it(bias: float) -> No
     best = min(0.8, model.relevance(1 / (1 + math.exp(-bias))))
     assert [r.key for r in out] == [key(0), key(1), key(2)]
     assert [r.relevance for r in out] == pytest.approx([best, best / 2, best / 4])
+
+
+@pytest.mark.parametrize("bias", [-3.0, 3.0])
+def test_the_confidence_is_the_questions_probability_uncapped(bias: float) -> None:
+    """The default caps the items' relevance at the question's probability, but the question's
+    confidence is that probability itself, above the best item's or under it."""
+    request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
+    model = question_model(bias)
+    s = scope(request, QUESTION, PRESETS["default"], load_model(), question=model)
+    reported = question_probability(s, ranked(), hits(), {})
+    assert reported == pytest.approx(model.relevance(1 / (1 + math.exp(-bias))))
+    out = answerable(s, ranked(), hits(), {}, reported)
+    assert confidence(reported, out, out) == pytest.approx(reported)
+    assert max(r.relevance for r in out) == pytest.approx(min(0.8, reported))
+
+
+def test_the_confidence_falls_as_the_subject_rule_lowers_the_best() -> None:
+    """A question whose best match the subject rule put under its cap (about someone else):
+    the confidence falls in the same ratio as the best relevance."""
+    before = ranked()
+    after = [Ranked(key(1), 0.4, 0.4, 0.0, 0.0), Ranked(key(0), 0.2, 0.2, 0.0, 0.0)]
+    assert confidence(0.6, before, after) == pytest.approx(0.6 * 0.4 / 0.8)
+    assert confidence(0.6, before, before) == pytest.approx(0.6)
+    assert confidence(None, before, after) is None  # without the model: the best relevance
+
+
+@pytest.mark.parametrize("items", [0, QUESTION_DEPTH - 1])
+def test_no_question_probability_where_the_model_does_not_read(items: int) -> None:
+    request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
+    s = scope(request, QUESTION, PRESETS["default"], load_model(), question=question_model(3.0))
+    assert question_probability(s, ranked(), hits(items), {}) is None
