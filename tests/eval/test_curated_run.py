@@ -264,6 +264,8 @@ async def test_report_run_prints_figures_writes_artifacts_and_logs(
     assert rows[0]["ranking_keys"].startswith("m02:") and rows[0]["answers"] == "m02"
     assert rows[2]["tool_present"] == "" and rows[4]["newer_first"] in {"0", "1"}
     assert rows[0]["cosine_first"] in {"0", "1"} and rows[2]["cosine_first"] == ""
+    # each answer's confidence, from which confidence_auc is computed
+    assert all(0.0 <= float(r["tool_confidence"]) <= 1.0 for r in rows)
     assert "cosine_paraphrase_first" in printed and "cosine first" in printed
     assert {p.name for p in out.iterdir()} >= {
         "curated_questions.csv",
