@@ -99,19 +99,18 @@ _CALL = (
 )
 _SETTING_CALL = re.compile(r"(?<!SELECT )" + _CALL)
 _SETTING_ONCE = re.compile(r"\( SELECT " + _CALL + r" AS \w+\)")
-
-
-def read_once(expression: str) -> str:
-    """A policy expression with each scope call (a setting, the signed user, the spaces) in a
-    scalar subquery: read once per statement (an InitPlan), not once per row."""
-    return _SETTING_CALL.sub(r"(SELECT \1)", expression)
-
 # Postgres prints a varchar column's implicit cast to text as `(user_id)::text`; written back
 # so it becomes an explicit cast, which Citus' router planner then no longer takes as the
 # distribution column in a lateral subquery with LIMIT ("cannot push down this subquery" for
 # the service role's memory dedup on a real cluster). The column alone parses as before.
 _IMPLICIT = re.compile(r"\((\w+)\)::text\b")
 _COLUMN = r"\1"
+
+
+def read_once(expression: str) -> str:
+    """A policy expression with each scope call (a setting, the signed user, the spaces) in a
+    scalar subquery: read once per statement (an InitPlan), not once per row."""
+    return _SETTING_CALL.sub(r"(SELECT \1)", expression)
 
 
 class RoleSetupError(RuntimeError):

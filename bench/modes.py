@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 import numpy as np
@@ -18,6 +19,7 @@ import psutil
 import typer
 from tqdm import tqdm
 
+from app.embedded import EmbeddedPostgres
 from bench.drive import BenchQuery, percentiles
 from bench.stages import backend_ns
 
@@ -58,6 +60,14 @@ async def measure(
                 pg[mode].append(sum(v - pg0.get(p, 0.0) for p, v in pg1.items()))
                 counted += count
     return {"wall": wall, "cpu": cpu, "pg": pg, "counted": counted}
+
+
+def postmaster_pid(data_dir: Path) -> int:
+    """The pid of the embedded server running in `data_dir` (the benches' `out / "pg"`)."""
+    info = EmbeddedPostgres(data_dir).postmaster()
+    if info is None:
+        raise RuntimeError(f"no Postgres server is running in {data_dir}")
+    return info.pid
 
 
 def backends_ms(postmaster: int) -> dict[int, float]:

@@ -49,7 +49,7 @@ from app.services.embedding import EmbeddingService
 from app.services.query import QueryRequest, QueryService
 from bench.drive import BenchQuery
 from bench.inprocess import prepared
-from bench.modes import echo_modes, measure, ratios
+from bench.modes import echo_modes, measure, postmaster_pid, ratios
 from bench.options import ROOT, parse_size
 from bench.real import default_big_size, real_store
 from bench.server import cpu_seconds, start_server
@@ -155,7 +155,7 @@ async def run(
         url = bench.url
         users = sorted({q.user_id for q in bench.sample})
         await add_spaces(url, users, space_size, bench.source)
-        postmaster = int((out / "pg" / "pg" / "postmaster.pid").read_text().split()[0])
+        postmaster = postmaster_pid(out / "pg")
         if served:
             server = await start_server(
                 with_user(url, DEFAULT_APP_ROLE), out / "server-spaces.log", {}

@@ -27,7 +27,7 @@ from app.runtime import query_config
 from app.services.query import QueryService
 from bench.drive import BenchQuery
 from bench.inprocess import prepared, timed_query
-from bench.modes import echo_modes, measure, ratios
+from bench.modes import echo_modes, measure, postmaster_pid, ratios
 from bench.options import ROOT, parse_size
 
 cli = typer.Typer(add_completion=False)
@@ -36,7 +36,7 @@ MODES = {"default": DEFAULT, "without near ties": replace(DEFAULT, tie_link=0.0)
 
 async def run(size: int, queries: int, out: Path, big_size: int) -> dict[str, Any]:
     async with prepared(size, queries, out, big_size) as bench:
-        postmaster = int((out / "pg" / "pg" / "postmaster.pid").read_text().split()[0])
+        postmaster = postmaster_pid(out / "pg")
         config = query_config(load_settings(rate_limit_per_minute=0))
         engine = await service_engine(bench.store.db.url, pool_size=4)
         services = {

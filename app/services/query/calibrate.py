@@ -42,7 +42,7 @@ def scored(
     s: Scope, gathered: Gathered, trace: QueryTrace | None = None
 ) -> tuple[list[Ranked[Key]], float | None]:
     """The answer head, the rerank and the calibration; and the question's confidence where
-    the question model reads (`confidence`; None: the best relevance says it)."""
+    the question model reads (`question_confidence`; None: the best relevance says it)."""
     rows, stored = gathered.rows, gathered.stored
     head = answer_logits(s, stored)
     if trace is not None:
@@ -50,12 +50,12 @@ def scored(
     rows = replace(rows, ranked=with_answer_head(s, rows.ranked, head))
     ranked = calibrate(s, rerank_rows(s, rows), rows.candidates)
     reported = question_probability(s, ranked, gathered.hits, head)
-    ranked = answerable(s, ranked, gathered.hits, head, reported)
+    ranked = answerable(s, ranked, reported)
     subject = on_subject(s, ranked, rows.candidates, gathered.hits)
-    return subject, confidence(reported, ranked, subject)
+    return subject, question_confidence(reported, ranked, subject)
 
 
-def confidence(
+def question_confidence(
     reported: float | None, before: list[Ranked[Key]], after: list[Ranked[Key]]
 ) -> float | None:
     """The question's confidence that the store answers it: the question model's probability
@@ -144,19 +144,11 @@ def question_probability(
     return model.relevance(model.probability(x))
 
 
-def answerable(
-    s: Scope,
-    ranked: list[Ranked[Key]],
-    hits: ArmHits,
-    head: dict[Key, float],
-    reported: float | None = None,
-) -> list[Ranked[Key]]:
-    """The question model's probability (`question_probability`, or `reported` when computed
-    already) as the best item's relevance (with `question_caps`, at most its own); every other
-    item's stays in its ratio to the best. The order is unchanged."""
-    if reported is None:
-        reported = question_probability(s, ranked, hits, head)
-    if reported is None:
+def answerable(s: Scope, ranked: list[Ranked[Key]], reported: float | None) -> list[Ranked[Key]]:
+    """The question model's probability (`question_probability`; None: it does not read) as
+    the best item's relevance (with `question_caps`, at most its own); every other item's
+    stays in its ratio to the best. The order is unchanged."""
+    if reported is None or not ranked:
         return ranked
     if s.preset.question_caps:  # it may only lower the best (abstain), not raise it
         reported = min(reported, max(r.relevance for r in ranked))
@@ -170,7 +162,8 @@ def answerable(
 def linked(
     s: Scope, gathered: Gathered, ranked: list[Ranked[Key]], confidence: float | None = None
 ) -> Retrieved:
-    """Newer wins on one topic; the user's own first on a tie."""
+    """Newer wins on one topic; the user's own first on a tie. `confidence`: scored's (None: the
+    best relevance says it)."""
     candidates = gathered.rows.candidates
     topics = newer_wins(s, ranked, candidates, topic_pairs(s, ranked, gathered.stored.items))
     ranked = own_first(topics.ranked, gathered.origin)

@@ -248,14 +248,13 @@ class QueryService:
         candidates, ranked = retrieved.candidates, retrieved.ranked
         # The optional LLM judge (judge.py): may lower or raise the first items' relevance;
         # falls back to this ranking on any failure, within its own deadline.
-        best = max((r.relevance for r in ranked), default=0.0)
+        confidence = retrieved.confidence  # the question model's (calibrate.question_confidence)
         if self.judge is not None:
             ranked = await self.judge.review(request, query, ranked, candidates, result)
-            best = max((r.relevance for r in ranked), default=0.0)
-        elif retrieved.confidence is not None:
-            # The question model's: how likely the store answers at all (calibrate.confidence)
-            best = retrieved.confidence
-        result.confidence = round(best, 4)
+            confidence = None  # the judge's relevance says it
+        if confidence is None:
+            confidence = max((r.relevance for r in ranked), default=0.0)
+        result.confidence = round(confidence, 4)
 
         cut, packed = answer(s, ranked, candidates, budget)
         result.total_count = len(cut.kept)

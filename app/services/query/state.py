@@ -93,8 +93,8 @@ class Retrieved:
     newer: dict[Key, Key]
     # the shared space (1: the first the request named) of each candidate from one
     origin: dict[Key, int] = field(default_factory=dict)
-    # the question model's confidence that the store answers (calibrate.confidence; None: the
-    # best relevance is the confidence)
+    # the question model's confidence that the store answers (calibrate.question_confidence;
+    # None: the best relevance is the confidence)
     confidence: float | None = None
 
 

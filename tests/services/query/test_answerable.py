@@ -16,7 +16,7 @@ from app.retrieval.abstention import QUESTION_FEATURES, QuestionModel
 from app.retrieval.presets import PRESETS
 from app.retrieval.relevance import load_model
 from app.retrieval.scoring import Ranked
-from app.services.query.calibrate import answerable, confidence, question_probability
+from app.services.query.calibrate import answerable, question_confidence, question_probability
 from app.services.query.model import QueryRequest
 from app.services.query.state import ArmHits, scope
 
@@ -51,7 +51,7 @@ def test_the_best_reports_the_questions_probability_and_the_rest_their_ratio(bia
     request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
     model = question_model(bias)
     s = scope(request, QUESTION, PRESETS["answers"], load_model(), question=model)
-    out = answerable(s, ranked(), hits(), {})
+    out = answerable(s, ranked(), question_probability(s, ranked(), hits(), {}))
     reported = model.relevance(1 / (1 + math.exp(-bias)))
     assert [r.key for r in out] == [key(0), key(1), key(2)]
     assert [r.relevance for r in out] == pytest.approx([reported, reported / 2, reported / 4])
@@ -62,7 +62,7 @@ def test_a_preset_without_the_question_model_is_left_alone() -> None:
     s = scope(request, QUESTION, PRESETS["learned"], load_model(), question=question_model(3.0))
     assert s.question is None
     before = ranked()
-    assert answerable(s, before, hits(), {}) is before
+    assert answerable(s, before, question_probability(s, before, hits(), {})) is before
 
 
 @pytest.mark.parametrize("items", [0, QUESTION_DEPTH - 1])
@@ -71,7 +71,7 @@ def test_keyword_only_and_a_store_smaller_than_its_depth_are_left_alone(items: i
     request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
     s = scope(request, QUESTION, PRESETS["answers"], load_model(), question=question_model(-3.0))
     before = ranked()
-    assert answerable(s, before, hits(items), {}) is before
+    assert answerable(s, before, question_probability(s, before, hits(items), {})) is before
 
 
 @pytest.mark.parametrize("bias", [-3.0, 3.0])
@@ -80,7 +80,7 @@ def test_the_default_preset_caps_the_best_and_never_raises_it(bias: float) -> No
     model = question_model(bias)
     s = scope(request, QUESTION, PRESETS["default"], load_model(), question=model)
     assert s.preset.question_caps
-    out = answerable(s, ranked(), hits(), {})
+    out = answerable(s, ranked(), question_probability(s, ranked(), hits(), {}))
     best = min(0.8, model.relevance(1 / (1 + math.exp(-bias))))
     assert [r.key for r in out] == [key(0), key(1), key(2)]
     assert [r.relevance for r in out] == pytest.approx([best, best / 2, best / 4])
@@ -95,8 +95,8 @@ def test_the_confidence_is_the_questions_probability_uncapped(bias: float) -> No
     s = scope(request, QUESTION, PRESETS["default"], load_model(), question=model)
     reported = question_probability(s, ranked(), hits(), {})
     assert reported == pytest.approx(model.relevance(1 / (1 + math.exp(-bias))))
-    out = answerable(s, ranked(), hits(), {}, reported)
-    assert confidence(reported, out, out) == pytest.approx(reported)
+    out = answerable(s, ranked(), reported)
+    assert question_confidence(reported, out, out) == pytest.approx(reported)
     assert max(r.relevance for r in out) == pytest.approx(min(0.8, reported))
 
 
@@ -105,9 +105,9 @@ def test_the_confidence_falls_as_the_subject_rule_lowers_the_best() -> None:
     the confidence falls in the same ratio as the best relevance."""
     before = ranked()
     after = [Ranked(key(1), 0.4, 0.4, 0.0, 0.0), Ranked(key(0), 0.2, 0.2, 0.0, 0.0)]
-    assert confidence(0.6, before, after) == pytest.approx(0.6 * 0.4 / 0.8)
-    assert confidence(0.6, before, before) == pytest.approx(0.6)
-    assert confidence(None, before, after) is None  # without the model: the best relevance
+    assert question_confidence(0.6, before, after) == pytest.approx(0.6 * 0.4 / 0.8)
+    assert question_confidence(0.6, before, before) == pytest.approx(0.6)
+    assert question_confidence(None, before, after) is None  # without the model: the best relevance
 
 
 @pytest.mark.parametrize("items", [0, QUESTION_DEPTH - 1])
