@@ -97,6 +97,10 @@ class RetrievalPreset:
     # meaning is unrelated ("team" in "What's my favourite football team?" against "Works on
     # the search team") is not an answer (0 = off).
     keyword_cosine_floor: float = 0.0
+    # Learned fusion only. An item whose keyword match is on the question's names alone ("Tom"
+    # in "What is Tom's phone number?" against "Tom repairs bicycles") shares the name with the
+    # question in its cosine too: its cosine evidence needs `vector_floor` plus this (0 = off).
+    name_cosine_margin: float = 0.0
     # Learned fusion only: the reported relevance of an item below the question's best is
     # best ** gamma x (p / p_best) ** relative_exponent (RelevanceModel.relevance; 0 = the
     # model's own scale, p ** gamma, for every item).
@@ -212,9 +216,11 @@ ANSWERS = LEARNED.with_(
 VERIFIED = ANSWERS.with_(name="verified", verify_depth=8, question_model=False)
 # Issue 45: newer wins between two decisions a question finds and a near tie on one topic, the
 # question model (of the service's embedder, when it has one) caps the best relevance when
-# nothing seems to answer, and a memory about none of the people a question names stays under
-# the floor (chosen on the corpus's validation people: docs/retrieval.md, "Newer wins", "Newer
-# wins a near tie", "The trained MiniLM by default" and "Who a question is about").
+# nothing seems to answer, a memory about none of the people a question names stays under the
+# floor, and one that matches a question by a name alone needs a cosine 0.06 over the evidence
+# floor (chosen on the corpus's validation people: docs/retrieval.md, "Newer wins", "Newer wins
+# a near tie", "The trained MiniLM by default", "Who a question is about" and "Twice the
+# people").
 DEFAULT = LEARNED.with_(
     name="default",
     decision_link=0.2,
@@ -222,6 +228,7 @@ DEFAULT = LEARNED.with_(
     question_model=True,
     question_caps=True,
     subject_cap=0.2,
+    name_cosine_margin=0.06,
 )
 
 PRESETS: dict[str, RetrievalPreset] = {

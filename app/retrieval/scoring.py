@@ -170,13 +170,17 @@ def _learned(
     # no vector arm (keyword-only search) the cosine says nothing.
     lowest = min(cosines.values(), default=None)
     evidenced = []
+    name_floor = preset.vector_floor + preset.name_cosine_margin
     for k in {**keyword_scores, **cosines}:
+        bm25 = keyword_scores.get(k, 0.0)
         if vec_rel.get(k, 0.0) <= 0.0:
-            if plain.get(k, keyword_scores.get(k, 0.0)) <= 0.0:
+            if plain.get(k, bm25) <= 0.0:
                 continue
             cosine = cosines.get(k, lowest)
             if cosine is not None and cosine <= preset.keyword_cosine_floor:
                 continue
+        elif bm25 > 0.0 and plain.get(k, bm25) <= 0.0 and cosines.get(k, 0.0) <= name_floor:
+            continue  # matched by a name alone, and its cosine no further than the name's share
         evidenced.append(k)
     # the features of the candidates with evidence alone (most of the vector arm's are not)
     x = features(

@@ -177,6 +177,21 @@ def test_keyword_only_evidence_needs_a_cosine_over_its_floor() -> None:
     assert [r.key for r in alone] == ["team"]
 
 
+def test_a_match_on_a_name_alone_needs_a_cosine_over_the_floor_and_the_margin() -> None:
+    """ "What is Tom's phone number?" against "Tom repairs bicycles": BM25 on the name alone
+    (plain 0) and a cosine just over vector_floor, which the shared name gives it."""
+    preset = LEARNED.with_(vector_floor=0.25, name_cosine_margin=0.06)
+    model = _model(keyword=3.0)
+    keyword = {"name only": 1.0, "name far": 1.0, "word": 1.0}
+    plain = {"name only": 0.0, "name far": 0.0, "word": 1.0}
+    cosines = {"name only": 0.26, "name far": 0.32, "word": 0.26, "cosine only": 0.26}
+    ranked = rank(keyword, 4.0, cosines, preset, plain=plain, model=model, has_names=True)
+    assert sorted(r.key for r in ranked) == ["cosine only", "name far", "word"]
+    off = rank(keyword, 4.0, cosines, preset.with_(name_cosine_margin=0.0), plain=plain,
+               model=model, has_names=True)  # fmt: skip
+    assert sorted(r.key for r in off) == ["cosine only", "name far", "name only", "word"]
+
+
 def test_the_committed_model_loads_and_round_trips() -> None:
     model = load_model()
     assert len(model.weights) == len(FEATURES)
