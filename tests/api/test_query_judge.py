@@ -150,8 +150,11 @@ async def test_second_identical_question_is_not_judged_again(
         first = await ask(client, user_id, ANSWERED)
         assert len(upstream.seen) == 1
         first_shown = len(judged(upstream)["memories"])
-        # Memories only: not the cached answer, the same (question, memory) pairs.
-        again = await ask(client, user_id, "what does alice  EAT?", sources=["memory"])
+        # Memories only: not the cached answer, the same (question, memory) pairs. The name
+        # keeps its capital: capitalisation is how a question names someone (app/retrieval/
+        # names.py), and a lowercase "alice" would rank other candidates (a match on a name
+        # alone needs more cosine, `name_cosine_margin`), which the judge has not seen.
+        again = await ask(client, user_id, "what does Alice  eat?", sources=["memory"])
         assert len(upstream.seen) == 1
         assert again["metadata"]["judge"] == "llm"
         assert contents(again)[0] == contents(first)[0] == MEMORIES[0]
