@@ -11,8 +11,8 @@ Two curves over the number of the corpus's train people, both read on the valida
   wrote (`--runs DIR ...`; each DIR's report.json): the kept epoch's validation figures of the
   embedder's cosine alone (the base model's as 0 people).
 
-The DUMP's features come from the shipped embedder (trained on all 24 people), so the first
-curve holds the embedder fixed and varies the question model's data alone. `--plot PNG` draws
+The DUMP's features come from the shipped embedder (trained on all the train people), so the
+first curve holds the embedder fixed and varies the question model's data alone. `--plot PNG` draws
 both. Deterministic; seconds for the first curve (the runs take minutes each to train).
 """
 
@@ -107,7 +107,7 @@ def plot(questions: list[dict[str, float]], embedder: list[dict[str, float]], pa
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dump", type=Path)
-    parser.add_argument("--people", type=int, nargs="+", default=[3, 6, 12, 18, 24])
+    parser.add_argument("--people", type=int, nargs="+", default=[3, 6, 12, 24, 36, 48])
     parser.add_argument("--variant", default="", help="as eval.fit_question's (default '')")
     parser.add_argument("--signs", action="store_true")
     parser.add_argument("--locomo", action="store_true")
