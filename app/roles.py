@@ -107,6 +107,24 @@ _IMPLICIT = re.compile(r"\((\w+)\)::text\b")
 _COLUMN = r"\1"
 
 
+# Postgres caches the plans of SQL functions from 18 on; before, a SQL function that cannot be
+# inlined (SECURITY DEFINER, SET search_path) is planned again at every call site, so the scope
+# functions are PL/pgSQL there (migration 0022, `pgrecall db distribute`).
+CACHES_SQL_FUNCTIONS = 180000
+SERVER_VERSION = "SELECT current_setting('server_version_num')::int"
+
+
+def scope_function(signature: str, returns: str, query: str, plpgsql: bool) -> str:
+    """CREATE OR REPLACE of a scope function (`signature`, e.g. "pgrecall_scope_user()")
+    returning `query`'s one value: SECURITY DEFINER with a fixed search_path, in PL/pgSQL
+    (`plpgsql`: a server before CACHES_SQL_FUNCTIONS) or SQL."""
+    language, body = ("plpgsql", f"BEGIN RETURN ({query}); END") if plpgsql else ("sql", query)
+    return (
+        f"CREATE OR REPLACE FUNCTION {signature} RETURNS {returns} LANGUAGE {language} STABLE "
+        f"SECURITY DEFINER SET search_path = pg_catalog, public AS $fn${body}$fn$"
+    )
+
+
 def read_once(expression: str) -> str:
     """A policy expression with each scope call (a setting, the signed user, the spaces) in a
     scalar subquery: read once per statement (an InitPlan), not once per row."""

@@ -23,11 +23,13 @@ from app.citus.metadata import (
 from app.citus.policies import scope_spaces_function, sync_shard_policies
 from app.roles import (
     ADMIN_ROLE,
+    CACHES_SQL_FUNCTIONS,
     COORDINATOR_TABLES,
     DISTRIBUTED_TABLES,
     POLICIES,
     REFERENCE_TABLES,
     SCOPE_KEY_TABLE,
+    SERVER_VERSION,
     policy_rewrites,
 )
 
@@ -60,10 +62,7 @@ _REFERENCE_COPIES = text(
     FROM pg_dist_shard AS s WHERE s.logicalrelid = CAST(:table AS regclass)
     """
 )
-_SERVER_VERSION = text("SELECT current_setting('server_version_num')::int")
-# Postgres caches the plans of SQL functions from 18 on; before, the scope functions are
-# PL/pgSQL (migration 0022).
-CACHES_SQL_FUNCTIONS = 180000
+_SERVER_VERSION = text(SERVER_VERSION)
 _DISTRIBUTE_SPACES = text("SELECT create_distributed_function('pgrecall_scope_spaces(boolean)')")
 _SPACES_ON_WORKERS = "SELECT pgrecall_scope_spaces(false)"
 

@@ -8,7 +8,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from app.citus.metadata import CitusError
-from app.roles import read_once
+from app.roles import read_once, scope_function
 
 # Each distributed table's policies, as "name:permissive" sorted, on the coordinator and on
 # each of its shards (doctor: a shard whose policies differ is not guarded as the table is).
@@ -60,12 +60,7 @@ def scope_spaces_function(members: str, plpgsql: bool = True) -> str:
         f"FROM {members} AS m "
         "WHERE m.user_id = (SELECT pgrecall_scope_user()) AND (NOT writes OR m.access = 'write')"
     )
-    language, body = ("plpgsql", f"BEGIN RETURN ({query}); END") if plpgsql else ("sql", query)
-    return (
-        "CREATE OR REPLACE FUNCTION pgrecall_scope_spaces(writes boolean) RETURNS text[] "
-        f"LANGUAGE {language} STABLE SECURITY DEFINER SET search_path = pg_catalog, public "
-        f"AS $fn$ {body} $fn$"
-    )
+    return scope_function("pgrecall_scope_spaces(writes boolean)", "text[]", query, plpgsql)
 
 
 def shard_expression(expression: str | None) -> str | None:

@@ -25,13 +25,12 @@ from collections.abc import Sequence
 from alembic import op
 from sqlalchemy import text
 
+from app.roles import CACHES_SQL_FUNCTIONS, SERVER_VERSION, scope_function
+
 revision: str = "0022_scope_functions_plpgsql"
 down_revision: str | None = "0021_space_grants_once"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
-
-# Postgres caches the plans of SQL functions from this version on.
-CACHES_SQL_FUNCTIONS = 180000
 
 # Migration 0019's query (the message signed: the user alone, or the user and its scope).
 SCOPE_USER_QUERY = """
@@ -54,27 +53,20 @@ SCOPE_SPACES_QUERY = """
       FROM space_members AS m
      WHERE m.user_id = (SELECT pgrecall_scope_user()) AND (NOT writes OR m.access = 'write')
 """
-_HEAD = "LANGUAGE {language} STABLE SECURITY DEFINER SET search_path = pg_catalog, public"
 
 
 def scope_functions(plpgsql: bool) -> list[str]:
     """CREATE OR REPLACE of both functions, in PL/pgSQL (`plpgsql`) or SQL, same queries."""
-    language = "plpgsql" if plpgsql else "sql"
-
-    def body(query: str) -> str:
-        return f"BEGIN RETURN ({query}); END" if plpgsql else query
-
-    head = _HEAD.format(language=language)
     return [
-        "CREATE OR REPLACE FUNCTION pgrecall_scope_user() RETURNS text "
-        f"{head} AS $fn${body(SCOPE_USER_QUERY)}$fn$",
-        "CREATE OR REPLACE FUNCTION pgrecall_scope_spaces(writes boolean) RETURNS text[] "
-        f"{head} AS $fn${body(SCOPE_SPACES_QUERY)}$fn$",
+        scope_function("pgrecall_scope_user()", "text", SCOPE_USER_QUERY, plpgsql),
+        scope_function(
+            "pgrecall_scope_spaces(writes boolean)", "text[]", SCOPE_SPACES_QUERY, plpgsql
+        ),
     ]
 
 
 def _before_18() -> bool:
-    version = op.get_bind().execute(text("SELECT current_setting('server_version_num')::int"))
+    version = op.get_bind().execute(text(SERVER_VERSION))
     return int(version.scalar_one()) < CACHES_SQL_FUNCTIONS
 
 
