@@ -182,6 +182,12 @@ def main() -> None:
     parser.add_argument("--reuse-venv", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument(
+        "--revision-weight",
+        type=float,
+        default=None,
+        help="weight of the revision-pair term (scripts/train/finetune.py REVISION_WEIGHT)",
+    )
+    parser.add_argument(
         "--train-people",
         type=int,
         default=None,
@@ -219,6 +225,8 @@ def main() -> None:
             command += ["--epochs", str(args.epochs)]
         if args.train_people is not None:
             command += ["--train-people", str(args.train_people)]
+        if args.revision_weight is not None:
+            command += ["--revision-weight", str(args.revision_weight)]
         step("training: " + " ".join(command[1:]))
         # Idle OpenMP threads sleep instead of spinning: with other work on the 2 cores, torch's
         # 2 spinning threads cost 4-5x the CPU per step (measured: 29 s against 6 s).

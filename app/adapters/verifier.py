@@ -119,7 +119,7 @@ class Verifier:
 
 
 # The embedder whose cosine the verifier was trained on (its second input).
-VERIFIER_EMBEDDER = "pgrecall-minilm-answers-v2"
+VERIFIER_EMBEDDER = "pgrecall-minilm-answers-v3"
 
 
 @cache

@@ -24,9 +24,11 @@ every question it does not answer. Two losses on one cosine matrix:
   0s. So the cosine itself learns where "answers" begins, for every question, not only which
   item comes first.
 
-A newer_wins question's stale memory is on topic: it is neither answer nor negative (ranking
-the newer first is the service's recency stage's job). After every epoch the validation
-figures (base model first) are printed; the epoch with the best SELECTION sum is kept, exported
+A newer_wins question's stale memory is on topic: it is neither answer nor negative (ranking the
+newer first is the service's recency stage's job). With `--revision-weight`, a third term pulls the
+two memories of such a pair together against the person's other memories (the cosine between two
+stored vectors is what links one topic in the service). After every epoch the validation figures
+(base model first) are printed; the epoch with the best SELECTION sum is kept, exported
 (scripts/train/export_onnx.py) and measured again as the int8 graph the service will run.
 
     python finetune.py --checkpoint DIR --tokenizer tokenizer.json --out DIR \
@@ -75,6 +77,11 @@ HEAD_LEARNING_RATE = 1e-2  # a and b of sigmoid(a * cos + b)
 WARMUP = 0.1
 SCALE = 20.0  # InfoNCE temperature 0.05
 POINTWISE_WEIGHT = 5.0
+# A person's old/new decision pairs (a newer_wins question's answer and stale memory) are one
+# topic: InfoNCE over the memory-to-memory cosines of the person's memories, each memory of a
+# pair against all the others (0 = off). It trains the link the service's near-tie rule reads
+# (app/retrieval/topics.py) apart from two look-alike facts about two people.
+REVISION_WEIGHT = 1.0
 MAX_TOKENS = 256  # sentence-transformers' max_seq_length, as the service truncates
 THREADS = 2
 CHUNK = 32  # texts per forward pass inside a step (sorted by length)
@@ -185,10 +192,35 @@ def curated_figures(
             if head is not None:
                 add("answerable_answered@0.5", _probability(best, head) >= 0.5)
     figures = {name: float(np.mean(values)) for name, values in sorted(shares.items())}
+    figures |= revision_figures(embed, groups)
     figures["auc_best_cosine"] = auc(best_answerable, best_unanswerable)
     figures["questions"] = float(len(best_answerable) + len(best_unanswerable))
     figures["unanswerable"] = float(len(best_unanswerable))
     return figures
+
+
+def revision_figures(embed: object, groups: tuple[Group, ...]) -> dict[str, float]:
+    """How the cosine between two memories of a person tells a revision pair (a newer_wins
+    question's two memories) from every other pair of the person's memories: the AUC, and the
+    shares of each over 0.5 (the service's near-tie link)."""
+    linked: list[float] = []
+    other: list[float] = []
+    for group in groups:
+        pairs = {frozenset(pair) for pair in revisions(group)}
+        if not pairs:
+            continue
+        vectors = embed(group.items)  # type: ignore[operator]
+        cosines = vectors @ vectors.T
+        for i in range(len(group.items)):
+            for j in range(i + 1, len(group.items)):
+                (linked if frozenset((i, j)) in pairs else other).append(float(cosines[i, j]))
+    if not linked:
+        return {}
+    return {
+        "revision_auc": auc(linked, other),
+        "revision_linked@0.5": float(np.mean(np.asarray(linked) >= 0.5)),
+        "other_linked@0.5": float(np.mean(np.asarray(other) >= 0.5)),
+    }
 
 
 def locomo_recall(embed: object, groups: tuple[Group, ...], k: int = 5) -> float:
@@ -224,6 +256,9 @@ SHOWN = (
     "name_trap_answerable_first",
     "two_memories_both@5",
     "newer_wins_newer_above_stale",
+    "revision_auc",
+    "revision_linked@0.5",
+    "other_linked@0.5",
     "answerable_answered@0.5",
     "unanswerable_answered@0.5",
 )
@@ -306,12 +341,46 @@ def steps_per_epoch(groups: tuple[Group, ...]) -> int:
     return math.ceil(pieces / PERSONS_PER_STEP) + locomo
 
 
+def revisions(group: Group) -> tuple[tuple[int, int], ...]:
+    """The (newer, older) memory pairs of a person's newer_wins questions."""
+    pairs = {
+        (query.answers[0], older)
+        for query in group.queries
+        if query.shape == "newer_wins" and query.answers
+        for older in query.ignore
+    }
+    return tuple(sorted(pairs))
+
+
+def revision_loss(
+    items: torch.Tensor, groups: tuple[Group, ...], step: Step
+) -> torch.Tensor | None:
+    """InfoNCE of each memory of a revision pair towards the other, against every other
+    memory of its person in the step (None: the step's people have no pair)."""
+    columns = {key: column for column, key in enumerate(step.items)}
+    anchors, partners = [], []
+    for index in sorted({g for g, _ in step.items}):
+        for newer, older in revisions(groups[index]):
+            a, b = columns[(index, newer)], columns[(index, older)]
+            anchors += [a, b]
+            partners += [b, a]
+    if not anchors:
+        return None
+    item_groups = torch.tensor([g for g, _ in step.items])
+    rows = items[anchors] @ items.T * SCALE  # anchors x items
+    mask = item_groups[anchors][:, None] != item_groups[None, :]
+    mask[torch.arange(len(anchors)), torch.tensor(anchors)] = True  # not itself
+    rows = rows.masked_fill(mask, float("-inf"))
+    return F.cross_entropy(rows, torch.tensor(partners))
+
+
 def step_loss(
     encoder: Encoder,
     head: torch.nn.Parameter,
     groups: tuple[Group, ...],
     step: Step,
     pointwise_weight: float = POINTWISE_WEIGHT,
+    revision_weight: float = REVISION_WEIGHT,
 ) -> tuple[torch.Tensor, float, float]:
     columns = {key: column for column, key in enumerate(step.items)}
     queries = encoder.forward([q.text for _, q in step.questions])
@@ -351,6 +420,10 @@ def step_loss(
     if bool(positive.any()):
         pointwise = 0.5 * (F.softplus(-z[positive]).mean() + pointwise)
     loss = contrastive + pointwise_weight * pointwise
+    if revision_weight:
+        revision = revision_loss(items, groups, step)
+        if revision is not None:
+            loss = loss + revision_weight * revision
     return loss, float(contrastive.detach()), float(pointwise.detach())
 
 
@@ -393,7 +466,7 @@ def train(args: argparse.Namespace) -> None:
         losses: dict[str, list[float]] = {"nce": [], "pointwise": []}
         for step in progress:
             loss, contrastive, pointwise = step_loss(
-                encoder, head, data.train, step, args.pointwise_weight
+                encoder, head, data.train, step, args.pointwise_weight, args.revision_weight
             )
             optimiser.zero_grad()
             loss.backward()
@@ -449,6 +522,7 @@ def train(args: argparse.Namespace) -> None:
             "warmup": WARMUP,
             "infonce_scale": SCALE,
             "pointwise_weight": args.pointwise_weight,
+            "revision_weight": args.revision_weight,
             "locomo_questions_per_epoch": LOCOMO_PER_EPOCH,
             "max_tokens": MAX_TOKENS,
             "threads": THREADS,
@@ -483,6 +557,7 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=EPOCHS)
     parser.add_argument("--learning-rate", type=float, default=LEARNING_RATE)
     parser.add_argument("--pointwise-weight", type=float, default=POINTWISE_WEIGHT)
+    parser.add_argument("--revision-weight", type=float, default=REVISION_WEIGHT)
     parser.add_argument(
         "--train-people", type=int, default=None, help="only this many curated train people"
     )

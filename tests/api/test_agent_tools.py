@@ -237,7 +237,7 @@ async def test_a_past_expiry_stores_the_memory_as_expired(
 
 
 async def test_write_rate_limit_is_429_and_stores_nothing(
-    make_client: Callable[..., Any], user_id: str
+    make_client: Callable[..., Any], user_id: str, db_engine: AsyncEngine
 ) -> None:
     async with make_client(write_rate_limit_per_minute=2) as (client, _):
         for n in range(2):
@@ -246,7 +246,13 @@ async def test_write_rate_limit_is_429_and_stores_nothing(
         refused = await save(client, user_id, content="One too many for this minute", type="note")
         assert refused.status_code == 429
         assert refused.json()["error"] == "RateLimitedError"
-        assert not await recall(client, user_id, "One too many for this minute")
+        found = await recall(client, user_id, "One too many for this minute")
+        assert "One too many for this minute" not in [m["content"] for m in found]
+    async with db_engine.connect() as conn:
+        stored = await conn.scalars(
+            text("SELECT content FROM memory_items WHERE user_id = :u"), {"u": user_id}
+        )
+        assert sorted(stored) == ["Limit test fact number 0", "Limit test fact number 1"]
 
 
 async def test_write_limit_fails_open_without_redis(

@@ -46,16 +46,9 @@ async def ask(client: httpx.AsyncClient, user: str, query: str) -> dict[str, Any
 
 
 async def test_the_users_own_name_is_the_user(
-    client: httpx.AsyncClient, user_id: str, request: pytest.FixtureRequest
+    client: httpx.AsyncClient, user_id: str
 ) -> None:
     """docs/agents.md's example: "Alice is vegetarian" answers "what is my diet?"."""
-    if request.node.callspec.params["client"] == "answers":
-        # Known, and strict: fails the suite the day it passes (docs/retrieval.md, "Twice the
-        # people"): the opt-in preset's models refitted on the 48-people embedder put this
-        # four-memory store's answer at relevance 0.27, under the spec's 0.3.
-        request.applymarker(
-            pytest.mark.xfail(strict=True, raises=AssertionError, reason="answers: under its floor")
-        )
     for content in (
         "Alice is vegetarian",
         "Alice's flat is on the top floor of a building in Leeds.",

@@ -301,7 +301,7 @@ def served_answers(upstream: Upstream) -> Iterator[Served]:
     """The proxy on issue 45's models (the trained MiniLM and preset `answers`)."""
     settings = {
         "PGRECALL_CHAT_UPSTREAM_URL": upstream.base,
-        "PGRECALL_EMBEDDING_MODEL": "pgrecall-minilm-answers-v2",
+        "PGRECALL_EMBEDDING_MODEL": "pgrecall-minilm-answers-v3",
         "PGRECALL_RETRIEVAL_PRESET": "answers",
     }
     with serving("pgr-proxy-answers-", settings) as server:
