@@ -7,8 +7,9 @@ the other with its checkout's code and .venv. One load generator (this checkout'
 each level in alternating bursts: a burst to this service, a burst to the other, and so on.
 A VM whose speed drifts by a fifth within a minute then slows both sides alike, which two
 benchmark runs one after the other do not. Per level and side: requests per second (completed
-requests over the bursts' summed wall time) and CPU per request (the server's processes and its
-Postgres backends, from /proc), then this side over the other.
+requests over the bursts' summed wall time), CPU per request (the server's processes and its
+Postgres backends, from /proc) and latency p50 / p95 over all its bursts' calls, then this side
+over the other.
 """
 
 from __future__ import annotations
@@ -77,20 +78,24 @@ async def compare(
                             await measured_level(
                                 clients[side], servers[side], dsns[side], qs,
                                 concurrency=concurrency, requests=requests, time_cap_s=120,
-                                offset=r * requests,
+                                offset=r * requests, keep_latencies=True,
                             )
                         )  # fmt: skip
                 row: dict[str, Any] = {"concurrency": concurrency, "load": os.getloadavg()[0]}
                 cpu = {s: [b["cpu_ms_per_request"]["total"] for b in bursts[s]] for s in SIDES}
                 for side in SIDES:
                     done = [b["completed"] for b in bursts[side]]
+                    latencies = [ms for b in bursts[side] for ms in b.pop("latencies_ms")]
                     row[side] = {
                         "requests": sum(done),
                         "rps": round(sum(done) / sum(b["wall_s"] for b in bursts[side]), 1),
                         "cpu_ms": round(float(np.average(cpu[side], weights=done)), 2),
                         "bursts_cpu_ms": cpu[side],
+                        "p50_ms": round(float(np.percentile(latencies, 50)), 2),
+                        "p95_ms": round(float(np.percentile(latencies, 95)), 2),
                     }
                 row["cpu_ratio"] = round(row["this"]["cpu_ms"] / row["other"]["cpu_ms"], 3)
+                row["p95_ratio"] = round(row["this"]["p95_ms"] / row["other"]["p95_ms"], 3)
                 row["rps_ratio"] = round(row["this"]["rps"] / row["other"]["rps"], 3)
                 row["burst_cpu_ratios"] = [
                     round(a / b, 3) for a, b in zip(cpu["this"], cpu["other"], strict=True)
@@ -114,15 +119,18 @@ def report(result: dict[str, Any], other: Path) -> str:
         f"{result['rounds']} alternating bursts per side and level",
         "",
         "| conc | this req/s | other req/s | req/s ratio | this CPU ms/req | other CPU ms/req "
-        "| CPU ratio | CPU ratio per burst pair | load |",
-        "|---:|---:|---:|---:|---:|---:|---:|---|---:|",
+        "| CPU ratio | CPU ratio per burst pair | this p50 / p95 ms | other p50 / p95 ms "
+        "| p95 ratio | load |",
+        "|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|",
     ]
     for row in result["levels"]:
         t, o = row["this"], row["other"]
         lines.append(
             f"| {row['concurrency']} | {t['rps']} | {o['rps']} | {row['rps_ratio']} "
             f"| {t['cpu_ms']} | {o['cpu_ms']} | {row['cpu_ratio']} "
-            f"| {', '.join(str(x) for x in row['burst_cpu_ratios'])} | {row['load']:.2f} |"
+            f"| {', '.join(str(x) for x in row['burst_cpu_ratios'])} "
+            f"| {t['p50_ms']} / {t['p95_ms']} | {o['p50_ms']} / {o['p95_ms']} "
+            f"| {row['p95_ratio']} | {row['load']:.2f} |"
         )
     return "\n".join(lines)
 

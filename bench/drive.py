@@ -90,8 +90,10 @@ async def run_level(
     requests: int,
     time_cap_s: float,
     offset: int = 0,
+    keep_latencies: bool = False,
 ) -> dict[str, Any]:
-    """`requests` tool calls from `concurrency` workers (stopping early at the time cap)."""
+    """`requests` tool calls from `concurrency` workers (stopping early at the time cap); with
+    `keep_latencies`, every call's latency too (`latencies_ms`, for percentiles over bursts)."""
     samples: list[_Sample] = []
     next_index = 0
     started = time.perf_counter()
@@ -107,7 +109,8 @@ async def run_level(
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - started
     good = [s for s in samples if s.ok]
-    return {
+    kept = {"latencies_ms": [s.latency_ms for s in samples]} if keep_latencies else {}
+    return kept | {
         "concurrency": concurrency,
         "requested": requests,
         "completed": len(samples),

@@ -147,6 +147,7 @@ async def measured_level(
     requests: int,
     time_cap_s: float,
     offset: int = 0,
+    keep_latencies: bool = False,
 ) -> dict[str, Any]:
     """`run_level`'s figures and the level's CPU per request (`cpu_ms_per_request`: the
     service's processes, its Postgres backends on `dsn`, the load generator)."""
@@ -158,6 +159,7 @@ async def measured_level(
         requests=requests,
         time_cap_s=time_cap_s,
         offset=offset,
+        keep_latencies=keep_latencies,
     )
     level["cpu_ms_per_request"] = _cpu_per_request(
         before, await _cpu(server, dsn), level["completed"]
