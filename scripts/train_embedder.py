@@ -181,6 +181,7 @@ def main() -> None:
     parser.add_argument("--work-dir", type=Path, default=None, help="scratch (default: tmp)")
     parser.add_argument("--reuse-venv", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--epochs", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=None, help="another seed (a variance check)")
     parser.add_argument(
         "--revision-weight",
         type=float,
@@ -225,6 +226,8 @@ def main() -> None:
             command += ["--epochs", str(args.epochs)]
         if args.train_people is not None:
             command += ["--train-people", str(args.train_people)]
+        if args.seed is not None:
+            command += ["--seed", str(args.seed)]
         if args.revision_weight is not None:
             command += ["--revision-weight", str(args.revision_weight)]
         step("training: " + " ".join(command[1:]))
