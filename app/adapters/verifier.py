@@ -29,6 +29,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.adapters.embedder import TOKENIZER_SHA256, file_sha256, local_model_files, onnx_session
+from app.embedding_models import TRAINED_MODEL_ID
 from app.errors import EmbeddingError, LocalModelMissingError
 
 log = logging.getLogger(__name__)
@@ -118,8 +119,9 @@ class Verifier:
         return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
 
 
-# The embedder whose cosine the verifier was trained on (its second input).
-VERIFIER_EMBEDDER = "pgrecall-minilm-answers-v3"
+# The embedder whose cosine the verifier is trained on (its second input): scripts/
+# train_verifier.py trains beside the trained MiniLM, whichever version is committed.
+VERIFIER_EMBEDDER = TRAINED_MODEL_ID
 
 
 @cache

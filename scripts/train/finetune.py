@@ -163,8 +163,11 @@ def curated_figures(
     def add(name: str, value: bool) -> None:
         shares.setdefault(name, []).append(float(value))
 
+    between: list[tuple[Group, np.ndarray]] = []  # each person's memory-to-memory cosines
     for group in groups:
-        cosines = group_cosines(embed, group)
+        items = embed(group.items)  # type: ignore[operator]
+        between.append((group, items @ items.T))
+        cosines = embed([q.text for q in group.queries]) @ items.T  # type: ignore[operator]
         for row, query in zip(cosines, group.queries, strict=True):
             order = list(np.argsort(-row, kind="stable"))
             best = float(row.max())
@@ -192,25 +195,27 @@ def curated_figures(
             if head is not None:
                 add("answerable_answered@0.5", _probability(best, head) >= 0.5)
     figures = {name: float(np.mean(values)) for name, values in sorted(shares.items())}
-    figures |= revision_figures(embed, groups)
+    figures |= revision_figures(between)
     figures["auc_best_cosine"] = auc(best_answerable, best_unanswerable)
     figures["questions"] = float(len(best_answerable) + len(best_unanswerable))
     figures["unanswerable"] = float(len(best_unanswerable))
     return figures
 
 
-def revision_figures(embed: object, groups: tuple[Group, ...]) -> dict[str, float]:
-    """How the cosine between two memories of a person tells a revision pair (a newer_wins
-    question's two memories) from every other pair of the person's memories: the AUC, and the
-    shares of each over 0.5 (the service's near-tie link)."""
+# The service's near-tie link (app/retrieval/presets.py DEFAULT.tie_link).
+TIE_LINK = 0.5
+
+
+def revision_figures(between: list[tuple[Group, np.ndarray]]) -> dict[str, float]:
+    """How the cosine between two memories of a person (`between`: each person's memory-to-
+    memory cosines) tells a revision pair (a newer_wins question's two memories) from every
+    other pair of the person's memories: the AUC, and the shares of each at TIE_LINK or over."""
     linked: list[float] = []
     other: list[float] = []
-    for group in groups:
+    for group, cosines in between:
         pairs = {frozenset(pair) for pair in revisions(group)}
         if not pairs:
             continue
-        vectors = embed(group.items)  # type: ignore[operator]
-        cosines = vectors @ vectors.T
         for i in range(len(group.items)):
             for j in range(i + 1, len(group.items)):
                 (linked if frozenset((i, j)) in pairs else other).append(float(cosines[i, j]))
@@ -218,8 +223,8 @@ def revision_figures(embed: object, groups: tuple[Group, ...]) -> dict[str, floa
         return {}
     return {
         "revision_auc": auc(linked, other),
-        "revision_linked@0.5": float(np.mean(np.asarray(linked) >= 0.5)),
-        "other_linked@0.5": float(np.mean(np.asarray(other) >= 0.5)),
+        "revision_linked@0.5": float(np.mean(np.asarray(linked) >= TIE_LINK)),
+        "other_linked@0.5": float(np.mean(np.asarray(other) >= TIE_LINK)),
     }
 
 

@@ -13,6 +13,7 @@ import httpx
 import openai
 import pytest
 
+from app.embedding_models import TRAINED_MODEL_ID
 from pgrecall import types as t
 from pgrecall.client import Client, PgrecallError
 from tests.proxy.upstream_server import Answer, Upstream
@@ -301,7 +302,7 @@ def served_answers(upstream: Upstream) -> Iterator[Served]:
     """The proxy on issue 45's models (the trained MiniLM and preset `answers`)."""
     settings = {
         "PGRECALL_CHAT_UPSTREAM_URL": upstream.base,
-        "PGRECALL_EMBEDDING_MODEL": "pgrecall-minilm-answers-v3",
+        "PGRECALL_EMBEDDING_MODEL": TRAINED_MODEL_ID,
         "PGRECALL_RETRIEVAL_PRESET": "answers",
     }
     with serving("pgr-proxy-answers-", settings) as server:

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from app.embedding_models import TRAINED_MODEL_ID
 from app.retrieval.abstention import (
     NO_HEAD,
     QUESTION_FEATURES,
@@ -96,7 +97,7 @@ def test_json_round_trip_and_a_foreign_feature_list_is_refused() -> None:
 
 
 def test_the_trained_embedder_has_a_committed_model_and_the_default_none() -> None:
-    committed = question_model_for("pgrecall-minilm-answers-v3", "answers")
+    committed = question_model_for(TRAINED_MODEL_ID, "answers")
     assert committed is not None and 0.0 < committed.floor_probability < 1.0
     assert question_model_for("all-MiniLM-L6-v2-onnx-dq8") is None
     assert question_model_for("all-MiniLM-L6-v2-onnx-dq8", "answers") is None
