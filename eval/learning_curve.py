@@ -107,7 +107,9 @@ def plot(questions: list[dict[str, float]], embedder: list[dict[str, float]], pa
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dump", type=Path)
-    parser.add_argument("--people", type=int, nargs="+", default=[3, 6, 12, 24, 36, 48, 64, 80])
+    parser.add_argument(
+        "--people", type=int, nargs="+", default=[3, 6, 12, 24, 36, 48, 64, 80, 96, 112]
+    )
     parser.add_argument("--variant", default="", help="as eval.fit_question's (default '')")
     parser.add_argument("--signs", action="store_true")
     parser.add_argument("--locomo", action="store_true")
