@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dump", type=Path)
     parser.add_argument(
-        "--people", type=int, nargs="+", default=[3, 6, 12, 24, 36, 48, 64, 80, 96, 112]
+        "--people", type=int, nargs="+", default=[3, 6, 12, 24, 48, 80, 112, 144]
     )
     parser.add_argument("--variant", default="", help="as eval.fit_question's (default '')")
     parser.add_argument("--signs", action="store_true")
