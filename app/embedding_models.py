@@ -19,7 +19,7 @@ FLOAT_MODEL_ID = "all-MiniLM-L6-v2-onnx-int8"
 # int8 recipe as the default, its graph committed in the package (app/adapters/models/, with a
 # manifest of how it was made). Its vectors are not the other models', so a store moves to it
 # with `pgrecall reembed`.
-TRAINED_MODEL_ID = "pgrecall-minilm-answers-v4"
+TRAINED_MODEL_ID = "pgrecall-minilm-answers-v5"
 LOCAL_MODELS = (LOCAL_MODEL_ID, FLOAT_MODEL_ID, TRAINED_MODEL_ID)
 # The service's default embedder (PGRECALL_EMBEDDING_MODEL unset): the MiniLM trained here
 # since 2026-12-05. With the default preset it holds the golden set's gates and ranks the

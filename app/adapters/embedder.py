@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 Vectors = npt.NDArray[np.float32]
 
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-TRAINED_MODEL_SHA256 = "857376f3fe05a0bed08a24b581047ea1069c5d30b0c5dda95b2ffde8641fbe6c"
+TRAINED_MODEL_SHA256 = "2f33cc5bfca75409219631438b8917252203464b4d0ac2344e36831777c9214a"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 # sentence-transformers' max_seq_length for this model; longer text is truncated.
 MAX_TOKENS = 256

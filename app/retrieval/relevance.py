@@ -42,7 +42,7 @@ MODELS_DIR = Path(__file__).with_name("relevance_models")
 # set with it (Recall@5 0.975, Precision@5 0.905 with the question model), where a listwise fit
 # of its own (`python -m eval.fit_relevance --samples conv-41 conv-42 conv-43`) gave 0.798 /
 # 0.826 (docs/retrieval.md, "The trained MiniLM by default").
-SHARES_DEFAULT_MODEL = ("pgrecall-minilm-answers-v4",)
+SHARES_DEFAULT_MODEL = ("pgrecall-minilm-answers-v5",)
 
 log = logging.getLogger(__name__)
 

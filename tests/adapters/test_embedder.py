@@ -53,7 +53,7 @@ async def test_unit_norm_and_shape(embedder: LocalEmbedder) -> None:
     assert vectors.shape == (3, LOCAL_DIMENSION)
     assert vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
-    assert embedder.model == DEFAULT_MODEL_ID == "pgrecall-minilm-answers-v4"
+    assert embedder.model == DEFAULT_MODEL_ID == "pgrecall-minilm-answers-v5"
     assert (await embedder.embed([])).shape == (0, LOCAL_DIMENSION)
 
 

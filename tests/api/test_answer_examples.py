@@ -46,9 +46,14 @@ async def ask(client: httpx.AsyncClient, user: str, query: str) -> dict[str, Any
 
 
 async def test_the_users_own_name_is_the_user(
-    client: httpx.AsyncClient, user_id: str
+    client: httpx.AsyncClient, user_id: str, request: pytest.FixtureRequest
 ) -> None:
     """docs/agents.md's example: "Alice is vegetarian" answers "what is my diet?"."""
+    if request.node.callspec.params["client"] == "answers":
+        # Known, and strict: fails the suite the day it passes (docs/retrieval.md, "A hundred
+        # and forty-four people"): the opt-in preset's models refitted on the 144-people
+        # embedder return nothing for "what is my diet?" in this four-memory store.
+        request.applymarker(pytest.mark.xfail(strict=True, reason="answers: under its floor"))
     for content in (
         "Alice is vegetarian",
         "Alice's flat is on the top floor of a building in Leeds.",
