@@ -58,7 +58,7 @@ eval: venv
 # relevance, newer wins between decisions and a near tie on one topic, a match on a name alone
 # needing more cosine: 0.828 / 0.739 / 0.089 / 0.233, newer first 0.792, AUC 0.886), then the
 # same people as new users (their first 12 memories: a store the question model does not read;
-# 0.911 / 0.821 / 0.068 / 0.349, AUC 0.862), then issue 45's opt-in preset `answers` on the
+# 0.911 / 0.821 / 0.054 / 0.349, AUC 0.871), then issue 45's opt-in preset `answers` on the
 # same embedder (its own relevance model, answer head and question model; 0.791 / 0.687 /
 # 0.107 / 0.221, newer first 0.917, AUC 0.890).
 OPT_IN = PGRECALL_EMBEDDING_MODEL=pgrecall-minilm-answers-v5 PGRECALL_RETRIEVAL_PRESET=answers
