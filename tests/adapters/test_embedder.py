@@ -26,7 +26,7 @@ from app.adapters.embedder import (
     build_embedder,
     local_model_files,
 )
-from app.embedding_models import DEFAULT_MODEL_ID, FLOAT_MODEL_ID
+from app.embedding_models import DEFAULT_MODEL_ID, FLOAT_MODEL_ID, TRAINED_MODEL_ID
 from app.errors import EmbeddingError
 
 # -- local model ------------------------------------------------------------------------------
@@ -53,7 +53,7 @@ async def test_unit_norm_and_shape(embedder: LocalEmbedder) -> None:
     assert vectors.shape == (3, LOCAL_DIMENSION)
     assert vectors.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
-    assert embedder.model == DEFAULT_MODEL_ID == "pgrecall-minilm-answers-v5"
+    assert embedder.model == DEFAULT_MODEL_ID == TRAINED_MODEL_ID
     assert (await embedder.embed([])).shape == (0, LOCAL_DIMENSION)
 
 
