@@ -3,20 +3,22 @@
 DUMP is what `python -m eval.fit_relevance --curated eval/corpus --samples conv-41 conv-42
 conv-43 --objective absolute --depth 20 --variant answers --dump DUMP` collected: every
 candidate's relevance features and answer-head logit for the corpus's train people
-("curated"), validation people ("validation") and LoCoMo's training conversations; the test
-people are never in it. For each curated question, the first DEPTH candidates by the `answers`
-relevance model's logit (with the head, as the pipeline orders them) give its
-QUESTION_FEATURES (app/retrieval/abstention.py); the label is whether the question has an
-answer. LoCoMo's questions all have one and are left out (a question-level model needs
-questions without an answer) unless `--locomo` fits on them too (dialogue, and questions that
-share their answers' words, beside the corpus's written ones).
+("curated"), calibration people ("calibration"), validation people ("validation") and LoCoMo's
+training conversations; the test people are never in it. For each curated question, the first
+DEPTH candidates by the `answers` relevance model's logit (with the head, as the pipeline
+orders them) give its QUESTION_FEATURES (app/retrieval/abstention.py); the label is whether the
+question has an answer. LoCoMo's questions all have one and are left out (a question-level
+model needs questions without an answer) unless `--locomo` fits on them too (dialogue, and
+questions that share their answers' words, beside the corpus's written ones).
 
-Fit: logistic regression on the train people (standardised features, L2 1.0, Newton's
-method; deterministic). Printed: the AUC of each question's probability (answerable over
-none) on the train and validation people beside the best item's logit's, and, for the
-validation people, the share of questions without an answer that clear the floor at each
-share of answerable questions left under it, and the validation AUC of a refit without each
-feature in turn. `--floor-empty SHARE` sets the operating point:
+Fit: logistic regression on the calibration people (`--fit-on calibration`, the default: the
+embedder never trained on them, so their cosines are as a new user's; `--fit-on curated` fits
+on the train people, whose answers the embedder learnt to place high) (standardised features,
+L2 1.0, Newton's method; deterministic). Printed: the AUC of each question's probability
+(answerable over none) on the people fitted on and the validation people beside the best item's
+logit's, and, for the validation people, the share of questions without an answer that clear
+the floor at each share of answerable questions left under it, and the validation AUC of a
+refit without each feature in turn. `--floor-empty SHARE` sets the operating point:
 the probability under which that share of the validation people's answerable questions falls.
 `--variant` names the relevance model whose logit it reads (default `answers`; '' the
 embedder's plain model, as the default preset reads it; an embedder without one reads the
@@ -51,6 +53,11 @@ from eval.datasets.curated import some_people
 from eval.fit_relevance import Question, load, logistic
 
 L2 = 1.0
+# Whose questions a model is fitted on: the dump's sets (eval.fit_relevance's Question.dataset).
+# "calibration" by default: the embedder trained on the train people ("curated") and places
+# their answers higher than a new user's, so a model fitted on them reads their cosines as
+# surer than they are (docs/retrieval.md, "Calibration people").
+FIT_SETS = ("calibration", "curated")
 
 
 def _features(q: Question, model: RelevanceModel) -> list[float]:
@@ -143,27 +150,32 @@ def fit(
     signs: bool = False,
     locomo: bool = False,
     train_people: int | None = None,
+    fit_on: str = "calibration",
 ) -> Fit:
-    """The question model of a dump's questions (see the module): the train people's (and with
-    `locomo` the LoCoMo conversations'), or only `train_people` of them
-    (eval.datasets.curated.some_people), validated on the validation people."""
-    kept = ("curated", "validation", *(("locomo",) if locomo else ()))
+    """The question model of a dump's questions (see the module), fitted on the people of
+    `fit_on` ("calibration": those the embedder never trained on; "curated": its train people)
+    and with `locomo` the LoCoMo conversations', or only `train_people` of those people
+    (eval.datasets.curated.some_people); validated on the validation people."""
+    if fit_on not in FIT_SETS:
+        raise ValueError(f"fit_on {fit_on!r} is not one of {FIT_SETS}")
+    kept = (fit_on, "validation", *(("locomo",) if locomo else ()))
     questions = [q for q in questions if q.dataset in kept]
+    if not any(q.dataset == fit_on for q in questions):
+        raise SystemExit(f"the dump has no {fit_on} people: collect it from a corpus with them")
     if train_people is not None:
-        train = {q.group for q in questions if q.dataset == "curated"}
-        people = some_people(train, train_people)
-        questions = [q for q in questions if q.dataset != "curated" or q.group in people]
+        people = some_people({q.group for q in questions if q.dataset == fit_on}, train_people)
+        questions = [q for q in questions if q.dataset != fit_on or q.group in people]
     rows: dict[str, tuple[list[list[float]], list[float], list[float]]]
-    rows = {"curated": ([], [], []), "validation": ([], [], [])}
+    rows = {"fit": ([], [], []), "validation": ([], [], [])}
     for q in questions:
         if len(q.x) == 0:
             continue  # nothing to read: the pipeline returns nothing either
         f = _features(q, model)
-        xs, ys, best = rows["validation" if q.dataset == "validation" else "curated"]
+        xs, ys, best = rows["validation" if q.dataset == "validation" else "fit"]
         xs.append(f)
         ys.append(1.0 if q.y.sum() > 0 else 0.0)  # an answer among its candidates
         best.append(f[0])
-    xt, yt, bt = (np.asarray(v) for v in rows["curated"])
+    xt, yt, bt = (np.asarray(v) for v in rows["fit"])
     xv, yv, bv = (np.asarray(v) for v in rows["validation"])
     mean, scale = xt.mean(axis=0), xt.std(axis=0)
     # A feature that never varies (no answer head: its logits) reads nothing.
@@ -201,6 +213,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="fit on this many of the train people (eval.datasets.curated.some_people): what "
         "more people buy; not with --write",
     )
+    parser.add_argument(
+        "--fit-on",
+        choices=FIT_SETS,
+        default="calibration",
+        help="whose questions it is fitted on: the calibration people (the embedder never saw "
+        "them) or the train people (the embedder's own)",
+    )
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
     if args.write and args.train_people is not None:
@@ -208,12 +227,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     embedder = os.environ.get("PGRECALL_EMBEDDING_MODEL", DEFAULT_MODEL_ID)
     model = model_for(embedder, variant=args.variant)  # as the service reads it
     questions = load(args.dump, embedder)
-    f = fit(questions, model, args.signs, args.locomo, args.train_people)
+    f = fit(questions, model, args.signs, args.locomo, args.train_people, args.fit_on)
     qm, (xt, yt, bt, zt), (_, yv, bv, zv) = f.model, f.train, f.validation
     signs, held = f.signs, f.held
     pt, pv = np.array([qm.probability(x) for x in xt]), f.probabilities
-    print(f"{len(yt)} train questions ({yt.mean():.3f} answerable), {len(yv)} validation")
-    print(f"{'':<24} {'train AUC':>10} {'validation AUC':>15}")
+    print(f"{len(yt)} {args.fit_on} questions ({yt.mean():.3f} answerable), {len(yv)} validation")
+    print(f"{'':<24} {'fit AUC':>10} {'validation AUC':>15}")
     print(f"{'best item logit':<24} {_auc(bt, yt):>10.3f} {_auc(bv, yv):>15.3f}")
     print(f"{'question model':<24} {_auc(pt, yt):>10.3f} {_auc(pv, yv):>15.3f}")
     weights = zip(QUESTION_FEATURES, qm.weights, strict=True)
@@ -246,7 +265,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     f"{args.floor_empty} --variant '{args.variant}'"
                     + (" --signs" if args.signs else "")
                     + (" --locomo" if args.locomo else "")
-                    + " --write",
+                    + f" --fit-on {args.fit_on} --write",
+                    "fit_on": args.fit_on,
                     "train_questions": len(yt),
                     "validation_auc": round(_auc(pv, yv), 4),
                     "validation_best_item_auc": round(_auc(bv, yv), 4),

@@ -59,7 +59,7 @@ MEMORY_L2 = 9.0
 
 @dataclass
 class Question:
-    dataset: str  # "locomo" | "curated"
+    dataset: str  # "locomo" | "curated" | "calibration" | "validation"
     group: str  # conversation or user: the unit of cross-validation
     qid: str
     shape: str  # LoCoMo category or curated shape
@@ -153,7 +153,8 @@ def _memories(keys: Sequence[Any]) -> np.ndarray:
 async def _collect_curated(harness: Any, data: CuratedDataset) -> list[Question]:
     """Every question of the set's people, as the service ranks it. A corpus person's split
     names the question's set: "curated" (train, or a file without splits) is fitted on,
-    "validation" only chooses; the test split is never read (`collect` drops it)."""
+    "calibration" only by the question model, "validation" only chooses; the test split is
+    never read (`collect` drops it)."""
     from app.services.memory import MemoryInput
 
     now = datetime.now(UTC)
@@ -174,7 +175,7 @@ async def _collect_curated(harness: Any, data: CuratedDataset) -> list[Question]
             ]
         )
         key_of = {str(i): m.key for i, m in zip(ids, user.memories, strict=True)}
-        dataset = "validation" if user.split == "validation" else "curated"
+        dataset = user.split if user.split in ("validation", "calibration") else "curated"
         for q in user.questions:
             feats = await _explain(harness, user_id, q.query)
             keys = list(feats)
@@ -785,7 +786,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     thresholds = [round(0.01 * i, 2) for i in range(1, 96)]
     # A corpus with a validation split: fit on the rest, choose the operating point on it.
     validation = [q for q in questions if q.dataset == "validation"]
-    questions = [q for q in questions if q.dataset != "validation"]
+    # The calibration people are the question model's alone (eval/fit_question.py).
+    questions = [q for q in questions if q.dataset not in ("validation", "calibration")]
     if args.objective in ("pointwise", "absolute") and args.depth > 0:
         # Fitted where the tool decides: each question's first candidates (by a first fit),
         # so the probability is "this one of the top candidates answers", not diluted by the

@@ -12,7 +12,9 @@ Two curves over the number of the corpus's train people, both read on the valida
   embedder's cosine alone (the base model's as 0 people).
 
 The DUMP's features come from the shipped embedder (trained on all the train people), so the
-first curve holds the embedder fixed and varies the question model's data alone. `--plot PNG`
+first curve holds the embedder fixed and varies the question model's data alone. It fits on
+train people, whose cosines the embedder has learnt (the shipped question model fits on the
+calibration people instead: docs/retrieval.md, "Calibration people"). `--plot PNG`
 draws both. Deterministic; seconds for the first curve (the runs take minutes each to train).
 """
 
@@ -47,7 +49,7 @@ def question_curve(
     questions = load(dump, embedder)
     rows = []
     for n in people:
-        f = fit(questions, model, signs, locomo, n)
+        f = fit(questions, model, signs, locomo, n, fit_on="curated")
         row = {"people": float(n), "questions": float(len(f.train[1]))}
         row["auc"] = f.validation_auc()
         row |= {f"answered@{e:.2f}": f.answered_at(e) for e in EMPTY}

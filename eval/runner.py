@@ -118,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--split",
-        choices=("train", "validation", "test"),
+        choices=("train", "calibration", "validation", "test"),
         default="",
         help="curated only: the people of this corpus split (eval/corpus: split by person)",
     )

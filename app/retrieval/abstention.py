@@ -13,9 +13,9 @@ item's relevance in its ratio to the best: the order is the relevance model's, t
 `confidence` are this model's.
 
 Fitted per embedder and relevance model by `python -m eval.fit_question` (logistic regression
-on the corpus's train people, numpy) into `question_models/<embedder>[.<variant>].json` (the
-variant of the relevance model whose logit it reads, as relevance.model_file names them); pure
-arithmetic here.
+on the corpus's calibration people, whom the embedder never saw; numpy) into
+`question_models/<embedder>[.<variant>].json` (the variant of the relevance model whose logit
+it reads, as relevance.model_file names them); pure arithmetic here.
 """
 
 from __future__ import annotations

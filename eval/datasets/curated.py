@@ -48,7 +48,11 @@ SHAPES = (
     "two_memories",  # needs every answer key
 )
 # A corpus person's split (eval/corpus); "" in a development file without splits.
-SPLITS = frozenset({"", "train", "validation", "test"})
+# A person's split: "train" people are fitted on (the embedder and the models), "calibration"
+# people only by the models that read the embedder's cosines (the question model: the
+# embedder never saw them, so their cosines are as a new user's), "validation" people choose,
+# "test" people are read once after the choice ("" a file without splits).
+SPLITS = frozenset({"", "train", "calibration", "validation", "test"})
 # Shapes whose questions always have an answer; name_trap may or may not.
 ANSWERABLE_SHAPES = frozenset({"paraphrase", "shared_word", "newer_wins", "two_memories"})
 

@@ -93,7 +93,8 @@ def _curated_group(user: CuratedUser) -> Group:
 
 
 def curated_groups(paths: Sequence[Path], dev: bool) -> tuple[list[Group], list[Group]]:
-    """(train, validation) people of the curated files; test people are never returned."""
+    """(train, validation) people of the curated files; test and calibration people are never
+    returned."""
     train: list[Group] = []
     validation: list[Group] = []
     for path in paths:
@@ -107,9 +108,10 @@ def curated_groups(paths: Sequence[Path], dev: bool) -> tuple[list[Group], list[
                 train.append(_curated_group(user))
             elif split == "validation":
                 validation.append(_curated_group(user))
-            elif split != "test":
+            elif split not in ("test", "calibration"):
                 raise ValueError(f"{path}: user {user.id} has no split")
-            # split == "test": dropped unread
+            # "test": dropped unread; "calibration": kept from the embedder for the question
+            # model (eval/fit_question.py), whose data must be as new to it as a user's
     return train, validation
 
 

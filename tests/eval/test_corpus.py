@@ -3,9 +3,12 @@ the shapes' lexical rules with Postgres' own stemmer, and how its memories are w
 
 from __future__ import annotations
 
+import importlib.util
 import re
+import sys
 from collections import Counter
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
@@ -43,11 +46,12 @@ def test_size_people_and_labelled_pairs(corpus: CuratedDataset) -> None:
 
 def test_split_by_person_with_every_split_large_enough(corpus: CuratedDataset) -> None:
     by_split = Counter(u.split for u in corpus.users)
-    assert set(by_split) == {"train", "validation", "test"}
+    assert set(by_split) == {"train", "calibration", "validation", "test"}
     assert by_split["test"] >= 8 and by_split["validation"] >= 8
+    assert by_split["calibration"] >= 24  # the question model's people (eval/fit_question.py)
     assert by_split["train"] >= by_split["test"] + by_split["validation"]
     assert len({u.id for u in corpus.users}) == len(corpus.users)  # one split per person
-    for split in ("train", "validation", "test"):
+    for split in ("train", "calibration", "validation", "test"):
         assert load_curated(CORPUS_PATH, split).users == tuple(
             u for u in corpus.users if u.split == split
         )
@@ -91,3 +95,22 @@ def test_every_person_has_questions_nothing_answers_and_changes_of_mind(
         unanswerable = sum(not q.answers for q in user.questions)
         assert unanswerable >= 8, user.id
         assert shapes["newer_wins"] >= 2, user.id
+
+
+def test_the_embedder_trains_on_neither_the_calibration_nor_the_test_people(
+    corpus: CuratedDataset, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """scripts/train/training_data.py (the fine-tune's data, stdlib only) reads the train people
+    and validates on the validation people; the calibration people stay as new to the embedder
+    as a user is, for the question model (eval/fit_question.py)."""
+    path = Path(__file__).resolve().parents[2] / "scripts" / "train" / "training_data.py"
+    spec = importlib.util.spec_from_file_location("training_data", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look themselves up
+    spec.loader.exec_module(module)
+    train, validation = module.curated_groups(sorted(CORPUS_PATH.glob("*.json")), dev=False)
+    split = {u.id: u.split for u in corpus.users}
+    assert {split[g.id] for g in train} == {"train"}
+    assert {split[g.id] for g in validation} == {"validation"}
+    assert len(train) == sum(1 for s in split.values() if s == "train")

@@ -1,11 +1,15 @@
-"""The question model's fit (eval.fit_question._fit): numpy only, on synthetic data where the
-truth is known."""
+"""The question model's fit (eval.fit_question): numpy only, on synthetic data where the truth
+is known."""
 
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
-from eval.fit_question import _fit
+from app.retrieval.abstention import QUESTION_FEATURES
+from app.retrieval.relevance import DEFAULT_EMBEDDER, FEATURES, model_for
+from eval.fit_question import _fit, fit
+from eval.fit_relevance import Question
 
 
 def data(seed: int = 45) -> tuple[np.ndarray, np.ndarray]:
@@ -28,3 +32,52 @@ def test_a_forbidden_sign_is_held_at_zero_and_the_rest_refitted() -> None:
     assert w[1] == 0.0 and w[0] > 1.0
     held = _fit(x, y, held=[0])
     assert held[0] == 0.0 and held[1] < -0.5
+
+
+def questions(dataset: str, count: int, surety: float, seed: int) -> list[Question]:
+    """`count` synthetic questions of a dump's `dataset`, each with three candidates whose
+    FEATURES hold a best cosine that stands `surety` higher where the question has an answer
+    (the embedder's own train people: higher than a new user's)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for i in range(count):
+        answerable = i % 4 != 0
+        x = np.zeros((3, len(FEATURES)))
+        x[:, FEATURES.index("cosine_gap")] = [0.0, -0.1, -0.2]
+        best = rng.normal(0.4, 0.1) + (surety if answerable else 0.0)
+        x[:, FEATURES.index("best_cosine")] = best
+        x[:, FEATURES.index("cosine_z")] = rng.normal(3.0, 0.5)
+        y = np.array([1.0 if answerable else 0.0, 0.0, 0.0])
+        out.append(Question(dataset, f"{dataset}-{i % 7}", f"{dataset}-q{i}", "paraphrase", x, y))
+    return out
+
+
+DUMP = (
+    questions("curated", 400, 0.4, 1)
+    + questions("calibration", 200, 0.1, 2)
+    + questions("validation", 100, 0.1, 3)
+)
+
+
+def test_the_question_model_is_fitted_on_the_calibration_people_by_default() -> None:
+    model = model_for(DEFAULT_EMBEDDER)
+    calibrated, on_train = fit(DUMP, model), fit(DUMP, model, fit_on="curated")
+    assert len(calibrated.train[1]) == 200 and len(on_train.train[1]) == 400
+    assert len(calibrated.validation[1]) == len(on_train.validation[1]) == 100
+    # The train people's answers stand far above their no-answer questions: a model fitted on
+    # them sees a cosine of a new user's answer as a near miss.
+    cosine = QUESTION_FEATURES.index("best_cosine")
+    answer = np.array([0.0] * len(QUESTION_FEATURES))
+    answer[cosine] = 0.5  # a new user's answer
+    for i, name in enumerate(QUESTION_FEATURES):
+        if name != "best_cosine":
+            answer[i] = calibrated.model.mean[i]
+    assert calibrated.model.probability(answer) > on_train.model.probability(answer) + 0.2
+
+
+def test_a_dump_without_the_people_to_fit_on_is_refused() -> None:
+    model = model_for(DEFAULT_EMBEDDER)
+    with pytest.raises(SystemExit, match="no calibration people"):
+        fit([q for q in DUMP if q.dataset != "calibration"], model)
+    with pytest.raises(ValueError, match="fit_on"):
+        fit(DUMP, model, fit_on="test")
