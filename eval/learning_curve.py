@@ -13,9 +13,10 @@ Two curves over the number of the corpus's train people, both read on the valida
 
 The DUMP's features come from the shipped embedder (trained on all the train people), so the
 first curve holds the embedder fixed and varies the question model's data alone. It fits on
-train people, whose cosines the embedder has learnt (the shipped question model fits on the
-calibration people instead: docs/retrieval.md, "Calibration people"). `--plot PNG`
-draws both. Deterministic; seconds for the first curve (the runs take minutes each to train).
+train people, whose cosines the embedder has learnt; `--calibration N ...` draws it again fitted
+on N of the calibration people, whom the embedder never saw, as the shipped question model is
+(docs/retrieval.md, "Calibration people"). `--plot PNG` draws them all. Deterministic;
+seconds for the question model's curves (the runs take minutes each to train).
 """
 
 from __future__ import annotations
@@ -42,14 +43,19 @@ EMPTY = (0.05, 0.10)
 
 
 def question_curve(
-    dump: Path, people: Sequence[int], variant: str, signs: bool, locomo: bool
+    dump: Path,
+    people: Sequence[int],
+    variant: str,
+    signs: bool,
+    locomo: bool,
+    fit_on: str = "curated",
 ) -> list[dict[str, float]]:
     embedder = os.environ.get("PGRECALL_EMBEDDING_MODEL", DEFAULT_MODEL_ID)
     model = model_for(embedder, variant=variant)
     questions = load(dump, embedder)
     rows = []
     for n in people:
-        f = fit(questions, model, signs, locomo, n, fit_on="curated")
+        f = fit(questions, model, signs, locomo, n, fit_on=fit_on)
         row = {"people": float(n), "questions": float(len(f.train[1]))}
         row["auc"] = f.validation_auc()
         row |= {f"answered@{e:.2f}": f.answered_at(e) for e in EMPTY}
@@ -75,7 +81,12 @@ def _figures(epoch: dict[str, float]) -> dict[str, float]:
     return {k: float(epoch[k]) for k in EMBEDDER_FIGURES}
 
 
-def plot(questions: list[dict[str, float]], embedder: list[dict[str, float]], path: Path) -> Path:
+def plot(
+    questions: list[dict[str, float]],
+    embedder: list[dict[str, float]],
+    path: Path,
+    calibrated: Sequence[dict[str, float]] = (),
+) -> Path:
     from matplotlib.figure import Figure
 
     panels = 2 if embedder else 1
@@ -90,6 +101,19 @@ def plot(questions: list[dict[str, float]], embedder: list[dict[str, float]], pa
             "s--",
             label=f"no-answer answered, {e:.0%} of answerable left empty",
         )
+    if calibrated:
+        axes[0].plot(
+            [r["people"] for r in calibrated],
+            [r["auc"] for r in calibrated],
+            "D-",
+            label="AUC, fitted on calibration people instead",
+        )
+        axes[0].plot(
+            [r["people"] for r in calibrated],
+            [r[f"answered@{EMPTY[-1]:.2f}"] for r in calibrated],
+            "D:",
+            label=f"no-answer answered at {EMPTY[-1]:.0%}, calibration people",
+        )
     axes[0].set_title("Question model (embedder fixed)")
     if embedder:
         people = [r["people"] for r in embedder]
@@ -97,10 +121,10 @@ def plot(questions: list[dict[str, float]], embedder: list[dict[str, float]], pa
             axes[1].plot(people, [r[key] for r in embedder], "o-", label=label)
         axes[1].set_title("Embedder fine-tuned on N people (cosine alone)")
     for ax in axes:
-        ax.set_xlabel("train people (validation people: 8)")
+        ax.set_xlabel("people fitted on (validation people: 8)")
         ax.set_ylim(0.0, 1.0)
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=8, loc="center right" if ax is axes[0] else "lower right")
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, format="png")
     return path
@@ -115,6 +139,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--variant", default="", help="as eval.fit_question's (default '')")
     parser.add_argument("--signs", action="store_true")
     parser.add_argument("--locomo", action="store_true")
+    parser.add_argument(
+        "--calibration",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also fit on this many of the calibration people (the embedder never saw them)",
+    )
     parser.add_argument("--runs", type=Path, nargs="*", default=[], help="train_embedder --out")
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -129,6 +160,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"{r['people']:>6.0f} {r['questions']:>9.0f} {r['auc']:>6.3f} "
             + " ".join(f"{r[f'answered@{e:.2f}']:>9.3f}" for e in EMPTY)
         )
+    calibrated = question_curve(
+        args.dump, args.calibration, args.variant, args.signs, args.locomo, "calibration"
+    )
+    if calibrated:
+        print("question model fitted on the calibration people, validation people:")
+        for r in calibrated:
+            print(
+                f"{r['people']:>6.0f} {r['questions']:>9.0f} {r['auc']:>6.3f} "
+                + " ".join(f"{r[f'answered@{e:.2f}']:>9.3f}" for e in EMPTY)
+            )
     embedder = embedder_curve(args.runs)
     if embedder:
         print("embedder, validation people (its cosine alone):")
@@ -136,7 +177,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for r in embedder:
             print(f"{r['people']:>6.0f} " + " ".join(f"{r[k]:>16.3f}" for k in EMBEDDER_FIGURES))
     if args.plot is not None:
-        print(f"plot: {plot(questions, embedder, args.plot)}")
+        print(f"plot: {plot(questions, embedder, args.plot, calibrated)}")
     return 0
 
 
