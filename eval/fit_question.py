@@ -210,8 +210,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--train-people",
         type=int,
         default=None,
-        help="fit on this many of the train people (eval.datasets.curated.some_people): what "
-        "more people buy; not with --write",
+        help="fit on this many of the --fit-on people (eval.datasets.curated.some_people): "
+        "what more people buy; not with --write",
     )
     parser.add_argument(
         "--fit-on",

@@ -130,6 +130,19 @@ def plot(
     return path
 
 
+def _print_questions(title: str, rows: Sequence[dict[str, float]]) -> None:
+    print(title)
+    print(
+        f"{'people':>6} {'questions':>9} {'AUC':>6} "
+        + " ".join(f"{'ans@' + f'{e:.2f}':>9}" for e in EMPTY)
+    )
+    for r in rows:
+        print(
+            f"{r['people']:>6.0f} {r['questions']:>9.0f} {r['auc']:>6.3f} "
+            + " ".join(f"{r[f'answered@{e:.2f}']:>9.3f}" for e in EMPTY)
+        )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dump", type=Path)
@@ -150,26 +163,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args(argv)
     questions = question_curve(args.dump, args.people, args.variant, args.signs, args.locomo)
-    print("question model, validation people:")
-    print(
-        f"{'people':>6} {'questions':>9} {'AUC':>6} "
-        + " ".join(f"{'ans@' + f'{e:.2f}':>9}" for e in EMPTY)
-    )
-    for r in questions:
-        print(
-            f"{r['people']:>6.0f} {r['questions']:>9.0f} {r['auc']:>6.3f} "
-            + " ".join(f"{r[f'answered@{e:.2f}']:>9.3f}" for e in EMPTY)
-        )
+    _print_questions("question model, validation people:", questions)
     calibrated = question_curve(
         args.dump, args.calibration, args.variant, args.signs, args.locomo, "calibration"
     )
     if calibrated:
-        print("question model fitted on the calibration people, validation people:")
-        for r in calibrated:
-            print(
-                f"{r['people']:>6.0f} {r['questions']:>9.0f} {r['auc']:>6.3f} "
-                + " ".join(f"{r[f'answered@{e:.2f}']:>9.3f}" for e in EMPTY)
-            )
+        _print_questions("fitted on the calibration people instead:", calibrated)
     embedder = embedder_curve(args.runs)
     if embedder:
         print("embedder, validation people (its cosine alone):")

@@ -3,18 +3,16 @@ the shapes' lexical rules with Postgres' own stemmer, and how its memories are w
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from collections import Counter
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
 from app.embedded import EmbeddedPostgres
 from eval.corpus_check import problems
 from eval.datasets.curated import CORPUS_PATH, DEFAULT_PATH, SHAPES, CuratedDataset, load_curated
+from scripts.train.training_data import curated_groups
 from tests.eval.test_curated_dataset import AVOIDED_PERSONAS, stems
 
 MIN_PEOPLE = 40
@@ -98,18 +96,12 @@ def test_every_person_has_questions_nothing_answers_and_changes_of_mind(
 
 
 def test_the_embedder_trains_on_neither_the_calibration_nor_the_test_people(
-    corpus: CuratedDataset, monkeypatch: pytest.MonkeyPatch
+    corpus: CuratedDataset,
 ) -> None:
     """scripts/train/training_data.py (the fine-tune's data, stdlib only) reads the train people
     and validates on the validation people; the calibration people stay as new to the embedder
     as a user is, for the question model (eval/fit_question.py)."""
-    path = Path(__file__).resolve().parents[2] / "scripts" / "train" / "training_data.py"
-    spec = importlib.util.spec_from_file_location("training_data", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, module)  # its dataclasses look themselves up
-    spec.loader.exec_module(module)
-    train, validation = module.curated_groups(sorted(CORPUS_PATH.glob("*.json")), dev=False)
+    train, validation = curated_groups(sorted(CORPUS_PATH.glob("*.json")), dev=False)
     split = {u.id: u.split for u in corpus.users}
     assert {split[g.id] for g in train} == {"train"}
     assert {split[g.id] for g in validation} == {"validation"}
