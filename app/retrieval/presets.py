@@ -130,6 +130,13 @@ class RetrievalPreset:
     # docs/retrieval.md, "Newer wins a near tie").
     tie_link: float = 0.0
     tie_ratio: float = 0.95
+    # Newer wins by a learned pair model (app/retrieval/revision.py, fitted per embedder): of
+    # two memories among those first `topic_depth`, the older ranked first, whose pair the
+    # embedder's revision model gives at least this probability that the newer revises the
+    # older, the newer ranks at least where the older stands; nothing is marked outdated, as
+    # for a near tie (0 = off, or an embedder without a revision model; docs/retrieval.md,
+    # "Newer wins by a pair model").
+    revision_threshold: float = 0.0
     # Who a question is about (app/retrieval/subjects.py): a memory that names none of the
     # people or things the question names, when the store knows them, reports at most this
     # relevance, under the spec's floor (unless both it and the question are about the user);
@@ -164,7 +171,12 @@ class RetrievalPreset:
     @property
     def links_topics(self) -> bool:
         """Whether the ranking links memories of one topic (newer wins)."""
-        return self.topic_link > 0.0 or self.decision_link > 0.0 or self.tie_link > 0.0
+        return (
+            self.topic_link > 0.0
+            or self.decision_link > 0.0
+            or self.tie_link > 0.0
+            or self.revision_threshold > 0.0
+        )
 
     def as_params(self) -> dict[str, object]:
         """Flat name -> value, for logs and MLflow."""
@@ -227,11 +239,14 @@ VERIFIED = ANSWERS.with_(name="verified", verify_depth=8, question_model=False)
 # "A hundred and forty-four people"). A keyword match needs a cosine over 0.05 (LEARNED's 0.10:
 # with the 144-people embedder a one-word question's cosine to a long memory holding that rare
 # word fell to 0.089; the golden set, the validation people and the development set do not
-# move).
+# move). Newer wins too where the embedder's revision model says the newer of two memories
+# revises the older ranked above it (P >= 0.6; the near tie stays beside it: "Newer wins by a
+# pair model").
 DEFAULT = LEARNED.with_(
     name="default",
     decision_link=0.2,
     tie_link=0.5,
+    revision_threshold=0.6,
     question_model=True,
     question_caps=True,
     subject_cap=0.2,

@@ -21,8 +21,10 @@ A near tie is weaker evidence, of any kinds: two of those memories whose vectors
 `tie`'s ratio of the older's) are ordered newer first, as a person would answer with the later
 of two equal accounts ("dry dock at Perama in February", later "at Elefsina on 10 March"), but
 nothing is marked: two near answers on one subject are as often two facts that both hold
-("Keiko's pension", "my pension"). Order by creation, not by age, so memories written a
-second apart are ordered too.
+("Keiko's pension", "my pension"). Beside the near tie's two thresholds, a learned pair model
+(app/retrieval/revision.py, `revises`) orders newer first a pair whose older one ranks first
+when it says the newer revises it, and likewise marks nothing. Order by creation, not by age,
+so memories written a second apart are ordered too.
 
 Pure: keys, scores, creation times and the pair cosines in; a new ranking and the links
 out. What a threshold links wrongly is measured on the corpus (docs/retrieval.md, "Newer wins").
@@ -30,7 +32,7 @@ out. What a threshold links wrongly is measured on the corpus (docs/retrieval.md
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Generic, TypeVar
@@ -57,6 +59,7 @@ def link_topics(
     kinds: Mapping[K, str | None] | None = None,
     same_kind: Mapping[str, float] | None = None,
     tie: tuple[float, float] | None = None,
+    revises: Callable[[K, K, float], bool] | None = None,
 ) -> Linked[K]:
     """Link the pairs of `similarity` (cosine between two items' vectors, either order of the
     keys) at or over `threshold` (<= 0: none), or, for two items of one kind (`kinds`) named in
@@ -65,9 +68,10 @@ def link_topics(
     `tie` (a cosine, a ratio), a pair at or over that cosine whose newer item's relevance is at
     least the ratio of the older one's is a near tie on one topic: its newer item ranks at least
     where the older stands too, but the older is not reported outdated (two near answers on
-    one subject are as often two facts that both hold). Items without a creation time are
-    never linked."""
-    if not similarity or (threshold <= 0.0 and not same_kind and tie is None):
+    one subject are as often two facts that both hold). `revises(older, newer, cosine)`, for
+    a pair whose older item ranks first: whether the newer revises it, ordered as a near tie
+    when so. Items without a creation time are never linked."""
+    if not similarity or (threshold <= 0.0 and not same_kind and tie is None and revises is None):
         return Linked(list(ranked), {})
     kinds, same_kind = kinds or {}, same_kind or {}
     relevance = {r.key: r.relevance for r in ranked}
@@ -78,10 +82,14 @@ def link_topics(
             return cosine >= same_kind[kind]
         return threshold > 0.0 and cosine >= threshold
 
+    position = {r.key: n for n, r in enumerate(ranked)}
+
     def near_tie(old: K, new: K, cosine: float) -> bool:
-        if tie is None or cosine < tie[0]:
-            return False
-        return relevance.get(new, 0.0) >= tie[1] * relevance.get(old, 0.0) > 0.0
+        close = tie is not None and cosine >= tie[0]
+        if close and relevance.get(new, 0.0) >= tie[1] * relevance.get(old, 0.0) > 0.0:
+            return True
+        older_first = position.get(old, -1) < position.get(new, -1)
+        return revises is not None and older_first and revises(old, new, cosine)
 
     newer: dict[K, K] = {}  # linked: the older is possibly outdated
     tied: dict[K, K] = {}  # a near tie: the newer first, nothing marked
@@ -105,7 +113,6 @@ def link_topics(
         if (was.fused, was.relevance) > (now.fused, now.relevance):
             lifted[new] = replace(now, fused=was.fused, relevance=max(was.relevance, now.relevance))
     behind = newer.keys() | tied.keys()
-    position = {r.key: n for n, r in enumerate(ranked)}
     out = sorted(
         lifted.values(),
         # Equal scores: the current one first, then the ranking's own order.

@@ -130,3 +130,48 @@ def test_a_linked_pair_still_marks_the_older_when_ties_are_on_too() -> None:
     )
     assert [r.key for r in linked.ranked] == ["pump", "pens"]
     assert linked.newer == {"pens": "pump"}
+
+
+def test_a_pair_the_revision_predicate_accepts_is_ordered_newer_first_and_not_marked() -> None:
+    order = ranked(("school", 0.40), ("apprenticeship", 0.30), ("rugby", 0.25))
+    created = ages(school=300, apprenticeship=30, rugby=10)
+    pairs = {("school", "apprenticeship"): 0.56, ("school", "rugby"): 0.40}
+    asked: list[tuple[str, str, float]] = []
+
+    def revises(old: str, new: str, cosine: float) -> bool:
+        asked.append((old, new, cosine))
+        return new == "apprenticeship"
+
+    linked = link_topics(order, created, pairs, threshold=0.0, revises=revises)
+    assert [r.key for r in linked.ranked] == ["apprenticeship", "school", "rugby"]
+    assert linked.ranked[0].relevance == 0.40  # it takes the older one's place
+    assert linked.newer == {}  # a learned near tie marks nothing outdated
+    assert sorted(asked) == [("school", "apprenticeship", 0.56), ("school", "rugby", 0.40)]
+
+
+def test_the_revision_predicate_is_not_asked_of_a_newer_memory_already_ahead() -> None:
+    order = ranked(("new", 0.5), ("old", 0.4))
+    asked: list[str] = []
+
+    def revises(old: str, new: str, cosine: float) -> bool:
+        asked.append(old)
+        return True
+
+    linked = link_topics(
+        order, ages(old=200, new=10), {("new", "old"): 0.9}, threshold=0.0, revises=revises
+    )
+    assert asked == []
+    assert linked.ranked == order
+
+
+def test_the_near_tie_still_orders_a_pair_the_revision_predicate_rejects() -> None:
+    order = ranked(("perama", 0.416), ("elefsina", 0.412))
+    linked = link_topics(
+        order,
+        ages(perama=130, elefsina=20),
+        {("perama", "elefsina"): 0.83},
+        threshold=0.0,
+        tie=(0.5, 0.95),
+        revises=lambda old, new, cosine: False,
+    )
+    assert [r.key for r in linked.ranked] == ["elefsina", "perama"]

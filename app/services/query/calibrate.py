@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -18,6 +19,7 @@ from app.repositories.search_index import Source
 from app.retrieval.abstention import DEPTH as QUESTION_DEPTH
 from app.retrieval.abstention import question_features, rescaled
 from app.retrieval.relevance import SPEC_FLOOR, features
+from app.retrieval.revision import revision_features
 from app.retrieval.scoring import Ranked, finalise, own_first
 from app.retrieval.subjects import off_subject
 from app.retrieval.topics import Linked, link_topics
@@ -300,7 +302,26 @@ def newer_wins(
     }
     decisions = {DECISION: s.preset.decision_link} if s.preset.decision_link > 0.0 else {}
     tie = (s.preset.tie_link, s.preset.tie_ratio) if s.preset.tie_link > 0.0 else None
-    return link_topics(ranked, created, pairs, s.preset.topic_link, kinds, decisions, tie)
+    revises = _revises(s, candidates, relevance, linked_keys) if s.revision is not None else None
+    return link_topics(ranked, created, pairs, s.preset.topic_link, kinds, decisions, tie, revises)
+
+
+def _revises(
+    s: Scope, candidates: dict[Key, Candidate], relevance: dict[Key, float], keys: set[Key]
+) -> Callable[[Key, Key, float], bool]:
+    """Whether the newer of a pair revises the older that ranks above it: the embedder's
+    revision model (app/retrieval/revision.py) at the preset's `revision_threshold`."""
+    assert s.revision is not None
+    model, threshold = s.revision, s.preset.revision_threshold
+    types = {k: _kind(candidates, k) for k in keys}
+
+    def revises(old: Key, new: Key, cosine: float) -> bool:
+        x = revision_features(
+            cosine, relevance.get(old, 0.0), relevance.get(new, 0.0), types[old], types[new]
+        )
+        return model.probability(x) >= threshold
+
+    return revises
 
 
 DECISION = "decision"

@@ -68,8 +68,8 @@ def topic_vectors(s: Scope, ranked: list[Ranked[Key]]) -> list[Key]:
 
 def topic_vectors_read(preset: RetrievalPreset) -> bool:
     """Whether the first memories' vectors come with their rows: when the links read memories
-    of every kind (`topic_link`, `tie_link`), not the decisions alone."""
-    return preset.topic_link > 0.0 or preset.tie_link > 0.0
+    of every kind (`topic_link`, `tie_link`, `revision_threshold`), not the decisions alone."""
+    return preset.topic_link > 0.0 or preset.tie_link > 0.0 or preset.revision_threshold > 0.0
 
 
 def informative(

@@ -26,6 +26,7 @@ from app.retrieval.answer_head import head_for
 from app.retrieval.frames import core_question
 from app.retrieval.presets import RetrievalPreset
 from app.retrieval.relevance import model_for
+from app.retrieval.revision import revision_model_for
 from app.services.embedding import EmbeddingService, Priority
 from app.services.query.model import (
     MAX_QUERY_CHARS,
@@ -82,6 +83,8 @@ class QueryService:
         # The question-level abstention model over this embedder and relevance model (None:
         # it has none).
         self.question = question_model_for(embeddings.model, variant)
+        # The pair model of newer wins on one topic over this embedder's cosines (None: none).
+        self.revision = revision_model_for(embeddings.model)
         # The answer verifier, when the preset reads it (verify_depth; app/adapters/verifier.py).
         self.verifier = (
             verifier_for(embeddings.model)
@@ -204,7 +207,16 @@ class QueryService:
     ) -> QueryResult:
         """The pipeline's stages (pipeline.py), in order, failing closed."""
         result = QueryResult()
-        s = scope(request, query, preset, self.relevance, self.head, self.verifier, self.question)
+        s = scope(
+            request,
+            query,
+            preset,
+            self.relevance,
+            self.head,
+            self.verifier,
+            self.question,
+            self.revision,
+        )
         # 1. The query is embedded (in a worker thread) while the keyword arm runs in Postgres:
         # for a large store that hides most of the embedding time (docs/performance.md).
         embedding = (

@@ -15,6 +15,7 @@ from app.retrieval.answer_head import AnswerHead
 from app.retrieval.names import query_names
 from app.retrieval.presets import RetrievalPreset
 from app.retrieval.relevance import RelevanceModel
+from app.retrieval.revision import RevisionModel
 from app.retrieval.scoring import Ranked
 from app.services.query.model import QueryConfig, QueryRequest
 from app.services.query.sizes import SearchSizes
@@ -50,6 +51,9 @@ class Scope:
     verifier: Verifier | None = None
     # The question model of the service's embedder (abstention.question_model_for; None: none).
     question: QuestionModel | None = None
+    # The revision model of the service's embedder (revision.revision_model_for; None: none):
+    # newer wins on one topic when the preset reads it (`revision_threshold`).
+    revision: RevisionModel | None = None
     # The names the question mentions (app/retrieval/names.py), read once for every stage.
     names: tuple[str, ...] = ()
 
@@ -112,6 +116,7 @@ def scope(
     head: AnswerHead | None = None,
     verifier: Verifier | None = None,
     question: QuestionModel | None = None,
+    revision: RevisionModel | None = None,
 ) -> Scope:
     return Scope(
         request,
@@ -125,6 +130,7 @@ def scope(
         head=head,
         verifier=verifier if preset.verify_depth > 0 else None,
         question=question if preset.question_model else None,
+        revision=revision if preset.revision_threshold > 0.0 else None,
         names=tuple(query_names(query)),
     )
 

@@ -8,10 +8,12 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
+from app.embedding_models import DEFAULT_MODEL_ID
 from app.repositories.retrieval import Candidate
 from app.repositories.search_index import Source
 from app.retrieval.presets import PRESETS
 from app.retrieval.relevance import SPEC_FLOOR, load_model
+from app.retrieval.revision import revision_model_for
 from app.retrieval.scoring import Ranked
 from app.services.query.calibrate import newer_wins
 from app.services.query.model import QueryRequest
@@ -78,4 +80,26 @@ def test_the_default_puts_the_newer_of_a_near_tie_first_and_the_learned_preset_d
         ranked = [Ranked(key(n), r, r, 0.0, 0.0) for n, r in enumerate(relevances)]
         linked = newer_wins(s, ranked, candidates, pairs)
         assert linked.ranked[0].key == first, (preset, relevances)
+        assert linked.newer == {}
+
+
+def test_the_revision_model_lifts_a_close_newer_decision_the_floor_kept_out() -> None:
+    """The default's revision model (app/retrieval/revision.py) beside the decision link: a
+    newer decision the question finds under the spec's floor (which the decision link leaves
+    alone) comes first when the two decisions' vectors are close, unmarked; at a far cosine
+    it stays behind."""
+    model = revision_model_for(DEFAULT_MODEL_ID)
+    assert model is not None
+    request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
+    candidates = {key(n): candidate(n, "decision", age) for n, age in enumerate((170, 20))}
+    ranked = [Ranked(key(0), 0.40, 0.40, 0.0, 0.0), Ranked(key(1), 0.29, 0.29, 0.0, 0.0)]
+    default = PRESETS["default"]
+    for cosine, revision, first in (
+        (0.6, None, key(0)),  # the decision link alone: the newer is under the floor
+        (0.6, model, key(1)),
+        (0.2, model, key(0)),
+    ):
+        s = scope(request, QUESTION, default, load_model(), revision=revision)
+        linked = newer_wins(s, ranked, candidates, {(key(0), key(1)): cosine})
+        assert linked.ranked[0].key == first, (cosine, revision)
         assert linked.newer == {}

@@ -1,0 +1,65 @@
+"""The newer-wins pair model (app/retrieval/revision.py): features, arithmetic, the file."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from app.embedding_models import DEFAULT_MODEL_ID
+from app.retrieval.presets import DEFAULT
+from app.retrieval.revision import (
+    REVISION_FEATURES,
+    RevisionModel,
+    revision_features,
+    revision_file,
+    revision_model_for,
+)
+
+
+def test_features_read_the_pair_as_named() -> None:
+    pair = revision_features(0.6, 0.4, 0.2, "decision", "decision")
+    x = dict(zip(REVISION_FEATURES, pair, strict=True))
+    assert x == {
+        "cosine": 0.6,
+        "log_ratio": pytest.approx(math.log(0.5)),
+        "both_decisions": 1.0,
+        "same_type": 1.0,
+        "newer_relevance": 0.2,
+        "older_relevance": 0.4,
+    }
+    mixed = dict(
+        zip(REVISION_FEATURES, revision_features(0.6, 0.4, 0.4, "note", "fact"), strict=True)
+    )
+    assert (mixed["both_decisions"], mixed["same_type"], mixed["log_ratio"]) == (0.0, 0.0, 0.0)
+    # a turn has no type, and a relevance of 0 keeps the ratio finite
+    unknown = revision_features(0.3, 0.0, 0.5, None, None)
+    assert unknown[2:4] == [0.0, 0.0] and math.isfinite(unknown[1])
+
+
+def test_probability_is_the_logistic_of_the_weighted_sum() -> None:
+    model = RevisionModel(weights=(2.0, 0.0, 1.0, 0.0, 0.0, 0.0), bias=-1.0)
+    assert model.probability([0.5, 0, 0, 0, 0, 0]) == pytest.approx(0.5)
+    assert model.probability([0.5, 0, 1, 0, 0, 0]) == pytest.approx(1 / (1 + math.exp(-1)))
+    with pytest.raises(ValueError):
+        model.probability([0.5])
+
+
+def test_the_json_round_trips_and_refuses_other_features() -> None:
+    model = RevisionModel(weights=(1.5, -0.5, 2.0, 0.1, 3.0, 0.2), bias=-4.0, version="v1")
+    assert RevisionModel.from_json(model.to_json({"pairs": 3})) == model
+    text = model.to_json().replace('"cosine"', '"pair_cosine"')
+    with pytest.raises(ValueError, match="features"):
+        RevisionModel.from_json(text)
+
+
+def test_the_default_embedder_has_a_revision_model_that_the_default_preset_reads() -> None:
+    assert revision_file(DEFAULT_MODEL_ID).exists()
+    model = revision_model_for(DEFAULT_MODEL_ID)
+    assert model is not None and len(model.weights) == len(REVISION_FEATURES)
+    assert 0.0 < DEFAULT.revision_threshold < 1.0
+    # close decisions the question finds about as well: a revision; far apart ones: not
+    close = revision_features(0.6, 0.40, 0.38, "decision", "decision")
+    far = revision_features(0.1, 0.40, 0.38, "decision", "decision")
+    assert model.probability(close) >= DEFAULT.revision_threshold > model.probability(far)
+    assert revision_model_for("no-such-embedder") is None
