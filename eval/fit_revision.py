@@ -73,6 +73,12 @@ class Pair:
     # what today's rules would do with it: the near tie (tie_link, tie_ratio), the decision link
     tie: bool
     decision: bool
+    words: int = 0  # the longer memory's words
+
+
+def scored(model: RevisionModel, p: Pair) -> float:
+    """The model's probability of a pair, 0 for one longer than it reads (RevisionModel.reads)."""
+    return model.probability(p.x) if p.words <= model.max_words else 0.0
 
 
 def ranking(split: str, out: Path, corpus: Path) -> Path:
@@ -118,19 +124,23 @@ def pairs(csv_path: Path, users: dict[str, CuratedUser], embedder: LocalEmbedder
                     else:
                         continue
                     cosine = float(vector(older.content) @ vector(newer.content))
-                    x = revision_features(cosine, r_old, r_new, older.type, newer.type)
+                    x = revision_features(
+                        cosine, r_old, r_new, older.type, newer.type, older.content, newer.content
+                    )
                     tie = cosine >= DEFAULT.tie_link and r_new >= DEFAULT.tie_ratio * r_old > 0
                     decision = (
                         older.type == newer.type == DECISION
                         and cosine >= DEFAULT.decision_link
                         and min(r_old, r_new) >= SPEC_FLOOR
                     )
-                    out.append(Pair(user.id, label, x, tie, decision))
+                    words = max(len(older.content.split()), len(newer.content.split()))
+                    out.append(Pair(user.id, label, x, tie, decision, words))
     return out
 
 
-def fit(examples: Sequence[Pair]) -> RevisionModel:
-    """L2 logistic regression on standardised features, folded back into raw weights."""
+def fit(examples: Sequence[Pair], max_words: int = 0) -> RevisionModel:
+    """L2 logistic regression on standardised features, folded back into raw weights;
+    `max_words`: the longest memory of the people fitted on (what the model may read)."""
     x = np.array([p.x for p in examples])
     y = np.array([float(p.label) for p in examples])
     mean, scale = x.mean(axis=0), x.std(axis=0)
@@ -138,20 +148,20 @@ def fit(examples: Sequence[Pair]) -> RevisionModel:
     beta = logistic((x - mean) / scale, y, np.ones(len(y)), L2)
     weights = beta[:-1] / scale
     bias = float(beta[-1] - (beta[:-1] * mean / scale).sum())
-    return RevisionModel(tuple(float(w) for w in weights), bias, "v1")
+    return RevisionModel(tuple(float(w) for w in weights), bias, max_words, "v1")
 
 
-def out_of_fold(examples: Sequence[Pair]) -> np.ndarray:
+def out_of_fold(examples: Sequence[Pair], max_words: int) -> np.ndarray:
     """Each example's probability from a fit on the other folds' people."""
     people = sorted({p.person for p in examples})
     fold = {person: n % FOLDS for n, person in enumerate(people)}
     out = np.zeros(len(examples))
     for k in range(FOLDS):
         train = [p for p in examples if fold[p.person] != k]
-        model = fit(train)
+        model = fit(train, max_words)
         for n, p in enumerate(examples):
             if fold[p.person] == k:
-                out[n] = model.probability(p.x)
+                out[n] = scored(model, p)
     return out
 
 
@@ -194,14 +204,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     calibration, validation = examples["calibration"], examples["validation"]
     if not calibration or not any(p.label for p in calibration):
         raise SystemExit("no calibration pairs to fit: the corpus needs calibration people")
-    model = fit(calibration)
-    print("features:", ", ".join(REVISION_FEATURES))
+    fitted_on = [u for u in users.values() if u.split == "calibration"]
+    longest = max(len(m.content.split()) for u in fitted_on for m in u.memories)
+    model = fit(calibration, longest)
+    print("features:", ", ".join(REVISION_FEATURES), f"(memories of up to {longest} words)")
     print("weights: ", ", ".join(f"{w:+.3f}" for w in model.weights), f"bias {model.bias:+.3f}")
-    table("calibration people, out of fold", calibration, out_of_fold(calibration))
+    table("calibration people, out of fold", calibration, out_of_fold(calibration, longest))
     table(
         "validation people, fitted on the calibration people",
         validation,
-        np.array([model.probability(p.x) for p in validation]),
+        np.array([scored(model, p) for p in validation]),
     )
     if args.write:
         path = revision_file(embedder.model)

@@ -5,15 +5,22 @@ The ranking reads each memory against the question alone, so of two memories abo
 apprenticeship") the older may come first. app/retrieval/topics.py lifts the newer of a pair
 to where the older stands when the pair is one topic. Which pairs are one topic was a set of
 hand-set cosine thresholds (`decision_link`; `tie_link` and `tie_ratio`: a near tie of close
-memories); this model learns it from the corpus's old/new pairs, beside them. It reads a pair of memories the
-question found, the older ranked above the newer, and gives P(the newer revises the older,
-so the newer should come first), from:
+memories); this model learns it from the corpus's old/new pairs, beside them. It reads a
+pair of memories the question found, the older ranked above the newer, and gives P(the newer
+revises the older, so the newer should come first), from:
 
 - the cosine between the two memories' stored vectors (one subject);
 - how close the newer's relevance to the question stands to the older's (log of the ratio);
 - whether both are decisions (a stance a later one revises), and whether they are of one type;
 - each one's relevance (a newer memory the question hardly finds is a neighbour, not the
-  answer).
+  answer);
+- whether the newer one's words say that something changed ("moved to", "from January",
+  "now", "no longer", "took over": CHANGE_WORDS, English), and how many content words the two
+  share (the same rent, car or appointment).
+
+The model reads only pairs of memories as long as those it was fitted on (`max_words`, the
+longest calibration memory): a long account (a runbook, a care plan) shares a topic and a
+"now" with its neighbours without revising them, and the fit has never seen one.
 
 How old either memory is is not a feature: an agent writes both through the API seconds
 apart as often as months apart, and the corpus's ages are how its writers chose them.
@@ -27,6 +34,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -42,9 +50,35 @@ REVISION_FEATURES = (
     "same_type",  # 1: both of one type
     "newer_relevance",
     "older_relevance",
+    "newer_says_change",  # 1: the newer memory's words say that something changed
+    "shared_words",  # content words the two memories share (at most SHARED_CAP)
 )
 DECISION = "decision"
+# How an update is worded in English: a memory that records a change usually says so.
+CHANGE_WORDS = re.compile(
+    r"\b(now|no longer|any ?more|instead|since|moved|moving|switch(?:ed|ing)?|chang(?:ed|es|ing)"
+    r"|replac(?:ed|es|ing)|resched\w*|postponed|pushed back|brought forward|took over"
+    r"|taken over|new|updated?|from (?:next|this|now|the start of|january|february|march|april"
+    r"|may|june|july|august|september|october|november|december|\d))\b",
+    re.IGNORECASE,
+)
+WORD = re.compile(r"[^\W\d_]{3,}")
+# Short words that say nothing of a subject (the English stop words of three letters or more).
+STOP_WORDS = frozenset(
+    """the and for are but not you all any can her was one our out his has had him how its let
+    may new now old see two way who did get got she too use with that this from have they will
+    your what when where which their there then than them been were would could should about
+    after again also because before being between both each few more most other some such into
+    only over own same just very while until once here those these does doing during further
+    through under above below off per yet""".split()  # noqa: SIM905 (a list of words)
+)
+SHARED_CAP = 5
 _SMALLEST = 1e-4  # relevance under this reads as this (the log of a ratio stays finite)
+
+
+def content_words(text: str) -> set[str]:
+    """A text's lower-cased words of three letters or more, stop words left out."""
+    return {w for w in (m.lower() for m in WORD.findall(text)) if w not in STOP_WORDS}
 
 
 def revision_features(
@@ -53,10 +87,13 @@ def revision_features(
     newer_relevance: float,
     older_type: str | None,
     newer_type: str | None,
+    older_text: str = "",
+    newer_text: str = "",
 ) -> list[float]:
     """REVISION_FEATURES of one pair (types: the memories' own, None when unknown)."""
     ratio = max(newer_relevance, _SMALLEST) / max(older_relevance, _SMALLEST)
     same = older_type is not None and older_type == newer_type
+    shared = len(content_words(older_text) & content_words(newer_text))
     return [
         cosine,
         math.log(ratio),
@@ -64,6 +101,8 @@ def revision_features(
         float(same),
         newer_relevance,
         older_relevance,
+        float(CHANGE_WORDS.search(newer_text) is not None),
+        float(min(shared, SHARED_CAP)),
     ]
 
 
@@ -73,7 +112,13 @@ class RevisionModel:
 
     weights: tuple[float, ...]
     bias: float
+    # The longest memory (in words) of the pairs it was fitted on: longer ones it does not read.
+    max_words: int
     version: str = ""
+
+    def reads(self, older_text: str, newer_text: str) -> bool:
+        """Whether both memories are within the lengths the model was fitted on."""
+        return max(len(older_text.split()), len(newer_text.split())) <= self.max_words
 
     def probability(self, x: Sequence[float]) -> float:
         if len(x) != len(self.weights):
@@ -88,6 +133,7 @@ class RevisionModel:
             "features": list(REVISION_FEATURES),
             "weights": [round(v, 6) for v in self.weights],
             "bias": round(self.bias, 6),
+            "max_words": self.max_words,
             **(extra or {}),
         }
         return json.dumps(body, indent=2) + "\n"
@@ -100,6 +146,7 @@ class RevisionModel:
         return cls(
             weights=tuple(float(w) for w in body["weights"]),
             bias=float(body["bias"]),
+            max_words=int(body["max_words"]),
             version=str(body.get("version", "")),
         )
 

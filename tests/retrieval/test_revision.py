@@ -11,15 +11,19 @@ from app.retrieval.presets import DEFAULT
 from app.retrieval.revision import (
     REVISION_FEATURES,
     RevisionModel,
+    content_words,
     revision_features,
     revision_file,
     revision_model_for,
 )
 
 
+def named(*args: object) -> dict[str, float]:
+    return dict(zip(REVISION_FEATURES, revision_features(*args), strict=True))  # type: ignore[arg-type]
+
+
 def test_features_read_the_pair_as_named() -> None:
-    pair = revision_features(0.6, 0.4, 0.2, "decision", "decision")
-    x = dict(zip(REVISION_FEATURES, pair, strict=True))
+    x = named(0.6, 0.4, 0.2, "decision", "decision")
     assert x == {
         "cosine": 0.6,
         "log_ratio": pytest.approx(math.log(0.5)),
@@ -27,26 +31,48 @@ def test_features_read_the_pair_as_named() -> None:
         "same_type": 1.0,
         "newer_relevance": 0.2,
         "older_relevance": 0.4,
+        "newer_says_change": 0.0,
+        "shared_words": 0.0,
     }
-    mixed = dict(
-        zip(REVISION_FEATURES, revision_features(0.6, 0.4, 0.4, "note", "fact"), strict=True)
-    )
+    mixed = named(0.6, 0.4, 0.4, "note", "fact")
     assert (mixed["both_decisions"], mixed["same_type"], mixed["log_ratio"]) == (0.0, 0.0, 0.0)
     # a turn has no type, and a relevance of 0 keeps the ratio finite
-    unknown = revision_features(0.3, 0.0, 0.5, None, None)
-    assert unknown[2:4] == [0.0, 0.0] and math.isfinite(unknown[1])
+    unknown = named(0.3, 0.0, 0.5, None, None)
+    assert unknown["same_type"] == 0.0 and math.isfinite(unknown["log_ratio"])
+
+
+def test_the_newer_words_say_a_change_and_the_shared_words_name_the_subject() -> None:
+    older = "Rent for the Hagegata flat: 14,200 kroner a month."
+    for newer, says in (
+        ("The landlord's letter came: 15,350 a month for the flat from January.", 1.0),
+        ("Dentist appointment moved to Thursday at nine.", 1.0),
+        ("Sigrun no longer sees Dr Hansen.", 1.0),
+        ("The flat costs 15,350 kroner a month.", 0.0),  # the new value, no word of a change
+    ):
+        assert named(0.5, 0.4, 0.3, "fact", "fact", older, newer)["newer_says_change"] == says
+    assert content_words(older) == {"rent", "hagegata", "flat", "kroner", "month"}
+    shared = named(0.5, 0.4, 0.3, "fact", "fact", older, "The flat costs 15,350 kroner a month.")
+    assert shared["shared_words"] == 3.0  # flat, kroner, month
 
 
 def test_probability_is_the_logistic_of_the_weighted_sum() -> None:
-    model = RevisionModel(weights=(2.0, 0.0, 1.0, 0.0, 0.0, 0.0), bias=-1.0)
-    assert model.probability([0.5, 0, 0, 0, 0, 0]) == pytest.approx(0.5)
-    assert model.probability([0.5, 0, 1, 0, 0, 0]) == pytest.approx(1 / (1 + math.exp(-1)))
+    model = RevisionModel(weights=(2.0, 0, 1.0, 0, 0, 0, 0, 0), bias=-1.0, max_words=30)
+    assert model.probability([0.5, 0, 0, 0, 0, 0, 0, 0]) == pytest.approx(0.5)
+    assert model.probability([0.5, 0, 1, 0, 0, 0, 0, 0]) == pytest.approx(1 / (1 + math.exp(-1)))
     with pytest.raises(ValueError):
         model.probability([0.5])
 
 
+def test_it_reads_only_memories_as_long_as_those_it_was_fitted_on() -> None:
+    model = RevisionModel(weights=(0,) * 8, bias=0.0, max_words=5)
+    assert model.reads("one two three", "one two three four five")
+    assert not model.reads("one two three", "one two three four five six")
+
+
 def test_the_json_round_trips_and_refuses_other_features() -> None:
-    model = RevisionModel(weights=(1.5, -0.5, 2.0, 0.1, 3.0, 0.2), bias=-4.0, version="v1")
+    model = RevisionModel(
+        weights=(1.5, -0.5, 2.0, 0.1, 3.0, 0.2, 1.0, 0.4), bias=-4.0, max_words=34, version="v1"
+    )
     assert RevisionModel.from_json(model.to_json({"pairs": 3})) == model
     text = model.to_json().replace('"cosine"', '"pair_cosine"')
     with pytest.raises(ValueError, match="features"):
@@ -57,6 +83,7 @@ def test_the_default_embedder_has_a_revision_model_that_the_default_preset_reads
     assert revision_file(DEFAULT_MODEL_ID).exists()
     model = revision_model_for(DEFAULT_MODEL_ID)
     assert model is not None and len(model.weights) == len(REVISION_FEATURES)
+    assert model.max_words >= 20
     assert 0.0 < DEFAULT.revision_threshold < 1.0
     # close decisions the question finds about as well: a revision; far apart ones: not
     close = revision_features(0.6, 0.40, 0.38, "decision", "decision")

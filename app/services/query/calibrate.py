@@ -314,10 +314,19 @@ def _revises(
     assert s.revision is not None
     model, threshold = s.revision, s.preset.revision_threshold
     types = {k: _kind(candidates, k) for k in keys}
+    texts = {k: candidates[k].content if k in candidates else "" for k in keys}
 
     def revises(old: Key, new: Key, cosine: float) -> bool:
+        if not model.reads(texts[old], texts[new]):
+            return False  # longer than any memory it was fitted on
         x = revision_features(
-            cosine, relevance.get(old, 0.0), relevance.get(new, 0.0), types[old], types[new]
+            cosine,
+            relevance.get(old, 0.0),
+            relevance.get(new, 0.0),
+            types[old],
+            types[new],
+            texts[old],
+            texts[new],
         )
         return model.probability(x) >= threshold
 

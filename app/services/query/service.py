@@ -83,8 +83,13 @@ class QueryService:
         # The question-level abstention model over this embedder and relevance model (None:
         # it has none).
         self.question = question_model_for(embeddings.model, variant)
-        # The pair model of newer wins on one topic over this embedder's cosines (None: none).
-        self.revision = revision_model_for(embeddings.model)
+        # The pair model of newer wins on one topic over this embedder's cosines, when the
+        # preset reads it (revision_threshold; None: it does not, or the embedder has none).
+        self.revision = (
+            revision_model_for(embeddings.model)
+            if config is not None and config.preset.revision_threshold > 0.0
+            else None
+        )
         # The answer verifier, when the preset reads it (verify_depth; app/adapters/verifier.py).
         self.verifier = (
             verifier_for(embeddings.model)
