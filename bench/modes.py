@@ -81,11 +81,12 @@ def backends_ms(postmaster: int) -> dict[int, float]:
 
 def echo_modes(result: dict[str, Any]) -> None:
     """A row per mode: questions, wall p50 and p95, service and Postgres CPU ms per question."""
-    typer.echo(f"{'mode':18} {'n':>4} {'p50':>7} {'p95':>7} {'cpu ms':>7} {'pg ms':>7}")
+    width = max(18, *(len(mode) for mode in result["wall"]))
+    typer.echo(f"{'mode':{width}} {'n':>4} {'p50':>7} {'p95':>7} {'cpu ms':>7} {'pg ms':>7}")
     for mode, values in result["wall"].items():
         p = percentiles(values)
         typer.echo(
-            f"{mode:18} {len(values):4d} {p['p50']:7.2f} {p['p95']:7.2f} "
+            f"{mode:{width}} {len(values):4d} {p['p50']:7.2f} {p['p95']:7.2f} "
             f"{np.mean(result['cpu'][mode]):7.3f} {np.mean(result['pg'][mode]):7.3f}"
         )
 

@@ -1,12 +1,14 @@
-"""`python -m bench.topics --size 10k`: what newer-wins-a-near-tie costs a query (issue 45).
+"""`python -m bench.topics --size 10k`: what newer wins on one topic costs a query (issue 45).
 
-The default preset links a near tie on one topic (`tie_link`, app/retrieval/topics.py): the
+The default preset links a near tie on one topic (`tie_link`, app/retrieval/topics.py) and the
+pairs its revision model accepts (`revision_threshold`, app/retrieval/revision.py): the
 context stage reads the stored vectors of the ranking's first `topic_depth` memories with their
 rows (in the same statement), and the links compare them. This runs the same sampled questions
 of bench.rls's bench_<size> store of memories (vectors computed up front, as bench.rls does)
-through two QueryServices in this process, the default and the default with `tie_link` 0,
-measured as bench/modes.py measures modes (this process's CPU is the service's). Printed: each
-mode's wall ms, CPU and Postgres CPU per query, and their ratios in the one run.
+through three QueryServices in this process, the default, the default without the revision
+model and the default with neither (`tie_link` 0 too), measured as bench/modes.py measures
+modes (this process's CPU is the service's). Printed: each mode's wall ms, CPU and Postgres CPU
+per query, and their ratios in the one run.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ from bench.modes import echo_modes, measure, postmaster_pid, ratios
 from bench.options import ROOT, parse_size
 
 cli = typer.Typer(add_completion=False)
-MODES = {"default": DEFAULT, "without near ties": replace(DEFAULT, tie_link=0.0)}
+MODES = {
+    "default": DEFAULT,
+    "without the revision model": replace(DEFAULT, revision_threshold=0.0),
+    "without either": replace(DEFAULT, revision_threshold=0.0, tie_link=0.0),
+}
 
 
 async def run(size: int, queries: int, out: Path, big_size: int) -> dict[str, Any]:
@@ -61,14 +67,15 @@ async def run(size: int, queries: int, out: Path, big_size: int) -> dict[str, An
 @cli.command()
 def main(
     size: Annotated[str, typer.Option(help="store size (a bench_<size> database)")] = "10k",
-    queries: Annotated[int, typer.Option(help="questions (each asked in both modes)")] = 300,
+    queries: Annotated[int, typer.Option(help="questions (each asked in every mode)")] = 300,
     big_size: Annotated[int, typer.Option(help="items of the one big user")] = 5000,
     out: Annotated[Path, typer.Option()] = ROOT / "bench/out",
 ) -> None:
-    """The default with and without near-tie links: wall ms, CPU, ratios."""
+    """The default with and without its topic links: wall ms, CPU, ratios."""
     result = asyncio.run(run(parse_size(size), queries, out, big_size))
     echo_modes(result)
-    typer.echo(f"default / without: {ratios(result, 'default', 'without near ties')}")
+    for other in ("without the revision model", "without either"):
+        typer.echo(f"default / {other}: {ratios(result, 'default', other)}")
 
 
 if __name__ == "__main__":
