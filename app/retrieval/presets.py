@@ -137,6 +137,9 @@ class RetrievalPreset:
     # for a near tie (0 = off, or an embedder without a revision model; docs/retrieval.md,
     # "Newer wins by a pair model").
     revision_threshold: float = 0.0
+    # ... and where it gives at least this, the older is reported possibly outdated too, as the
+    # decision link reports its pairs (0 = never).
+    revision_outdates: float = 0.0
     # Who a question is about (app/retrieval/subjects.py): a memory that names none of the
     # people or things the question names, when the store knows them, reports at most this
     # relevance, under the spec's floor (unless both it and the question are about the user);
@@ -240,13 +243,14 @@ VERIFIED = ANSWERS.with_(name="verified", verify_depth=8, question_model=False)
 # with the 144-people embedder a one-word question's cosine to a long memory holding that rare
 # word fell to 0.089; the golden set, the validation people and the development set do not
 # move). Newer wins too where the embedder's revision model says the newer of two memories
-# revises the older ranked above it (P >= 0.6; the near tie stays beside it: "Newer wins by a
-# pair model").
+# revises the older ranked above it (P >= 0.6; at 0.95 the older is marked possibly outdated;
+# the near tie stays beside it: "Newer wins by a pair model").
 DEFAULT = LEARNED.with_(
     name="default",
     decision_link=0.2,
     tie_link=0.5,
     revision_threshold=0.6,
+    revision_outdates=0.95,
     question_model=True,
     question_caps=True,
     subject_cap=0.2,

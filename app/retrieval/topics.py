@@ -23,8 +23,8 @@ of two equal accounts ("dry dock at Perama in February", later "at Elefsina on 1
 nothing is marked: two near answers on one subject are as often two facts that both hold
 ("Keiko's pension", "my pension"). Beside the near tie's two thresholds, a learned pair model
 (app/retrieval/revision.py, `revises`) orders newer first a pair whose older one ranks first
-when it says the newer revises it, and likewise marks nothing. Order by creation, not by age,
-so memories written a second apart are ordered too.
+when it says the newer revises it, and marks the older only when it is surer still. Order by
+creation, not by age, so memories written a second apart are ordered too.
 
 Pure: keys, scores, creation times and the pair cosines in; a new ranking and the links
 out. What a threshold links wrongly is measured on the corpus (docs/retrieval.md, "Newer wins").
@@ -35,11 +35,14 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Generic, Literal, TypeVar
 
 from app.retrieval.scoring import Ranked
 
 K = TypeVar("K", bound=Hashable)
+# What a revision model says of a pair whose older item ranks first: the newer comes first
+# ("precedes"), or comes first and the older is reported possibly outdated ("outdates").
+Revision = Literal["precedes", "outdates"]
 
 
 @dataclass(frozen=True)
@@ -59,7 +62,7 @@ def link_topics(
     kinds: Mapping[K, str | None] | None = None,
     same_kind: Mapping[str, float] | None = None,
     tie: tuple[float, float] | None = None,
-    revises: Callable[[K, K, float], bool] | None = None,
+    revises: Callable[[K, K, float], Revision | None] | None = None,
 ) -> Linked[K]:
     """Link the pairs of `similarity` (cosine between two items' vectors, either order of the
     keys) at or over `threshold` (<= 0: none), or, for two items of one kind (`kinds`) named in
@@ -69,8 +72,9 @@ def link_topics(
     least the ratio of the older one's is a near tie on one topic: its newer item ranks at least
     where the older stands too, but the older is not reported outdated (two near answers on
     one subject are as often two facts that both hold). `revises(older, newer, cosine)`, for
-    a pair whose older item ranks first: whether the newer revises it, ordered as a near tie
-    when so. Items without a creation time are never linked."""
+    a pair whose older item ranks first, says whether the newer revises it: "precedes" orders
+    the pair as a near tie, "outdates" links it (the older reported outdated), None neither.
+    Items without a creation time are never linked."""
     if not similarity or (threshold <= 0.0 and not same_kind and tie is None and revises is None):
         return Linked(list(ranked), {})
     kinds, same_kind = kinds or {}, same_kind or {}
@@ -85,11 +89,13 @@ def link_topics(
     position = {r.key: n for n, r in enumerate(ranked)}
 
     def near_tie(old: K, new: K, cosine: float) -> bool:
-        close = tie is not None and cosine >= tie[0]
-        if close and relevance.get(new, 0.0) >= tie[1] * relevance.get(old, 0.0) > 0.0:
-            return True
+        if tie is None or cosine < tie[0]:
+            return False
+        return relevance.get(new, 0.0) >= tie[1] * relevance.get(old, 0.0) > 0.0
+
+    def revision(old: K, new: K, cosine: float) -> Revision | None:
         older_first = position.get(old, -1) < position.get(new, -1)
-        return revises is not None and older_first and revises(old, new, cosine)
+        return revises(old, new, cosine) if revises is not None and older_first else None
 
     newer: dict[K, K] = {}  # linked: the older is possibly outdated
     tied: dict[K, K] = {}  # a near tie: the newer first, nothing marked
@@ -97,7 +103,13 @@ def link_topics(
         if a == b or a not in created or b not in created or created[a] == created[b]:
             continue  # written together: two parts of one account, not a change of mind
         old, new = (a, b) if created[a] < created[b] else (b, a)
-        found = newer if linked(a, b, cosine) else tied if near_tie(old, new, cosine) else None
+        said = revision(old, new, cosine)
+        if linked(a, b, cosine) or said == "outdates":
+            found: dict[K, K] | None = newer
+        elif near_tie(old, new, cosine) or said == "precedes":
+            found = tied
+        else:
+            found = None
         # The newest memory of the topic is what the older ones point to.
         if found is not None and (old not in found or created[new] > created[found[old]]):
             found[old] = new

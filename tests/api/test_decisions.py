@@ -1,7 +1,8 @@
 """Newer wins between two decisions through the agent tool (issue 45: "Am I on insulin pens or
 a pump?" returned the older "staying on pens" first), against the real stack with the default
 preset: two decisions a question finds, written months apart in different words, come back
-newer first, the older marked with the newer's id; two facts are left in their order."""
+newer first, the older marked with the newer's id; two facts are left in their order; two notes
+of a rebooked dry dock come back newer first, the older marked by the revision model."""
 
 from __future__ import annotations
 
@@ -71,12 +72,13 @@ DOCK_OLDER = "Dry dock for the Agia Marina booked at Perama for February."
 DOCK_NEWER = "Agia Marina goes into dry dock at Elefsina on 10 March."
 
 
-async def test_of_two_near_answers_on_one_topic_the_newer_comes_first_unmarked(
+async def test_of_two_notes_on_one_rebooked_subject_the_newer_comes_first_the_older_marked(
     client: httpx.AsyncClient, user_id: str
 ) -> None:
     """Two notes (not decisions) on one subject that answer a question about as well as each
-    other: the newer first (`tie_link`), and neither is marked outdated: a near tie says they
-    are on one topic, not that the older no longer holds."""
+    other: the newer first (`tie_link`, and the revision model), and since the revision model
+    is sure the newer revises the older (a dry dock booked again elsewhere: P over
+    `revision_outdates`), the older is marked possibly outdated, as a revised decision is."""
     for n, other in enumerate(OTHERS):
         await admin_save(client, user_id, other, "fact", 300 + n)
     older = await admin_save(client, user_id, DOCK_OLDER, "note", 150)
@@ -86,4 +88,5 @@ async def test_of_two_near_answers_on_one_topic_the_newer_comes_first_unmarked(
     assert response.status_code == 200, response.text
     memories = response.json()["memories"]
     assert [m["id"] for m in memories][:2] == [newer, older], memories
-    assert not any("possibly outdated" in str(m["context"]) for m in memories)
+    assert "possibly outdated" in str(memories[1]["context"])
+    assert "possibly outdated" not in str(memories[0]["context"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from app.retrieval.scoring import Ranked
-from app.retrieval.topics import link_topics
+from app.retrieval.topics import Revision, link_topics
 
 NOW = datetime(2026, 11, 26, tzinfo=UTC)
 
@@ -138,9 +138,9 @@ def test_a_pair_the_revision_predicate_accepts_is_ordered_newer_first_and_not_ma
     pairs = {("school", "apprenticeship"): 0.56, ("school", "rugby"): 0.40}
     asked: list[tuple[str, str, float]] = []
 
-    def revises(old: str, new: str, cosine: float) -> bool:
+    def revises(old: str, new: str, cosine: float) -> Revision | None:
         asked.append((old, new, cosine))
-        return new == "apprenticeship"
+        return "precedes" if new == "apprenticeship" else None
 
     linked = link_topics(order, created, pairs, threshold=0.0, revises=revises)
     assert [r.key for r in linked.ranked] == ["apprenticeship", "school", "rugby"]
@@ -153,9 +153,9 @@ def test_the_revision_predicate_is_not_asked_of_a_newer_memory_already_ahead() -
     order = ranked(("new", 0.5), ("old", 0.4))
     asked: list[str] = []
 
-    def revises(old: str, new: str, cosine: float) -> bool:
+    def revises(old: str, new: str, cosine: float) -> Revision | None:
         asked.append(old)
-        return True
+        return "outdates"
 
     linked = link_topics(
         order, ages(old=200, new=10), {("new", "old"): 0.9}, threshold=0.0, revises=revises
@@ -172,6 +172,19 @@ def test_the_near_tie_still_orders_a_pair_the_revision_predicate_rejects() -> No
         {("perama", "elefsina"): 0.83},
         threshold=0.0,
         tie=(0.5, 0.95),
-        revises=lambda old, new, cosine: False,
+        revises=lambda old, new, cosine: None,
     )
     assert [r.key for r in linked.ranked] == ["elefsina", "perama"]
+
+
+def test_a_pair_the_revision_predicate_says_outdates_is_linked_and_the_older_marked() -> None:
+    order = ranked(("greenfield", 0.40), ("sunnyridge", 0.30))
+    linked = link_topics(
+        order,
+        ages(greenfield=210, sunnyridge=35),
+        {("greenfield", "sunnyridge"): 0.33},
+        threshold=0.0,
+        revises=lambda old, new, cosine: "outdates",
+    )
+    assert [r.key for r in linked.ranked] == ["sunnyridge", "greenfield"]
+    assert linked.newer == {"greenfield": "sunnyridge"}

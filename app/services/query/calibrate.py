@@ -22,7 +22,7 @@ from app.retrieval.relevance import SPEC_FLOOR, features
 from app.retrieval.revision import revision_features
 from app.retrieval.scoring import Ranked, finalise, own_first
 from app.retrieval.subjects import off_subject
-from app.retrieval.topics import Linked, link_topics
+from app.retrieval.topics import Linked, Revision, link_topics
 from app.services.query.context import rerank_rows, topic_vectors_read
 from app.services.query.model import QueryResult, QueryTrace
 from app.services.query.state import (
@@ -308,17 +308,19 @@ def newer_wins(
 
 def _revises(
     s: Scope, candidates: dict[Key, Candidate], relevance: dict[Key, float], keys: set[Key]
-) -> Callable[[Key, Key, float], bool]:
+) -> Callable[[Key, Key, float], Revision | None]:
     """Whether the newer of a pair revises the older that ranks above it: the embedder's
-    revision model (app/retrieval/revision.py) at the preset's `revision_threshold`."""
+    revision model (app/retrieval/revision.py) at the preset's `revision_threshold` (the newer
+    first) and `revision_outdates` (the older reported possibly outdated too)."""
     assert s.revision is not None
     model, threshold = s.revision, s.preset.revision_threshold
+    outdates = s.preset.revision_outdates
     types = {k: _kind(candidates, k) for k in keys}
     texts = {k: candidates[k].content if k in candidates else "" for k in keys}
 
-    def revises(old: Key, new: Key, cosine: float) -> bool:
+    def revises(old: Key, new: Key, cosine: float) -> Revision | None:
         if not model.reads(texts[old], texts[new]):
-            return False  # longer than any memory it was fitted on
+            return None  # longer than any memory it was fitted on
         x = revision_features(
             cosine,
             relevance.get(old, 0.0),
@@ -328,7 +330,10 @@ def _revises(
             texts[old],
             texts[new],
         )
-        return model.probability(x) >= threshold
+        p = model.probability(x)
+        if 0.0 < outdates <= p:
+            return "outdates"
+        return "precedes" if p >= threshold else None
 
     return revises
 

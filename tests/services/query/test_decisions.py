@@ -13,7 +13,7 @@ from app.repositories.retrieval import Candidate
 from app.repositories.search_index import Source
 from app.retrieval.presets import PRESETS
 from app.retrieval.relevance import SPEC_FLOOR, load_model
-from app.retrieval.revision import revision_model_for
+from app.retrieval.revision import revision_features, revision_model_for
 from app.retrieval.scoring import Ranked
 from app.services.query.calibrate import newer_wins
 from app.services.query.model import QueryRequest
@@ -86,8 +86,9 @@ def test_the_default_puts_the_newer_of_a_near_tie_first_and_the_learned_preset_d
 def test_the_revision_model_lifts_a_close_newer_decision_the_floor_kept_out() -> None:
     """The default's revision model (app/retrieval/revision.py) beside the decision link: a
     newer decision the question finds under the spec's floor (which the decision link leaves
-    alone) comes first when the two decisions' vectors are close, unmarked; at a far cosine
-    it stays behind."""
+    alone) comes first when the two decisions' vectors are close, and the older is marked
+    outdated where the model is surer than `revision_outdates`; at a far cosine it stays
+    behind."""
     model = revision_model_for(DEFAULT_MODEL_ID)
     assert model is not None
     request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
@@ -102,4 +103,6 @@ def test_the_revision_model_lifts_a_close_newer_decision_the_floor_kept_out() ->
         s = scope(request, QUESTION, default, load_model(), revision=revision)
         linked = newer_wins(s, ranked, candidates, {(key(0), key(1)): cosine})
         assert linked.ranked[0].key == first, (cosine, revision)
-        assert linked.newer == {}
+        x = revision_features(cosine, 0.40, 0.29, "decision", "decision", "memory 0", "memory 1")
+        sure = revision is not None and model.probability(x) >= default.revision_outdates
+        assert linked.newer == ({key(0): key(1)} if sure else {}), (cosine, revision)
