@@ -23,9 +23,9 @@ into raw weights; deterministic). Printed, for thresholds 0.5-0.9, the lifts eac
 on the calibration people out of fold (grouped by person, 8 folds), on the validation people
 with the fit on every calibration person, and, on both, the lifts of the near-tie rule and the
 decision link that stay beside it (`tie_link`, `tie_ratio`, `decision_link`). `--write`
-writes app/retrieval/revision_models/<embedder>.json; the threshold is the preset's
-(`revision_threshold`), chosen through the tool on the validation people (docs/retrieval.md,
-"Newer wins by a pair model").
+writes app/retrieval/revision_models/<embedder>.json; the thresholds are the preset's
+(`revision_threshold`: the newer first; `revision_outdates`: the older marked too), chosen
+through the tool on the validation people (docs/retrieval.md, "Newer wins by a pair model").
 """
 
 from __future__ import annotations
@@ -47,11 +47,13 @@ from app.retrieval.relevance import SPEC_FLOOR
 from app.retrieval.revision import (
     DECISION,
     REVISION_FEATURES,
+    MemoryText,
     RevisionModel,
+    memory_text,
     revision_features,
     revision_file,
 )
-from eval.datasets.curated import CuratedUser, load_curated
+from eval.datasets.curated import CuratedMemory, CuratedUser, load_curated
 from eval.fit_relevance import logistic
 from eval.runner import main as run_eval
 
@@ -101,6 +103,13 @@ def pairs(csv_path: Path, users: dict[str, CuratedUser], embedder: LocalEmbedder
             vectors[text] = np.asarray(embedder.embed_sync([text])[0], dtype=np.float32)
         return vectors[text]
 
+    texts: dict[str, MemoryText] = {}
+
+    def text(m: CuratedMemory) -> MemoryText:
+        if m.content not in texts:
+            texts[m.content] = memory_text(m.content, m.type)
+        return texts[m.content]
+
     out: list[Pair] = []
     with csv_path.open() as f:
         for row in csv.DictReader(f):
@@ -124,17 +133,15 @@ def pairs(csv_path: Path, users: dict[str, CuratedUser], embedder: LocalEmbedder
                     else:
                         continue
                     cosine = float(vector(older.content) @ vector(newer.content))
-                    x = revision_features(
-                        cosine, r_old, r_new, older.type, newer.type, older.content, newer.content
-                    )
+                    a, b = text(older), text(newer)
+                    x = revision_features(cosine, r_old, r_new, a, b)
                     tie = cosine >= DEFAULT.tie_link and r_new >= DEFAULT.tie_ratio * r_old > 0
                     decision = (
                         older.type == newer.type == DECISION
                         and cosine >= DEFAULT.decision_link
                         and min(r_old, r_new) >= SPEC_FLOOR
                     )
-                    words = max(len(older.content.split()), len(newer.content.split()))
-                    out.append(Pair(user.id, label, x, tie, decision, words))
+                    out.append(Pair(user.id, label, x, tie, decision, max(a.words, b.words)))
     return out
 
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from app.retrieval.relevance import FEATURES, SPEC_FLOOR, file_stem
+from app.retrieval.relevance import FEATURES, SPEC_FLOOR, file_stem, model_body, sigmoid
 
 MODELS_DIR = Path(__file__).with_name("question_models")
 DEPTH = 20  # the candidates a question's features read (the answer head's depth)
@@ -88,8 +88,7 @@ class QuestionModel:
             w * (v - m) / s
             for w, v, m, s in zip(self.weights, x, self.mean, self.scale, strict=True)
         )
-        z = max(-30.0, min(30.0, z))
-        return 1.0 / (1.0 + math.exp(-z))
+        return sigmoid(z)
 
     def relevance(self, probability: float) -> float:
         """The reported relevance of a probability: floor_probability reports SPEC_FLOOR."""
@@ -112,9 +111,7 @@ class QuestionModel:
 
     @classmethod
     def from_json(cls, text: str) -> QuestionModel:
-        body = json.loads(text)
-        if body["features"] != list(QUESTION_FEATURES):
-            raise ValueError(f"question model features {body['features']}, not this code's")
+        body = model_body(text, QUESTION_FEATURES, "question")
         return cls(
             mean=tuple(body["mean"]),
             scale=tuple(body["scale"]),

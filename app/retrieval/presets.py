@@ -133,9 +133,8 @@ class RetrievalPreset:
     # Newer wins by a learned pair model (app/retrieval/revision.py, fitted per embedder): of
     # two memories among those first `topic_depth`, the older ranked first, whose pair the
     # embedder's revision model gives at least this probability that the newer revises the
-    # older, the newer ranks at least where the older stands; nothing is marked outdated, as
-    # for a near tie (0 = off, or an embedder without a revision model; docs/retrieval.md,
-    # "Newer wins by a pair model").
+    # older, the newer ranks at least where the older stands, as for a near tie (0 = off, or an
+    # embedder without a revision model; docs/retrieval.md, "Newer wins by a pair model").
     revision_threshold: float = 0.0
     # ... and where it gives at least this, the older is reported possibly outdated too, as the
     # decision link reports its pairs (0 = never).

@@ -28,7 +28,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache, cached_property
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 K = TypeVar("K", bound=Hashable)
 
@@ -132,10 +132,7 @@ class RelevanceModel:
         return z
 
     def probability(self, x: Sequence[float], memory: bool = False) -> float:
-        z = self.logit(x, memory)
-        # clipped so the odds stay finite (the stages multiply odds)
-        z = max(-30.0, min(30.0, z))
-        return 1.0 / (1.0 + math.exp(-z))
+        return sigmoid(self.logit(x, memory))
 
     def to_json(self, extra: Mapping[str, object] | None = None) -> str:
         body = {
@@ -285,6 +282,22 @@ def features(
             cosine_z,
         )
     return out
+
+
+def sigmoid(z: float) -> float:
+    """The logistic of a model's logit, clipped to +-30 so the odds stay finite (the stages
+    multiply odds)."""
+    z = max(-30.0, min(30.0, z))
+    return 1.0 / (1.0 + math.exp(-z))
+
+
+def model_body(text: str, features: Sequence[str], what: str) -> dict[str, Any]:
+    """A per-embedder model file's JSON (question, revision models); ValueError when it was
+    fitted on other features than `features` (what this code computes)."""
+    body: dict[str, Any] = json.loads(text)
+    if body["features"] != list(features):
+        raise ValueError(f"{what} model features {body['features']}, not this code's")
+    return body
 
 
 def odds(probability: float) -> float:

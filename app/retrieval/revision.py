@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from app.retrieval.relevance import file_stem
+from app.retrieval.relevance import file_stem, model_body, sigmoid
 
 MODELS_DIR = Path(__file__).with_name("revision_models")
 REVISION_FEATURES = (
@@ -76,33 +76,49 @@ SHARED_CAP = 5
 _SMALLEST = 1e-4  # relevance under this reads as this (the log of a ratio stays finite)
 
 
-def content_words(text: str) -> set[str]:
+def content_words(text: str) -> frozenset[str]:
     """A text's lower-cased words of three letters or more, stop words left out."""
-    return {w for w in (m.lower() for m in WORD.findall(text)) if w not in STOP_WORDS}
+    return frozenset(w for w in (m.lower() for m in WORD.findall(text)) if w not in STOP_WORDS)
+
+
+@dataclass(frozen=True)
+class MemoryText:
+    """What the model reads of one memory, worked out once per memory (a memory is in up to
+    seven of a question's pairs): its type, its length in words, its content words, and
+    whether its words say that something changed."""
+
+    type: str | None
+    words: int
+    content: frozenset[str]
+    says_change: bool
+
+
+def memory_text(text: str, kind: str | None) -> MemoryText:
+    """A memory's MemoryText (`kind`: its type, None for a turn or when unknown)."""
+    return MemoryText(
+        kind, len(text.split()), content_words(text), CHANGE_WORDS.search(text) is not None
+    )
 
 
 def revision_features(
     cosine: float,
     older_relevance: float,
     newer_relevance: float,
-    older_type: str | None,
-    newer_type: str | None,
-    older_text: str = "",
-    newer_text: str = "",
+    older: MemoryText,
+    newer: MemoryText,
 ) -> list[float]:
-    """REVISION_FEATURES of one pair (types: the memories' own, None when unknown)."""
+    """REVISION_FEATURES of one pair."""
     ratio = max(newer_relevance, _SMALLEST) / max(older_relevance, _SMALLEST)
-    same = older_type is not None and older_type == newer_type
-    shared = len(content_words(older_text) & content_words(newer_text))
+    same = older.type is not None and older.type == newer.type
     return [
         cosine,
         math.log(ratio),
-        float(same and older_type == DECISION),
+        float(same and older.type == DECISION),
         float(same),
         newer_relevance,
         older_relevance,
-        float(CHANGE_WORDS.search(newer_text) is not None),
-        float(min(shared, SHARED_CAP)),
+        float(newer.says_change),
+        float(min(len(older.content & newer.content), SHARED_CAP)),
     ]
 
 
@@ -116,16 +132,14 @@ class RevisionModel:
     max_words: int
     version: str = ""
 
-    def reads(self, older_text: str, newer_text: str) -> bool:
+    def reads(self, older: MemoryText, newer: MemoryText) -> bool:
         """Whether both memories are within the lengths the model was fitted on."""
-        return max(len(older_text.split()), len(newer_text.split())) <= self.max_words
+        return max(older.words, newer.words) <= self.max_words
 
     def probability(self, x: Sequence[float]) -> float:
         if len(x) != len(self.weights):
             raise ValueError(f"{len(x)} revision features for {len(self.weights)} weights")
-        z = self.bias + sum(w * v for w, v in zip(self.weights, x, strict=True))
-        z = max(-30.0, min(30.0, z))
-        return 1.0 / (1.0 + math.exp(-z))
+        return sigmoid(self.bias + sum(w * v for w, v in zip(self.weights, x, strict=True)))
 
     def to_json(self, extra: dict[str, object] | None = None) -> str:
         body = {
@@ -140,9 +154,7 @@ class RevisionModel:
 
     @classmethod
     def from_json(cls, text: str) -> RevisionModel:
-        body = json.loads(text)
-        if body["features"] != list(REVISION_FEATURES):
-            raise ValueError(f"revision model features {body['features']}, not this code's")
+        body = model_body(text, REVISION_FEATURES, "revision")
         return cls(
             weights=tuple(float(w) for w in body["weights"]),
             bias=float(body["bias"]),

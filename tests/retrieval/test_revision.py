@@ -12,14 +12,31 @@ from app.retrieval.revision import (
     REVISION_FEATURES,
     RevisionModel,
     content_words,
+    memory_text,
     revision_features,
     revision_file,
     revision_model_for,
 )
 
 
-def named(*args: object) -> dict[str, float]:
-    return dict(zip(REVISION_FEATURES, revision_features(*args), strict=True))  # type: ignore[arg-type]
+def named(
+    cosine: float,
+    older: float,
+    newer: float,
+    older_type: str | None,
+    newer_type: str | None,
+    older_text: str = "",
+    newer_text: str = "",
+) -> dict[str, float]:
+    """The features of a pair, by name (relevances, types and texts of the older and newer)."""
+    x = revision_features(
+        cosine,
+        older,
+        newer,
+        memory_text(older_text, older_type),
+        memory_text(newer_text, newer_type),
+    )
+    return dict(zip(REVISION_FEATURES, x, strict=True))
 
 
 def test_features_read_the_pair_as_named() -> None:
@@ -65,8 +82,9 @@ def test_probability_is_the_logistic_of_the_weighted_sum() -> None:
 
 def test_it_reads_only_memories_as_long_as_those_it_was_fitted_on() -> None:
     model = RevisionModel(weights=(0,) * 8, bias=0.0, max_words=5)
-    assert model.reads("one two three", "one two three four five")
-    assert not model.reads("one two three", "one two three four five six")
+    short = memory_text("one two three", "note")
+    assert model.reads(short, memory_text("one two three four five", "note"))
+    assert not model.reads(short, memory_text("one two three four five six", "note"))
 
 
 def test_the_json_round_trips_and_refuses_other_features() -> None:
@@ -86,7 +104,8 @@ def test_the_default_embedder_has_a_revision_model_that_the_default_preset_reads
     assert model.max_words >= 20
     assert 0.0 < DEFAULT.revision_threshold < 1.0
     # close decisions the question finds about as well: a revision; far apart ones: not
-    close = revision_features(0.6, 0.40, 0.38, "decision", "decision")
-    far = revision_features(0.1, 0.40, 0.38, "decision", "decision")
+    decision = memory_text("", "decision")
+    close = revision_features(0.6, 0.40, 0.38, decision, decision)
+    far = revision_features(0.1, 0.40, 0.38, decision, decision)
     assert model.probability(close) >= DEFAULT.revision_threshold > model.probability(far)
     assert revision_model_for("no-such-embedder") is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from app.retrieval.scoring import Ranked
@@ -132,16 +133,24 @@ def test_a_linked_pair_still_marks_the_older_when_ties_are_on_too() -> None:
     assert linked.newer == {"pens": "pump"}
 
 
-def test_a_pair_the_revision_predicate_accepts_is_ordered_newer_first_and_not_marked() -> None:
-    order = ranked(("school", 0.40), ("apprenticeship", 0.30), ("rugby", 0.25))
-    created = ages(school=300, apprenticeship=30, rugby=10)
-    pairs = {("school", "apprenticeship"): 0.56, ("school", "rugby"): 0.40}
+def asking(
+    says: dict[str, Revision],
+) -> tuple[Callable[[str, str, float], Revision | None], list[tuple[str, str, float]]]:
+    """A revision predicate that says `says[newer]` (None for the rest), and the pairs asked."""
     asked: list[tuple[str, str, float]] = []
 
     def revises(old: str, new: str, cosine: float) -> Revision | None:
         asked.append((old, new, cosine))
-        return "precedes" if new == "apprenticeship" else None
+        return says.get(new)
 
+    return revises, asked
+
+
+def test_a_pair_the_revision_predicate_accepts_is_ordered_newer_first_and_not_marked() -> None:
+    order = ranked(("school", 0.40), ("apprenticeship", 0.30), ("rugby", 0.25))
+    created = ages(school=300, apprenticeship=30, rugby=10)
+    pairs = {("school", "apprenticeship"): 0.56, ("school", "rugby"): 0.40}
+    revises, asked = asking({"apprenticeship": "precedes"})
     linked = link_topics(order, created, pairs, threshold=0.0, revises=revises)
     assert [r.key for r in linked.ranked] == ["apprenticeship", "school", "rugby"]
     assert linked.ranked[0].relevance == 0.40  # it takes the older one's place
@@ -151,12 +160,7 @@ def test_a_pair_the_revision_predicate_accepts_is_ordered_newer_first_and_not_ma
 
 def test_the_revision_predicate_is_not_asked_of_a_newer_memory_already_ahead() -> None:
     order = ranked(("new", 0.5), ("old", 0.4))
-    asked: list[str] = []
-
-    def revises(old: str, new: str, cosine: float) -> Revision | None:
-        asked.append(old)
-        return "outdates"
-
+    revises, asked = asking({"new": "outdates"})
     linked = link_topics(
         order, ages(old=200, new=10), {("new", "old"): 0.9}, threshold=0.0, revises=revises
     )

@@ -19,7 +19,7 @@ from app.repositories.search_index import Source
 from app.retrieval.abstention import DEPTH as QUESTION_DEPTH
 from app.retrieval.abstention import question_features, rescaled
 from app.retrieval.relevance import SPEC_FLOOR, features
-from app.retrieval.revision import revision_features
+from app.retrieval.revision import memory_text, revision_features
 from app.retrieval.scoring import Ranked, finalise, own_first
 from app.retrieval.subjects import off_subject
 from app.retrieval.topics import Linked, Revision, link_topics
@@ -315,20 +315,16 @@ def _revises(
     assert s.revision is not None
     model, threshold = s.revision, s.preset.revision_threshold
     outdates = s.preset.revision_outdates
-    types = {k: _kind(candidates, k) for k in keys}
-    texts = {k: candidates[k].content if k in candidates else "" for k in keys}
+    texts = {
+        k: memory_text(candidates[k].content if k in candidates else "", _kind(candidates, k))
+        for k in keys
+    }
 
     def revises(old: Key, new: Key, cosine: float) -> Revision | None:
         if not model.reads(texts[old], texts[new]):
             return None  # longer than any memory it was fitted on
         x = revision_features(
-            cosine,
-            relevance.get(old, 0.0),
-            relevance.get(new, 0.0),
-            types[old],
-            types[new],
-            texts[old],
-            texts[new],
+            cosine, relevance.get(old, 0.0), relevance.get(new, 0.0), texts[old], texts[new]
         )
         p = model.probability(x)
         if 0.0 < outdates <= p:

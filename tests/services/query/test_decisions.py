@@ -13,7 +13,7 @@ from app.repositories.retrieval import Candidate
 from app.repositories.search_index import Source
 from app.retrieval.presets import PRESETS
 from app.retrieval.relevance import SPEC_FLOOR, load_model
-from app.retrieval.revision import revision_features, revision_model_for
+from app.retrieval.revision import memory_text, revision_features, revision_model_for
 from app.retrieval.scoring import Ranked
 from app.services.query.calibrate import newer_wins
 from app.services.query.model import QueryRequest
@@ -103,6 +103,7 @@ def test_the_revision_model_lifts_a_close_newer_decision_the_floor_kept_out() ->
         s = scope(request, QUESTION, default, load_model(), revision=revision)
         linked = newer_wins(s, ranked, candidates, {(key(0), key(1)): cosine})
         assert linked.ranked[0].key == first, (cosine, revision)
-        x = revision_features(cosine, 0.40, 0.29, "decision", "decision", "memory 0", "memory 1")
+        texts = [memory_text(f"memory {n}", "decision") for n in (0, 1)]
+        x = revision_features(cosine, 0.40, 0.29, *texts)
         sure = revision is not None and model.probability(x) >= default.revision_outdates
         assert linked.newer == ({key(0): key(1)} if sure else {}), (cosine, revision)
