@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -49,10 +49,12 @@ from app.retrieval.abstention import (
 )
 from app.retrieval.relevance import RelevanceModel, model_for
 from eval.curated_metrics import auc
-from eval.datasets.curated import some_people
-from eval.fit_relevance import Question, load, logistic
+from eval.datasets.curated import load_curated, some_people
+from eval.datasets.locomo import load_locomo
+from eval.fit_relevance import DEFAULT_LOCOMO, Question, load, logistic
 
 L2 = 1.0
+DEFAULT_CORPUS = Path("eval/corpus")
 # Whose questions a model is fitted on: the dump's sets (eval.fit_relevance's Question.dataset).
 # "calibration" by default: the embedder trained on the train people ("curated") and places
 # their answers higher than a new user's, so a model fitted on them reads their cosines as
@@ -60,7 +62,33 @@ L2 = 1.0
 FIT_SETS = ("calibration", "curated")
 
 
-def _features(q: Question, model: RelevanceModel) -> list[float]:
+# The text of every candidate a dump can name: (its group, its key) -> the stored text.
+Texts = Mapping[tuple[str, str], str]
+
+
+def candidate_texts(corpus: Path = DEFAULT_CORPUS, locomo: Path = DEFAULT_LOCOMO) -> Texts:
+    """The corpus's memories by (user, key) and LoCoMo's turns by (conversation, dia_id), as
+    the service stores them: the text the question model's answer-type features read (a dump
+    keeps candidates' keys, not their texts)."""
+    texts = {(u.id, m.key): m.content for u in load_curated(corpus).users for m in u.memories}
+    if locomo.exists():
+        for conversation in load_locomo(locomo):
+            for turn in conversation.turns:
+                texts[(conversation.sample_id, turn.dia_id)] = turn.content
+    return texts
+
+
+def _texts(q: Question, texts: Texts, order: Sequence[int]) -> list[str]:
+    """The texts of `q`'s candidates at `order` (a synthetic question without keys: none)."""
+    if not q.keys:
+        return [""] * len(order)
+    missing = [q.keys[i] for i in order if (q.group, q.keys[i]) not in texts]
+    if missing:
+        raise SystemExit(f"{q.qid}: no text for {missing[:3]}: a dump of another corpus?")
+    return [texts[(q.group, q.keys[i])] for i in order]
+
+
+def _features(q: Question, model: RelevanceModel, texts: Texts) -> list[float]:
     """The question's QUESTION_FEATURES as the pipeline computes them: its first DEPTH
     candidates by the relevance model's logit (with the head's when the model weighs it; a
     model without a head weight is read without the answer head, as its preset runs)."""
@@ -74,6 +102,8 @@ def _features(q: Question, model: RelevanceModel) -> list[float]:
         [logits[i] for i in order],
         [list(q.x[i][:n]) for i in order],
         [heads[i] for i in order] if model.head_weight else [],
+        q.query,
+        _texts(q, texts, order),
     )
 
 
@@ -94,6 +124,8 @@ SIGNS = {
     "best_keyword": 1,
     "best_plain": 1,
     "name_missing": -1,
+    "type_missing": -1,
+    "qualifier_conflict": -1,
 }
 
 
@@ -147,6 +179,7 @@ class Fit:
 def fit(
     questions: Sequence[Question],
     model: RelevanceModel,
+    texts: Texts,
     signs: bool = False,
     locomo: bool = False,
     train_people: int | None = None,
@@ -170,7 +203,7 @@ def fit(
     for q in questions:
         if len(q.x) == 0:
             continue  # nothing to read: the pipeline returns nothing either
-        f = _features(q, model)
+        f = _features(q, model, texts)
         xs, ys, best = rows["validation" if q.dataset == "validation" else "fit"]
         xs.append(f)
         ys.append(1.0 if q.y.sum() > 0 else 0.0)  # an answer among its candidates
@@ -220,6 +253,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="whose questions it is fitted on: the calibration people (the embedder never saw "
         "them) or the train people (the embedder's own)",
     )
+    parser.add_argument(
+        "--corpus", type=Path, default=DEFAULT_CORPUS, help="the corpus the dump was collected on"
+    )
+    parser.add_argument(
+        "--locomo-path", type=Path, default=DEFAULT_LOCOMO, help="the LoCoMo file it read"
+    )
     parser.add_argument("--write", action="store_true")
     args = parser.parse_args(argv)
     if args.write and args.train_people is not None:
@@ -227,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     embedder = os.environ.get("PGRECALL_EMBEDDING_MODEL", DEFAULT_MODEL_ID)
     model = model_for(embedder, variant=args.variant)  # as the service reads it
     questions = load(args.dump, embedder)
-    f = fit(questions, model, args.signs, args.locomo, args.train_people, args.fit_on)
+    texts = candidate_texts(args.corpus, args.locomo_path)
+    f = fit(questions, model, texts, args.signs, args.locomo, args.train_people, args.fit_on)
     qm, (xt, yt, bt, zt), (_, yv, bv, zv) = f.model, f.train, f.validation
     signs, held = f.signs, f.held
     pt, pv = np.array([qm.probability(x) for x in xt]), f.probabilities

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from app.embedding_models import DEFAULT_MODEL_ID
 from app.retrieval.relevance import model_for
-from eval.fit_question import fit
+from eval.fit_question import candidate_texts, fit
 from eval.fit_relevance import load
 
 # The embedder's validation figures a curve shows (report.json's names), and their labels.
@@ -53,9 +53,10 @@ def question_curve(
     embedder = os.environ.get("PGRECALL_EMBEDDING_MODEL", DEFAULT_MODEL_ID)
     model = model_for(embedder, variant=variant)
     questions = load(dump, embedder)
+    texts = candidate_texts()
     rows = []
     for n in people:
-        f = fit(questions, model, signs, locomo, n, fit_on=fit_on)
+        f = fit(questions, model, texts, signs, locomo, n, fit_on=fit_on)
         row = {"people": float(n), "questions": float(len(f.train[1]))}
         row["auc"] = f.validation_auc()
         row |= {f"answered@{e:.2f}": f.answered_at(e) for e in EMPTY}

@@ -5,7 +5,9 @@ probability is the best of its pairs: a near miss ("Electricity bill in August" 
 the bill in January?") can score as an answer does. Whether a question has an answer at all
 shows in the ranking as a whole: how high its best cosine and best answer-head logit stand,
 whether the best candidates carry the name the question asks about, how much of the match is
-on ordinary words. This model reads those features of a question's first DEPTH candidates and
+on ordinary words, whether the best holds the kind of value asked and no other qualifier
+than the question's (app/retrieval/answer_types.py: a near miss on the very subject). This
+model reads those features of a question's first DEPTH candidates and
 gives P(the store answers this question); the query pipeline (a preset with
 `question_model`: `answers`, and `default` with `question_caps`) puts the best item's relevance
 at that probability (or, capping, at most that), on the spec's scale, and keeps every other
@@ -27,6 +29,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from app.retrieval.answer_types import asked, carries, contradicts
 from app.retrieval.relevance import FEATURES, SPEC_FLOOR, file_stem, model_body, sigmoid
 
 MODELS_DIR = Path(__file__).with_name("question_models")
@@ -40,7 +43,14 @@ QUESTION_FEATURES = (
     "best_keyword",  # the best BM25 share of the ideal document
     "best_plain",  # the same over the question's words that are not names
     "name_missing",  # some candidate lacks the name the question asks about
+    # The best candidate (highest relevance logit) against the question's words
+    # (app/retrieval/answer_types.py):
+    "type_missing",  # it holds no value of the kind asked (an amount, a count, a time, a dose)
+    "qualifier_conflict",  # it names another month, season, weekday or "10 km" than asked
 )
+# The features a model file fitted before the last two existed reads (`answers`' file): it
+# weighs those and no other.
+BASE_FEATURES = QUESTION_FEATURES[:8]
 _COSINE, _Z = FEATURES.index("best_cosine"), FEATURES.index("cosine_z")
 _KEYWORD, _PLAIN = FEATURES.index("keyword"), FEATURES.index("plain")
 _NAME_MISSING = FEATURES.index("name_missing")
@@ -48,14 +58,22 @@ NO_HEAD = -10.0  # a question with no head logit (keyword only): as if the head 
 
 
 def question_features(
-    logits: Sequence[float], features: Sequence[Sequence[float]], heads: Sequence[float]
+    logits: Sequence[float],
+    features: Sequence[Sequence[float]],
+    heads: Sequence[float],
+    query: str,
+    texts: Sequence[str],
 ) -> list[float]:
     """QUESTION_FEATURES of one question from its first candidates: each one's relevance
-    logit, relevance features (FEATURES order) and answer-head logit (those it has)."""
+    logit, relevance features (FEATURES order), answer-head logit (those it has) and text."""
     if not features:
         raise ValueError("a question without candidates has no features")
+    if len(texts) != len(logits):
+        raise ValueError(f"{len(texts)} texts for {len(logits)} candidates")
     ordered = sorted(heads, reverse=True)
     first = features[0]
+    best = texts[max(range(len(logits)), key=lambda i: logits[i])]
+    kind = asked(query)
     return [
         max(logits),
         first[_COSINE],
@@ -65,6 +83,8 @@ def question_features(
         max(f[_KEYWORD] for f in features),
         max(f[_PLAIN] for f in features),
         max(f[_NAME_MISSING] for f in features),
+        float(kind is not None and not carries(kind, best)),
+        float(contradicts(query, best)),
     ]
 
 
@@ -82,11 +102,14 @@ class QuestionModel:
     version: str = ""
 
     def probability(self, x: Sequence[float]) -> float:
-        if len(x) != len(self.weights):
-            raise ValueError(f"{len(x)} question features for {len(self.weights)} weights")
+        """P(an answer) of QUESTION_FEATURES `x` (a model of BASE_FEATURES reads their part)."""
+        if len(x) != len(QUESTION_FEATURES):
+            raise ValueError(f"{len(x)} question features, not {len(QUESTION_FEATURES)}")
         z = self.bias + sum(
             w * (v - m) / s
-            for w, v, m, s in zip(self.weights, x, self.mean, self.scale, strict=True)
+            for w, v, m, s in zip(
+                self.weights, x[: len(self.weights)], self.mean, self.scale, strict=True
+            )
         )
         return sigmoid(z)
 
@@ -99,7 +122,7 @@ class QuestionModel:
     def to_json(self, extra: dict[str, object] | None = None) -> str:
         body = {
             "version": self.version,
-            "features": list(QUESTION_FEATURES),
+            "features": list(QUESTION_FEATURES[: len(self.weights)]),
             "mean": [round(v, 6) for v in self.mean],
             "scale": [round(v, 6) for v in self.scale],
             "weights": [round(v, 6) for v in self.weights],
@@ -111,7 +134,8 @@ class QuestionModel:
 
     @classmethod
     def from_json(cls, text: str) -> QuestionModel:
-        body = model_body(text, QUESTION_FEATURES, "question")
+        base = json.loads(text)["features"] == list(BASE_FEATURES)
+        body = model_body(text, BASE_FEATURES if base else QUESTION_FEATURES, "question")
         return cls(
             mean=tuple(body["mean"]),
             scale=tuple(body["scale"]),

@@ -105,3 +105,58 @@ async def test_someone_elses_birthday_does_not_answer_a_question_about_a_person_
     assert "Keiko's birthday is 22 April." not in [m["content"] for m in body["memories"]]
     body = await ask(client, user_id, "When is Keiko's birthday?")
     assert [m["content"] for m in body["memories"]][:1] == ["Keiko's birthday is 22 April."]
+
+
+BAKER = (
+    "The bakery van goes in for its service at Hendry's garage on 12 May.",
+    "Flour bill in October was £640, up from £590.",
+    "Ewan opens the bakery at 5 am; the shop opens at 7.",
+    "The sourdough starter is called Gertie and is eleven years old.",
+    "Ewan's wife Morag does the books on Sunday evenings.",
+    "The wholesale customers are two cafés and the hotel on the front.",
+    "Rye loaves sell out by ten on Saturdays.",
+    "The deck oven was bought second-hand from a bakery in Perth in 2016.",
+    "Ewan is allergic to cats.",
+    "The apprentice, Callum, started in August and works four days a week.",
+    "Christmas orders close on 15 December.",
+    "The bakery is on the harbour road in Anstruther.",
+    "Ewan trained at a bakery school in Edinburgh.",
+    "The mixer needs a new bowl guard before the inspection.",
+    "Morag's mother lives with them since her fall.",
+    "Ewan swims in the harbour on New Year's Day.",
+    "The shop is closed on Mondays.",
+    "The daughter, Isla, studies marine biology in St Andrews.",
+    "Butter comes from the dairy in Cupar every Tuesday.",
+    "The landlord is Mr Fraser; the lease runs to 2028.",
+    "The food hygiene rating is 5.",
+    "Ewan bakes the oatcakes himself; Callum does the rolls.",
+    "The van is a white Ford Transit.",
+    "The bank is the Clydesdale in St Andrews.",
+)
+
+
+async def test_a_near_miss_on_the_subject_does_not_answer_what_it_lacks(
+    client: httpx.AsyncClient, user_id: str, request: pytest.FixtureRequest
+) -> None:
+    """The question model's answer-type features (app/retrieval/answer_types.py, the default
+    preset's model reads them; `answers`' was fitted before them): a memory on the very subject
+    that lacks the value asked for (a price, a dose) is no answer; asked what it holds, it is.
+    Before them the model answered all three (confidence 0.71-0.77 on the spec's scale for the
+    prices, 0.36 for the dose)."""
+    if request.node.callspec.params["client"] == "answers":
+        pytest.skip("answers' question model does not read the answer-type features")
+    for content in BAKER:
+        await save(client, user_id, content)
+    for question in (
+        "How much did the deck oven cost?",
+        "How much does the butter cost?",
+        "What dose of antihistamine does Ewan take?",
+    ):
+        body = await ask(client, user_id, question)
+        assert body["memories"] == [] and body["metadata"]["supported"] is False, question
+    for question, answer in (
+        ("When is the van being serviced?", BAKER[0]),
+        ("Which days does Callum work?", BAKER[9]),
+    ):
+        body = await ask(client, user_id, question)
+        assert [m["content"] for m in body["memories"]][:1] == [answer], question

@@ -8,8 +8,9 @@ import pytest
 
 from app.retrieval.abstention import QUESTION_FEATURES
 from app.retrieval.relevance import DEFAULT_EMBEDDER, FEATURES, model_for
-from eval.fit_question import _fit, fit
+from eval.fit_question import _fit, candidate_texts, fit
 from eval.fit_relevance import Question
+from tests.eval.test_locomo import LOCOMO_DEV
 
 
 def data(seed: int = 45) -> tuple[np.ndarray, np.ndarray]:
@@ -61,7 +62,7 @@ DUMP = (
 
 def test_the_question_model_is_fitted_on_the_calibration_people_by_default() -> None:
     model = model_for(DEFAULT_EMBEDDER)
-    calibrated, on_train = fit(DUMP, model), fit(DUMP, model, fit_on="curated")
+    calibrated, on_train = fit(DUMP, model, {}), fit(DUMP, model, {}, fit_on="curated")
     assert len(calibrated.train[1]) == 200 and len(on_train.train[1]) == 400
     assert len(calibrated.validation[1]) == len(on_train.validation[1]) == 100
     # The train people's answers stand far above their no-answer questions: a model fitted on
@@ -78,6 +79,19 @@ def test_the_question_model_is_fitted_on_the_calibration_people_by_default() -> 
 def test_a_dump_without_the_people_to_fit_on_is_refused() -> None:
     model = model_for(DEFAULT_EMBEDDER)
     with pytest.raises(SystemExit, match="no calibration people"):
-        fit([q for q in DUMP if q.dataset != "calibration"], model)
+        fit([q for q in DUMP if q.dataset != "calibration"], model, {})
     with pytest.raises(ValueError, match="fit_on"):
-        fit(DUMP, model, fit_on="test")
+        fit(DUMP, model, {}, fit_on="test")
+
+
+def test_the_answer_type_features_read_each_candidates_text_from_the_corpus() -> None:
+    """The dump keeps keys: the fit reads their texts (the corpus's, LoCoMo's) and refuses a
+    dump whose candidates the corpus does not hold."""
+    texts = candidate_texts(locomo=LOCOMO_DEV)
+    assert texts[("cp-plumber", "m01")].startswith("I've run my own plumbing")
+    if LOCOMO_DEV.exists():
+        assert any(group.startswith("conv-") for group, _ in texts)  # LoCoMo's turns
+    q = questions("calibration", 1, 0.1, 4)[0]
+    q = Question(q.dataset, "cp-plumber", q.qid, q.shape, q.x, q.y, ("m01", "m02", "m99"), "?")
+    with pytest.raises(SystemExit, match="m99"):
+        fit([q, *DUMP], model_for(DEFAULT_EMBEDDER), texts)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -51,7 +51,7 @@ def scored(
         trace.head = head
     rows = replace(rows, ranked=with_answer_head(s, rows.ranked, head))
     ranked = calibrate(s, rerank_rows(s, rows), rows.candidates)
-    reported = question_probability(s, ranked, gathered.hits, head)
+    reported = question_probability(s, ranked, gathered.hits, head, rows.candidates)
     ranked = answerable(s, ranked, reported)
     subject = on_subject(s, ranked, rows.candidates, gathered.hits)
     return subject, question_confidence(reported, ranked, subject)
@@ -110,7 +110,11 @@ def on_subject(
 
 
 def question_probability(
-    s: Scope, ranked: list[Ranked[Key]], hits: ArmHits, head: dict[Key, float]
+    s: Scope,
+    ranked: list[Ranked[Key]],
+    hits: ArmHits,
+    head: dict[Key, float],
+    candidates: Mapping[Key, Candidate],
 ) -> float | None:
     """The question model's P(the store answers the question) on the spec's scale
     (app/retrieval/abstention.py; a preset with `question_model`), or None where it does not
@@ -142,6 +146,8 @@ def question_probability(
         [s.relevance.logit(by_key[k], k[0] is Source.MEMORY) for k in first],
         [by_key[k] for k in first],
         [head[k] for k in first if k in head],
+        s.query,
+        [candidates[k].content if k in candidates else "" for k in first],
     )
     return model.relevance(model.probability(x))
 

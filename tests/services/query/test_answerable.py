@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import math
 import uuid
+from datetime import UTC, datetime
 
 import pytest
 
-from app.repositories.retrieval import KeywordHits
+from app.repositories.retrieval import Candidate, KeywordHits
 from app.repositories.search_index import Source
 from app.retrieval.abstention import DEPTH as QUESTION_DEPTH
 from app.retrieval.abstention import QUESTION_FEATURES, QuestionModel
@@ -51,7 +52,7 @@ def test_the_best_reports_the_questions_probability_and_the_rest_their_ratio(bia
     request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
     model = question_model(bias)
     s = scope(request, QUESTION, PRESETS["answers"], load_model(), question=model)
-    out = answerable(s, ranked(), question_probability(s, ranked(), hits(), {}))
+    out = answerable(s, ranked(), question_probability(s, ranked(), hits(), {}, {}))
     reported = model.relevance(1 / (1 + math.exp(-bias)))
     assert [r.key for r in out] == [key(0), key(1), key(2)]
     assert [r.relevance for r in out] == pytest.approx([reported, reported / 2, reported / 4])
@@ -62,7 +63,7 @@ def test_a_preset_without_the_question_model_is_left_alone() -> None:
     s = scope(request, QUESTION, PRESETS["learned"], load_model(), question=question_model(3.0))
     assert s.question is None
     before = ranked()
-    assert answerable(s, before, question_probability(s, before, hits(), {})) is before
+    assert answerable(s, before, question_probability(s, before, hits(), {}, {})) is before
 
 
 @pytest.mark.parametrize("items", [0, QUESTION_DEPTH - 1])
@@ -71,7 +72,7 @@ def test_keyword_only_and_a_store_smaller_than_its_depth_are_left_alone(items: i
     request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
     s = scope(request, QUESTION, PRESETS["answers"], load_model(), question=question_model(-3.0))
     before = ranked()
-    assert answerable(s, before, question_probability(s, before, hits(items), {})) is before
+    assert answerable(s, before, question_probability(s, before, hits(items), {}, {})) is before
 
 
 @pytest.mark.parametrize("bias", [-3.0, 3.0])
@@ -80,7 +81,7 @@ def test_the_default_preset_caps_the_best_and_never_raises_it(bias: float) -> No
     model = question_model(bias)
     s = scope(request, QUESTION, PRESETS["default"], load_model(), question=model)
     assert s.preset.question_caps
-    out = answerable(s, ranked(), question_probability(s, ranked(), hits(), {}))
+    out = answerable(s, ranked(), question_probability(s, ranked(), hits(), {}, {}))
     best = min(0.8, model.relevance(1 / (1 + math.exp(-bias))))
     assert [r.key for r in out] == [key(0), key(1), key(2)]
     assert [r.relevance for r in out] == pytest.approx([best, best / 2, best / 4])
@@ -93,7 +94,7 @@ def test_the_confidence_is_the_questions_probability_uncapped(bias: float) -> No
     request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
     model = question_model(bias)
     s = scope(request, QUESTION, PRESETS["default"], load_model(), question=model)
-    reported = question_probability(s, ranked(), hits(), {})
+    reported = question_probability(s, ranked(), hits(), {}, {})
     assert reported == pytest.approx(model.relevance(1 / (1 + math.exp(-bias))))
     out = answerable(s, ranked(), reported)
     assert question_confidence(reported, out, out) == pytest.approx(reported)
@@ -114,4 +115,28 @@ def test_the_confidence_falls_as_the_subject_rule_lowers_the_best() -> None:
 def test_no_question_probability_where_the_model_does_not_read(items: int) -> None:
     request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
     s = scope(request, QUESTION, PRESETS["default"], load_model(), question=question_model(3.0))
-    assert question_probability(s, ranked(), hits(items), {}) is None
+    assert question_probability(s, ranked(), hits(items), {}, {}) is None
+
+
+def test_the_question_model_reads_the_best_candidates_text() -> None:
+    """The answer-type features read the text of the candidate of the best logit: a price
+    asked of a memory without one lowers P(an answer); the same memory with a price does not."""
+    weights = [0.0] * len(QUESTION_FEATURES)
+    weights[QUESTION_FEATURES.index("type_missing")] = -2.0
+    n = len(QUESTION_FEATURES)
+    model = QuestionModel((0.0,) * n, (1.0,) * n, tuple(weights), 1.0, floor_probability=0.5)
+    query = "How much did the deck oven cost?"
+    request = QueryRequest(user_id="alice", query=query, limit=5, min_score=0.0)
+    s = scope(request, query, PRESETS["default"], load_model(), question=model)
+    now = datetime(2026, 12, 5, tzinfo=UTC)
+
+    def rows(text: str) -> dict[tuple[Source, uuid.UUID], Candidate]:
+        return {
+            key(n): Candidate(Source.MEMORY, uuid.UUID(int=n), text, "fact", 0.5, now, *[None] * 3)
+            for n in range(3)
+        }
+
+    lacking = question_probability(s, ranked(), hits(), {}, rows("The deck oven came from Perth."))
+    priced = question_probability(s, ranked(), hits(), {}, rows("The deck oven cost £4,500."))
+    assert lacking is not None and priced is not None
+    assert lacking < model.relevance(0.5) < priced
