@@ -58,7 +58,7 @@ eval: venv
 # the int8 MiniLM's relevance model, the question model of the calibration people capping the
 # best relevance, newer wins between decisions, a near tie and the revision model's pairs on one
 # topic, a match on a name alone needing more cosine, the question model reading what a
-# question asks for: 0.881 / 0.784 / 0.049 / 0.244 (0.866 / 0.761 / 0.062 / 0.244 before those
+# question asks for: 0.881 / 0.784 / 0.049 / 0.256 (0.866 / 0.761 / 0.062 / 0.244 before those
 # features; "What a question asks for"), newer first 0.917 (0.792 before the revision model;
 # "Newer wins by a pair model"), AUC 0.908), then
 # the same people as new users (their first 12 memories: a store the question model does not

@@ -9,8 +9,9 @@ checks can, and the question model (app/retrieval/abstention.py) reads them as f
 question's best candidate:
 
 - `asked(query)`: the kind of value the question asks for, for the few kinds a memory shows
-  in its surface: an amount of money, a count, a clock time, a dose. None for every other
-  question (who, where, which, when, how long, how often: too many ways to answer them).
+  in its surface: an amount ("How much ...", a price, a fee, a rent), a count, a time of day,
+  a dose. None for every other question (who, where, which, when, how long, how often: too
+  many ways to answer them).
 - `carries(kind, text)`: whether the text holds a value of that kind at all.
 - `contradicts(query, text)`: the question names a month, season or weekday, or a number or
   ordinal before a word ("10 km", "90-minute", "second-class"), and the text names another of
@@ -27,7 +28,7 @@ import itertools
 import re
 from typing import Literal
 
-AnswerKind = Literal["money", "count", "time", "dose"]
+AnswerKind = Literal["amount", "count", "time", "dose"]
 
 MONTHS = [
     "january",
@@ -107,7 +108,7 @@ def asked(query: str) -> AnswerKind | None:
     if _TIME_Q.match(q):
         return "time"
     if _HOW_MUCH.match(q) or (_PRICE_Q.match(q) and _PRICE_WORDS.search(q)):
-        return "money"
+        return "amount"
     if _COUNT_Q.match(q):
         return "count"
     return None
@@ -140,6 +141,8 @@ _CLOCK = re.compile(
     r"|\bmidnight\b|o'clock|\b(at|from|until|till|by|before|after) (\d{1,2}|one|two|three|four"
     r"|five|six|seven|eight|nine|ten|eleven|twelve)\b|\b(dawn|sunrise|sunset|dusk)\b"
     r"|\bhalf (past )?(\d|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+    r"|\b(morning|mornings|afternoon|afternoons|evening|evenings|midday|lunchtime|teatime"
+    r"|bedtime|first thing)\b"  # not "night": as often a noun's ("the night shift")
 )
 _DOSE = re.compile(
     r"\d[\d.,]*\s*(mg|mcg|µg|g|ml|units?|iu|tablets?|pills?|puffs?|drops?|capsules?)\b"
@@ -152,11 +155,13 @@ def _bare_number(text: str) -> bool:
 
 
 def carries(kind: AnswerKind, text: str) -> bool:
-    """Whether `text` holds a value of `kind`: money (a currency, a money word, a bare number
-    that is not a date or a time), a count (a bare number or a number word), a clock time, a
-    dose (a number with a unit of medicine)."""
+    """Whether `text` holds a value of `kind`: an amount (a currency, a money word, a bare number
+    that is not a date or a time), a count (a bare number or a number word),
+    a time of day (a clock time, "at nine", "mornings"), a dose (a number with a unit of
+    medicine)."""
     t = _clean(text)
-    if kind == "money":
+    if kind == "amount":
+        # Not numbers in words: as often a thing's ("a two-bedroom flat") as an amount.
         return bool(_MONEY.search(t)) or _bare_number(t)
     if kind == "count":
         return _bare_number(t) or bool(_COUNT_WORDS.search(t))

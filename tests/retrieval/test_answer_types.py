@@ -10,11 +10,11 @@ from app.retrieval.answer_types import asked, carries, contradicts
 @pytest.mark.parametrize(
     ("query", "kind"),
     [
-        ("How much will the dry dock cost?", "money"),
-        ("how much do we pay our chauffeur?", "money"),
-        ("What's the fare from Bara to Sandton?", "money"),
+        ("How much will the dry dock cost?", "amount"),
+        ("how much do we pay our chauffeur?", "amount"),
+        ("What's the fare from Bara to Sandton?", "amount"),
         ("What does Frutas Finas pay for second-class fruit?", None),  # "pay" alone: not read
-        ("What do we charge for a 90-minute game?", "money"),
+        ("What do we charge for a 90-minute game?", "amount"),
         ("How many pigeons do I have in the loft?", "count"),
         ("What time does the night shift start?", "time"),
         ("At what time is the school run?", "time"),
@@ -40,13 +40,13 @@ def test_asked(query: str, kind: str | None) -> None:
 @pytest.mark.parametrize(
     ("kind", "text", "holds"),
     [
-        ("money", "Public liability insurance with Vero, $2 million cover.", True),
-        ("money", "Freight to Rotterdam: 7.40 euros a tonne.", True),
-        ("money", "The tour costs nothing for children: free entry.", True),
-        ("money", "Agia Marina goes into dry dock at Elefsina on 10 March.", False),
-        ("money", "The twins' aftercare is at Little Acorns until 5:30 pm.", False),
-        ("money", "Bought the bungalow in 2019.", False),
-        ("money", "The pension is paid on the 15th of even-numbered months.", False),
+        ("amount", "Public liability insurance with Vero, $2 million cover.", True),
+        ("amount", "Freight to Rotterdam: 7.40 euros a tonne.", True),
+        ("amount", "The tour costs nothing for children: free entry.", True),
+        ("amount", "Agia Marina goes into dry dock at Elefsina on 10 March.", False),
+        ("amount", "The twins' aftercare is at Little Acorns until 5:30 pm.", False),
+        ("amount", "Bought the bungalow in 2019.", False),
+        ("amount", "The pension is paid on the 15th of even-numbered months.", False),
         ("count", "Lost 23 kids to the cold snap.", True),
         ("count", "We keep three hives behind the barn.", True),
         ("count", "Kowalski keeps racing pigeons in a loft behind the house.", False),
@@ -93,3 +93,17 @@ def test_carries(kind: str, text: str, holds: bool) -> None:
 )
 def test_contradicts(query: str, text: str, conflict: bool) -> None:
     assert contradicts(query, text) is conflict
+
+
+@pytest.mark.parametrize(
+    ("query", "text"),
+    [
+        ("How much sleep do I need?", "The user needs 8 hours of sleep."),
+        ("What time do I walk the dog?", "Walks Mabel every morning before work."),
+        ("How many kids do we have?", "Our three girls are at the village school."),
+        ("How much do I weigh?", "Weighed in at 82 kilos at the club."),
+    ],
+)
+def test_an_answer_in_other_words_holds_the_kind_asked(query: str, text: str) -> None:
+    kind = asked(query)
+    assert kind is not None and carries(kind, text)
