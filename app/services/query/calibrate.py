@@ -18,7 +18,7 @@ from app.repositories.retrieval import Candidate, RetrievalRepository
 from app.repositories.search_index import Source
 from app.retrieval.abstention import DEPTH as QUESTION_DEPTH
 from app.retrieval.abstention import question_features, rescaled
-from app.retrieval.relevance import SPEC_FLOOR, features
+from app.retrieval.relevance import MIN_SPREAD, SPEC_FLOOR, features
 from app.retrieval.revision import memory_text, revision_features
 from app.retrieval.scoring import Ranked, finalise, own_first
 from app.retrieval.subjects import off_subject
@@ -119,14 +119,16 @@ def question_probability(
     """The question model's P(the store answers the question) on the spec's scale
     (app/retrieval/abstention.py; a preset with `question_model`), or None where it does not
     read: no model, nothing ranked, a question without a vector (keyword only) or one whose
-    vector arm found fewer than QUESTION_DEPTH items, unlike those it was fitted on."""
+    vector arm found fewer than MIN_SPREAD items (where a best cosine's standing among the
+    others says nothing)."""
     model = s.question  # None unless the preset reads it (`scope`)
     if model is None or not ranked:
         return None
-    if len(hits.cosines) < QUESTION_DEPTH:
-        # Keyword only (no query vector), or a store of fewer items than the candidates it
-        # reads: fitted on stores of ~40 memories, it has not learned what a best cosine's
-        # standing among a handful of items says.
+    if len(hits.cosines) < MIN_SPREAD:
+        # Keyword only (no query vector), or a store of a handful of items: fitted on stores of
+        # ~40 memories, it reads a best cosine's standing among the others (cosine_z), which
+        # among four or fewer says nothing. From five on it reads as well as on forty
+        # (docs/retrieval.md, "A new user's store").
         return None
     has_names = bool(s.names)
     found = hits.keyword.scores.keys() | hits.cosines.keys()

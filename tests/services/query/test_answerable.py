@@ -15,7 +15,7 @@ from app.repositories.search_index import Source
 from app.retrieval.abstention import DEPTH as QUESTION_DEPTH
 from app.retrieval.abstention import QUESTION_FEATURES, QuestionModel
 from app.retrieval.presets import PRESETS
-from app.retrieval.relevance import load_model
+from app.retrieval.relevance import MIN_SPREAD, load_model
 from app.retrieval.scoring import Ranked
 from app.services.query.calibrate import answerable, question_confidence, question_probability
 from app.services.query.model import QueryRequest
@@ -66,9 +66,9 @@ def test_a_preset_without_the_question_model_is_left_alone() -> None:
     assert answerable(s, before, question_probability(s, before, hits(), {}, {})) is before
 
 
-@pytest.mark.parametrize("items", [0, QUESTION_DEPTH - 1])
-def test_keyword_only_and_a_store_smaller_than_its_depth_are_left_alone(items: int) -> None:
-    # No vector (keyword only), or fewer memories than the candidates it was fitted to read.
+@pytest.mark.parametrize("items", [0, MIN_SPREAD - 1])
+def test_keyword_only_and_a_store_of_a_handful_are_left_alone(items: int) -> None:
+    # No vector (keyword only), or too few memories for a best cosine's standing to say anything.
     request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
     s = scope(request, QUESTION, PRESETS["answers"], load_model(), question=question_model(-3.0))
     before = ranked()
@@ -111,11 +111,20 @@ def test_the_confidence_falls_as_the_subject_rule_lowers_the_best() -> None:
     assert question_confidence(None, before, after) is None  # without the model: the best relevance
 
 
-@pytest.mark.parametrize("items", [0, QUESTION_DEPTH - 1])
+@pytest.mark.parametrize("items", [0, MIN_SPREAD - 1])
 def test_no_question_probability_where_the_model_does_not_read(items: int) -> None:
     request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
     s = scope(request, QUESTION, PRESETS["default"], load_model(), question=question_model(3.0))
     assert question_probability(s, ranked(), hits(items), {}, {}) is None
+
+
+@pytest.mark.parametrize("items", [MIN_SPREAD, QUESTION_DEPTH - 1, QUESTION_DEPTH + 5])
+def test_a_new_users_store_of_five_or_more_is_read(items: int) -> None:
+    """A store smaller than the candidates the model reads (a new user's) is read too."""
+    request = QueryRequest(user_id="alice", query=QUESTION, limit=5, min_score=0.0)
+    s = scope(request, QUESTION, PRESETS["default"], load_model(), question=question_model(3.0))
+    reported = question_probability(s, ranked(), hits(items), {}, {})
+    assert reported == pytest.approx(question_model(3.0).relevance(1 / (1 + math.exp(-3.0))))
 
 
 def test_the_question_model_reads_the_best_candidates_text() -> None:
