@@ -44,8 +44,11 @@ MONTHS = [
     "november",
     "december",
 ]
+# Abbreviations too, but not those that are as often a name or a word ("Jan", "Jun", "mar").
 _MONTH_OF = (
-    {m: m for m in MONTHS} | {m[:3]: m for m in MONTHS if m != "may"} | {"sept": "september"}
+    {m: m for m in MONTHS}
+    | {m[:3]: m for m in MONTHS if m[:3] not in ("jan", "mar", "may", "jun")}
+    | {"sept": "september"}
 )
 _SEASON_OF = {
     "spring": "spring",

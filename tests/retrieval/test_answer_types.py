@@ -107,3 +107,8 @@ def test_contradicts(query: str, text: str, conflict: bool) -> None:
 def test_an_answer_in_other_words_holds_the_kind_asked(query: str, text: str) -> None:
     kind = asked(query)
     assert kind is not None and carries(kind, text)
+
+
+def test_a_name_that_is_a_months_abbreviation_is_no_month() -> None:
+    assert not contradicts("When is Jan's dentist appointment?", "Dentist on 4 May at 9.")
+    assert contradicts("What was the bill in Aug?", "The bill in October was 40 euros.")
