@@ -28,22 +28,10 @@ import itertools
 import re
 from typing import Literal
 
+from app.retrieval.dates import MONTHS, WEEKDAYS
+
 AnswerKind = Literal["amount", "count", "time", "dose"]
 
-MONTHS = [
-    "january",
-    "february",
-    "march",
-    "april",
-    "may",
-    "june",
-    "july",
-    "august",
-    "september",
-    "october",
-    "november",
-    "december",
-]
 # Abbreviations too, but not those that are as often a name or a word ("Jan", "Jun", "mar").
 _MONTH_OF = (
     {m: m for m in MONTHS}
@@ -57,7 +45,6 @@ _SEASON_OF = {
     "fall": "autumn",
     "winter": "winter",
 }
-WEEKDAYS = ["monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"]
 _ORDINALS = frozenset(
     ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"]
 )
