@@ -59,7 +59,8 @@ eval: venv
 # best relevance, newer wins between decisions, a near tie and the revision model's pairs on one
 # topic, a match on a name alone needing more cosine, the question model reading what a
 # question asks for: 0.881 / 0.784 / 0.049 / 0.256 (0.866 / 0.761 / 0.062 / 0.244 before those
-# features; "What a question asks for"), newer first 0.917 (0.792 before the revision model;
+# features; "What a question asks for"), paraphrase first 0.791 and newer first 0.875 since the
+# revision model's refit of 19:28 UTC (0.784, 0.917 before it; 0.792 before the revision model;
 # "Newer wins by a pair model"), AUC 0.908), then
 # the same people as new users (their first 12 memories, which the question model reads since
 # 2026-12-06 evening, "A new user's store": 0.911 / 0.821 / 0.068 / 0.186, AUC 0.929; 0.349 and

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from app.retrieval.phatic import content_words
 from app.retrieval.relevance import file_stem, model_body, sigmoid
 
 MODELS_DIR = Path(__file__).with_name("revision_models")
@@ -51,7 +52,7 @@ REVISION_FEATURES = (
     "newer_relevance",
     "older_relevance",
     "newer_says_change",  # 1: the newer memory's words say that something changed
-    "shared_words",  # content words the two memories share (at most SHARED_CAP)
+    "shared_words",  # content words (phatic.content_words) the two share (at most SHARED_CAP)
 )
 DECISION = "decision"
 # How an update is worded in English: a memory that records a change usually says so.
@@ -62,23 +63,8 @@ CHANGE_WORDS = re.compile(
     r"|may|june|july|august|september|october|november|december|\d))\b",
     re.IGNORECASE,
 )
-WORD = re.compile(r"[^\W\d_]{3,}")
-# Short words that say nothing of a subject (the English stop words of three letters or more).
-STOP_WORDS = frozenset(
-    """the and for are but not you all any can her was one our out his has had him how its let
-    may new now old see two way who did get got she too use with that this from have they will
-    your what when where which their there then than them been were would could should about
-    after again also because before being between both each few more most other some such into
-    only over own same just very while until once here those these does doing during further
-    through under above below off per yet""".split()  # noqa: SIM905 (a list of words)
-)
 SHARED_CAP = 5
 _SMALLEST = 1e-4  # relevance under this reads as this (the log of a ratio stays finite)
-
-
-def content_words(text: str) -> frozenset[str]:
-    """A text's lower-cased words of three letters or more, stop words left out."""
-    return frozenset(w for w in (m.lower() for m in WORD.findall(text)) if w not in STOP_WORDS)
 
 
 @dataclass(frozen=True)
@@ -96,7 +82,10 @@ class MemoryText:
 def memory_text(text: str, kind: str | None) -> MemoryText:
     """A memory's MemoryText (`kind`: its type, None for a turn or when unknown)."""
     return MemoryText(
-        kind, len(text.split()), content_words(text), CHANGE_WORDS.search(text) is not None
+        kind,
+        len(text.split()),
+        frozenset(content_words(text)),
+        CHANGE_WORDS.search(text) is not None,
     )
 
 
