@@ -149,7 +149,7 @@ def question_probability(
         [by_key[k] for k in first],
         [head[k] for k in first if k in head],
         s.query,
-        [candidates[k].content if k in candidates else "" for k in first],
+        [_content(candidates, k) for k in first],
     )
     return model.relevance(model.probability(x))
 
@@ -323,10 +323,7 @@ def _revises(
     assert s.revision is not None
     model, threshold = s.revision, s.preset.revision_threshold
     outdates = s.preset.revision_outdates
-    texts = {
-        k: memory_text(candidates[k].content if k in candidates else "", _kind(candidates, k))
-        for k in keys
-    }
+    texts = {k: memory_text(_content(candidates, k), _kind(candidates, k)) for k in keys}
 
     def revises(old: Key, new: Key, cosine: float) -> Revision | None:
         if not model.reads(texts[old], texts[new]):
@@ -343,6 +340,12 @@ def _revises(
 
 
 DECISION = "decision"
+
+
+def _content(candidates: Mapping[Key, Candidate], key: Key) -> str:
+    """An item's text ("" for an item without a row)."""
+    candidate = candidates.get(key)
+    return candidate.content if candidate is not None else ""
 
 
 def _kind(candidates: dict[Key, Candidate], key: Key) -> str | None:
