@@ -48,9 +48,6 @@ QUESTION_FEATURES = (
     "type_missing",  # it holds no value of the kind asked (an amount, a count, a time, a dose)
     "qualifier_conflict",  # it names another month, season, weekday or "10 km" than asked
 )
-# The features a model file fitted before the last two existed reads (`answers`' file): it
-# weighs those and no other.
-BASE_FEATURES = QUESTION_FEATURES[:8]
 _COSINE, _Z = FEATURES.index("best_cosine"), FEATURES.index("cosine_z")
 _KEYWORD, _PLAIN = FEATURES.index("keyword"), FEATURES.index("plain")
 _NAME_MISSING = FEATURES.index("name_missing")
@@ -102,14 +99,12 @@ class QuestionModel:
     version: str = ""
 
     def probability(self, x: Sequence[float]) -> float:
-        """P(an answer) of QUESTION_FEATURES `x` (a model of BASE_FEATURES reads their part)."""
+        """P(an answer) of QUESTION_FEATURES `x`."""
         if len(x) != len(QUESTION_FEATURES):
             raise ValueError(f"{len(x)} question features, not {len(QUESTION_FEATURES)}")
         z = self.bias + sum(
             w * (v - m) / s
-            for w, v, m, s in zip(
-                self.weights, x[: len(self.weights)], self.mean, self.scale, strict=True
-            )
+            for w, v, m, s in zip(self.weights, x, self.mean, self.scale, strict=True)
         )
         return sigmoid(z)
 
@@ -122,7 +117,7 @@ class QuestionModel:
     def to_json(self, extra: dict[str, object] | None = None) -> str:
         body = {
             "version": self.version,
-            "features": list(QUESTION_FEATURES[: len(self.weights)]),
+            "features": list(QUESTION_FEATURES),
             "mean": [round(v, 6) for v in self.mean],
             "scale": [round(v, 6) for v in self.scale],
             "weights": [round(v, 6) for v in self.weights],
@@ -134,8 +129,7 @@ class QuestionModel:
 
     @classmethod
     def from_json(cls, text: str) -> QuestionModel:
-        base = json.loads(text)["features"] == list(BASE_FEATURES)
-        body = model_body(text, BASE_FEATURES if base else QUESTION_FEATURES, "question")
+        body = model_body(text, QUESTION_FEATURES, "question")
         return cls(
             mean=tuple(body["mean"]),
             scale=tuple(body["scale"]),

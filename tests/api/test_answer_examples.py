@@ -155,15 +155,12 @@ async def answers(
 
 
 async def test_a_near_miss_on_the_subject_does_not_answer_what_it_lacks(
-    client: httpx.AsyncClient, user_id: str, request: pytest.FixtureRequest
+    client: httpx.AsyncClient, user_id: str
 ) -> None:
-    """The question model's answer-type features (app/retrieval/answer_types.py, the default
-    preset's model reads them; `answers`' was fitted before them): a memory on the very subject
-    that lacks the value asked for (a price, a dose) is no answer; asked what it holds, it is.
-    With the model fitted before them (its file swapped back in by hand) all three were
-    answered."""
-    if request.node.callspec.params["client"] == "answers":
-        pytest.skip("answers' question model does not read the answer-type features")
+    """The question model's answer-type features (app/retrieval/answer_types.py; both presets'
+    models read them): a memory on the very subject that lacks the value asked for (a price, a
+    dose) is no answer; asked what it holds, it is. With the default's model fitted before them
+    (its file swapped back in by hand) all three were answered."""
     for content in BAKER:
         await save(client, user_id, content)
     unanswered = (
@@ -179,14 +176,12 @@ async def test_a_near_miss_on_the_subject_does_not_answer_what_it_lacks(
 
 
 async def test_a_new_users_store_of_eight_is_read_by_the_question_model(
-    client: httpx.AsyncClient, user_id: str, request: pytest.FixtureRequest
+    client: httpx.AsyncClient, user_id: str
 ) -> None:
     """A new user (eight memories, fewer than the twenty candidates the question model reads
     in a grown store): it reads them too (from five on: a best cosine's standing among them),
     so a question nothing answers gets nothing. Read from twenty items only (the threshold
     put back by hand), the store's nearest memory came back as an answer to all three."""
-    if request.node.callspec.params["client"] == "answers":
-        pytest.skip("the default preset's question model")
     for content in BAKER[:8]:
         await save(client, user_id, content)
     unanswered = (

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from app.embedding_models import TRAINED_MODEL_ID
 from app.retrieval.abstention import (
-    BASE_FEATURES,
     NO_HEAD,
     QUESTION_FEATURES,
     QuestionModel,
@@ -98,17 +97,6 @@ def test_probability_is_the_logistic_of_the_standardised_features() -> None:
         m.probability([1.0])
 
 
-def test_a_model_of_the_base_features_reads_only_their_part() -> None:
-    """A file fitted before the answer-type features (`answers`' model) weighs the first
-    len(BASE_FEATURES) and nothing else, and round-trips as such."""
-    n = len(BASE_FEATURES)
-    base = QuestionModel((0.0,) * n, (1.0,) * n, (1.0,) + (0.0,) * (n - 1), 0.0, 0.3, "v1")
-    assert '"type_missing"' not in base.to_json()
-    assert QuestionModel.from_json(base.to_json()) == base
-    x = [0.5] + [0.0] * (len(QUESTION_FEATURES) - 1)
-    assert base.probability(x) == base.probability(x[:n] + [1.0] * (len(x) - n))
-
-
 def test_the_operating_point_reports_the_spec_floor() -> None:
     m = model(floor=0.1275)
     assert m.relevance(0.1275) == pytest.approx(SPEC_FLOOR)
@@ -139,11 +127,17 @@ def test_json_round_trip_and_a_foreign_feature_list_is_refused() -> None:
     assert QuestionModel.from_json(m.to_json()) == m
     with pytest.raises(ValueError):
         QuestionModel.from_json(m.to_json().replace('"best_head"', '"other"'))
+    # A file fitted before the answer-type features (their two names missing) is refused too.
+    older = m.to_json().replace(',\n    "type_missing",\n    "qualifier_conflict"', "")
+    assert '"type_missing"' not in older
+    with pytest.raises(ValueError, match="not this code's"):
+        QuestionModel.from_json(older)
 
 
 def test_the_trained_embedder_has_a_committed_model_and_the_default_none() -> None:
     committed = question_model_for(TRAINED_MODEL_ID, "answers")
     assert committed is not None and 0.0 < committed.floor_probability < 1.0
+    assert len(committed.weights) == len(QUESTION_FEATURES)  # answers' reads every one too
     default = question_model_for(TRAINED_MODEL_ID)  # the default preset's: every feature
     assert default is not None and len(default.weights) == len(QUESTION_FEATURES)
     assert default.weights[QUESTION_FEATURES.index("type_missing")] < 0.0
