@@ -80,7 +80,7 @@ class Pair:
 
 def scored(model: RevisionModel, p: Pair) -> float:
     """The model's probability of a pair, 0 for one longer than it reads (RevisionModel.reads)."""
-    return model.probability(p.x) if p.words <= model.max_words else 0.0
+    return model.probability(p.x) if model.reads(p.words) else 0.0
 
 
 def ranking(split: str, out: Path, corpus: Path) -> Path:

@@ -22,7 +22,6 @@ it reads, as relevance.model_file names them); pure arithmetic here.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -30,7 +29,15 @@ from functools import cache
 from pathlib import Path
 
 from app.retrieval.answer_types import asked, carries, contradicts
-from app.retrieval.relevance import FEATURES, SPEC_FLOOR, file_stem, model_body, sigmoid
+from app.retrieval.relevance import (
+    FEATURES,
+    SPEC_FLOOR,
+    file_stem,
+    model_body,
+    model_text,
+    rounded,
+    sigmoid,
+)
 
 MODELS_DIR = Path(__file__).with_name("question_models")
 DEPTH = 20  # the candidates a question's features read (the answer head's depth)
@@ -118,14 +125,13 @@ class QuestionModel:
         body = {
             "version": self.version,
             "features": list(QUESTION_FEATURES),
-            "mean": [round(v, 6) for v in self.mean],
-            "scale": [round(v, 6) for v in self.scale],
-            "weights": [round(v, 6) for v in self.weights],
+            "mean": rounded(self.mean),
+            "scale": rounded(self.scale),
+            "weights": rounded(self.weights),
             "bias": round(self.bias, 6),
             "floor_probability": self.floor_probability,
-            **(extra or {}),
         }
-        return json.dumps(body, indent=2) + "\n"
+        return model_text(body, extra)
 
     @classmethod
     def from_json(cls, text: str) -> QuestionModel:

@@ -291,6 +291,17 @@ def sigmoid(z: float) -> float:
     return 1.0 / (1.0 + math.exp(-z))
 
 
+def rounded(values: Iterable[float]) -> list[float]:
+    """A model file's numbers: six decimals."""
+    return [round(v, 6) for v in values]
+
+
+def model_text(body: Mapping[str, object], extra: Mapping[str, object] | None = None) -> str:
+    """A per-embedder model file's JSON text (question, revision models; model_body reads it
+    back): `body`, then `extra` (what it was fitted on and how)."""
+    return json.dumps({**body, **(extra or {})}, indent=2) + "\n"
+
+
 def model_body(text: str, features: Sequence[str], what: str) -> dict[str, Any]:
     """A per-embedder model file's JSON (question, revision models); ValueError when it was
     fitted on other features than `features` (what this code computes)."""

@@ -32,7 +32,6 @@ regression on the calibration people's ranked pairs, numpy) into
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from collections.abc import Sequence
@@ -41,7 +40,7 @@ from functools import cache
 from pathlib import Path
 
 from app.retrieval.phatic import content_words
-from app.retrieval.relevance import file_stem, model_body, sigmoid
+from app.retrieval.relevance import file_stem, model_body, model_text, rounded, sigmoid
 
 MODELS_DIR = Path(__file__).with_name("revision_models")
 REVISION_FEATURES = (
@@ -121,9 +120,10 @@ class RevisionModel:
     max_words: int
     version: str = ""
 
-    def reads(self, older: MemoryText, newer: MemoryText) -> bool:
-        """Whether both memories are within the lengths the model was fitted on."""
-        return max(older.words, newer.words) <= self.max_words
+    def reads(self, *words: int) -> bool:
+        """Whether memories of these lengths (in words) are all within the lengths the model
+        was fitted on."""
+        return max(words) <= self.max_words
 
     def probability(self, x: Sequence[float]) -> float:
         if len(x) != len(self.weights):
@@ -134,12 +134,11 @@ class RevisionModel:
         body = {
             "version": self.version,
             "features": list(REVISION_FEATURES),
-            "weights": [round(v, 6) for v in self.weights],
+            "weights": rounded(self.weights),
             "bias": round(self.bias, 6),
             "max_words": self.max_words,
-            **(extra or {}),
         }
-        return json.dumps(body, indent=2) + "\n"
+        return model_text(body, extra)
 
     @classmethod
     def from_json(cls, text: str) -> RevisionModel:

@@ -83,8 +83,8 @@ def test_probability_is_the_logistic_of_the_weighted_sum() -> None:
 def test_it_reads_only_memories_as_long_as_those_it_was_fitted_on() -> None:
     model = RevisionModel(weights=(0,) * 8, bias=0.0, max_words=5)
     short = memory_text("one two three", "note")
-    assert model.reads(short, memory_text("one two three four five", "note"))
-    assert not model.reads(short, memory_text("one two three four five six", "note"))
+    assert model.reads(short.words, memory_text("one two three four five", "note").words)
+    assert not model.reads(short.words, memory_text("one two three four five six", "note").words)
 
 
 def test_the_json_round_trips_and_refuses_other_features() -> None:

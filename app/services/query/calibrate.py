@@ -326,7 +326,7 @@ def _revises(
     texts = {k: memory_text(_content(candidates, k), _kind(candidates, k)) for k in keys}
 
     def revises(old: Key, new: Key, cosine: float) -> Revision | None:
-        if not model.reads(texts[old], texts[new]):
+        if not model.reads(texts[old].words, texts[new].words):
             return None  # longer than any memory it was fitted on
         x = revision_features(
             cosine, relevance.get(old, 0.0), relevance.get(new, 0.0), texts[old], texts[new]
