@@ -5,6 +5,7 @@ Tests isolate by user: every test gets fresh user ids, so committed data never c
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -59,6 +60,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         return SLOW_FIRST.index(path) if path in SLOW_FIRST else len(SLOW_FIRST)
 
     items.sort(key=rank)  # stable: the rest keep their order
+
+
+@pytest.fixture(autouse=True)
+def _root_logger_restored() -> Iterator[None]:
+    """A test that configures logging as the CLI does (app.observability.configure_logging: the
+    root logger at INFO, a stderr handler) leaves neither behind for the next test in the same
+    process: with the root at INFO, a later test's caplog also held the audit log's INFO lines
+    (tests/admin/test_reembed.py failed so once, in a shuffled run)."""
+    root = logging.getLogger()
+    level, before = root.level, set(root.handlers)
+    yield
+    root.setLevel(level)
+    for handler in list(root.handlers):
+        if handler not in before and getattr(handler, "_pgrecall", False):
+            root.removeHandler(handler)
 
 
 @pytest.fixture(scope="session")
