@@ -26,49 +26,27 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Hashable
 from typing import Literal
 
-from app.retrieval.dates import MONTHS, WEEKDAYS
+from app.retrieval.dates import MONTH_ABBREV, MONTHS, SEASONS, WEEKDAYS
 
 AnswerKind = Literal["amount", "count", "time", "dose"]
 
-# Abbreviations too, but not those that are as often a name or a word ("Jan", "Jun", "mar").
-_MONTH_OF = (
-    {m: m for m in MONTHS}
-    | {m[:3]: m for m in MONTHS if m[:3] not in ("jan", "mar", "may", "jun")}
-    | {"sept": "september"}
-)
-_SEASON_OF = {
-    "spring": "spring",
-    "summer": "summer",
-    "autumn": "autumn",
-    "fall": "autumn",
-    "winter": "winter",
+# A month by its number, named in full or abbreviated (dates.py's abbreviations), but not by
+# those that are as often a name or a word ("Jan", "Jun", "mar").
+_MONTH_OF = {m: n for n, m in enumerate(MONTHS, 1)} | {
+    a: n for a, n in MONTH_ABBREV.items() if a not in ("jan", "mar", "may", "jun")
 }
 _ORDINALS = frozenset(
     ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"]
 )
-_NUMBER_WORDS = frozenset(
-    [
-        "one",
-        "two",
-        "three",
-        "four",
-        "five",
-        "six",
-        "seven",
-        "eight",
-        "nine",
-        "ten",
-        "eleven",
-        "twelve",
-        "twenty",
-        "thirty",
-        "forty",
-        "fifty",
-        "hundred",
-    ]
-)
+_TO_TWELVE = (
+    "one", "two", "three", "four", "five", "six",
+    "seven", "eight", "nine", "ten", "eleven", "twelve",
+)  # fmt: skip
+_NUMBER_WORDS = frozenset([*_TO_TWELVE, "twenty", "thirty", "forty", "fifty", "hundred"])
+_TWELVE_ALT = "|".join(_TO_TWELVE)
 _WORD = re.compile(r"[a-z0-9]+(?:[.,:][0-9]+)*")
 _NUMERAL = re.compile(r"\d+(?:[.,]\d+)?")
 
@@ -121,16 +99,15 @@ _MONEY = re.compile(
     r"|inr|zar|tl|mxn)\s?\d|\bfree\b|\bper (hour|day|week|month|year|night|head|kilo|kg|tonne)\b"
 )
 _COUNT_WORDS = re.compile(
-    r"\b(one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve|thirteen|fourteen"
+    rf"\b({_TWELVE_ALT}|thirteen|fourteen"
     r"|fifteen|sixteen|seventeen|eighteen|nineteen|twenty|thirty|forty|fifty|sixty|seventy"
     r"|eighty|ninety|hundred|thousand|dozen|dozens|several|a few|a couple|both|no|none|single"
     r"|pair|half)\b"
 )
 _CLOCK = re.compile(
     r"\b\d{1,2}([:.]\d\d)?\s*(am|pm|a\.m\.|p\.m\.|h|hrs)\b|\b\d{1,2}[:.]\d\d\b|\bnoon\b"
-    r"|\bmidnight\b|o'clock|\b(at|from|until|till|by|before|after) (\d{1,2}|one|two|three|four"
-    r"|five|six|seven|eight|nine|ten|eleven|twelve)\b|\b(dawn|sunrise|sunset|dusk)\b"
-    r"|\bhalf (past )?(\d|one|two|three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+    rf"|\bmidnight\b|o'clock|\b(at|from|until|till|by|before|after) (\d{{1,2}}|{_TWELVE_ALT})\b"
+    rf"|\b(dawn|sunrise|sunset|dusk)\b|\bhalf (past )?(\d|{_TWELVE_ALT})"
     r"|\b(morning|mornings|afternoon|afternoons|evening|evenings|midday|lunchtime|teatime"
     r"|bedtime|first thing)\b"  # not "night": as often a noun's ("the night shift")
 )
@@ -163,14 +140,15 @@ def carries(kind: AnswerKind, text: str) -> bool:
 # --------------------------------------------------------------------------- qualifiers
 
 
-def _classes(words: list[str]) -> dict[str, set[str]]:
-    """The months, seasons and weekdays `words` name, by class."""
-    found: dict[str, set[str]] = {"month": set(), "season": set(), "weekday": set()}
+def _classes(words: list[str]) -> dict[str, set[Hashable]]:
+    """The months (by number), seasons (by the months they span, dates.SEASONS: "fall" is
+    "autumn") and weekdays `words` name, by class."""
+    found: dict[str, set[Hashable]] = {"month": set(), "season": set(), "weekday": set()}
     for w in words:
         if w in _MONTH_OF:
             found["month"].add(_MONTH_OF[w])
-        if w in _SEASON_OF:
-            found["season"].add(_SEASON_OF[w])
+        if w in SEASONS:
+            found["season"].add(SEASONS[w])
         day = w[:-1] if w.endswith("s") else w
         if day in WEEKDAYS:
             found["weekday"].add(day)

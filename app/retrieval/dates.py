@@ -28,9 +28,9 @@ MONTHS = (
     "january", "february", "march", "april", "may", "june",
     "july", "august", "september", "october", "november", "december",
 )  # fmt: skip
-_MONTH_ABBREV = {m[:3]: i + 1 for i, m in enumerate(MONTHS)} | {"sept": 9}
+MONTH_ABBREV = {m[:3]: i + 1 for i, m in enumerate(MONTHS)} | {"sept": 9}
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
-_SEASONS = {"spring": (3, 3), "summer": (6, 3), "autumn": (9, 3), "fall": (9, 3), "winter": (12, 3)}
+SEASONS = {"spring": (3, 3), "summer": (6, 3), "autumn": (9, 3), "fall": (9, 3), "winter": (12, 3)}
 _NUMBERS = {
     "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
     "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
@@ -113,7 +113,7 @@ def _utc(moment: datetime) -> datetime:
 
 def _month_number(name: str) -> int:
     key = name.lower().rstrip(".")
-    return _MONTH_ABBREV[key[:4] if key.startswith("sept") else key[:3]]
+    return MONTH_ABBREV[key[:4] if key.startswith("sept") else key[:3]]
 
 
 def _amount(text: str) -> int:
@@ -282,7 +282,7 @@ def _parse(text: str, now: datetime) -> TimeWindow | None:
             continue
         year = int(m["year"])
         if "season" in m.groupdict() and m["season"]:
-            first, months = _SEASONS[m["season"].lower()]
+            first, months = SEASONS[m["season"].lower()]
             return TimeWindow(*_month_span(year, first, months), m[0])
         return TimeWindow(*_month_span(year, _month_number(m["month"])), m[0])
     relative = _relative(text, now)
