@@ -79,9 +79,10 @@ def candidate_texts(corpus: Path = DEFAULT_CORPUS, locomo: Path = DEFAULT_LOCOMO
 
 
 def _texts(q: Question, texts: Texts, order: Sequence[int]) -> list[str]:
-    """The texts of `q`'s candidates at `order` (a synthetic question without keys: none)."""
+    """The texts of `q`'s candidates at `order`; SystemExit for a question of a dump that
+    kept no keys (its texts are unknown, and the answer-type features would read "")."""
     if not q.keys:
-        return [""] * len(order)
+        raise SystemExit(f"{q.qid}: the dump kept no candidate keys: collect it again")
     missing = [q.keys[i] for i in order if (q.group, q.keys[i]) not in texts]
     if missing:
         raise SystemExit(f"{q.qid}: no text for {missing[:3]}: a dump of another corpus?")

@@ -49,7 +49,8 @@ def questions(dataset: str, count: int, surety: float, seed: int) -> list[Questi
         x[:, FEATURES.index("best_cosine")] = best
         x[:, FEATURES.index("cosine_z")] = rng.normal(3.0, 0.5)
         y = np.array([1.0 if answerable else 0.0, 0.0, 0.0])
-        out.append(Question(dataset, f"{dataset}-{i % 7}", f"{dataset}-q{i}", "paraphrase", x, y))
+        group, keys = f"{dataset}-{i % 7}", ("c0", "c1", "c2")
+        out.append(Question(dataset, group, f"{dataset}-q{i}", "paraphrase", x, y, keys, "?"))
     return out
 
 
@@ -58,11 +59,13 @@ DUMP = (
     + questions("calibration", 200, 0.1, 2)
     + questions("validation", 100, 0.1, 3)
 )
+# Their candidates' texts: none holds a value these questions ask for ("?" asks for none).
+TEXTS = {(q.group, k): "" for q in DUMP for k in q.keys}
 
 
 def test_the_question_model_is_fitted_on_the_calibration_people_by_default() -> None:
     model = model_for(DEFAULT_EMBEDDER)
-    calibrated, on_train = fit(DUMP, model, {}), fit(DUMP, model, {}, fit_on="curated")
+    calibrated, on_train = fit(DUMP, model, TEXTS), fit(DUMP, model, TEXTS, fit_on="curated")
     assert len(calibrated.train[1]) == 200 and len(on_train.train[1]) == 400
     assert len(calibrated.validation[1]) == len(on_train.validation[1]) == 100
     # The train people's answers stand far above their no-answer questions: a model fitted on
@@ -79,9 +82,9 @@ def test_the_question_model_is_fitted_on_the_calibration_people_by_default() -> 
 def test_a_dump_without_the_people_to_fit_on_is_refused() -> None:
     model = model_for(DEFAULT_EMBEDDER)
     with pytest.raises(SystemExit, match="no calibration people"):
-        fit([q for q in DUMP if q.dataset != "calibration"], model, {})
+        fit([q for q in DUMP if q.dataset != "calibration"], model, TEXTS)
     with pytest.raises(ValueError, match="fit_on"):
-        fit(DUMP, model, {}, fit_on="test")
+        fit(DUMP, model, TEXTS, fit_on="test")
 
 
 def test_the_answer_type_features_read_each_candidates_text_from_the_corpus() -> None:
@@ -94,4 +97,8 @@ def test_the_answer_type_features_read_each_candidates_text_from_the_corpus() ->
     q = questions("calibration", 1, 0.1, 4)[0]
     q = Question(q.dataset, "cp-plumber", q.qid, q.shape, q.x, q.y, ("m01", "m02", "m99"), "?")
     with pytest.raises(SystemExit, match="m99"):
-        fit([q, *DUMP], model_for(DEFAULT_EMBEDDER), texts)
+        fit([q, *DUMP], model_for(DEFAULT_EMBEDDER), texts | TEXTS)
+    # A dump that kept no keys is refused, not read as candidates without text.
+    keyless = Question(q.dataset, q.group, q.qid, q.shape, q.x, q.y)
+    with pytest.raises(SystemExit, match="no candidate keys"):
+        fit([keyless, *DUMP], model_for(DEFAULT_EMBEDDER), TEXTS)
