@@ -23,12 +23,12 @@ def test_evidence_is_the_default_presets() -> None:
     x = np.array(
         [
             _row(0.40, 0.40),  # cosine over vector_floor
-            _row(0.20, 0.40),  # under it, no keyword
+            _row(0.15, 0.40),  # under it, no keyword
             _row(0.20, 0.40, plain=0.1),  # keyword, cosine over keyword_cosine_floor
             _row(0.05, 0.40, plain=0.1),  # keyword in an unrelated item (cosine at the floor)
         ]
     )
-    assert DEFAULT.vector_floor == 0.25 and DEFAULT.keyword_cosine_floor == 0.05
+    assert DEFAULT.vector_floor == 0.20 and DEFAULT.keyword_cosine_floor == 0.05
     assert evidence(x).tolist() == [True, False, True, False]
 
 
