@@ -29,7 +29,7 @@ import re
 from collections.abc import Hashable
 from typing import Literal
 
-from app.retrieval.dates import MONTH_ABBREV, MONTHS, SEASONS, WEEKDAYS
+from app.retrieval.dates import MONTH_ABBREV, MONTHS, SEASONS, TO_TWELVE, WEEKDAYS
 
 AnswerKind = Literal["amount", "count", "time", "dose"]
 
@@ -41,12 +41,8 @@ _MONTH_OF = {m: n for n, m in enumerate(MONTHS, 1)} | {
 _ORDINALS = frozenset(
     ["first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth", "ninth", "tenth"]
 )
-_TO_TWELVE = (
-    "one", "two", "three", "four", "five", "six",
-    "seven", "eight", "nine", "ten", "eleven", "twelve",
-)  # fmt: skip
-_NUMBER_WORDS = frozenset([*_TO_TWELVE, "twenty", "thirty", "forty", "fifty", "hundred"])
-_TWELVE_ALT = "|".join(_TO_TWELVE)
+_NUMBER_WORDS = frozenset([*TO_TWELVE, "twenty", "thirty", "forty", "fifty", "hundred"])
+_TWELVE_ALT = "|".join(TO_TWELVE)
 _WORD = re.compile(r"[a-z0-9]+(?:[.,:][0-9]+)*")
 _NUMERAL = re.compile(r"\d+(?:[.,]\d+)?")
 

@@ -31,11 +31,16 @@ MONTHS = (
 MONTH_ABBREV = {m[:3]: i + 1 for i, m in enumerate(MONTHS)} | {"sept": 9}
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 SEASONS = {"spring": (3, 3), "summer": (6, 3), "autumn": (9, 3), "fall": (9, 3), "winter": (12, 3)}
-_NUMBERS = {
-    "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
-    "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
-    "a couple of": 2, "a couple": 2, "couple of": 2, "a few": 3, "few": 3, "several": 3,
-}  # fmt: skip
+# The numbers one to twelve in words (app/retrieval/answer_types.py reads them too).
+TO_TWELVE = (
+    "one", "two", "three", "four", "five", "six",
+    "seven", "eight", "nine", "ten", "eleven", "twelve",
+)  # fmt: skip
+_NUMBERS = (
+    {"a": 1, "an": 1}
+    | {word: n for n, word in enumerate(TO_TWELVE, 1)}
+    | {"a couple of": 2, "a couple": 2, "couple of": 2, "a few": 3, "few": 3, "several": 3}
+)
 
 _MONTH = (
     r"(?P<month>jan(?:uary)?|feb(?:ruary)?|mar(?:ch)?|apr(?:il)?|may|june?|july?|"
@@ -44,8 +49,9 @@ _MONTH = (
 _DAY = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
 _YEAR = r"(?P<year>(?:19|20)\d\d)"
 _AMOUNT = (
-    r"(?P<amount>\d{1,3}|a couple of|a couple|couple of|a few|few|several|an?|one|two|"
-    r"three|four|five|six|seven|eight|nine|ten|eleven|twelve)"
+    r"(?P<amount>\d{1,3}|a couple of|a couple|couple of|a few|few|several|an?|"
+    + "|".join(TO_TWELVE)
+    + ")"
 )
 _UNIT = r"(?P<unit>day|week|month|year)s?"
 

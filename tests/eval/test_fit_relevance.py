@@ -20,15 +20,18 @@ def _row(cosine: float, best: float, plain: float = 0.0) -> list[float]:
 
 
 def test_evidence_is_the_default_presets() -> None:
+    """The candidates eval.fit_relevance scores are those the default preset ranks: its own
+    two floors, whatever their values."""
+    floor, keyword_floor = DEFAULT.vector_floor, DEFAULT.keyword_cosine_floor
+    assert keyword_floor < floor
     x = np.array(
         [
-            _row(0.40, 0.40),  # cosine over vector_floor
-            _row(0.15, 0.40),  # under it, no keyword
-            _row(0.20, 0.40, plain=0.1),  # keyword, cosine over keyword_cosine_floor
-            _row(0.05, 0.40, plain=0.1),  # keyword in an unrelated item (cosine at the floor)
+            _row(floor + 0.01, 0.40),  # cosine over vector_floor
+            _row(floor, 0.40),  # at it, no keyword
+            _row(keyword_floor + 0.01, 0.40, plain=0.1),  # keyword, cosine over its floor
+            _row(keyword_floor, 0.40, plain=0.1),  # keyword in an unrelated item (at the floor)
         ]
     )
-    assert DEFAULT.vector_floor == 0.20 and DEFAULT.keyword_cosine_floor == 0.05
     assert evidence(x).tolist() == [True, False, True, False]
 
 
