@@ -24,6 +24,10 @@ the service's pins from `app.adapters`), with pip:
    (committed: the service loads it as PGRECALL_EMBEDDING_MODEL=MODEL and checks its sha256
    against app/adapters/embedder.py's pin, which this script compares with).
 
+By default it reads the corpus files the committed graph's manifest names (its "inputs"), so
+that it rebuilds that graph; files written into eval/corpus since are read with --every-file,
+for a new model (docs/retrieval.md, "A hundred and seventy-six people": measured, not taken).
+
 Nothing else is downloaded; nothing here runs when the service runs. About 1 GB of scratch
 space (the venv) while it runs. `--dev` trains on eval/curated_dev.json instead (4 people to
 train, 2 to validate) into --out, for trying the pipeline: such a model is not installed.
@@ -131,13 +135,35 @@ def training_python(work: Path, reuse: Path | None) -> Path:
     return python
 
 
-def corpus_files(dev: bool) -> list[Path]:
+def committed_inputs() -> dict[str, str]:
+    """The corpus files the committed graph was trained on, with their sha256 (its manifest)."""
+    manifest = json.loads((trained_model_file().parent / "manifest.json").read_text())
+    inputs: dict[str, str] = manifest["inputs"]
+    return {path: digest for path, digest in inputs.items() if path.startswith("eval/corpus/")}
+
+
+def corpus_files(dev: bool, every_file: bool) -> list[Path]:
+    """The corpus the run trains on: by default the files the committed graph's manifest names,
+    so that the run rebuilds that graph whatever was written into eval/corpus since; with
+    `every_file`, every file there (a new model)."""
     if dev:
         return [DEV_SET]
     files = sorted(REPO.glob(CORPUS_GLOB))
     if not files:
         sys.exit(f"no corpus files {CORPUS_GLOB}; --dev trains on {DEV_SET.name}")
-    return files
+    if every_file:
+        return files
+    inputs = committed_inputs()
+    chosen = [path for path in files if os.path.relpath(path, REPO) in inputs]
+    missing = sorted(set(inputs) - {os.path.relpath(path, REPO) for path in chosen})
+    if missing:
+        sys.exit(f"the committed graph's corpus files are missing: {', '.join(missing)}")
+    changed = [p for p in chosen if file_sha256(p) != inputs[os.path.relpath(p, REPO)]]
+    if changed:
+        print(f"note: changed since the committed graph: {', '.join(p.name for p in changed)}")
+    left = len(files) - len(chosen)
+    step(f"{len(chosen)} corpus files of the committed graph's manifest ({left} newer not read)")
+    return chosen
 
 
 def install(out: Path, base_checkpoint_sha: dict[str, str], inputs: list[Path]) -> Path:
@@ -180,6 +206,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="keep the run's files here")
     parser.add_argument("--work-dir", type=Path, default=None, help="scratch (default: tmp)")
     parser.add_argument("--reuse-venv", type=Path, default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--every-file",
+        action="store_true",
+        help="train on every corpus file, not only those the committed graph's manifest names",
+    )
     parser.add_argument("--epochs", type=int, default=None)
     parser.add_argument("--seed", type=int, default=None, help="another seed (a variance check)")
     parser.add_argument(
@@ -200,7 +231,7 @@ def main() -> None:
     if args.train_people is not None and args.out is None:
         parser.error("--train-people needs --out: a model trained on fewer people is not installed")
     started = time.monotonic()
-    corpus = corpus_files(args.dev)
+    corpus = corpus_files(args.dev, args.every_file)
     with tempfile.TemporaryDirectory(prefix="pgrecall-train-", dir=args.work_dir) as tmp:
         work = Path(tmp)
         checkpoint = base_checkpoint(work)

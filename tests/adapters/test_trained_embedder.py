@@ -148,3 +148,13 @@ def test_a_first_person_question_ranks_its_third_person_answer_first(
         # ... and stands out: the runner-up is well below it (the smallest margin of the
         # 48-people graph: 0.131, "How do I get to the office?"; the 24-people one's 0.228).
         assert cosines[order[0]] - cosines[order[1]] > 0.1, (question, cosines[order[:2]])
+
+
+def test_the_corpus_files_the_graph_was_trained_on_are_there_unchanged() -> None:
+    """`make train-embedder` rebuilds the committed graph from the corpus files its manifest
+    names (files written since are read only with --every-file): each is still there as it was."""
+    manifest = json.loads((trained_model_file().parent / "manifest.json").read_text())
+    corpus = {p: d for p, d in manifest["inputs"].items() if p.startswith("eval/corpus/")}
+    root = Path(__file__).resolve().parents[2]
+    assert corpus
+    assert {p: file_sha256(root / p) for p in corpus} == corpus
