@@ -69,21 +69,24 @@ async def test_two_facts_in_the_same_words_are_not_linked(
 
 
 DOCK_OLDER = "Dry dock for the Agia Marina booked at Perama for February."
-DOCK_NEWER = "Agia Marina goes into dry dock at Elefsina on 10 March."
+DOCK_NEWER = "Agia Marina goes into dry dock at Elefsina on 10 March instead."
 
 
 async def test_of_two_notes_on_one_rebooked_subject_the_newer_comes_first_the_older_marked(
     client: httpx.AsyncClient, user_id: str
 ) -> None:
-    """Two notes (not decisions) on one subject that answer a question about as well as each
-    other: the newer first (`tie_link`, and the revision model), and since the revision model
-    is sure the newer revises the older (a dry dock booked again elsewhere: P over
-    `revision_outdates`), the older is marked possibly outdated, as a revised decision is."""
+    """Two notes (not decisions) on one subject, the older ranked first by the question's own
+    words: the revision model says the newer revises it (a dry dock booked again elsewhere,
+    "instead": P 0.98 on an AVX2 VM, over `revision_outdates` 0.95), so the newer comes first
+    and the older is marked possibly outdated, as a revised decision is. Where the newer ranks
+    first already the model is not asked (tests/retrieval/test_topics.py), so the question
+    leans to the older by a clear margin (relevance 0.41 against 0.36), not a near tie whose
+    order can flip between CPUs' int8 arithmetic."""
     for n, other in enumerate(OTHERS):
         await admin_save(client, user_id, other, "fact", 300 + n)
     older = await admin_save(client, user_id, DOCK_OLDER, "note", 150)
     newer = await admin_save(client, user_id, DOCK_NEWER, "note", 20)
-    body = {"query": "Where is the Agia Marina going for her dry dock?"}
+    body = {"query": "Is the Agia Marina still booked at Perama for her dry dock in February?"}
     response = await client.post(QUERY, json=body, headers=headers(user_id))
     assert response.status_code == 200, response.text
     memories = response.json()["memories"]
