@@ -154,15 +154,12 @@ def corpus_files(dev: bool, every_file: bool) -> list[Path]:
     if every_file:
         return files
     inputs = committed_inputs()
-    chosen = [path for path in files if os.path.relpath(path, REPO) in inputs]
-    missing = sorted(set(inputs) - {os.path.relpath(path, REPO) for path in chosen})
+    missing = sorted(name for name in inputs if not (REPO / name).is_file())
     if missing:
         sys.exit(f"the committed graph's corpus files are missing: {', '.join(missing)}")
-    changed = [p for p in chosen if file_sha256(p) != inputs[os.path.relpath(p, REPO)]]
-    if changed:
-        print(f"note: changed since the committed graph: {', '.join(p.name for p in changed)}")
-    left = len(files) - len(chosen)
-    step(f"{len(chosen)} corpus files of the committed graph's manifest ({left} newer not read)")
+    # A changed file cannot rebuild the graph: tests/adapters/test_trained_embedder.py fails then.
+    chosen = sorted(REPO / name for name in inputs)
+    step(f"{len(chosen)} corpus files of the committed graph's manifest (of {len(files)})")
     return chosen
 
 
