@@ -190,16 +190,18 @@ async def test_judge_timing_out_falls_back_within_its_deadline(
     upstream.answers.append(Answer(text=json.dumps({"answers": [False] * 5}), drip_s=0.05))
     async with judge_app() as (client, _):
         caplog.set_level(logging.WARNING, logger="app.services.query")
-        t0 = time.perf_counter()
+        t0 = time.monotonic()
         answer = await ask(client, user_id, NO_ANSWER)
-        elapsed = time.perf_counter() - t0
+        done = time.monotonic()
         # Resting after the failure: the next question falls back at once, with no call.
-        t1 = time.perf_counter()
         second = await ask(client, user_id, ANSWERED)
-        rested = time.perf_counter() - t1
-    assert len(upstream.seen) == 1
-    assert DEADLINE_S <= elapsed < DEADLINE_S + 0.5
-    assert rested < DEADLINE_S
+    assert len(upstream.seen) == 1  # the second question made no call
+    # The judge's wait, from the call's arrival at the model to the answer: the deadline, not
+    # the 100-odd bytes x 50 ms the drip would take. The local ranking before the call is not
+    # in it (under a loaded suite it alone can take most of a second).
+    waited = done - upstream.seen[0].at
+    assert done - t0 >= DEADLINE_S
+    assert DEADLINE_S - 0.1 <= waited < DEADLINE_S + 0.5, waited
     assert answer["metadata"]["judge"] == "fallback"
     assert second["metadata"]["judge"] == "fallback"
     assert answer["memories"] == local["memories"]  # the local answer, as it was
@@ -214,10 +216,9 @@ async def test_judge_sleeping_before_headers_falls_back(
     upstream.answers.append(Answer(text=json.dumps({"answers": [True]}), delay_s=2.0))
     async with judge_app() as (client, _):
         await save_all(client, user_id)
-        t0 = time.perf_counter()
         answer = await ask(client, user_id, ANSWERED)
-        elapsed = time.perf_counter() - t0
-    assert elapsed < DEADLINE_S + 0.5
+        waited = time.monotonic() - upstream.seen[0].at  # from the call's arrival at the model
+    assert waited < DEADLINE_S + 0.5, waited
     assert answer["metadata"]["judge"] == "fallback"
     assert MEMORIES[0] in contents(answer)
 
