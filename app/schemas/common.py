@@ -32,13 +32,16 @@ MAX_BIGINT = 2**63 - 1
 # ECMA-262 regexes of JSON Schema).
 _BLANK_CLASS = r"\t\n\u000b\f\r \u0085\u00a0\u1680\u2000-\u200a\u2028\u2029\u202f\u205f\u3000\ufeff"
 STORABLE_PATTERN = r"^[^\u0000]*$"
-# Unanchored (JSON Schema patterns search): some character that is neither blank nor NUL.
-NON_BLANK_PATTERN = rf"[^\u0000{_BLANK_CLASS}]"
+# Nothing but blanks (or nothing at all).
+BLANK_PATTERN = rf"^[{_BLANK_CLASS}]*$"
 _NOT_BLANK_CHAR = re.compile(rf"[^{_BLANK_CLASS}]")
-# A non-blank text in JSON Schema: both patterns must match.
+# A non-blank text in JSON Schema: storable, and not only blanks. (`not`, where a second
+# pattern in `allOf` searching for a non-blank character said the same: schemathesis builds its
+# longer-than-maxLength case of a text with such a pattern one character at a time, about 300 s
+# of CPU for one 32,000-character field; tests/test_schemathesis.py ran 385 s, now 141 s.)
 NON_BLANK_SCHEMA: dict[str, Any] = {
     "pattern": STORABLE_PATTERN,
-    "allOf": [{"pattern": NON_BLANK_PATTERN}],
+    "not": {"pattern": BLANK_PATTERN},
 }
 
 

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from app.schemas.common import (
-    NON_BLANK_PATTERN,
+    BLANK_PATTERN,
     NON_BLANK_SCHEMA,
     STORABLE_PATTERN,
     check_non_blank,
@@ -35,10 +35,10 @@ def test_storable_check_matches_its_pattern(value: str) -> None:
 
 @given(texts)
 def test_non_blank_check_matches_its_patterns(value: str) -> None:
-    # JSON Schema: `pattern` (anchored, storable) and, in allOf, a search for a non-blank char.
-    assert NON_BLANK_SCHEMA["allOf"] == [{"pattern": NON_BLANK_PATTERN}]
-    by_schema = bool(re.fullmatch(NON_BLANK_SCHEMA["pattern"], value)) and bool(
-        re.search(NON_BLANK_PATTERN, value)
+    # JSON Schema: `pattern` (anchored, storable) and `not` a text of blanks only.
+    assert NON_BLANK_SCHEMA["not"] == {"pattern": BLANK_PATTERN}
+    by_schema = bool(re.fullmatch(NON_BLANK_SCHEMA["pattern"], value)) and not re.fullmatch(
+        BLANK_PATTERN, value
     )
     assert _accepts(check_non_blank, value) == by_schema
 
