@@ -18,8 +18,10 @@ L2 1.0, Newton's method; deterministic). Printed: the AUC of each question's pro
 (answerable over none) on the people fitted on and the validation people beside the best item's
 logit's, and, for the validation people, the share of questions without an answer that clear
 the floor at each share of answerable questions left under it, and the validation AUC of a
-refit without each feature in turn. `--floor-empty SHARE` sets the operating point:
-the probability under which that share of the validation people's answerable questions falls.
+refit without each feature in turn. `--floor-empty SHARE` sets the operating point at the
+probability under which that share of the validation people's answerable questions falls (in
+the dump); `--floor-probability P` sets it at P, a point chosen through the agent tool on the
+validation people (how the default's was chosen: docs/retrieval.md, "The operating point").
 `--variant` names the relevance model whose logit it reads (default `answers`; '' the
 embedder's plain model, as the default preset reads it; an embedder without one reads the
 default's, as the service does). `--signs` holds each weight to the sign of SIGNS. `--write`
@@ -226,7 +228,16 @@ def fit(
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("dump", type=Path)
-    parser.add_argument("--floor-empty", type=float, default=0.12)
+    point = parser.add_mutually_exclusive_group()
+    point.add_argument("--floor-empty", type=float, default=0.12)
+    point.add_argument(
+        "--floor-probability",
+        type=float,
+        default=None,
+        help="the operating point as a probability, chosen through the tool on the validation "
+        'people (docs/retrieval.md, "The operating point"); the fit\'s validation share under it '
+        "is printed",
+    )
     parser.add_argument(
         "--variant",
         default="answers",
@@ -292,8 +303,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("validation: answerable left under the floor -> no-answer over it")
     for empty in (0.05, 0.08, 0.10, 0.12, 0.15, 0.20):
         print(f"  {empty:.2f} (P {f.floor_at(empty):.3f}) -> {f.answered_at(empty):.3f}")
-    floor = f.floor_at(args.floor_empty)
-    print(f"operating point: P {floor:.4f} (validation answerable under it {args.floor_empty})")
+    if args.floor_probability is None:
+        floor, point = f.floor_at(args.floor_empty), f"--floor-empty {args.floor_empty}"
+    else:
+        floor, point = args.floor_probability, f"--floor-probability {args.floor_probability}"
+    under = float(np.mean(pv[yv == 1] < floor))
+    print(f"operating point: P {floor:.4f} (validation answerable under it {under:.3f})")
     if args.write:
         chosen = replace(qm, floor_probability=round(floor, 4))
         path = question_file(embedder, args.variant)
@@ -302,8 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 {
                     "embedder": embedder,
                     "relevance_model": args.variant,
-                    "command": "python -m eval.fit_question DUMP --floor-empty "
-                    f"{args.floor_empty} --variant '{args.variant}'"
+                    "command": f"python -m eval.fit_question DUMP {point}"
+                    f" --variant '{args.variant}'"
                     + (" --signs" if args.signs else "")
                     + (" --locomo" if args.locomo else "")
                     + f" --fit-on {args.fit_on} --write",
