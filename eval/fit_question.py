@@ -173,6 +173,11 @@ class Fit:
         answerable = np.sort(self.probabilities[self.validation[1] == 1])
         return float(answerable[int(empty * len(answerable))])
 
+    def under(self, floor: float) -> float:
+        """The share of the answerable validation questions under `floor`: `floor_at`'s
+        inverse, for an operating point given as a probability (`--floor-probability`)."""
+        return float(np.mean(self.probabilities[self.validation[1] == 1] < floor))
+
     def answered_at(self, empty: float) -> float:
         """The share of the validation questions without an answer over `floor_at(empty)`."""
         none = self.probabilities[self.validation[1] == 0]
@@ -307,8 +312,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         floor, point = f.floor_at(args.floor_empty), f"--floor-empty {args.floor_empty}"
     else:
         floor, point = args.floor_probability, f"--floor-probability {args.floor_probability}"
-    under = float(np.mean(pv[yv == 1] < floor))
-    print(f"operating point: P {floor:.4f} (validation answerable under it {under:.3f})")
+    print(f"operating point: P {floor:.4f} (validation answerable under it {f.under(floor):.3f})")
     if args.write:
         chosen = replace(qm, floor_probability=round(floor, 4))
         path = question_file(embedder, args.variant)

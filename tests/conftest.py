@@ -43,8 +43,10 @@ if not os.environ.get("PGRECALL_TEST_EXPLORE"):
     hypothesis_settings.load_profile("fixed")
 
 
-# The files that take a minute or more, slowest first (`--durations=0`, summed per file; 2
-# cores, 2026-12-07: 444 s, then 100, 80, 70, 50, 48, 47 and 41 s of the suite's 1,871 s):
+# The files that take 40 s or more, slowest first (`--durations=0`, summed per file; 2 cores,
+# 2026-12-07: 444 s, then 100, 80, 70, 50, 48, 47 and 41 s of the suite's 1,871 s; the first,
+# schemathesis, 170 s since NON_BLANK_SCHEMA's `not` (app/schemas/common.py): its file alone,
+# its two tests 115 s and 55 s, 2026-12-07 08:40 UTC):
 # collected first, so that with `make test`'s two workers (pytest-xdist, a file per worker, in
 # this order: --no-loadscope-reorder) they start at once instead of ending the run on one
 # worker while the other idles.

@@ -79,6 +79,17 @@ def test_the_question_model_is_fitted_on_the_calibration_people_by_default() -> 
     assert calibrated.model.probability(answer) > on_train.model.probability(answer) + 0.2
 
 
+def test_an_operating_point_given_as_a_probability_reads_its_share_back() -> None:
+    """`--floor-empty` and `--floor-probability` name one point two ways: the probability
+    under which a share of the validation people's answerable questions falls, and that share
+    read back from the probability."""
+    f = fit(DUMP, model_for(DEFAULT_EMBEDDER), TEXTS)
+    answerable = int(f.validation[1].sum())
+    for empty in (0.05, 0.10, 0.20):
+        assert f.under(f.floor_at(empty)) == int(empty * answerable) / answerable
+    assert f.under(0.0) == 0.0 and f.under(1.0) == 1.0
+
+
 def test_a_dump_without_the_people_to_fit_on_is_refused() -> None:
     model = model_for(DEFAULT_EMBEDDER)
     with pytest.raises(SystemExit, match="no calibration people"):
