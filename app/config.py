@@ -126,6 +126,11 @@ class Settings(BaseSettings):
     # A user's size (exact or ANN search, passages, plans) is read once per this many seconds of
     # its queries, not per query (app/services/query/sizes.py); 0 reads it every time.
     search_size_ttl_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
+    # On a Citus coordinator: the query path reads each user's shards on the worker that holds
+    # them, not through the coordinator (app/services/query/shards.py; docs/scaling.md, "Reads
+    # on the shard's worker"); where a user's shards are is looked up once per this many
+    # seconds. 0 turns it off: every read goes through the coordinator. No effect elsewhere.
+    citus_direct_reads_ttl_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
     # Write a vector per sentence of multi-sentence messages (docs/retrieval.md, "Passages"):
     # better recall for about 2.2x the embedding work per appended turn. Off: the query scores
     # turns by their own vectors (and by passages written while it was on).

@@ -33,6 +33,7 @@ import asyncpg
 from sqlalchemy import event, exc, text
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
     AsyncEngine,
     AsyncSession,
     async_sessionmaker,
@@ -121,10 +122,12 @@ def create_engine(
     pool_size: int = 10,
     statement_timeout_ms: int = 5000,
     scope_key: ScopeKey | None = None,
+    server_settings: Mapping[str, str] | None = None,
 ) -> AsyncEngine:
     """An asyncpg engine with a server-side statement timeout. `scope_key`: the key its user
     scopes are signed with (the service role's engine needs it: without it a user-scoped
-    transaction sees no row; a superuser or the admin role sees every row either way)."""
+    transaction sees no row; a superuser or the admin role sees every row either way).
+    `server_settings`: more settings every connection starts with."""
     engine = create_async_engine(
         url,
         pool_size=pool_size,
@@ -140,6 +143,7 @@ def create_engine(
             "server_settings": {
                 "statement_timeout": str(statement_timeout_ms),
                 "application_name": "pgrecall",
+                **(server_settings or {}),
             },
         },
     )
@@ -266,11 +270,7 @@ def user_session(
     memory = as_scope(user)
     if not memory.user_id:
         raise ValueError("a user-scoped session needs a user id")
-    scope = (
-        read_path_scope(memory, settings)
-        if custom_plans
-        else UserScope(memory)
-    )
+    scope = read_path_scope(memory, settings) if custom_plans else UserScope(memory)
     return sessionmaker(info={_SCOPE: scope})
 
 
@@ -371,6 +371,24 @@ def positional(sql: str) -> tuple[str, tuple[str, ...]]:
 _DRIVER_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
+@dataclass(frozen=True)
+class ShardRoute:
+    """Where a user's rows live on a Citus cluster, for reading them there directly
+    (app/services/query/shards.py makes it; docs/scaling.md, "Reads on the shard's worker").
+
+    `engine`: the worker that holds the user's shard group, as the same role and scope key as
+    the coordinator's engine. `rename`: a statement's distributed tables as the user's shards
+    there (`messages` -> `messages_102050`). `check`: a statement that fails unless that shard
+    group is still placed on this worker (it runs in the message that begins the transaction,
+    so a rebalanced shard is never read where it was). `failed`: called with the error when the
+    worker cannot begin the transaction; the read then goes through the coordinator."""
+
+    engine: AsyncEngine
+    rename: Callable[[str], str]
+    check: str
+    failed: Callable[[BaseException], None]
+
+
 class ReadTransaction:
     """One transaction of the query path, run by asyncpg on a connection of the engine's pool.
 
@@ -383,18 +401,26 @@ class ReadTransaction:
     SQLAlchemy's DBAPIError, as from a session (the callers' failure handling is the same).
     Statements take `:name` binds, as text() does (`positional`)."""
 
-    def __init__(self, driver: asyncpg.Connection) -> None:
+    def __init__(
+        self, driver: asyncpg.Connection, rename: Callable[[str], str] | None = None
+    ) -> None:
         self.driver = driver
+        # On a shard's worker (ShardRoute): the statements name the user's shards.
+        self.rename = rename
+
+    def _statement(self, sql: str) -> tuple[str, tuple[str, ...]]:
+        query, names = positional(sql)
+        return (query if self.rename is None else self.rename(query)), names
 
     async def fetch(self, sql: str, params: Mapping[str, Any]) -> Sequence[Any]:
-        query, names = positional(sql)
+        query, names = self._statement(sql)
         try:
             return await self.driver.fetch(query, *[params[name] for name in names])
         except _DRIVER_ERRORS as error:
             raise exc.DBAPIError(query, None, error) from error
 
     async def execute(self, sql: str, params: Mapping[str, Any]) -> None:
-        query, names = positional(sql)
+        query, names = self._statement(sql)
         try:
             await self.driver.execute(query, *[params[name] for name in names])
         except _DRIVER_ERRORS as error:
@@ -422,34 +448,80 @@ def begin_scoped(settings: Mapping[str, str]) -> str:
 
 @contextlib.asynccontextmanager
 async def read_transaction(
-    engine: AsyncEngine, user: str | MemoryScope, settings: Mapping[str, str] | None = None
+    engine: AsyncEngine,
+    user: str | MemoryScope,
+    settings: Mapping[str, str] | None = None,
+    route: ShardRoute | None = None,
 ) -> AsyncIterator[ReadTransaction]:
     """A ReadTransaction as `user_id` (see there), committed at the end. On an error it is
     rolled back before the connection goes back to the pool; a connection whose statement was
     cancelled (a query's time limit) or that cannot roll back is closed instead (the pool
     opens another). BEGIN and COMMIT are sent as plain statements, not through asyncpg's
-    Transaction: a connection the pool gets back carries no transaction state of ours."""
+    Transaction: a connection the pool gets back carries no transaction state of ours.
+
+    `route` (Citus): the transaction runs on the worker that holds the user's shards, on the
+    shards by name; if that worker cannot begin it (down, refusing, the shard moved), on
+    `engine` as without a route."""
     scope = read_path_scope(user, settings)
     if not scope.user_id:
         raise ValueError("a user-scoped transaction needs a user id")
     begin = begin_scoped(scope_settings(scope, engine_scope_key(engine)))
-    async with engine.connect() as connection:
+    if route is not None:
+        direct = await _begun_on_shard(route, begin)
+        if direct is not None:
+            try:
+                async with _committed(direct, None, route.rename) as reads:
+                    yield reads
+            except (*_DRIVER_ERRORS, exc.DBAPIError) as error:
+                route.failed(error)  # the next read of this user looks its shards up again
+                raise
+            finally:
+                await direct.close()
+            return
+    async with engine.connect() as connection, _committed(connection, begin) as reads:
+        yield reads
+
+
+async def _begun_on_shard(route: ShardRoute, begin: str) -> AsyncConnection | None:
+    """A connection of the route's worker with the transaction begun and its shard checked;
+    None (route.failed told why) when the worker cannot."""
+    connection: AsyncConnection | None = None
+    try:
+        connection = await route.engine.connect()
         driver = (await connection.get_raw_connection()).driver_connection
         assert driver is not None
+        await driver.execute(f"{begin}; {route.check}")
+        return connection
+    except (*_DRIVER_ERRORS, exc.SQLAlchemyError, OSError, TimeoutError) as error:
+        route.failed(error)
+        if connection is not None:
+            await connection.invalidate()
+            await connection.close()
+        return None
+
+
+@contextlib.asynccontextmanager
+async def _committed(
+    connection: AsyncConnection, begin: str | None, rename: Callable[[str], str] | None = None
+) -> AsyncIterator[ReadTransaction]:
+    """Begins (unless begun) and commits read_transaction's transaction on `connection`."""
+    driver = (await connection.get_raw_connection()).driver_connection
+    assert driver is not None
+    try:
         try:
-            try:
+            if begin is not None:
                 await driver.execute(begin)
-                yield ReadTransaction(driver)
-                await driver.execute("COMMIT")
-            except _DRIVER_ERRORS as error:
-                raise exc.DBAPIError("read transaction", None, error) from error
-        except BaseException as error:
-            cancelled = isinstance(error, asyncio.CancelledError)
-            if cancelled or not await _rolled_back(driver):
-                # Cancelled mid-statement (it may still run on the server), or a connection
-                # that cannot roll back: it goes, not back to the pool.
-                await connection.invalidate()
-            raise
+            yield ReadTransaction(driver, rename)
+            await driver.execute("COMMIT")
+        except _DRIVER_ERRORS as error:
+            raise exc.DBAPIError("read transaction", None, error) from error
+    except BaseException as error:
+        cancelled = isinstance(error, asyncio.CancelledError)
+        if cancelled or not await _rolled_back(driver):
+            # Cancelled mid-statement (it may still run on the server), or a connection
+            # that cannot roll back: it goes, not back to the pool.
+            await connection.invalidate()
+        raise
 
 
 async def _rolled_back(driver: asyncpg.Connection) -> bool:

@@ -8,8 +8,11 @@ without a password), on databases already migrated (and, on the coordinator,
 distributed: `pgrecall db distribute`). The bench runs the real app in-process on each (no
 Redis, so no query cache), loads the same users through the HTTP routes (a conversation of
 `--turns` turns each, plus one stored memory carrying a secret word of that user only), then asks
-`/v1/tools/query_memory` the same questions on both, alternating target per question so that the
-machine's load falls on both alike. It prints p50/p95 per target and their ratio, and counts
+`/v1/tools/query_memory` the same questions on both, rotating which target goes first per
+question so that the machine's load falls on all alike. The cluster is asked twice: as the
+service runs (each user's reads on the worker that holds its shards: app/services/query/shards.py)
+and with every read through the coordinator (`PGRECALL_CITUS_DIRECT_READS_TTL_S=0`, as before
+that), the same data. It prints p50/p95 per target and their ratios to the single node, and counts
 cross-user results: every user's secret word asked by the next user must come back 0 times
 (and, as the control, each user's own word asked by that user must come back).
 """
@@ -40,6 +43,7 @@ TOPICS = (
     "moving to Lisbon", "the Kubernetes migration", "a peanut allergy", "the piano lessons",
     "renewing the car insurance", "the kids' new school", "a broken ThinkPad",
 )  # fmt: skip
+SINGLE, CITUS, COORDINATOR = "single node", "citus", "citus, all through the coordinator"
 DAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
 
 
@@ -48,7 +52,9 @@ def _turn(rng: random.Random) -> str:
 
 
 @asynccontextmanager
-async def _client(url: str, embedder: LocalEmbedder) -> AsyncIterator[AsyncClient]:
+async def _client(
+    url: str, embedder: LocalEmbedder, direct_reads_ttl_s: float = 10.0
+) -> AsyncIterator[AsyncClient]:
     settings = Settings(
         database_url=url,
         # the admin role on the same server (start-up reads the scope key as it)
@@ -57,6 +63,8 @@ async def _client(url: str, embedder: LocalEmbedder) -> AsyncIterator[AsyncClien
         rate_limit_per_minute=0,
         redis_url=None,
         data_dir=Path("/tmp"),
+        # 0: every read through the coordinator (the path before reads on the shard's worker)
+        citus_direct_reads_ttl_s=direct_reads_ttl_s,
     )
     app = create_app(settings, embedder=embedder)
     async with app.router.lifespan_context(app), AsyncClient.for_app(app) as client:
@@ -88,13 +96,17 @@ async def _run(single: str, citus: str, users: int, turns: int, queries: int, se
     embedder = LocalEmbedder()
     run = uuid.uuid4().hex[:8]
     names = [f"bench-{run}-{i}" for i in range(users)]
-    targets = {"single node": single, "citus": citus}
+    targets = (SINGLE, CITUS, COORDINATOR)
     times: dict[str, list[float]] = {t: [] for t in targets}
     leaks = {t: 0 for t in targets}
     owned = {t: 0 for t in targets}
-    async with _client(single, embedder) as one, _client(citus, embedder) as many:
-        clients = {"single node": one, "citus": many}
-        for name, client in clients.items():
+    async with (
+        _client(single, embedder) as one,
+        _client(citus, embedder) as many,
+        _client(citus, embedder, direct_reads_ttl_s=0.0) as through,
+    ):
+        clients = {SINGLE: one, CITUS: many, COORDINATOR: through}
+        for name, client in ((SINGLE, one), (CITUS, many)):  # the third reads the second's
             started = time.perf_counter()
             await _load(client, names, turns, seed)
             print(f"loaded {users} users x {turns} turns on {name} in "
@@ -107,7 +119,7 @@ async def _run(single: str, citus: str, users: int, turns: int, queries: int, se
         for i in range(queries):
             user = names[i % users]
             question = _turn(rng)
-            order = list(clients) if i % 2 == 0 else list(reversed(clients))
+            order = list(clients)[i % 3 :] + list(clients)[: i % 3]  # each goes first in turn
             for name in order:
                 elapsed, _ = await _ask(clients[name], user, question)
                 times[name].append(elapsed)
@@ -128,8 +140,9 @@ async def _run(single: str, citus: str, users: int, turns: int, queries: int, se
         p95[name] = statistics.quantiles(values, n=20)[-1]
         found = f"{owned[name]}/{users}"
         print(f"| {name} | {p50[name]:.1f} | {p95[name]:.1f} | {leaks[name]} | {found} |")
-    print(f"\ncitus / single node p50: {p50['citus'] / p50['single node']:.2f}x")
-    print(f"citus / single node p95: {p95['citus'] / p95['single node']:.2f}x")
+    for name in (CITUS, COORDINATOR):
+        print(f"\n{name} / single node p50: {p50[name] / p50[SINGLE]:.2f}x")
+        print(f"{name} / single node p95: {p95[name] / p95[SINGLE]:.2f}x")
 
 
 def main(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from dataclasses import replace
 
 from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
@@ -19,7 +20,16 @@ from app.citus.metadata import (
     distribution_problems,
 )
 from app.citus.policies import ON_SHARDS, POLICY_SHAPE, policy_drift
-from app.db import SET_LOCAL, ScopeKey, UserScope, one_line, scope_settings, set_local_params
+from app.db import (
+    SET_LOCAL,
+    ScopeKey,
+    UserScope,
+    create_engine,
+    one_line,
+    read_transaction,
+    scope_settings,
+    set_local_params,
+)
 from app.domain import MemoryScope
 from app.roles import (
     DISTRIBUTED_TABLES,
@@ -27,6 +37,7 @@ from app.roles import (
     read_scope_key,
     user_of,
 )
+from app.services.query.shards import ShardRouter
 
 # doctor: the spaces function reads space_members' shard (scope_spaces_function), not the table.
 _SPACES_READ_COPY = text(
@@ -78,14 +89,21 @@ _ROLE_VISIBILITY = text(
 _PROBE_READ = text("SELECT count(*) FROM conversations WHERE user_id = :user_id AND id = :id")
 
 
-async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] | None:
+async def cluster_status(
+    owner_url: str, service_url: str, *, direct_reads: bool = True
+) -> tuple[bool, str] | None:
     """doctor's Citus check; None on plain Postgres (nothing to check).
 
     Not ok unless every user table is distributed by user_id and co-located, api_keys is not,
     and the service role can write a row and read it back in that user's scope on every node
     that holds shards: one probe user per node, chosen by the shard its id hashes to (the SET
     LOCAL scope reaching that worker, which must accept the role's connections; rolled back).
-    One random user reached one worker, so a worker refusing the role passed half the time."""
+    One random user reached one worker, so a worker refusing the role passed half the time.
+
+    With `direct_reads` (PGRECALL_CITUS_DIRECT_READS_TTL_S > 0), also that each such node
+    takes the query path's reads of the probe user's shards straight from this host
+    (app/services/query/shards.py): a worker that refuses them is not an error of the
+    service, which then reads through the coordinator, but that costs each query about 1.7x."""
     engine = create_async_engine(owner_url, poolclass=NullPool)
     try:
         async with engine.connect() as conn:
@@ -139,6 +157,16 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
             continue
         if not wrote:
             failures.append(f"{role} wrote a row on {node} but could not read it back")
+    if direct_reads:
+        for node, user_id in probes.items():
+            refused = await _direct_read(service_url, key, user_id)
+            if refused is not None:
+                failures.append(
+                    f"the query path cannot read {role}'s shards on {node} from this host "
+                    f"({refused}): its reads go through the coordinator instead, about 1.7x "
+                    f"the time per query; let {node} accept {role} from this host (pg_hba.conf) "
+                    "or turn the direct reads off (PGRECALL_CITUS_DIRECT_READS_TTL_S=0)"
+                )
     if failures:
         return False, f"Citus {version}: " + "; ".join(failures)
     if hidden == "on":
@@ -149,7 +177,29 @@ async def cluster_status(owner_url: str, service_url: str) -> tuple[bool, str] |
         f"{DISTRIBUTION_COLUMN} and co-located ({shards} shards), "
         f"{' and '.join(REFERENCE_TABLES)} reference tables; {role} writes and reads back "
         f"its own row on each of {len(probes)} nodes ({', '.join(probes)})"
+        + ("; the query path reads its shards there directly" if direct_reads else "")
     )
+
+
+async def _direct_read(service_url: str, key: ScopeKey, user_id: str) -> str | None:
+    """Why the query path cannot read `user_id`'s shards on their worker from here (None: it
+    can), through the service's own router and read transaction."""
+    engine = create_engine(service_url, pool_size=1, scope_key=key)
+    router = ShardRouter(engine, pool_size=1)
+    try:
+        route = await router.route(user_id)
+        if route is None:
+            return "the shards' placement could not be read"
+        refused: list[BaseException] = []
+        route = replace(route, failed=refused.append)
+        async with read_transaction(engine, user_id, route=route) as reads:
+            await reads.fetch("SELECT count(*) AS n FROM messages AS m", {})
+        return one_line(refused[0]) if refused else None
+    except SQLAlchemyError as exc:
+        return one_line(exc)
+    finally:
+        await router.close()
+        await engine.dispose()
 
 
 def probe_users(

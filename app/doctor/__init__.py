@@ -137,7 +137,9 @@ async def check_citus(settings: Settings, url: str) -> Check | None:
     if not settings.database_url:
         return None  # the embedded server is a single node
     service, owner = settings.database_url, settings.migration_database_url or url
-    status = await cluster_status(owner, service)
+    status = await cluster_status(
+        owner, service, direct_reads=settings.citus_direct_reads_ttl_s > 0
+    )
     return None if status is None else Check("citus", *status)
 
 

@@ -28,6 +28,7 @@ from app.services.api_keys import KeyAuthenticator
 from app.services.embedding import EmbeddingService
 from app.services.query import QueryConfig, QueryService
 from app.services.query.judge import QueryJudge
+from app.services.query.shards import ShardRouter
 from app.services.query.sizes import SearchSizes
 from app.services.reembed import other_models
 from app.services.usage import UsageRecorder
@@ -76,6 +77,8 @@ class Resources:
     message_passages: bool = True
     # PGRECALL_JUDGE=llm: the LLM judge of query_memory (its client closes with the resources).
     judge: QueryJudge | None = None
+    # On Citus: the query path's reads on each user's worker (closes with the resources).
+    shard_router: ShardRouter | None = None
 
     @property
     def extraction_default(self) -> bool | None:
@@ -123,6 +126,7 @@ def query_service(resources: Resources) -> QueryService:
         usage=resources.usage,
         sizes=resources.search_sizes,
         judge=resources.judge,
+        router=resources.shard_router,
     )
 
 
@@ -255,6 +259,14 @@ async def open_resources(
         embeddings = EmbeddingService(the_embedder, cache if cache.enabled else None)
         sessionmaker = create_sessionmaker(engine, admin_engine)
         resources = resources_from(settings, sessionmaker, embeddings, cache)
+        if settings.citus_direct_reads_ttl_s > 0:
+            # Does nothing but on a Citus coordinator (one catalog read tells, at first query).
+            resources.shard_router = ShardRouter(
+                engine,
+                pool_size=settings.db_pool_size,
+                statement_timeout_ms=timeout_ms,
+                ttl_s=settings.citus_direct_reads_ttl_s,
+            )
         if resources.query_config.preset.verify_depth > 0:
             # A preset that reads the answer verifier does not start without it: a clear
             # LocalModelMissingError now, not a failing query later (loaded once per process).
@@ -266,6 +278,8 @@ async def open_resources(
             await resources.usage.drain()  # the usage data of answers already given
         if resources is not None and resources.judge is not None:
             await resources.judge.aclose()
+        if resources is not None and resources.shard_router is not None:
+            await resources.shard_router.close()
         await cache.aclose()
         close = getattr(the_embedder, "aclose", None)
         if close is not None and embedder is None:

@@ -58,6 +58,7 @@ from app.repositories.retrieval import (
 )
 from app.repositories.retrieval.common import SessionBound
 from app.repositories.search_index import Document, SearchIndexRepository
+from app.repositories.shards import ShardRepository
 from app.repositories.spaces import SpaceRepository
 from app.repositories.store import StoreRepository
 from app.repositories.usage import UsageRepository
@@ -441,6 +442,9 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
             retrieval.rows_each(owners, [[ids[0]], [ids[1]]], [ids[0]], when=when, split=split),
         )
     await rec.call("RetrievalRepository", "citus_loaded", retrieval.citus_loaded())
+    shards = ShardRepository(session)
+    await rec.call("ShardRepository", "citus", shards.citus())
+    await rec.call("ShardRepository", "placement", shards.placement(user, ["messages"]))
     await rec.call("RetrievalRepository", "item_count", retrieval.item_count(user))
     await rec.call("RetrievalRepository", "search_size", retrieval.search_size(user, up_to=5))
 

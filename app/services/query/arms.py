@@ -161,7 +161,8 @@ async def vector_arm(
         return {}
     path = SearchPath(items, exact=False, rescore=False)
     settings = path_settings(path, vectors.config)
-    async with read_transaction(vectors.engine, s.request.scope, settings) as reads:
+    route = await vectors.route(s.request.user_id)
+    async with read_transaction(vectors.engine, s.request.scope, settings, route) as reads:
         return await nearest(RetrievalRepository(reads), s, embedding, vectors, result, path, True)
 
 

@@ -66,7 +66,8 @@ async def gather(
     settings = planned_settings(known, vectors) if known is not None else None
     # Both connections carry the request's user: row-level security backs up the predicates.
     # The transaction runs through the driver (app/db.py, ReadTransaction).
-    async with slots, read_transaction(vectors.engine, s.request.scope, settings) as reads:
+    route = await vectors.route(user_id)
+    async with slots, read_transaction(vectors.engine, s.request.scope, settings, route) as reads:
         repo = RetrievalRepository(reads)
         hits = await arms(repo, s, embedding, vectors, result, known)
         if jointly is None:

@@ -44,6 +44,7 @@ from app.services.query.state import Vectors, scope
 if TYPE_CHECKING:
     from app.adapters.cache import Admission, Cache
     from app.services.query.judge import QueryJudge
+    from app.services.query.shards import ShardRouter
     from app.services.usage import UsageRecorder
 
 # The package's name: operators (and tests) filter the query's warnings by it.
@@ -64,6 +65,7 @@ class QueryService:
         usage: UsageRecorder | None = None,
         sizes: SearchSizes | None = None,
         judge: QueryJudge | None = None,
+        router: ShardRouter | None = None,
     ) -> None:
         # Its pool serves the query's read transactions (app/db.py, read_transaction).
         self.engine = engine
@@ -101,6 +103,8 @@ class QueryService:
         self.sizes = sizes if sizes is not None else SearchSizes(config.search_size_ttl_s)
         # The optional LLM judge (judge.py; PGRECALL_JUDGE=llm), else None.
         self.judge = judge
+        # On Citus: reads on the worker that holds each user's shards (shards.py), else None.
+        self.router = router
 
     async def query(self, request: QueryRequest, *, correlation_id: str = "-") -> QueryResult:
         """Answer one query; never raises for database, Redis or embedder failures. The
@@ -230,7 +234,7 @@ class QueryService:
             if preset.use_vector
             else None
         )
-        vectors = Vectors(self.engine, self.config, self.embeddings.model, self.sizes)
+        vectors = Vectors(self.engine, self.config, self.embeddings.model, self.sizes, self.router)
         # The shared spaces the request reads besides the user's memory: each is its own owner
         # (`space:<id>` rows), read signed as the user (row-level security checks the grant).
         spaces = request.scope.spaces

@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
 
     from app.adapters.verifier import Verifier
+    from app.db import ShardRoute
+    from app.services.query.shards import ShardRouter
 
 
 Key = tuple[Source, Any]
@@ -61,12 +63,18 @@ class Scope:
 @dataclass(frozen=True)
 class Vectors:
     """How the vector arm runs: the service's planner settings, the embedding model and the
-    users' recent sizes (sizes.py)."""
+    users' recent sizes (sizes.py); and where a user's read transactions run (`route`)."""
 
     engine: AsyncEngine  # its pool serves the read transactions (app/db.py)
     config: QueryConfig
     model: str
     sizes: SearchSizes
+    # On Citus: the user's reads on the worker holding its shards (shards.py); None: `engine`.
+    router: ShardRouter | None = None
+
+    async def route(self, user_id: str) -> ShardRoute | None:
+        """Where `user_id`'s read transactions run (None: on `engine`)."""
+        return None if self.router is None else await self.router.route(user_id)
 
 
 @dataclass(frozen=True)
