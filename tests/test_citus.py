@@ -9,7 +9,7 @@ import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,7 @@ from app.db import (
     SET_LOCAL,
     ReadTransaction,
     UserScope,
+    create_engine,
     create_sessionmaker,
     engine_scope_key,
     positional,
@@ -63,6 +64,7 @@ from app.roles import (
     read_scope_key,
     with_user,
 )
+from app.services.query.shards import ShardRouter
 from app.vectors import vector_literal
 from tests.servers import ExternalPostgres, service_url
 
@@ -389,6 +391,22 @@ async def test_distribute_moves_a_populated_store_and_keeps_rls_forced(
             assert [len(found) for found in near] == [1]
     finally:
         await app_engine.dispose()
+    # The query path's reads on the shard's worker: the scope's function is on the workers
+    # too (a store migrated before Citus had it on the coordinator alone), so the read begins
+    # there and never falls back to the coordinator.
+    reads_engine = create_engine(service, pool_size=1, scope_key=key)
+    router = ShardRouter(reads_engine, pool_size=1)
+    try:
+        route = await router.route("mover-3")
+        assert route is not None
+        refused: list[BaseException] = []
+        route = replace(route, failed=refused.append)
+        async with read_transaction(reads_engine, "mover-3", route=route) as reads:
+            (row,) = await reads.fetch("SELECT count(*) AS n FROM messages AS m", {})
+        assert (refused, row["n"]) == ([], 10)
+    finally:
+        await router.close()
+        await reads_engine.dispose()
 
 
 # ---- Shared spaces on the cluster (issue 43): reference tables, shard policies, routing. ----

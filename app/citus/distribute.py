@@ -63,6 +63,7 @@ _REFERENCE_COPIES = text(
     """
 )
 _SERVER_VERSION = text(SERVER_VERSION)
+_DISTRIBUTE_SET_LOCAL = "SELECT create_distributed_function('pgrecall_set_local(text[], text[])')"
 _DISTRIBUTE_SPACES = text("SELECT create_distributed_function('pgrecall_scope_spaces(boolean)')")
 _SPACES_ON_WORKERS = "SELECT pgrecall_scope_spaces(false)"
 
@@ -156,6 +157,11 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
             command = _worker_key_command(bytes(pads[0]), bytes(pads[1]))
             await _on_every_worker(conn, command, "copying the scope key to the workers")
             await conn.execute(text("SELECT create_distributed_function('pgrecall_scope_user()')"))
+            # The query path begins its read transactions on the workers too (reads on the
+            # shard's worker, app/services/query/shards.py) with the scope's SET LOCALs: the
+            # function must be there. A store migrated before Citus was installed had it on
+            # the coordinator alone (found by doctor on a moved store, 2026-12-07).
+            await conn.execute(text(_DISTRIBUTE_SET_LOCAL))
         for name in DISTRIBUTED_TABLES:
             if placed[name].method == "h":
                 continue
