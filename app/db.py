@@ -492,12 +492,15 @@ async def _begun_on_shard(route: ShardRoute, begin: str) -> AsyncConnection | No
         assert driver is not None
         await driver.execute(f"{begin}; {route.check}")
         return connection
-    except (*_DRIVER_ERRORS, exc.SQLAlchemyError, OSError, TimeoutError) as error:
-        route.failed(error)
+    except BaseException as error:
+        # Not back to the pool in an unknown state, also when cancelled (the query's deadline).
         if connection is not None:
             await connection.invalidate()
             await connection.close()
-        return None
+        if isinstance(error, (*_DRIVER_ERRORS, exc.SQLAlchemyError, OSError, TimeoutError)):
+            route.failed(error)
+            return None
+        raise
 
 
 @contextlib.asynccontextmanager

@@ -88,13 +88,14 @@ class ShardRouter:
     statement_timeout_ms: int = 5000
     ttl_s: float = 30.0
     max_users: int = 10_000
-    _citus: bool | None = None
-    _known: OrderedDict[str, _Known] = field(default_factory=OrderedDict)
-    _workers: dict[tuple[str, int], AsyncEngine] = field(default_factory=dict)
+    # Whether the database has Citus' catalog (None: not asked yet; asked once).
+    _citus: bool | None = field(default=None, init=False)
+    _known: OrderedDict[str, _Known] = field(default_factory=OrderedDict, init=False)
+    _workers: dict[tuple[str, int], AsyncEngine] = field(default_factory=dict, init=False)
     # Workers a read failed on, and when: their users read through the coordinator for
     # `ttl_s` (a worker the service cannot reach costs one failed attempt per ttl, not one
     # per query).
-    _down: dict[tuple[str, int], float] = field(default_factory=dict)
+    _down: dict[tuple[str, int], float] = field(default_factory=dict, init=False)
 
     async def route(self, user_id: str) -> ShardRoute | None:
         if self._citus is False:
@@ -137,7 +138,6 @@ class ShardRouter:
 
     def _route(self, user_id: str, placement: Placement) -> ShardRoute:
         shards = tuple(sorted(placement.shards.items()))
-
         node = (placement.host, placement.port)
 
         def failed(error: BaseException) -> None:
