@@ -27,6 +27,7 @@ import logging
 import re
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -88,6 +89,7 @@ class ShardRouter:
     statement_timeout_ms: int = 5000
     ttl_s: float = 30.0
     max_users: int = 10_000
+    clock: Callable[[], float] = time.monotonic
     # Whether the database has Citus' catalog (None: not asked yet; asked once).
     _citus: bool | None = field(default=None, init=False)
     _known: OrderedDict[str, _Known] = field(default_factory=OrderedDict, init=False)
@@ -100,7 +102,7 @@ class ShardRouter:
     async def route(self, user_id: str) -> ShardRoute | None:
         if self._citus is False:
             return None
-        now = time.monotonic()
+        now = self.clock()
         known = self._known.get(user_id)
         if known is None or now - known.at > self.ttl_s:
             try:
@@ -146,7 +148,7 @@ class ShardRouter:
                 log.warning("read on the shard's worker %s:%d failed; its users read through "
                             "the coordinator for %.0f s: %s", *node, self.ttl_s,
                             one_line(error))  # fmt: skip
-            self._down[node] = time.monotonic()
+            self._down[node] = self.clock()
 
         return ShardRoute(
             engine=self._worker(placement.host, placement.port),

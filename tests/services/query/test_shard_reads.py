@@ -133,15 +133,14 @@ async def test_on_plain_postgres_the_router_routes_nothing(service_engine: Async
 
 
 async def test_a_worker_a_read_failed_on_is_left_alone_for_the_ttl(
-    service_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+    service_engine: AsyncEngine,
 ) -> None:
     """After a failure on a worker its users read through the coordinator for `ttl_s`, and
     are looked up again (the router's own bookkeeping; no worker is connected to here)."""
-    router = ShardRouter(service_engine, ttl_s=30.0)
+    clock = [1000.0]
+    router = ShardRouter(service_engine, ttl_s=30.0, clock=lambda: clock[0])
     router._citus = True
     shards = dict(SHARDS)
-    clock = [1000.0]
-    monkeypatch.setattr("app.services.query.shards.time.monotonic", lambda: clock[0])
     for user in ("a", "b"):
         router._known[user] = _Known(Placement("10.0.0.9", 5432, shards), clock[0])
     try:
