@@ -270,7 +270,11 @@ def user_session(
     memory = as_scope(user)
     if not memory.user_id:
         raise ValueError("a user-scoped session needs a user id")
-    scope = read_path_scope(memory, settings) if custom_plans else UserScope(memory)
+    scope = (
+        read_path_scope(memory, settings)
+        if custom_plans
+        else UserScope(memory)
+    )
     return sessionmaker(info={_SCOPE: scope})
 
 
@@ -472,7 +476,7 @@ async def read_transaction(
             try:
                 async with _committed(direct, None, route.rename) as reads:
                     yield reads
-            except (*_DRIVER_ERRORS, exc.DBAPIError) as error:
+            except (exc.DBAPIError, OSError) as error:  # driver errors come as DBAPIError
                 route.failed(error)  # the next read of this user looks its shards up again
                 raise
             finally:
@@ -488,9 +492,7 @@ async def _begun_on_shard(route: ShardRoute, begin: str) -> AsyncConnection | No
     connection: AsyncConnection | None = None
     try:
         connection = await route.engine.connect()
-        driver = (await connection.get_raw_connection()).driver_connection
-        assert driver is not None
-        await driver.execute(f"{begin}; {route.check}")
+        await (await _driver(connection)).execute(f"{begin}; {route.check}")
         return connection
     except BaseException as error:
         # Not back to the pool in an unknown state, also when cancelled (the query's deadline).
@@ -508,8 +510,7 @@ async def _committed(
     connection: AsyncConnection, begin: str | None, rename: Callable[[str], str] | None = None
 ) -> AsyncIterator[ReadTransaction]:
     """Begins (unless begun) and commits read_transaction's transaction on `connection`."""
-    driver = (await connection.get_raw_connection()).driver_connection
-    assert driver is not None
+    driver = await _driver(connection)
     try:
         try:
             if begin is not None:
@@ -525,6 +526,13 @@ async def _committed(
             # that cannot roll back: it goes, not back to the pool.
             await connection.invalidate()
         raise
+
+
+async def _driver(connection: AsyncConnection) -> asyncpg.Connection:
+    """The asyncpg connection under a pooled SQLAlchemy connection."""
+    driver = (await connection.get_raw_connection()).driver_connection
+    assert driver is not None
+    return driver
 
 
 async def _rolled_back(driver: asyncpg.Connection) -> bool:

@@ -158,15 +158,13 @@ async def cluster_status(
         if not wrote:
             failures.append(f"{role} wrote a row on {node} but could not read it back")
     if direct_reads:
-        for node, user_id in probes.items():
-            refused = await _direct_read(service_url, key, user_id)
-            if refused is not None:
-                failures.append(
-                    f"the query path cannot read {role}'s shards on {node} from this host "
-                    f"({refused}): its reads go through the coordinator instead, about 1.7x "
-                    f"the time per query; let {node} accept {role} from this host (pg_hba.conf) "
-                    "or turn the direct reads off (PGRECALL_CITUS_DIRECT_READS_TTL_S=0)"
-                )
+        for node, refused in (await _direct_reads(service_url, key, probes)).items():
+            failures.append(
+                f"the query path cannot read {role}'s shards on {node} from this host "
+                f"({refused}): its reads go through the coordinator instead, about 1.7x "
+                f"the time per query; let {node} accept {role} from this host (pg_hba.conf) "
+                "or turn the direct reads off (PGRECALL_CITUS_DIRECT_READS_TTL_S=0)"
+            )
     if failures:
         return False, f"Citus {version}: " + "; ".join(failures)
     if hidden == "on":
@@ -181,25 +179,31 @@ async def cluster_status(
     )
 
 
-async def _direct_read(service_url: str, key: ScopeKey, user_id: str) -> str | None:
-    """Why the query path cannot read `user_id`'s shards on their worker from here (None: it
-    can), through the service's own router and read transaction."""
+async def _direct_reads(service_url: str, key: ScopeKey, probes: dict[str, str]) -> dict[str, str]:
+    """The nodes whose probe user's shards the query path cannot read there from this host,
+    and why: through the service's own router and read transaction (one of each for all)."""
     engine = create_engine(service_url, pool_size=1, scope_key=key)
     router = ShardRouter(engine, pool_size=1)
+    refusals: dict[str, str] = {}
     try:
-        route = await router.route(user_id)
-        if route is None:
-            return "the shards' placement could not be read"
-        refused: list[BaseException] = []
-        route = replace(route, failed=refused.append)
-        async with read_transaction(engine, user_id, route=route) as reads:
-            await reads.fetch("SELECT count(*) AS n FROM messages AS m", {})
-        return one_line(refused[0]) if refused else None
-    except SQLAlchemyError as exc:
-        return one_line(exc)
+        for node, user_id in probes.items():
+            refused: list[BaseException] = []
+            try:
+                route = await router.route(user_id)
+                if route is None:
+                    refusals[node] = "the shards' placement could not be read"
+                    continue
+                route = replace(route, failed=refused.append)
+                async with read_transaction(engine, user_id, route=route) as reads:
+                    await reads.fetch("SELECT count(*) AS n FROM messages AS m", {})
+            except SQLAlchemyError as exc:
+                refused.append(exc)
+            if refused:
+                refusals[node] = one_line(refused[0])
     finally:
         await router.close()
         await engine.dispose()
+    return refusals
 
 
 def probe_users(

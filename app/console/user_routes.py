@@ -200,7 +200,9 @@ def _deleted_route(deleted: bool, doc: str) -> Callable[..., Awaitable[Response]
 router.post("/memory/delete", name="delete_memory")(
     _deleted_route(True, "Soft-delete: no longer retrieved, can be restored.")
 )
-router.post("/memory/restore", name="restore_memory")(_deleted_route(False, "Undo a soft delete."))
+router.post("/memory/restore", name="restore_memory")(
+    _deleted_route(False, "Undo a soft delete.")
+)
 
 
 async def _set_deleted(

@@ -62,10 +62,8 @@ class ShardRepository:
 
     async def placement(self, user_id: str, tables: Sequence[str]) -> Placement | None:
         """Where `user_id`'s rows of `tables` are: one worker and a shard per table, or None
-        where Citus is not installed, some table is not hash-distributed or the shards are not
-        placed on one node."""
-        if not await self.citus():
-            return None
+        when some table is not hash-distributed or the shards are not placed on one node. Only
+        where `citus()` (the catalog is not there otherwise)."""
         rows = (
             await self.connection.execute(_PLACEMENT, {"tables": list(tables), "user_id": user_id})
         ).all()

@@ -146,7 +146,9 @@ class KeywordScope(TypedDict):
 
 
 class KeywordArm(SessionBound):
-    async def keyword(self, user_id: str, query: str, **scope: Unpack[KeywordScope]) -> KeywordHits:
+    async def keyword(
+        self, user_id: str, query: str, **scope: Unpack[KeywordScope]
+    ) -> KeywordHits:
         """Top items by BM25 (per-user document frequencies) over any of the query's lexemes."""
         rows = await self._bm25(user_id, query, scope, None)
         keys = [(SOURCES[r["source"]], r["item_id"]) for r in rows]

@@ -152,7 +152,7 @@ class ShardRouter:
 
         return ShardRoute(
             engine=self._worker(placement.host, placement.port),
-            rename=functools.partial(_rename, shards=shards),
+            rename=functools.partial(renamed, shards=shards),
             check=placement_check(placement.shards[DISTRIBUTED_TABLES[0]]),
             failed=failed,
         )
@@ -179,7 +179,3 @@ class ShardRouter:
         engines, self._workers = list(self._workers.values()), {}
         for engine in engines:
             await engine.dispose()
-
-
-def _rename(sql: str, *, shards: tuple[tuple[str, int], ...]) -> str:
-    return renamed(sql, shards)
