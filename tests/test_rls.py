@@ -401,6 +401,35 @@ async def test_a_user_scope_cannot_be_switched_inside_its_transaction(
     assert users == set()
 
 
+async def test_pgrecall_set_local_sets_each_pair_for_the_transaction_alone(
+    service_engine: AsyncEngine,
+) -> None:
+    """Migration 0023's set_config() form (off Citus) is SET LOCAL: every pair is set, the
+    planner's settings checked as SET checks them, and nothing outlives the transaction."""
+    call = text("SELECT pgrecall_set_local(CAST(:n AS text[]), CAST(:v AS text[]))")
+    names = ["pgrecall.user_id", "pgrecall.scope_own", "plan_cache_mode", "work_mem"]
+    values = ["someone", "", "force_generic_plan", "7MB"]
+    show = text(
+        "SELECT current_setting('pgrecall.user_id', true) AS u, "
+        "current_setting('pgrecall.scope_own', true) AS own, "
+        "current_setting('plan_cache_mode') AS plans, current_setting('work_mem') AS mem"
+    )
+    async with service_engine.connect() as conn:
+        before = (await conn.execute(show)).one()
+        await conn.commit()
+        async with conn.begin():
+            await conn.execute(call, {"n": names, "v": values})
+            await conn.execute(call, {"n": [], "v": []})  # nothing to set: nothing changes
+            assert tuple((await conn.execute(show)).one()) == ("someone", "", *values[2:])
+        after = (await conn.execute(show)).one()
+        await conn.commit()
+        assert after.plans == before.plans and after.mem == before.mem
+        assert after.u in (None, "")  # a placeholder once set reads "" after the transaction
+        with pytest.raises(DBAPIError, match="plan_cache_mode"):
+            async with conn.begin():
+                await conn.execute(call, {"n": ["plan_cache_mode"], "v": ["sometimes"]})
+
+
 async def test_a_failing_predicate_never_runs_on_another_users_rows(
     sessions: async_sessionmaker[AsyncSession], pair: Pair
 ) -> None:
