@@ -476,14 +476,18 @@ def own_first(ranked: list[Ranked[K]], shared: Collection[K]) -> list[Ranked[K]]
     relevance, consecutive in the order): the order is otherwise kept as it is."""
     if not shared:
         return ranked
+    reported = [round(r.relevance, 4) for r in ranked]
     out: list[Ranked[K]] = []
     i = 0
     while i < len(ranked):
         j = i + 1
-        tie = round(ranked[i].relevance, 4)
-        while j < len(ranked) and round(ranked[j].relevance, 4) == tie:
+        while j < len(ranked) and reported[j] == reported[i]:
             j += 1
-        group = ranked[i:j]
-        out += [r for r in group if r.key not in shared] + [r for r in group if r.key in shared]
+        if j == i + 1:
+            out.append(ranked[i])  # no tie: nothing to reorder
+        else:
+            group = ranked[i:j]
+            out += [r for r in group if r.key not in shared]
+            out += [r for r in group if r.key in shared]
         i = j
     return out

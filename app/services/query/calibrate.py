@@ -19,7 +19,7 @@ from app.repositories.search_index import Source
 from app.retrieval.abstention import DEPTH as QUESTION_DEPTH
 from app.retrieval.abstention import question_features, rescaled
 from app.retrieval.relevance import MIN_SPREAD, SPEC_FLOOR, features
-from app.retrieval.revision import memory_text, revision_features
+from app.retrieval.revision import MemoryText, memory_text, revision_features
 from app.retrieval.scoring import Ranked, finalise, own_first
 from app.retrieval.subjects import off_subject
 from app.retrieval.topics import Linked, Revision, link_topics
@@ -310,12 +310,12 @@ def newer_wins(
     }
     decisions = {DECISION: s.preset.decision_link} if s.preset.decision_link > 0.0 else {}
     tie = (s.preset.tie_link, s.preset.tie_ratio) if s.preset.tie_link > 0.0 else None
-    revises = _revises(s, candidates, relevance, linked_keys) if s.revision is not None else None
+    revises = _revises(s, candidates, relevance) if s.revision is not None else None
     return link_topics(ranked, created, pairs, s.preset.topic_link, kinds, decisions, tie, revises)
 
 
 def _revises(
-    s: Scope, candidates: dict[Key, Candidate], relevance: dict[Key, float], keys: set[Key]
+    s: Scope, candidates: dict[Key, Candidate], relevance: dict[Key, float]
 ) -> Callable[[Key, Key, float], Revision | None]:
     """Whether the newer of a pair revises the older that ranks above it: the embedder's
     revision model (app/retrieval/revision.py) at the preset's `revision_threshold` (the newer
@@ -323,13 +323,20 @@ def _revises(
     assert s.revision is not None
     model, threshold = s.revision, s.preset.revision_threshold
     outdates = s.preset.revision_outdates
-    texts = {k: memory_text(_content(candidates, k), _kind(candidates, k)) for k in keys}
+    texts: dict[Key, MemoryText] = {}
+
+    def text(key: Key) -> MemoryText:
+        """A linked memory's words, read when one of its pairs is asked about (few are)."""
+        if key not in texts:
+            texts[key] = memory_text(_content(candidates, key), _kind(candidates, key))
+        return texts[key]
 
     def revises(old: Key, new: Key, cosine: float) -> Revision | None:
-        if not model.reads(texts[old].words, texts[new].words):
+        older, newer = text(old), text(new)
+        if not model.reads(older.words, newer.words):
             return None  # longer than any memory it was fitted on
         x = revision_features(
-            cosine, relevance.get(old, 0.0), relevance.get(new, 0.0), texts[old], texts[new]
+            cosine, relevance.get(old, 0.0), relevance.get(new, 0.0), older, newer
         )
         p = model.probability(x)
         if 0.0 < outdates <= p:
