@@ -1,9 +1,9 @@
 """Two or more ways of answering the same questions, measured in one run (bench.spaces,
 bench.topics): each question in every mode, in a seeded random order per question, once to warm
-up and once measured. Per mode: wall ms, the service's CPU ms (what `cpu_ms` reads: this
-process, or a server's processes) and the Postgres backends' CPU ms (/proc/<pid>/schedstat of
-every backend of the server, read before and after each question). Compare the rows of one run,
-not runs: the machine's speed moves from minute to minute.
+up and then `rounds` times measured (1 unless asked). Per mode: wall ms, the service's CPU ms
+(what `cpu_ms` reads: this process, or a server's processes) and the Postgres backends' CPU ms
+(/proc/<pid>/schedstat of every backend of the server, read before and after each question).
+Compare the rows of one run, not runs: the machine's speed moves from minute to minute.
 """
 
 from __future__ import annotations
@@ -35,15 +35,17 @@ async def measure(
     ask: Ask[M],
     cpu_ms: Callable[[], float],
     postmaster: int,
+    rounds: int = 1,
 ) -> dict[str, Any]:
-    """Every question in every mode (see the module): {"wall", "cpu", "pg"}: mode -> ms per
-    question; "counted": the sum of what `ask` returned."""
+    """Every question in every mode (see the module), `rounds` times after the warm-up:
+    {"wall", "cpu", "pg"}: mode -> ms per question asked; "counted": the sum of what `ask`
+    returned."""
     wall: dict[str, list[float]] = {m: [] for m in modes}
     cpu: dict[str, list[float]] = {m: [] for m in modes}
     pg: dict[str, list[float]] = {m: [] for m in modes}
     counted = 0
     rng = np.random.default_rng(42)
-    for warm in (True, False):
+    for warm in (True, *([False] * rounds)):
         for query in tqdm(sample, desc="warm-up" if warm else "measured", leave=False):
             order = list(modes)
             rng.shuffle(order)
