@@ -34,7 +34,6 @@ from typing import Annotated, Any
 
 import typer
 from sqlalchemy import text
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from app.adapters.cache import Cache
@@ -54,6 +53,7 @@ from bench.modes import echo_modes, measure, postmaster_pid, ratios
 from bench.options import ROOT, parse_size
 from bench.real import default_big_size, real_store, settle
 from bench.server import cpu_seconds, start_server
+from bench.store import Database
 from pgrecall.client import NO_RETRY, AsyncClient
 
 cli = typer.Typer(add_completion=False)
@@ -63,11 +63,11 @@ SPACES = ("bench-team", "bench-family")
 
 @dataclass(frozen=True)
 class Workload:
-    """The store the questions are asked of: its URL, the sampled questions, their vectors
+    """The store the questions are asked of: its database, the sampled questions, their vectors
     computed up front (the synthetic store's; None: embedded in the request), and the table the
     spaces' memories are copied from."""
 
-    url: str
+    db: Database
     sample: list[BenchQuery]
     embeddings: EmbeddingService | None
     source: str
@@ -81,24 +81,26 @@ async def workload(
     LoCoMo conversation turns (bench_real_<size>) and its users' own questions."""
     if kind == "synthetic":
         async with prepared(size, queries, out, big_size) as bench:
-            yield Workload(bench.store.db.url, bench.sample, bench.embeddings, "memory_items")
+            yield Workload(bench.store.db, bench.sample, bench.embeddings, "memory_items")
         return
     pg = EmbeddedPostgres(out / "pg")
     server_url = await asyncio.to_thread(pg.start)
     try:
         db, _, questions, _ = await real_store(server_url, size, out, 42, default_big_size(size))
         await ensure_service_role(db.url, DEFAULT_APP_ROLE, create=True)
-        yield Workload(db.url, questions[:queries], None, "messages")
+        yield Workload(db, questions[:queries], None, "messages")
     finally:
         if pg.started_here:
             await asyncio.to_thread(pg.stop)
 
 
-async def add_spaces(url: str, users: list[str], size: int, source: str = "memory_items") -> None:
+async def add_spaces(
+    db: Database, users: list[str], size: int, source: str = "memory_items"
+) -> None:
     """The two spaces (made again), each with `size` memories copied from stored users' rows of
     `source` (memory_items or messages), and a read grant for each of `users`."""
     kind = "m.type" if source == "memory_items" else "'fact'"
-    engine = create_engine(url)
+    engine = create_engine(db.url)
     try:
         async with engine.begin() as conn:
             for n, space in enumerate(SPACES):
@@ -137,7 +139,7 @@ async def add_spaces(url: str, users: list[str], size: int, source: str = "memor
         await engine.dispose()
     # Settled like the users' store (bench.real.settle): the visibility map set and the
     # statistics fresh, so the spaces' index-only scans read no heap (as after autovacuum).
-    await settle(make_url(url).set(drivername="postgresql").render_as_string(hide_password=False))
+    await settle(db.dsn)
 
 
 # Each mode's spaces; a question in a mode counts the shared items in its answer.
@@ -156,9 +158,9 @@ async def run(
     rounds: int = 1,
 ) -> dict[str, Any]:
     async with workload(kind, size, queries, out, big_size) as bench:
-        url = bench.url
+        url = bench.db.url
         users = sorted({q.user_id for q in bench.sample})
-        await add_spaces(url, users, space_size, bench.source)
+        await add_spaces(bench.db, users, space_size, bench.source)
         postmaster = postmaster_pid(out / "pg")
         if served:
             server = await start_server(

@@ -40,34 +40,36 @@ _LOOP = """
         );
     END LOOP;"""
 
-SET_LOCAL_FUNCTION = f"""
+# Where Citus is loaded, and what makes it forward the SET LOCALs to the worker connections.
+_CITUS = "current_setting('citus.propagate_set_commands', true) IS NOT NULL"
+_PROPAGATE = "SET LOCAL citus.propagate_set_commands = 'local';"
+
+
+def _function(body: str) -> str:
+    """CREATE OR REPLACE of pgrecall_set_local with `body` between its BEGIN and END."""
+    return f"""
 CREATE OR REPLACE FUNCTION pgrecall_set_local(names text[], vals text[]) RETURNS void
 LANGUAGE plpgsql AS $fn$
 DECLARE
     i int;
-BEGIN
-    IF current_setting('citus.propagate_set_commands', true) IS NOT NULL THEN
-        -- Citus forwards SET LOCAL to the worker connections, not set_config()
-        SET LOCAL citus.propagate_set_commands = 'local';{_LOOP}
-    ELSE
-        PERFORM set_config(s.name, s.value, true) FROM unnest(names, vals) AS s(name, value);
-    END IF;
+BEGIN{body}
 END
 $fn$
 """
 
-OLD_SET_LOCAL_FUNCTION = f"""
-CREATE OR REPLACE FUNCTION pgrecall_set_local(names text[], vals text[]) RETURNS void
-LANGUAGE plpgsql AS $fn$
-DECLARE
-    i int;
-BEGIN
-    IF current_setting('citus.propagate_set_commands', true) IS NOT NULL THEN
-        SET LOCAL citus.propagate_set_commands = 'local';
-    END IF;{_LOOP}
-END
-$fn$
-"""
+
+# The loop where Citus is loaded (it forwards SET LOCAL, not set_config()), else one statement.
+SET_LOCAL_FUNCTION = _function(f"""
+    IF {_CITUS} THEN
+        {_PROPAGATE}{_LOOP}
+    ELSE
+        PERFORM set_config(s.name, s.value, true) FROM unnest(names, vals) AS s(name, value);
+    END IF;""")
+# Migration 0010's: the loop everywhere.
+OLD_SET_LOCAL_FUNCTION = _function(f"""
+    IF {_CITUS} THEN
+        {_PROPAGATE}
+    END IF;{_LOOP}""")
 
 
 def _replace(function: str) -> None:
