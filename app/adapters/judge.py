@@ -14,10 +14,10 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
-from openai import AsyncOpenAI
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
 # A stored item can be long (a conversation turn): the judge reads its start only, which bounds
 # the prompt's cost (about 4 characters a token).
@@ -46,7 +46,11 @@ class JudgeLLM:
     ) -> None:
         self.model = model
         self.timeout_s = timeout_s
-        self._client = AsyncOpenAI(
+        # imported here: the `openai` package takes about a second to import, which every
+        # `pgrecall` process would pay whether or not a judge is configured
+        from openai import AsyncOpenAI
+
+        self._client: AsyncOpenAI = AsyncOpenAI(
             base_url=base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=0
         )
 
@@ -54,6 +58,8 @@ class JudgeLLM:
         """Whether each text answers `question`, in order; JudgeError on any failure."""
         if not texts:
             return []
+        import openai
+
         payload = {
             "question": question,
             "memories": [

@@ -15,12 +15,13 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-import openai
-from openai import AsyncOpenAI
+from typing import TYPE_CHECKING, Any
 
 from app.deadline import within
+
+if TYPE_CHECKING:
+    import openai
+    from openai import AsyncOpenAI
 
 
 class LLMError(Exception):
@@ -71,7 +72,11 @@ class ExtractionLLM:
         self.model = model
         self.max_output_tokens = max_output_tokens
         self.timeout_s = timeout_s
-        self._client = AsyncOpenAI(
+        # imported here, as in app/adapters/judge.py: about a second that a process without
+        # an extraction model would spend for nothing
+        from openai import AsyncOpenAI
+
+        self._client: AsyncOpenAI = AsyncOpenAI(
             base_url=base_url, api_key=api_key or "unused", timeout=timeout_s, max_retries=0
         )
 
@@ -102,6 +107,8 @@ class ExtractionLLM:
     ) -> Completion:
         """One chat completion at temperature 0 within the timeout; the endpoint's failures as
         LLMErrors (an error status as `status_error` says)."""
+        import openai
+
         try:
             raw = await within(
                 self.timeout_s,
