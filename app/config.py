@@ -126,6 +126,14 @@ class Settings(BaseSettings):
     # A user's size (exact or ANN search, passages, plans) is read once per this many seconds of
     # its queries, not per query (app/services/query/sizes.py); 0 reads it every time.
     search_size_ttl_s: Annotated[float, Field(ge=0, le=3600)] = 10.0
+    # The memories of shared spaces of at most `space_copy_max_items` items (and on the exact
+    # path: exact_search_max_items) are kept in memory by each service process, up to this many
+    # MiB, and scored there: a query that reads spaces sends one statement for them (their
+    # versions, under row-level security) instead of their keyword, vector and row statements.
+    # A copy is read again after each write of its space, in the background: about 20 ms of
+    # CPU for 300 memories, 0.25 s for 3,000 (app/services/query/space_cache.py). 0: none.
+    space_cache_mb: Annotated[int, Field(ge=0, le=65_536)] = 256
+    space_copy_max_items: Annotated[int, Field(ge=0)] = 5_000
     # On a Citus coordinator: the query path reads each user's shards on the worker that holds
     # them, not through the coordinator (app/services/query/shards.py; docs/scaling.md, "Reads
     # on the shard's worker"); where a user's shards are is looked up once per this many

@@ -43,6 +43,11 @@ class MemoryItem(ScopedMixin, CreatedAtMixin, Base):
         CheckConstraint("importance >= 0 AND importance <= 1", name="importance_range"),
         CheckConstraint("supersedes_id <> id", name="not_self_superseding"),
         CheckConstraint("valid_to IS NULL OR valid_to >= valid_from", name="valid_window"),
+        # A shared space's memory belongs to no agent or run (migration 0024).
+        CheckConstraint(
+            "user_id NOT LIKE 'space:%' OR (agent_id IS NULL AND run_id IS NULL)",
+            name="space_unscoped",
+        ),
         Index("idx_memory_items_user_id", "user_id", postgresql_where=text("deleted_at IS NULL")),
         Index(
             "idx_memory_items_type", "user_id", "type", postgresql_where=text("deleted_at IS NULL")
@@ -168,3 +173,6 @@ class SearchStats(Base):
     user_id: Mapped[str] = mapped_column(String(USER_ID_LENGTH), primary_key=True)
     doc_count: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))
     total_length: Mapped[float] = mapped_column(Float, nullable=False, server_default=text("0"))
+    # A shared space's row: a new value at every write of the space (migration 0024's triggers;
+    # the query service's copies of small spaces, app/services/query/space_cache.py). 0 else.
+    version: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default=text("0"))

@@ -30,6 +30,7 @@ from app.services.query import QueryConfig, QueryService
 from app.services.query.judge import QueryJudge
 from app.services.query.shards import ShardRouter
 from app.services.query.sizes import SearchSizes
+from app.services.query.space_cache import SpaceCache, space_cache
 from app.services.reembed import other_models
 from app.services.usage import UsageRecorder
 
@@ -66,6 +67,8 @@ class Resources:
     usage: UsageRecorder | None = None
     # Users' sizes from their last seconds of queries (app/services/query/sizes.py).
     search_sizes: SearchSizes | None = None
+    # The process's copies of small shared spaces (app/services/query/space_cache.py).
+    space_copies: SpaceCache | None = None
     # LLM extraction (PGRECALL_EXTRACTION=llm): stored user turns are queued for it. The
     # pipeline itself is the app's (app.main starts it), not a resource every door shares.
     extract_turns: bool = False
@@ -125,6 +128,7 @@ def query_service(resources: Resources) -> QueryService:
         slots=resources.query_slots,
         usage=resources.usage,
         sizes=resources.search_sizes,
+        spaces=resources.space_copies,
         judge=resources.judge,
         router=resources.shard_router,
     )
@@ -187,6 +191,9 @@ def resources_from(
         max_entries_per_user=settings.max_entries_per_user,
         usage=UsageRecorder(sessionmaker),
         search_sizes=SearchSizes(settings.search_size_ttl_s),
+        space_copies=space_cache(
+            settings.space_cache_mb, settings.space_copy_max_items, settings.exact_search_max_items
+        ),
         extract_turns=settings.extraction == ExtractionMode.LLM,
         extraction_default_on=settings.extraction_default,
         summary_tokens=(
@@ -280,6 +287,8 @@ async def open_resources(
             await resources.judge.aclose()
         if resources is not None and resources.shard_router is not None:
             await resources.shard_router.close()
+        if resources is not None and resources.space_copies is not None:
+            await resources.space_copies.aclose()  # the copies being read
         await cache.aclose()
         close = getattr(the_embedder, "aclose", None)
         if close is not None and embedder is None:

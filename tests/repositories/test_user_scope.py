@@ -443,6 +443,13 @@ async def drive_session(session: AsyncSession, rec: Recorder, user: str) -> None
             "rows_each",
             retrieval.rows_each(owners, [[ids[0]], [ids[1]]], [ids[0]], when=when, split=split),
         )
+    # The copies of spaces (app/services/query/space_cache.py): their versions, memories and
+    # postings, each pinned to its owner.
+    await rec.call(
+        "RetrievalRepository", "space_versions", retrieval.space_versions(owners, "Rex", "")
+    )
+    await rec.call("RetrievalRepository", "space_items", retrieval.space_items(owners[0]))
+    await rec.call("RetrievalRepository", "space_postings", retrieval.space_postings(owners[0]))
     await rec.call("RetrievalRepository", "citus_loaded", retrieval.citus_loaded())
     shards = ShardRepository(session)
     citus = await rec.call("ShardRepository", "citus", shards.citus())

@@ -20,6 +20,7 @@ import re
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Unpack
 
 import numpy as np
@@ -214,3 +215,53 @@ class SharedReads(SessionBound):
             if r["v"] is not None:
                 stored[key] = decode_halfvec(r["v"])
         return SpaceRows(candidates, stored)
+
+    async def space_versions(
+        self, owners: Sequence[str], query: str, names: str
+    ) -> tuple[list[str], list[str], datetime, list[Row]]:
+        """What a query's copies of spaces (app/services/query/space_cache.py) need of the
+        database, in one statement: the query's lexemes and its names' (as the keyword
+        statement parses them), the transaction's now(), and the `search_stats` row (`owner`:
+        the place in `owners`; version, document count, total length) of each of `owners` the
+        signed user may read: row-level security leaves out every other."""
+        stats = per_owner(SPACE_STATS_SQL, range(len(owners)))
+        params: dict[str, Any] = {"query": query, "names": names}
+        params |= {f"user_id_{n}": owner for n, owner in enumerate(owners)}
+        rows = await self._rows(SPACE_VERSIONS_SQL.format(stats=stats), params)
+        first = rows[0]
+        found = [r for r in rows if r["owner"] is not None]
+        return list(first["q"]), list(first["nq"]), first["now"], found
+
+    async def space_items(self, owner: str) -> Sequence[Row]:
+        """A space's memories that are not deleted, each with what a query may read of it."""
+        return await self._rows(SPACE_ITEMS_SQL, {"user_id": owner})
+
+    async def space_postings(self, owner: str) -> Sequence[Row]:
+        """A space's keyword postings, one row per lexeme, in the database's order of them."""
+        return await self._rows(SPACE_POSTINGS_SQL, {"user_id": owner})
+
+
+SPACE_STATS_SQL = (
+    "SELECT version, doc_count, total_length FROM search_stats WHERE user_id = :user_id"
+)
+
+SPACE_VERSIONS_SQL = """
+SELECT l.q, l.nq, l.now, s.owner, s.version, s.doc_count, s.total_length
+FROM (SELECT ARRAY(SELECT DISTINCT u.lexeme FROM unnest(to_tsvector('english', :query)) AS u) AS q,
+             ARRAY(SELECT DISTINCT u.lexeme FROM unnest(to_tsvector('english', :names)) AS u) AS nq,
+             now() AS now) AS l
+LEFT JOIN ({stats}) AS s ON true
+"""
+
+SPACE_ITEMS_SQL = f"""
+SELECT {MEMORY_COLUMNS}, tags, expires_at, valid_to, embedding_model,
+       {stored_vector("embedding")} AS v
+FROM memory_items WHERE user_id = :user_id AND deleted_at IS NULL
+"""
+
+# ORDER BY lexeme: the order the feedback round's ties are broken in (keyword.py, `expansion`).
+SPACE_POSTINGS_SQL = """
+SELECT lexeme, array_agg(item_id) AS items, array_agg(source) AS sources,
+       array_agg(tf) AS tf, array_agg(dl) AS dl
+FROM search_postings WHERE user_id = :user_id GROUP BY lexeme ORDER BY lexeme
+"""

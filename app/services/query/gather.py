@@ -6,16 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import uuid
 import weakref
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from app.db import read_transaction
 from app.repositories.retrieval import KeywordHits, RetrievalRepository, SearchSize
+from app.repositories.retrieval.common import Candidate, TimeFilter
+from app.repositories.retrieval.shared import SpaceRows
 from app.repositories.search_index import Source
 from app.retrieval.relevance import features
 from app.retrieval.scoring import Ranked
+from app.services.query import space_cache
 from app.services.query.arms import (
     SearchPath,
     arms,
@@ -27,6 +34,7 @@ from app.services.query.arms import (
 from app.services.query.calibrate import item_vectors
 from app.services.query.context import context, context_depth
 from app.services.query.model import QueryConfig, QueryResult, QueryTrace
+from app.services.query.space_cache import Scoring, SpaceCopy, Version
 from app.services.query.state import (
     ArmHits,
     Embedding,
@@ -41,6 +49,8 @@ from app.services.query.state import (
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
+
+    from app.domain import MemoryScope
 
 
 # A query's second connection (`gather_shared`): the slot the query holds covers it.
@@ -114,12 +124,22 @@ async def gather_shared(
         repo = RetrievalRepository(reads)
         split = await on_citus(repo, vectors.engine)
 
+        copied: Copied | None = None
+
         async def shared_arms() -> list[ArmHits]:
-            sizes = items
-            if settings is None:
-                sizes = await space_sizes(repo, owners, vectors, split)
-                await repo.set_vector_search(space_settings(sizes, vectors.config, split))
-            return await space_arms(repo, spaces[0], owners, sizes, embedding, vectors, split)
+            nonlocal copied
+            copied = await read_copies(repo, spaces[0], owners, vectors, split)
+            hits = await copied_arms(spaces[0], copied, embedding, vectors.model)
+            rest = [n for n in range(len(owners)) if n not in hits]
+            if rest:
+                read = [owners[n] for n in rest]
+                sizes = [items[n] for n in rest] if settings is not None else []
+                if settings is None:
+                    sizes = await space_sizes(repo, read, vectors, split)
+                    await repo.set_vector_search(space_settings(sizes, vectors.config, split))
+                found = await space_arms(repo, spaces[0], read, sizes, embedding, vectors, split)
+                hits |= dict(zip(rest, found, strict=True))
+            return [hits[n] for n in range(len(owners))]
 
         fused: asyncio.Future[tuple[list[Ranked[Key]], dict[Key, int]]]
         fused = asyncio.get_running_loop().create_future()
@@ -138,10 +158,14 @@ async def gather_shared(
             ranked, origin = fused.result()
             keep = [r.key for r in ranked[: context_depth(s)]]
             wanted = [[k[1] for k in keep if origin.get(k) == n + 1] for n in range(len(owners))]
-            fetched = await repo.rows_each(
-                owners, wanted, [k[1] for k in vector_keys(s, ranked) if k in origin],
-                when=s.request.when, split=split,
-            )  # fmt: skip
+            asked = [k[1] for k in vector_keys(s, ranked) if k in origin]
+            fetched = copied_rows(copied, wanted, asked, s.request.when)
+            for n in copied.copies if copied is not None else ():
+                wanted[n] = []  # read from its copy
+            more = await repo.rows_each(owners, wanted, asked, when=s.request.when, split=split)
+            fetched = SpaceRows(
+                fetched.candidates | more.candidates, fetched.vectors | more.vectors
+            )
             user = await own
         finally:
             await stopped(own, shared)
@@ -244,6 +268,111 @@ async def space_arms(
             types=request.types, tags=request.tag_filter, when=request.when, split=split,
         )  # fmt: skip
     return [ArmHits(k, c) for k, c in zip(keyword, cosines, strict=True)]
+
+
+@dataclass(frozen=True)
+class Copied:
+    """The copies of the spaces a query reads from memory (`n`: the space's place in the
+    request), the query's lexemes and its names', and the transaction's now()."""
+
+    copies: dict[int, SpaceCopy]
+    lexemes: list[str]
+    names: list[str]
+    now: datetime
+
+
+async def read_copies(
+    repo: RetrievalRepository, p: Scope, owners: Sequence[str], vectors: Vectors, split: bool
+) -> Copied | None:
+    """The copies of the spaces of `owners` the signed user reads, where the cache holds the
+    space's version; a space the cache takes but holds no copy of (none yet, or a write moved
+    its version) is read again in the background (space_cache.py). None without a cache, on
+    Citus (each space's statements route to its own shard there) and in `own` mode.
+
+    A copy holds the rows every member reads: a space's memories belong to no agent or run
+    (migration 0024's CHECK), and the policies' scope match shows such a row to every request
+    but one in `own` mode."""
+    cache, scope = vectors.spaces, p.request.scope
+    # A request for an agent's (run's) own memory reads no space's row (the policies' scope
+    # match hides the unscoped rows every space holds): its statements decide, and find none.
+    if cache is None or split or scope.own:
+        return None
+    lexemes, names, now, found = await repo.space_versions(owners, p.query, " ".join(p.names))
+    copies: dict[int, SpaceCopy] = {}
+    for r in found:
+        stamp = Version(int(r["version"]), int(r["doc_count"] or 0), float(r["total_length"]))
+        # Version 0: a row no trigger versions (migration 0024's are not made on Citus).
+        if stamp.version == 0 or not cache.takes(stamp):
+            continue
+        n = r["owner"]
+        copy = cache.get(owners[n], stamp)
+        if copy is None:
+            load = functools.partial(read_copy, vectors.engine, scope, owners[n], stamp)
+            cache.refresh(owners[n], load)
+            continue  # read by its statements this time
+        copies[n] = copy
+    return Copied(copies, lexemes, names, now)
+
+
+async def read_copy(
+    engine: AsyncEngine, scope: MemoryScope, owner: str, stamp: Version
+) -> SpaceCopy:
+    """A space's copy, read in a transaction of its own signed as the query's user (row-level
+    security: the user reads the space; every member reads the same rows, migration 0024), and
+    built in a worker thread (about 20 ms for 300 memories, 1 s for 9,000: docs/agents.md).
+    The stamp is the one the query read before: what is read is as new or newer, and a newer
+    write has moved the version, so the copy is read again at the next query."""
+    async with read_transaction(engine, scope) as reads:
+        repo = RetrievalRepository(reads)
+        items, postings = await repo.space_items(owner), await repo.space_postings(owner)
+    return await asyncio.to_thread(SpaceCopy.build, owner, stamp, items, postings)
+
+
+async def copied_arms(
+    p: Scope, copied: Copied | None, embedding: Embedding | None, model: str
+) -> dict[int, ArmHits]:
+    """`space_arms` over the copied spaces, each over its own corpus, as its statements would
+    (space_cache.py)."""
+    if copied is None or not copied.copies:
+        return {}
+    request, preset = p.request, p.preset
+    scoring = Scoring(preset.bm25_k1, preset.bm25_b, p.n, copied.lexemes, frozenset(copied.names))
+    vector = (await embedding)[0] if embedding is not None else None
+    hits: dict[int, ArmHits] = {}
+    for n, copy in copied.copies.items():
+        mask = copy.visible(copied.now, request.when, request.types, request.tag_filter)
+        keyword = KeywordHits({}, 0.0)
+        if preset.use_keyword:
+            keyword = space_cache.keyword(copy, scoring, mask)
+        if preset.use_keyword and preset.prf_docs > 0 and keyword.scores:
+            ordered = sorted(keyword.scores, key=lambda key: -keyword.scores[key])
+            seeds = [i for _, i in ordered[: preset.prf_docs]]
+            more = space_cache.expansion(
+                copy, scoring, mask, seeds, terms=preset.prf_terms, min_df=preset.prf_min_df
+            )
+            keyword = KeywordHits(keyword.scores, keyword.max_score, more, keyword.plain)
+        cosines = {} if vector is None else space_cache.nearest(copy, vector, model, p.n, mask)
+        hits[n] = ArmHits(keyword, cosines)
+    return hits
+
+
+def copied_rows(
+    copied: Copied | None,
+    wanted: Sequence[Sequence[uuid.UUID]],
+    vectors: Sequence[uuid.UUID],
+    when: TimeFilter,
+) -> SpaceRows:
+    """`rows_each` over the copied spaces: the rows of their candidates `wanted[n]` still
+    visible, and the stored vectors of those in `vectors`."""
+    candidates: dict[Key, Candidate] = {}
+    stored: dict[Key, Any] = {}
+    if copied is None:
+        return SpaceRows(candidates, stored)
+    for n, copy in copied.copies.items():
+        rows, kept = space_cache.rows(copy, wanted[n], vectors, copy.visible(copied.now, when))
+        candidates |= rows
+        stored |= kept
+    return SpaceRows(candidates, stored)
 
 
 def space_settings(items: Sequence[int], config: QueryConfig, citus: bool | None) -> dict[str, str]:

@@ -45,6 +45,8 @@ class QueryConfig:
     hnsw_max_scan_tuples: int
     generic_plan_max_items: int = 0  # users up to this size run on generic plans (0: none)
     search_size_ttl_s: float = 0.0  # how long a user's size is remembered (sizes.py; 0: not)
+    space_cache_mb: int = 0  # the memory of the copies of shared spaces (space_cache.py; 0: none)
+    space_copy_max_items: int = 0  # the biggest space copied
 
 
 def ann_probes(items: int, probes: int, share: float) -> int:

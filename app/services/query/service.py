@@ -39,6 +39,7 @@ from app.services.query.model import (
 )
 from app.services.query.pipeline import answer, item, retrieve
 from app.services.query.sizes import SearchSizes
+from app.services.query.space_cache import SpaceCache, space_cache
 from app.services.query.state import Vectors, scope
 
 if TYPE_CHECKING:
@@ -66,6 +67,7 @@ class QueryService:
         sizes: SearchSizes | None = None,
         judge: QueryJudge | None = None,
         router: ShardRouter | None = None,
+        spaces: SpaceCache | None = None,
     ) -> None:
         # Its pool serves the query's read transactions (app/db.py, read_transaction).
         self.engine = engine
@@ -101,6 +103,17 @@ class QueryService:
         # Users' sizes from their last seconds of queries (sizes.py): the process's, shared by
         # every request's service, else this service's own.
         self.sizes = sizes if sizes is not None else SearchSizes(config.search_size_ttl_s)
+        # The copies of small shared spaces (space_cache.py): the process's, else this
+        # service's own (None: PGRECALL_SPACE_CACHE_MB=0).
+        self.spaces = (
+            spaces
+            if spaces is not None
+            else space_cache(
+                config.space_cache_mb, config.space_copy_max_items, config.exact_search_max_items
+            )
+            if config is not None
+            else None
+        )
         # The optional LLM judge (judge.py; PGRECALL_JUDGE=llm), else None.
         self.judge = judge
         # On Citus: reads on the worker that holds each user's shards (shards.py), else None.
@@ -234,7 +247,9 @@ class QueryService:
             if preset.use_vector
             else None
         )
-        vectors = Vectors(self.engine, self.config, self.embeddings.model, self.sizes, self.router)
+        vectors = Vectors(
+            self.engine, self.config, self.embeddings.model, self.sizes, self.router, self.spaces
+        )
         # The shared spaces the request reads besides the user's memory: each is its own owner
         # (`space:<id>` rows), read signed as the user (row-level security checks the grant).
         spaces = request.scope.spaces

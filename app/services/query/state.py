@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from app.adapters.verifier import Verifier
     from app.db import ShardRoute
     from app.services.query.shards import ShardRouter
+    from app.services.query.space_cache import SpaceCache
 
 
 Key = tuple[Source, Any]
@@ -71,6 +72,9 @@ class Vectors:
     sizes: SearchSizes
     # On Citus: the user's reads on the worker holding its shards (shards.py); None: `engine`.
     router: ShardRouter | None = None
+    # The process's copies of small shared spaces (space_cache.py; None: spaces are read by
+    # their statements).
+    spaces: SpaceCache | None = None
 
     async def route(self, user_id: str) -> ShardRoute | None:
         """Where `user_id`'s read transactions run (None: on `engine`)."""
