@@ -29,6 +29,7 @@ filters.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import math
 import uuid
@@ -64,11 +65,13 @@ def micros(t: datetime) -> int:
 
 @dataclass(frozen=True)
 class Postings:
-    """One lexeme's postings in a space: item places (-1: not a memory of the copy), tf, dl."""
+    """One lexeme's postings in a space: item places (-1: not a memory of the copy), tf, dl.
+    Python lists: a space's lexeme has a few to a few hundred postings, fewer than a numpy
+    call's overhead is worth."""
 
-    items: npt.NDArray[np.int64]
-    tf: npt.NDArray[np.float64]
-    dl: npt.NDArray[np.float64]
+    items: list[int]
+    tf: list[float]
+    dl: list[float]
     order: int  # the lexeme's place in the database's collation order
 
 
@@ -124,10 +127,7 @@ class SpaceCopy:
                 for i, s in zip(r["items"], r["sources"], strict=True)
             ]
             lists[r["lexeme"]] = Postings(
-                np.asarray(where, dtype=np.int64),
-                np.asarray(r["tf"], dtype=np.float64),
-                np.asarray(r["dl"], dtype=np.float64),
-                order,
+                where, [float(x) for x in r["tf"]], [float(x) for x in r["dl"]], order
             )
             for n in where:
                 if n >= 0:
@@ -224,25 +224,26 @@ def _bm25(
     mask: npt.NDArray[np.bool_],
 ) -> tuple[dict[Key, float], dict[Key, float]]:
     """Each visible memory's BM25 over `terms` (lexeme, idf), and over those that are not
-    names; the first `s.limit` by score."""
+    names; the first `s.limit` by score. Each posting's part is the keyword statement's
+    `idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * dl / avgdl))`, summed per memory."""
     _, avgdl = _corpus(copy)
-    size = len(copy.ids)
-    score = np.zeros(size, dtype=np.float64)
-    plain = np.zeros(size, dtype=np.float64)
-    hit = np.zeros(size, dtype=bool)
+    k1, b = s.k1, s.b
+    visible = mask.tolist()
+    score: dict[int, float] = {}
+    plain: dict[int, float] = {}
     for lexeme, idf in terms:
         p = copy.postings[lexeme]
-        parts = idf * p.tf * (s.k1 + 1.0) / (p.tf + s.k1 * (1.0 - s.b + s.b * p.dl / avgdl))
-        mine = p.items >= 0
-        items, parts = p.items[mine], parts[mine]
-        score[items] += parts  # a lexeme has one posting per memory
-        if lexeme not in s.names:
-            plain[items] += parts
-        hit[items] = True
-    places = np.flatnonzero(hit & mask)
-    best = places[np.argsort(-score[places], kind="stable")[: s.limit]].tolist()
-    keys, scores, plains = copy.keys, score.tolist(), plain.tolist()
-    return {keys[i]: scores[i] for i in best}, {keys[i]: plains[i] for i in best}
+        name = lexeme in s.names
+        for item, tf, dl in zip(p.items, p.tf, p.dl, strict=True):
+            if item < 0 or not visible[item]:
+                continue
+            part = idf * tf * (k1 + 1.0) / (tf + k1 * (1.0 - b + b * dl / avgdl))
+            score[item] = score.get(item, 0.0) + part
+            if not name:
+                plain[item] = plain.get(item, 0.0) + part
+    best = heapq.nlargest(s.limit, score, key=score.__getitem__)
+    keys = copy.keys
+    return {keys[i]: score[i] for i in best}, {keys[i]: plain.get(i, 0.0) for i in best}
 
 
 def keyword(copy: SpaceCopy, s: Scoring, mask: npt.NDArray[np.bool_]) -> KeywordHits:
