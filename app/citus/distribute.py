@@ -111,6 +111,19 @@ def _worker_key_command(inner: bytes, outer: bytes) -> str:
     )
 
 
+# Migration 0024's triggers (trigger, table): they version the spaces off Citus only.
+SPACE_VERSION_TRIGGERS = (
+    ("memory_items_space_insert", "memory_items"),
+    ("memory_items_space_update", "memory_items"),
+    ("memory_items_space_delete", "memory_items"),
+    ("search_stats_space_version", "search_stats"),
+)
+
+_TRIGGERS = text(
+    "SELECT tgname FROM pg_trigger WHERE NOT tgisinternal AND tgname = ANY(CAST(:names AS text[]))"
+).bindparams(names=[trigger for trigger, _ in SPACE_VERSION_TRIGGERS])
+
+
 async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) -> list[str]:
     """Distribute every user table by user_id, co-located, and make the shared spaces' tables
     reference tables (the ones not placed yet; in foreign-key order: a referenced table goes
@@ -129,6 +142,20 @@ async def distribute(owner_url: str, *, shard_count: int = DEFAULT_SHARD_COUNT) 
             name = "(scope key)"
             if await conn.scalar(_SCOPE_KEY_PLACED):
                 await conn.execute(_UNDISTRIBUTE_KEY)
+            # A store migrated before Citus was installed has migration 0024's triggers that
+            # version the shared spaces for the service's copies of them: Citus refuses to
+            # distribute a table with triggers, and the service keeps no copies on Citus (each
+            # space's statements route to its shard). Dropped, and the versions put back to 0,
+            # which no copy is ever used at.
+            # (Only those there: Citus refuses even DROP TRIGGER IF EXISTS on a distributed
+            # table, as on a rerun.)
+            name = "(space versions)"
+            there = set((await conn.execute(_TRIGGERS)).scalars())
+            for trigger, table in SPACE_VERSION_TRIGGERS:
+                if trigger in there:
+                    await conn.execute(text(f"DROP TRIGGER {trigger} ON {table}"))
+        async with engine.begin() as conn, _unforced(conn, "search_stats"):
+            await conn.execute(text("UPDATE search_stats SET version = 0 WHERE version <> 0"))
         async with engine.begin() as conn:
             placed = {t.table: t for t in await distribution(conn)}
             for name in COORDINATOR_TABLES:
