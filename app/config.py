@@ -130,8 +130,8 @@ class Settings(BaseSettings):
     # path: exact_search_max_items) are kept in memory by each service process, up to this many
     # MiB, and scored there: a query that reads spaces sends one statement for them (their
     # versions, under row-level security) instead of their keyword, vector and row statements.
-    # A copy is read again after each write of its space, in the background: about 20 ms of
-    # CPU for 300 memories, 0.25 s for 3,000 (app/services/query/space_cache.py). 0: none.
+    # A copy is read again after each write of its space, in the background: 31 ms for 300
+    # memories, 0.24 s for 3,000 (docs/agents.md; app/services/query/space_cache.py). 0: none.
     space_cache_mb: Annotated[int, Field(ge=0, le=65_536)] = 256
     space_copy_max_items: Annotated[int, Field(ge=0)] = 5_000
     # On a Citus coordinator: the query path reads each user's shards on the worker that holds

@@ -319,7 +319,8 @@ async def read_copy(
 ) -> SpaceCopy:
     """A space's copy, read in a transaction of its own signed as the query's user (row-level
     security: the user reads the space; every member reads the same rows, migration 0024), and
-    built in a worker thread (about 20 ms for 300 memories, 1 s for 9,000: docs/agents.md).
+    built in a worker thread (read and built: 31 ms for 300 memories, 1 s for 9,000:
+    docs/agents.md).
     The stamp is the one the query read before: what is read is as new or newer, and a newer
     write has moved the version, so the copy is read again at the next query."""
     async with read_transaction(engine, scope) as reads:

@@ -151,7 +151,8 @@ class SpaceCopy:
             unit=matrix / np.maximum(np.linalg.norm(matrix, axis=1, keepdims=True), 1e-30),
             postings=lists,
             lexemes=lexemes,
-            nbytes=matrix.nbytes + text + _ROW_BYTES * len(items) + _POSTING_BYTES * count,
+            # the vectors twice: as stored (the rows' stage) and of unit length (the cosine)
+            nbytes=2 * matrix.nbytes + text + _ROW_BYTES * len(items) + _POSTING_BYTES * count,
         )
 
     def of_model(self, model: str) -> npt.NDArray[np.bool_]:
